@@ -1,0 +1,696 @@
+"""The client: ``actors.connect(db=... | url=..., token=...)``.
+
+One WebSocket connection per client, shared by every task that uses the client. Requests from all tasks are
+coalesced: whatever is pending when the sender runs travels as one message. Replies are matched by ``call_id``.
+
+If the connection drops, calls in flight raise :class:`~protocol.ConnectionLost` (their outcome is unknown), the
+client reconnects with back-off (re-reading the runtime file when it was opened with ``db=``, since a restarted
+owner listens on a new port), and watches resume from the last ``seq`` they delivered, with no gap and no
+duplicate. Calls made while disconnected wait for the reconnection, at most ``reconnect_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, Final, TypeVar
+
+import attrs
+import trio
+import trio_websocket
+
+from protocol import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WEBSOCKET_HARD_LIMIT_BYTES,
+    AdvanceClock,
+    AppendEntry,
+    BadFrame,
+    Change,
+    ClockReply,
+    Commit,
+    Committed,
+    ConnectionLost,
+    ConversationRecord,
+    ConversationReply,
+    CreateConversation,
+    DocumentRecord,
+    DocumentReply,
+    EntriesReply,
+    EntryRecord,
+    Error,
+    Frame,
+    Goodbye,
+    HandshakeRefused,
+    Hello,
+    JsonValue,
+    Order,
+    OwnerUnavailable,
+    Ping,
+    Pong,
+    ProtocolError,
+    PutDocument,
+    ReadConversation,
+    ReadDocument,
+    ReadEntries,
+    ReadSubmission,
+    Refused,
+    Request,
+    SubmissionRecord,
+    SubmissionReply,
+    Submit,
+    Submitted,
+    TetherError,
+    Unwatch,
+    Watch,
+    Watching,
+    Welcome,
+    Write,
+    check_json,
+    collapse_group,
+    decode_frame,
+    decode_message,
+    encode_frame,
+    error_for_code,
+    join_frames,
+    new_id,
+    read_runtime,
+)
+
+R = TypeVar("R")
+
+CONNECT_TIMEOUT_S: Final = 10.0
+RECONNECT_TIMEOUT_S: Final = 30.0
+BACKOFF_INITIAL_S: Final = 0.05
+BACKOFF_MAX_S: Final = 1.0
+CLOSE_TIMEOUT_S: Final = 1.0
+ENTRY_PAGE: Final = 500
+WATCH_BUFFER_LIMIT: Final = 10_000
+"""Changes a watch holds for a slow consumer before it stops receiving and re-reads from the log later."""
+RECEIVE_BUFFER_BYTES: Final = 1 << 16
+
+
+class _Waiter:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.reply: Frame | TetherError | None = None
+
+
+class Client:
+    """A connection to one owner. Create it with :func:`connect`; every method is a trio checkpoint."""
+
+    def __init__(
+        self,
+        *,
+        db: str | None,
+        url: str | None,
+        token: str | None,
+        role: str,
+        name: str,
+        reconnect: bool,
+        reconnect_timeout_s: float,
+    ) -> None:
+        self._db = db
+        self._url = url
+        self._token = token
+        self._role = role
+        self._name = name
+        self._reconnect = reconnect
+        self._reconnect_timeout_s = reconnect_timeout_s
+        self._call_ids = itertools.count(1)
+        self._watch_ids = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._outbox: list[bytes] = []
+        self._outbox_ready = trio.Event()
+        self._ws: trio_websocket.WebSocketConnection | None = None
+        self._connected = trio.Event()
+        self._closed = False
+        self._failure: TetherError | None = None
+        self._watches: dict[int, WatchStream] = {}
+        self._nursery: trio.Nursery | None = None
+        self.welcome: Welcome | None = None
+        """The owner's last ``Welcome`` (its instance, clock and head ``seq`` at connect time)."""
+        self.reconnects = 0
+        """How many times the connection was re-established."""
+
+    # ------------------------------------------------------------------------------------------- public API
+
+    async def create_conversation(self, conversation_id: str | None = None) -> str:
+        """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable."""
+        conversation_id = conversation_id or new_id()
+        await self._commit((CreateConversation(conversation_id=conversation_id),))
+        return conversation_id
+
+    async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:
+        """Append an entry and return the ``seq`` of its commit, once durable.
+
+        ``entry_id`` (a new UUIDv7 by default) makes a retry after :class:`ConnectionLost` safe: the owner
+        refuses a second entry with the same id (:class:`~protocol.Duplicate`).
+        """
+        check_json(data, "data")
+        write = AppendEntry(
+            conversation_id=conversation_id, entry_id=entry_id or new_id(), kind=kind, data=JsonValue(data)
+        )
+        committed = await self._commit((write,))
+        return committed.seq
+
+    async def put_document(
+        self,
+        name: str,
+        value: Any,
+        *,
+        conversation_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Write a document (global when ``conversation_id`` is ``None``) and return its new version.
+
+        With ``expected_version`` the write happens only if the document is at that version (0: absent);
+        otherwise :class:`~protocol.Conflict` is raised and nothing changes.
+        """
+        check_json(value, "value")
+        write = PutDocument(
+            conversation_id=conversation_id,
+            name=name,
+            value=JsonValue(value),
+            expected_version=expected_version,
+        )
+        committed = await self._commit((write,))
+        return committed.results[0]
+
+    @contextlib.asynccontextmanager
+    async def commit(self) -> AsyncIterator[Transaction]:
+        """Collect writes and apply them as one atomic commit when the block exits without an exception.
+
+        ``tx.seq`` and ``tx.results`` are set once the commit is durable.
+        """
+        tx = Transaction()
+        yield tx
+        if tx.writes:
+            committed = await self._commit(tuple(tx.writes))
+            tx.seq = committed.seq
+            tx.results = committed.results
+
+    async def conversation(self, conversation_id: str) -> ConversationRecord:
+        """The conversation's record; :class:`~protocol.NotFound` if it does not exist."""
+        reply = await self._call(ReadConversation(call_id=0, conversation_id=conversation_id), ConversationReply)
+        return reply.conversation
+
+    async def read_entries(
+        self,
+        conversation_id: str,
+        *,
+        order: Order = "asc",
+        cursor: int | None = None,
+        limit: int = ENTRY_PAGE,
+    ) -> EntryPage:
+        """One page of entries. ``cursor`` is exclusive; pass the page's ``next_cursor`` to continue."""
+        request = ReadEntries(call_id=0, conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
+        reply = await self._call(request, EntriesReply)
+        return EntryPage(entries=list(reply.entries), next_cursor=reply.next_cursor)
+
+    async def entries(self, conversation_id: str, *, order: Order = "asc") -> list[EntryRecord]:
+        """Every entry of the conversation, oldest first (``order="desc"``: newest first)."""
+        result: list[EntryRecord] = []
+        cursor: int | None = None
+        while True:
+            page = await self.read_entries(conversation_id, order=order, cursor=cursor)
+            result.extend(page.entries)
+            if page.next_cursor is None:
+                return result
+            cursor = page.next_cursor
+
+    async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
+        """The document's current record, or ``None`` if it was never written."""
+        reply = await self._call(ReadDocument(call_id=0, conversation_id=conversation_id, name=name), DocumentReply)
+        return reply.document
+
+    async def submit(
+        self,
+        conversation_id: str,
+        *,
+        kind: str,
+        payload: Any = None,
+        request_id: str,
+        submission_id: str | None = None,
+    ) -> SubmissionRecord:
+        """Admit a submission, deduplicated by ``(conversation_id, request_id)``.
+
+        A repeat with the same kind and payload returns the original record (also after a restart); the same
+        ``request_id`` with other content raises :class:`~protocol.Conflict`.
+        """
+        check_json(payload, "payload")
+        request = Submit(
+            call_id=0,
+            conversation_id=conversation_id,
+            submission_id=submission_id or new_id(),
+            request_id=request_id,
+            kind=kind,
+            payload=JsonValue(payload),
+        )
+        reply = await self._call(request, Submitted)
+        return reply.submission
+
+    async def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
+        """The submission admitted under ``request_id`` in this conversation, or ``None``."""
+        request = ReadSubmission(call_id=0, conversation_id=conversation_id, request_id=request_id)
+        reply = await self._call(request, SubmissionReply)
+        return reply.submission
+
+    def watch(self, *, conversation_id: str | None = None, from_seq: int = 0) -> WatchStream:
+        """Every commit after ``from_seq`` touching ``conversation_id`` (every commit when ``None``), in order.
+
+        Use as ``async for change in client.watch(...)``, or ``async with`` it to unsubscribe on exit.
+        """
+        return WatchStream(self, conversation_id, from_seq)
+
+    async def ping(self) -> Pong:
+        """A round trip to the owner: its clock and newest ``seq``."""
+        return await self._call(Ping(call_id=0), Pong)
+
+    async def advance_clock(self, by_ms: int) -> int:
+        """Move a manual owner clock forward and return its new time (owners run with ``--clock manual``)."""
+        reply = await self._call(AdvanceClock(call_id=0, by_ms=by_ms), ClockReply)
+        return reply.now_ms
+
+    # ----------------------------------------------------------------------------------------- requests
+
+    async def _commit(self, writes: tuple[Write, ...]) -> Committed:
+        return await self._call(Commit(call_id=0, writes=writes), Committed)
+
+    async def _call(self, request: Request, expected: type[R]) -> R:
+        reply = await self._request(request)
+        if isinstance(reply, Error):
+            raise error_for_code(reply.code, reply.message)
+        if not isinstance(reply, expected):
+            raise ProtocolError(f"expected a {expected.__name__} reply to {request.TYPE}, got {reply.TYPE}")
+        return reply
+
+    async def _request(self, request: Request) -> Frame:
+        await self._wait_connected()
+        call_id = next(self._call_ids)
+        encoded = encode_frame(attrs.evolve(request, call_id=call_id))
+        if len(encoded) > MAX_MESSAGE_BYTES:
+            raise ProtocolError(
+                f"the {request.TYPE} request encodes to {len(encoded)} bytes, over the limit of "
+                f"{MAX_MESSAGE_BYTES}; nothing was sent"
+            )
+        waiter = _Waiter()
+        self._waiters[call_id] = waiter
+        self._outbox.append(encoded)
+        self._outbox_ready.set()
+        try:
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(call_id, None)
+        reply = waiter.reply
+        if isinstance(reply, TetherError):
+            raise reply
+        assert reply is not None
+        return reply
+
+    def _send_nowait(self, request: Request) -> None:
+        """Queue a request whose reply nobody awaits (an unsubscribe)."""
+        call_id = next(self._call_ids)
+        self._outbox.append(encode_frame(attrs.evolve(request, call_id=call_id)))
+        self._outbox_ready.set()
+
+    async def _wait_connected(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._connected.is_set():
+            return
+        with trio.move_on_after(self._reconnect_timeout_s):
+            await self._connected.wait()
+        if self._failure is not None:
+            raise self._failure
+        if not self._connected.is_set():
+            raise OwnerUnavailable(
+                f"no connection to the owner for {self._reconnect_timeout_s:g} s ({self._describe_target()}); "
+                "the request was not sent"
+            )
+
+    # ------------------------------------------------------------------------------------------ connection
+
+    def _describe_target(self) -> str:
+        return f"database {self._db}" if self._db else f"url {self._url}"
+
+    async def _open(self, nursery: trio.Nursery) -> trio_websocket.WebSocketConnection:
+        """Connect and complete the handshake; raise a :class:`TetherError` saying why not."""
+        url, token = self._url, self._token
+        if self._db is not None:
+            info = read_runtime(self._db)
+            url, token = info.url, token or info.token
+        if url is None or token is None:
+            raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                ws = await trio_websocket.connect_websocket_url(
+                    nursery,
+                    url,
+                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                )
+        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
+            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self._describe_target()}): {exc}") from exc
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
+                await ws.send_message(encode_frame(hello))
+                answer = decode_frame(_binary(await ws.get_message()))
+        except (trio_websocket.ConnectionClosed, trio.TooSlowError) as exc:
+            await _close_quietly(ws)
+            raise OwnerUnavailable(f"the owner at {url} did not complete the handshake: {exc!r}") from exc
+        except ProtocolError:
+            await _close_quietly(ws)
+            raise
+        if isinstance(answer, Refused):
+            await _close_quietly(ws)
+            raise HandshakeRefused(
+                answer.code, f"the owner refused the connection: {answer.message}", answer.supported_versions
+            )
+        if not isinstance(answer, Welcome):
+            await _close_quietly(ws)
+            raise ProtocolError(f"expected welcome or refused, got {answer.TYPE}")
+        self.welcome = answer
+        return ws
+
+    async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
+        """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
+        assert self._nursery is not None
+        ws = first
+        backoff = BACKOFF_INITIAL_S
+        while True:
+            await self._serve(ws)
+            self._connected = trio.Event()
+            self._fail_in_flight(
+                ConnectionLost(
+                    f"the connection to the owner ({self._describe_target()}) was lost before the reply arrived; "
+                    "the request may or may not have been applied"
+                )
+            )
+            if self._closed or not self._reconnect:
+                self._failure = ConnectionLost(f"the connection to the owner ({self._describe_target()}) ended")
+                self._connected.set()
+                return
+            while True:
+                await trio.sleep(backoff)
+                try:
+                    ws = await self._open(self._nursery)
+                except HandshakeRefused as exc:
+                    self._failure = exc
+                    self._connected.set()
+                    return
+                except (OwnerUnavailable, ProtocolError):
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                backoff = BACKOFF_INITIAL_S
+                self.reconnects += 1
+                break
+
+    async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
+        self._ws = ws
+        self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
+        for stream in list(self._watches.values()):
+            stream._resubscribe()
+        self._connected.set()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._send_loop, ws)
+                await self._receive_loop(ws)
+                nursery.cancel_scope.cancel(reason="connection closed")
+        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._ws = None
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await _close_quietly(ws)
+
+    async def _send_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            while self._outbox:
+                size = 0
+                count = 0
+                for encoded in self._outbox:
+                    if count and (size + len(encoded) > MAX_MESSAGE_BYTES - 8 or count >= 4096):
+                        break
+                    size += len(encoded)
+                    count += 1
+                chunk = self._outbox[:count]
+                del self._outbox[:count]
+                await ws.send_message(join_frames(chunk))
+
+    async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
+        while True:
+            try:
+                message = await ws.get_message()
+            except trio_websocket.ConnectionClosed:
+                return
+            try:
+                frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
+            except ProtocolError:
+                return  # an owner we cannot understand: drop the connection and reconnect
+            for frame in frames:
+                self._deliver(frame)
+
+    def _deliver(self, frame: Frame | BadFrame) -> None:
+        if isinstance(frame, Change):
+            stream = self._watches.get(frame.watch_id)
+            if stream is not None:
+                stream._deliver(frame)
+            return
+        if isinstance(frame, Goodbye | BadFrame):
+            return  # the connection ends next; in-flight calls fail with ConnectionLost then
+        call_id = getattr(frame, "call_id", None)
+        waiter = self._waiters.pop(call_id, None) if call_id is not None else None
+        if waiter is not None:
+            waiter.reply = frame
+            waiter.event.set()
+
+    def _fail_in_flight(self, error: TetherError) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.reply = error
+            waiter.event.set()
+
+    async def _aclose(self) -> None:
+        self._closed = True
+        ws = self._ws
+        if ws is not None:
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await _close_quietly(ws)
+
+
+@attrs.define
+class EntryPage:
+    """A page of entries and the cursor that continues after it (``None``: nothing further)."""
+
+    entries: list[EntryRecord]
+    next_cursor: int | None
+
+
+@attrs.define
+class Transaction:
+    """Writes collected by :meth:`Client.commit`, applied atomically when its block exits."""
+
+    writes: list[Write] = attrs.Factory(list)
+    seq: int | None = None
+    results: tuple[int, ...] = ()
+
+    def create_conversation(self, conversation_id: str | None = None) -> str:
+        conversation_id = conversation_id or new_id()
+        self.writes.append(CreateConversation(conversation_id=conversation_id))
+        return conversation_id
+
+    def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> str:
+        check_json(data, "data")
+        entry_id = entry_id or new_id()
+        self.writes.append(
+            AppendEntry(conversation_id=conversation_id, entry_id=entry_id, kind=kind, data=JsonValue(data))
+        )
+        return entry_id
+
+    def put_document(
+        self,
+        name: str,
+        value: Any,
+        *,
+        conversation_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> None:
+        check_json(value, "value")
+        self.writes.append(
+            PutDocument(
+                conversation_id=conversation_id,
+                name=name,
+                value=JsonValue(value),
+                expected_version=expected_version,
+            )
+        )
+
+
+class WatchStream:
+    """An ordered stream of :class:`~protocol.Change` for one watch; survives reconnects without gaps."""
+
+    def __init__(self, client: Client, conversation_id: str | None, from_seq: int) -> None:
+        self._client = client
+        self.conversation_id = conversation_id
+        self._buffered_seq = from_seq
+        """The newest seq put in the buffer: where a resubscription resumes."""
+        self.last_seq = from_seq
+        """The newest seq handed to the consumer."""
+        self._buffer: deque[Change] = deque()
+        self._ready = trio.Event()
+        self._watch_id: int | None = None
+        self._subscribed = False
+        self._lagging = False
+        self._closed = False
+        self._error: TetherError | None = None
+
+    async def __aenter__(self) -> WatchStream:
+        await self._subscribe()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> WatchStream:
+        return self
+
+    async def __anext__(self) -> Change:
+        if not self._subscribed:
+            await self._subscribe()
+        while not self._buffer:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise StopAsyncIteration
+            if self._lagging:
+                self._lagging = False
+                await self._subscribe()
+                continue
+            self._ready = trio.Event()
+            await self._ready.wait()
+        change = self._buffer.popleft()
+        self.last_seq = change.seq
+        return change
+
+    async def aclose(self) -> None:
+        """Stop the watch. Buffered changes are dropped."""
+        self._closed = True
+        self._ready.set()
+        watch_id, self._watch_id = self._watch_id, None
+        if watch_id is not None:
+            self._client._watches.pop(watch_id, None)
+            if self._client._connected.is_set() and self._client._failure is None:
+                self._client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
+
+    async def _subscribe(self) -> None:
+        client = self._client
+        self._subscribed = True
+        self._drop_subscription()
+        watch_id = next(client._watch_ids)
+        self._watch_id = watch_id
+        client._watches[watch_id] = self
+        request = Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
+        try:
+            await client._call(request, Watching)
+        except ConnectionLost:
+            pass  # resubscribed from the buffered seq when the connection returns
+        except TetherError:
+            client._watches.pop(watch_id, None)
+            raise
+
+    def _resubscribe(self) -> None:
+        """The connection was re-established: subscribe again from where the buffer ends."""
+        if self._closed or not self._subscribed or self._lagging:
+            return
+        client = self._client
+        self._drop_subscription()
+        watch_id = next(client._watch_ids)
+        self._watch_id = watch_id
+        client._watches[watch_id] = self
+        request = Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
+        client._send_nowait(request)
+
+    def _drop_subscription(self) -> None:
+        if self._watch_id is not None:
+            self._client._watches.pop(self._watch_id, None)
+            self._watch_id = None
+
+    def _deliver(self, change: Change) -> None:
+        if change.seq <= self._buffered_seq or self._lagging:
+            return
+        if len(self._buffer) >= WATCH_BUFFER_LIMIT:
+            # The consumer is slow: stop receiving, and re-read from the log once the buffer has drained.
+            self._lagging = True
+            watch_id = self._watch_id
+            self._drop_subscription()
+            if watch_id is not None:
+                self._client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
+            self._ready.set()
+            return
+        self._buffer.append(change)
+        self._buffered_seq = change.seq
+        self._ready.set()
+
+
+def _binary(message: str | bytes) -> bytes:
+    if isinstance(message, str):
+        raise ProtocolError("the owner sent a text message; the protocol is binary msgpack")
+    return message
+
+
+async def _close_quietly(ws: trio_websocket.WebSocketConnection) -> None:
+    with contextlib.suppress(Exception):
+        await ws.aclose()
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    db: str | os.PathLike[str] | None = None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    role: str = "client",
+    name: str = "",
+    reconnect: bool = True,
+    reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
+) -> AsyncIterator[Client]:
+    """Connect to the owner of ``db`` (found through its runtime file) or at ``url`` with ``token``.
+
+    ``role`` is ``"client"`` (read and write), ``"reader"`` (read and watch only) or ``"worker"``. Raises
+    :class:`~protocol.OwnerUnavailable` if no owner can be reached, :class:`~protocol.HandshakeRefused` if the
+    owner refuses the token, version or role.
+    """
+    if (db is None) == (url is None):
+        raise ValueError("connect() needs exactly one of db=PATH or url=URL")
+    client = Client(
+        db=None if db is None else os.fspath(db),
+        url=url,
+        token=token,
+        role=role,
+        name=name,
+        reconnect=reconnect,
+        reconnect_timeout_s=reconnect_timeout_s,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            client._nursery = nursery
+            first = await client._open(nursery)
+            nursery.start_soon(client._run, first)
+            try:
+                yield client
+            finally:
+                await client._aclose()
+                nursery.cancel_scope.cancel(reason="the client is closing")
+    except BaseExceptionGroup as group:
+        raise collapse_group(group) from None

@@ -1,0 +1,271 @@
+"""The one converter, and msgpack encoding of frames and batches.
+
+A WebSocket message holds either one frame (a msgpack map) or a batch (a msgpack array of maps). Decoding is
+strict: anything that is not exactly a known frame is reported with the field that was wrong, and never
+raises anything but :class:`~protocol.ProtocolError` (for the message as a whole) or yields a
+:class:`BadFrame` (for one frame of it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import attrs
+import cattrs
+import msgpack
+from cattrs.cols import homogenous_tuple_structure_factory, is_sequence
+from cattrs.strategies import configure_tagged_union
+
+from ._errors import ErrorCode, ProtocolError
+from ._frames import (
+    FRAME_TYPES,
+    RECORD_TYPES,
+    WRITE_TYPES,
+    Frame,
+    JsonValue,
+    Record,
+    Write,
+)
+from ._version import MAX_BATCH_FRAMES, MAX_MESSAGE_BYTES
+
+T = TypeVar("T")
+
+MAX_JSON_DEPTH: Final = 64
+"""Application values may nest at most this deep."""
+
+FRAME_TAG_KEY: Final = "type"
+WRITE_TAG_KEY: Final = "op"
+RECORD_TAG_KEY: Final = "record"
+
+
+@attrs.frozen(kw_only=True)
+class BadFrame:
+    """A frame of a message that could not be decoded. Not a wire frame: what the decoder hands over instead."""
+
+    call_id: int | None
+    code: ErrorCode
+    message: str
+
+
+# ------------------------------------------------------------------------------------------- JSON-like values
+
+
+def check_json(value: object, where: str = "$") -> None:
+    """Raise ``ValueError`` naming the place if ``value`` is not a JSON-like application value."""
+    _check_json(value, where, 0)
+
+
+def _check_json(value: object, where: str, depth: int) -> None:
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {value!r} is not a finite number")
+        return
+    if depth >= MAX_JSON_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: map key {key!r} is not a string")
+            _check_json(item, f"{where}.{key}", depth + 1)
+        return
+    raise ValueError(f"{where}: a {type(value).__name__} is not a JSON-like value")
+
+
+def _structure_json(value: object, _: object) -> object:
+    check_json(value)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ converter
+
+
+def _strict(cls: type[T]) -> Callable[[object, object], T]:
+    def structure(value: object, _: object) -> T:
+        if type(value) is cls:
+            return value
+        raise TypeError(f"expected {cls.__name__}, got {type(value).__name__}")
+
+    return structure
+
+
+def _strict_float(value: object, _: object) -> float:
+    if type(value) is float or type(value) is int:
+        return float(value)
+    raise TypeError(f"expected float, got {type(value).__name__}")
+
+
+def _strict_tuple_factory(tuple_type: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    inner = homogenous_tuple_structure_factory(tuple_type, converter)
+
+    def structure(value: object, cl: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected an array, got {type(value).__name__}")
+        return inner(value, cl)
+
+    return structure
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(int, _strict(int))
+    converter.register_structure_hook(str, _strict(str))
+    converter.register_structure_hook(bool, _strict(bool))
+    converter.register_structure_hook(float, _strict_float)
+    converter.register_structure_hook(JsonValue, _structure_json)
+    converter.register_unstructure_hook(JsonValue, lambda value: value)
+    converter.register_structure_hook_factory(is_sequence, _strict_tuple_factory)
+    configure_tagged_union(
+        Write,
+        converter,
+        tag_name=WRITE_TAG_KEY,
+        tag_generator=lambda cls: cls.OP,  # type: ignore[attr-defined]
+    )
+    configure_tagged_union(
+        Record,
+        converter,
+        tag_name=RECORD_TAG_KEY,
+        tag_generator=lambda cls: cls.RECORD,  # type: ignore[attr-defined]
+    )
+    return converter
+
+
+converter: Final = _make_converter()
+"""The one converter of the protocol. Use :func:`encode_frame` and :func:`decode_message` for frames."""
+
+_FRAME_BY_TAG: Final[dict[str, type[Any]]] = {cls.TYPE: cls for cls in FRAME_TYPES}
+_STRUCTURE: Final[dict[type[Any], Callable[[Any, Any], Any]]] = {
+    cls: converter.get_structure_hook(cls) for cls in FRAME_TYPES
+}
+_UNSTRUCTURE: Final[dict[type[Any], Callable[[Any], dict[str, Any]]]] = {
+    cls: converter.get_unstructure_hook(cls) for cls in FRAME_TYPES
+}
+assert len(_FRAME_BY_TAG) == len(FRAME_TYPES), "frame tags must be unique"
+assert len({cls.OP for cls in WRITE_TYPES}) == len(WRITE_TYPES)
+assert len({cls.RECORD for cls in RECORD_TYPES}) == len(RECORD_TYPES)
+
+
+def _reject_ext(code: int, data: bytes) -> object:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+# ---------------------------------------------------------------------------------------------------- encode
+
+
+def unstructure_frame(frame: Frame) -> dict[str, Any]:
+    """The map a frame travels as, its ``type`` tag first."""
+    cls = type(frame)
+    body = _UNSTRUCTURE[cls](frame)
+    return {FRAME_TAG_KEY: cls.TYPE, **body}
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """Encode one frame as a msgpack map; the bytes are also a valid one-frame message."""
+    return msgpack.packb(unstructure_frame(frame), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def join_frames(encoded: Sequence[bytes]) -> bytes:
+    """Build one message from frames already encoded with :func:`encode_frame`.
+
+    One frame is sent as itself; several as a msgpack array of them (an array header, then the frames).
+    """
+    if len(encoded) == 1:
+        return encoded[0]
+    return _array_header(len(encoded)) + b"".join(encoded)
+
+
+def _array_header(length: int) -> bytes:
+    if length <= 15:
+        return bytes((0x90 | length,))
+    if length <= 0xFFFF:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
+def encode_message(frames: Iterable[Frame]) -> bytes:
+    """Encode frames into one message (see :func:`join_frames`)."""
+    return join_frames([encode_frame(frame) for frame in frames])
+
+
+# ---------------------------------------------------------------------------------------------------- decode
+
+
+def decode_message(data: object, *, max_bytes: int = MAX_MESSAGE_BYTES) -> list[Frame | BadFrame]:
+    """Decode one WebSocket message into its frames, in order.
+
+    Raises :class:`ProtocolError` when the message as a whole is unusable (text instead of binary, too large,
+    not msgpack, neither a map nor an array of maps). A frame that is unusable on its own becomes a
+    :class:`BadFrame` in its place, carrying its ``call_id`` when one could be read.
+    """
+    if not isinstance(data, bytes | bytearray):
+        raise ProtocolError("messages must be binary (msgpack), not text", code=ErrorCode.BAD_FRAME)
+    if len(data) > max_bytes:
+        raise ProtocolError(
+            f"message of {len(data)} bytes exceeds the limit of {max_bytes} bytes",
+            code=ErrorCode.FRAME_TOO_LARGE,
+        )
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types for malformed input
+        raise ProtocolError(f"message is not valid msgpack: {exc}") from exc
+    if isinstance(raw, dict):
+        return [structure_frame(raw)]
+    if isinstance(raw, list):
+        if not raw:
+            raise ProtocolError("a batch message must hold at least one frame")
+        if len(raw) > MAX_BATCH_FRAMES:
+            raise ProtocolError(
+                f"batch of {len(raw)} frames exceeds the limit of {MAX_BATCH_FRAMES}",
+                code=ErrorCode.FRAME_TOO_LARGE,
+            )
+        return [structure_frame(item) for item in raw]
+    raise ProtocolError(f"a message must be a map or an array of maps, not {type(raw).__name__}")
+
+
+def decode_frame(data: bytes) -> Frame:
+    """Decode a message that must hold exactly one well-formed frame; raise :class:`ProtocolError` otherwise."""
+    frames = decode_message(data)
+    if len(frames) != 1:
+        raise ProtocolError(f"expected one frame, got a batch of {len(frames)}")
+    frame = frames[0]
+    if isinstance(frame, BadFrame):
+        raise ProtocolError(frame.message, code=frame.code)
+    return frame
+
+
+def structure_frame(raw: object) -> Frame | BadFrame:
+    """Turn one decoded msgpack value into a frame, or a :class:`BadFrame` naming what was wrong."""
+    if not isinstance(raw, dict):
+        return BadFrame(call_id=None, code=ErrorCode.BAD_FRAME, message="a frame must be a map")
+    call_id = raw.get("call_id")
+    if type(call_id) is not int:
+        call_id = None
+    tag = raw.get(FRAME_TAG_KEY)
+    cls = _FRAME_BY_TAG.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"unknown frame type {tag!r}")
+    body = {key: value for key, value in raw.items() if key != FRAME_TAG_KEY}
+    try:
+        frame: Frame = _STRUCTURE[cls](body, cls)
+    except Exception as exc:  # cattrs raises validation groups; anything else is a bug we still contain
+        return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {describe(exc)}")
+    return frame
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming every field that failed to structure, as ``$.path: problem``."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, path="$"))
+    return f"{type(exc).__name__}: {exc}"
+
+
+def structure(value: Mapping[str, Any], cls: type[T]) -> T:
+    """Structure a plain value into ``cls`` with the protocol's converter (records read back from storage)."""
+    return converter.structure(value, cls)

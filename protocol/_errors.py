@@ -1,0 +1,161 @@
+"""Stable error codes and the exception tree shared by the owner and its peers.
+
+Errors cross the wire as an :class:`ErrorCode` plus a message, never as exception types. The tree::
+
+    TetherError
+    ├── ProtocolError          a frame could not be decoded or broke the protocol
+    ├── HandshakeRefused       the owner refused the Hello (token, version, role)
+    ├── ConnectionLost         the connection to the owner ended; in-flight outcomes are unknown
+    ├── OwnerUnavailable       no owner could be reached (not running, runtime files missing)
+    ├── RequestFailed          the owner answered a request with an error code
+    │   ├── NotFound
+    │   ├── Duplicate
+    │   ├── Conflict
+    │   ├── InvalidRequest
+    │   └── NotAllowed
+    ├── StorageError           the database failed; the owner fails closed
+    ├── SchemaTooNew           the database was written by a newer engine
+    └── OwnerAlreadyRunning    another live owner holds the database
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.StrEnum):
+    """Codes carried by ``Error`` and ``Refused`` frames. Values never change once published."""
+
+    BAD_FRAME = "bad_frame"
+    """The frame could not be decoded: not msgpack, unknown type, missing, extra or mistyped field."""
+    FRAME_TOO_LARGE = "frame_too_large"
+    """The message exceeded ``MAX_MESSAGE_BYTES`` (or a batch exceeded ``MAX_BATCH_FRAMES``)."""
+    PROTOCOL_VIOLATION = "protocol_violation"
+    """A well-formed frame arrived where it is not allowed (a reply sent to the owner, a second Hello)."""
+    UNSUPPORTED_VERSION = "unsupported_version"
+    BAD_TOKEN = "bad_token"
+    ROLE_NOT_ALLOWED = "role_not_allowed"
+    NOT_FOUND = "not_found"
+    DUPLICATE = "duplicate"
+    """A record with this id already exists; nothing was written."""
+    CONFLICT = "conflict"
+    """The request contradicts stored state (a stale expected version, a reused request id)."""
+    INVALID = "invalid"
+    """A field has a value the owner does not accept (bad id, negative limit, non-JSON payload)."""
+    READ_ONLY = "read_only"
+    """A reader connection sent a write."""
+    NOT_ALLOWED = "not_allowed"
+    """The request is well formed but not possible in this owner's configuration."""
+    STORAGE_FAILED = "storage_failed"
+    """The database failed; the owner is failing closed and will exit."""
+    SHUTTING_DOWN = "shutting_down"
+    """The owner is stopping and did not take the request."""
+
+
+class TetherError(Exception):
+    """Base of every error Tether raises on purpose."""
+
+
+class ProtocolError(TetherError):
+    """A frame could not be decoded or broke the protocol."""
+
+    def __init__(self, message: str, *, code: ErrorCode = ErrorCode.BAD_FRAME) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class HandshakeRefused(TetherError):
+    """The owner refused our ``Hello``; ``code`` says why."""
+
+    def __init__(self, code: str, message: str, supported_versions: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.supported_versions = supported_versions
+
+
+class ConnectionLost(TetherError):
+    """The connection to the owner ended before the reply arrived.
+
+    A write that was in flight may or may not have been committed; read to find out, or retry with an id that
+    makes the retry safe (the owner refuses a duplicate entry id and deduplicates submissions by request id).
+    """
+
+
+class OwnerUnavailable(TetherError):
+    """No owner could be reached for this database or URL."""
+
+
+class RequestFailed(TetherError):
+    """The owner answered a request with an error. ``code`` is a stable :class:`ErrorCode` value."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NotFound(RequestFailed):
+    """The conversation, document or submission named by the request does not exist."""
+
+
+class Duplicate(RequestFailed):
+    """A record with the request's id already exists; nothing was written."""
+
+
+class Conflict(RequestFailed):
+    """The request contradicts stored state; nothing was written."""
+
+
+class InvalidRequest(RequestFailed):
+    """The request carried a value the owner does not accept; nothing was written."""
+
+
+class NotAllowed(RequestFailed):
+    """The request is not allowed for this connection or owner (a write from a reader, say)."""
+
+
+class StorageError(TetherError):
+    """The database failed. The owner fails closed: it exits and recovers from the committed state."""
+
+
+class SchemaTooNew(TetherError):
+    """The database was written by a newer engine; it is left untouched."""
+
+
+class OwnerAlreadyRunning(TetherError):
+    """Another live owner holds the database."""
+
+
+_REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
+    ErrorCode.NOT_FOUND: NotFound,
+    ErrorCode.DUPLICATE: Duplicate,
+    ErrorCode.CONFLICT: Conflict,
+    ErrorCode.INVALID: InvalidRequest,
+    ErrorCode.BAD_FRAME: InvalidRequest,
+    ErrorCode.FRAME_TOO_LARGE: InvalidRequest,
+    ErrorCode.READ_ONLY: NotAllowed,
+    ErrorCode.NOT_ALLOWED: NotAllowed,
+}
+
+
+def error_for_code(code: str, message: str) -> TetherError:
+    """Build the exception a client raises for an ``Error`` reply."""
+    if code == ErrorCode.STORAGE_FAILED:
+        return StorageError(message)
+    if code == ErrorCode.SHUTTING_DOWN:
+        return ConnectionLost(message)
+    return _REQUEST_ERRORS.get(code, RequestFailed)(code, message)
+
+
+def collapse_group(exc: BaseException) -> BaseException:
+    """At a public boundary, an exception group holding one exception becomes that exception."""
+    leaves: list[BaseException] = []
+
+    def walk(current: BaseException) -> None:
+        if isinstance(current, BaseExceptionGroup):
+            for inner in current.exceptions:
+                walk(inner)
+        else:
+            leaves.append(current)
+
+    walk(exc)
+    return leaves[0] if len(leaves) == 1 else exc

@@ -1,0 +1,21 @@
+"""Protocol version and the limits every peer enforces."""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 1
+"""Bumped with every incompatible change of a frame; checked at ``Hello``."""
+
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+"""Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
+
+MAX_MESSAGE_BYTES = 1 << 20
+"""A WebSocket message (one frame or a batch) may hold at most this many bytes (1 MiB).
+
+A larger message is answered with a ``frame_too_large`` error and otherwise ignored.
+"""
+
+WEBSOCKET_HARD_LIMIT_BYTES = 8 << 20
+"""Past this size the WebSocket layer itself closes the connection (close code 1009)."""
+
+MAX_BATCH_FRAMES = 4096
+"""A batch message may carry at most this many frames."""

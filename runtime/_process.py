@@ -1,0 +1,93 @@
+"""Spawning Tether processes and waiting for them: shared by the CLI, the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+import trio
+
+from protocol import OwnerUnavailable, RuntimeInfo, read_runtime
+
+OWNER_START_TIMEOUT_S: Final = 20.0
+POLL_INTERVAL_S: Final = 0.01
+
+
+def tether_command(*args: str) -> list[str]:
+    """The command line that runs ``tether ARGS`` with this interpreter (no console script needed)."""
+    return [sys.executable, "-m", "runtime", *args]
+
+
+async def start_owner(
+    db: str,
+    *extra: str,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    timeout_s: float = OWNER_START_TIMEOUT_S,
+) -> tuple[trio.Process, RuntimeInfo]:
+    """Start ``tether owner --db DB EXTRA...`` and wait until it has published its runtime file.
+
+    Raises :class:`OwnerUnavailable` (with the owner's exit status) if it exits or times out first; the process
+    is killed and reaped in that case.
+    """
+    process = await trio.lowlevel.open_process(
+        tether_command("owner", "--db", db, *extra), stdout=stdout, stderr=stderr
+    )
+    try:
+        info = await wait_for_owner(db, process, timeout_s=timeout_s)
+    except BaseException:
+        await kill_and_reap(process)
+        raise
+    return process, info
+
+
+async def wait_for_owner(db: str, process: trio.Process, *, timeout_s: float = OWNER_START_TIMEOUT_S) -> RuntimeInfo:
+    """Wait until the runtime file of ``db`` names ``process``."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            if process.poll() is not None:
+                raise OwnerUnavailable(f"the owner for {db} exited with status {process.returncode} before listening")
+            try:
+                info = read_runtime(db)
+            except OwnerUnavailable:
+                info = None
+            if info is not None and info.pid == process.pid:
+                return info
+            await trio.sleep(POLL_INTERVAL_S)
+    raise OwnerUnavailable(f"the owner for {db} did not start listening within {timeout_s:g} s")
+
+
+async def kill_and_reap(process: trio.Process, sig: int = signal.SIGKILL) -> int:
+    """Send ``sig`` (if still running) and wait for the exit status. Shielded: reaping always completes."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(sig)
+        with trio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+        status = await process.wait()
+    return status
+
+
+async def stop_gracefully(process: trio.Process, *, timeout_s: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        with trio.move_on_after(timeout_s):
+            await process.wait()
+        status = await kill_and_reap(process)
+    return status
+
+
+def run_sync(args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion (for tests of the CLI)."""
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s, env={**os.environ})

@@ -1,0 +1,571 @@
+"""The storage owner's durable logic, sans-IO.
+
+The shell (``storage_owner.io``) feeds the core what happened: a peer said hello, a frame arrived, a peer went
+away. The core answers with frames to send, which the shell releases only after the transaction that produced
+them has committed. The core never reads the clock (``now_ms`` is handed in), never does I/O beyond calling the
+store it was given, and never raises on bad input: a bad request is answered with an ``Error`` frame and
+changes nothing.
+
+Rules:
+
+1. Each write request runs inside its own savepoint. A refused request rolls back its savepoint alone; the other
+   requests of the batch are unaffected.
+2. A ``Commit`` or a newly admitted ``Submit`` takes the next ``seq``, logs its records in the commit log and is
+   fanned out to the live watches that match it. A refused request takes no ``seq``.
+3. A repeated submission ``request_id`` is looked up before any other check or write; the same kind and payload
+   return the original, anything else is a conflict.
+4. A new watch first catches up from the commit log, page by page, between batches; it turns live once it has
+   read up to the head. A congested peer's watches stop being live and catch up again from the log once the peer
+   drains, so a slow reader never holds memory in the owner and never misses a commit.
+5. A reader may read and watch, never write.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+import attrs
+
+from protocol import (
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    AdvanceClock,
+    AppendEntry,
+    BadFrame,
+    Change,
+    ClockReply,
+    Commit,
+    Committed,
+    ConversationRecord,
+    ConversationReply,
+    CreateConversation,
+    DocumentRecord,
+    DocumentReply,
+    EntriesReply,
+    EntryRecord,
+    Error,
+    ErrorCode,
+    Frame,
+    Hello,
+    Ok,
+    Ping,
+    Pong,
+    PutDocument,
+    ReadConversation,
+    ReadDocument,
+    ReadEntries,
+    ReadSubmission,
+    Record,
+    Refused,
+    SubmissionRecord,
+    SubmissionReply,
+    Submit,
+    Submitted,
+    Unwatch,
+    Watch,
+    Watching,
+    Welcome,
+    Write,
+    is_id,
+)
+
+from ._ports import LoggedCommit, Store, StoreConflict
+
+PeerId = int
+Output = tuple[PeerId, Frame]
+
+ROLES: Final = ("client", "worker", "reader")
+WRITER_ROLES: Final = frozenset({"client", "worker"})
+MAX_WRITES_PER_COMMIT: Final = 1000
+MAX_READ_LIMIT: Final = 1000
+MAX_NAME_CHARS: Final = 200
+MAX_REQUEST_ID_CHARS: Final = 200
+CATCH_UP_PAGE: Final = 256
+"""Commits a lagging watch reads from the log per turn of :meth:`OwnerCore.catch_up`."""
+MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
+SUBMISSION_QUEUED: Final = "queued"
+
+
+class _Refusal(Exception):
+    """Raised inside a request's savepoint to refuse it; becomes an ``Error`` reply."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@attrs.define(eq=False)
+class _Watch:
+    peer: PeerId
+    watch_id: int
+    conversation_id: str | None
+    delivered_seq: int
+    live: bool = False
+
+
+@attrs.define(eq=False)
+class _Peer:
+    role: str
+    congested: bool = False
+    watches: dict[int, _Watch] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class BatchEffects:
+    """What the shell must apply once a batch has committed, besides sending frames."""
+
+    clock_ms: int | None = None
+    """A manual clock was advanced to this time."""
+
+
+class OwnerCore:
+    """The durable logic of one owner over one store. See the module docstring for the rules."""
+
+    def __init__(self, store: Store, *, token: str, instance: str, clock: Literal["wall", "manual"] = "wall") -> None:
+        self._store = store
+        self._token = token
+        self._instance = instance
+        self._clock = clock
+        self._head_seq = store.head_seq()
+        self._peers: dict[PeerId, _Peer] = {}
+        self._live: dict[str | None, dict[tuple[PeerId, int], _Watch]] = {}
+        self._lagging: dict[tuple[PeerId, int], _Watch] = {}
+        self._out: list[Output] = []
+        self._clock_ms: int | None = None
+        self._handlers: dict[type[Any], Callable[[PeerId, Any, int], None]] = {
+            Commit: self._on_commit,
+            Submit: self._on_submit,
+            ReadConversation: self._on_read_conversation,
+            ReadEntries: self._on_read_entries,
+            ReadDocument: self._on_read_document,
+            ReadSubmission: self._on_read_submission,
+            Watch: self._on_watch,
+            Unwatch: self._on_unwatch,
+            Ping: self._on_ping,
+            AdvanceClock: self._on_advance_clock,
+        }
+        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock})
+
+    # ------------------------------------------------------------------------------------------ inspection
+
+    @property
+    def head_seq(self) -> int:
+        """The ``seq`` of the newest commit applied (committed once the current batch commits)."""
+        return self._head_seq
+
+    def stored_clock_ms(self) -> int:
+        """The manual clock's time as last committed (0 on a new database)."""
+        return self._store.get_meta(MANUAL_CLOCK_KEY) or 0
+
+    @property
+    def has_lagging_watches(self) -> bool:
+        """Whether :meth:`catch_up` has work for a peer that is not congested."""
+        return any(not self._peers[watch.peer].congested for watch in self._lagging.values())
+
+    # ----------------------------------------------------------------------------------------- connections
+
+    def hello(self, frame: Frame | BadFrame) -> Welcome | Refused:
+        """Answer a connection's first frame: ``Welcome`` when it may proceed, ``Refused`` saying why not."""
+        if isinstance(frame, BadFrame):
+            return _refused(frame.code, f"the first frame must be a valid hello: {frame.message}")
+        if not isinstance(frame, Hello):
+            return _refused(ErrorCode.PROTOCOL_VIOLATION, f"the first frame must be hello, not {frame.TYPE}")
+        if frame.protocol_version not in SUPPORTED_VERSIONS:
+            supported = ", ".join(str(version) for version in SUPPORTED_VERSIONS)
+            return _refused(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"protocol version {frame.protocol_version} is not supported; this owner speaks {supported}",
+            )
+        if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
+            return _refused(
+                ErrorCode.BAD_TOKEN,
+                "the access token does not match this owner's (connect with db=PATH to read it from the "
+                "runtime file next to the database)",
+            )
+        if frame.role not in ROLES:
+            return _refused(
+                ErrorCode.ROLE_NOT_ALLOWED,
+                f"role {frame.role!r} is not allowed; use one of {', '.join(ROLES)}",
+            )
+        return Welcome(
+            protocol_version=PROTOCOL_VERSION,
+            owner_instance=self._instance,
+            head_seq=self._head_seq,
+            clock=self._clock,
+            max_message_bytes=0,  # filled in by the shell, which owns the transport limits
+        )
+
+    def attach(self, peer: PeerId, role: str) -> None:
+        """A connection completed its handshake with ``role``."""
+        assert peer not in self._peers, f"peer {peer} attached twice"
+        self._peers[peer] = _Peer(role=role)
+
+    def detach(self, peer: PeerId) -> None:
+        """A connection ended; forget its watches. Safe to call for a peer that never attached."""
+        state = self._peers.pop(peer, None)
+        if state is None:
+            return
+        for watch in state.watches.values():
+            self._drop_watch(watch)
+
+    def set_congested(self, peer: PeerId, congested: bool) -> None:
+        """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
+        state = self._peers.get(peer)
+        if state is None or state.congested == congested:
+            return
+        state.congested = congested
+        if congested:
+            for watch in state.watches.values():
+                if watch.live:
+                    self._live[watch.conversation_id].pop((peer, watch.watch_id))
+                    watch.live = False
+                    self._lagging[(peer, watch.watch_id)] = watch
+
+    # --------------------------------------------------------------------------------------------- batches
+
+    def handle(self, peer: PeerId, frame: Frame | BadFrame, now_ms: int) -> None:
+        """Handle one frame from an attached peer, inside the shell's open transaction.
+
+        The replies and events it produces wait in the core until :meth:`take_output`, which the shell calls
+        only after the transaction committed.
+        """
+        if isinstance(frame, BadFrame):
+            self._reply(peer, Error(call_id=frame.call_id, code=frame.code, message=frame.message))
+            return
+        handler = self._handlers.get(type(frame))
+        if handler is None:
+            call_id = getattr(frame, "call_id", None)
+            message = f"a peer may not send {frame.TYPE} frames to the owner"
+            self._reply(peer, Error(call_id=call_id, code=ErrorCode.PROTOCOL_VIOLATION, message=message))
+            return
+        if type(frame) in self._writes and self._peers[peer].role not in WRITER_ROLES:
+            message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
+            self._reply(peer, Error(call_id=getattr(frame, "call_id", None), code=ErrorCode.READ_ONLY, message=message))
+            return
+        if self._clock_ms is not None:
+            now_ms = max(now_ms, self._clock_ms)
+        handler(peer, frame, now_ms)
+
+    def take_output(self) -> tuple[list[Output], BatchEffects]:
+        """Everything the committed batch produced, in order, and its effects. Call only after COMMIT."""
+        out, self._out = self._out, []
+        effects = BatchEffects(clock_ms=self._clock_ms)
+        self._clock_ms = None
+        return out, effects
+
+    def catch_up(self) -> list[Output]:
+        """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
+        out: list[Output] = []
+        for key, watch in list(self._lagging.items()):
+            if self._peers[watch.peer].congested:
+                continue
+            logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE)
+            for commit in logged:
+                out.append((watch.peer, _change(watch, commit)))
+                watch.delivered_seq = commit.seq
+            if len(logged) < CATCH_UP_PAGE:
+                # Nothing is being committed while we run, so the log has been read up to the head.
+                del self._lagging[key]
+                watch.live = True
+                self._live.setdefault(watch.conversation_id, {})[key] = watch
+        return out
+
+    # -------------------------------------------------------------------------------------------- requests
+
+    def _on_commit(self, peer: PeerId, request: Commit, now_ms: int) -> None:
+        count = len(request.writes)
+        if not 1 <= count <= MAX_WRITES_PER_COMMIT:
+            message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
+            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            return
+        seq = self._head_seq + 1
+        records: list[Record] = []
+        results: list[int] = []
+        touched: set[str] = set()
+        store = self._store
+        store.savepoint()
+        try:
+            for index, write in enumerate(request.writes):
+                record, result = self._apply(write, seq, now_ms, f"writes[{index}]")
+                records.append(record)
+                results.append(result)
+                if record.conversation_id is not None:
+                    touched.add(record.conversation_id)
+            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
+            store.log_commit(logged, frozenset(touched))
+        except _Refusal as refusal:
+            store.rollback_savepoint()
+            self._reply(peer, Error(call_id=request.call_id, code=refusal.code, message=refusal.message))
+            return
+        store.release_savepoint()
+        self._head_seq = seq
+        committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
+        self._reply(peer, committed)
+        self._fan_out(logged, touched)
+
+    def _apply(self, write: Write, seq: int, now_ms: int, where: str) -> tuple[Record, int]:
+        if isinstance(write, AppendEntry):
+            _check_id(write.conversation_id, f"{where}.conversation_id")
+            _check_id(write.entry_id, f"{where}.entry_id")
+            _check_name(write.kind, f"{where}.kind")
+            position = self._store.claim_entry_position(write.conversation_id)
+            if position is None:
+                raise _missing_conversation(write.conversation_id)
+            entry = _entry(write, position, seq, now_ms)
+            try:
+                self._store.insert_entry(entry)
+            except StoreConflict as exc:
+                raise _Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
+            return entry, position
+        if isinstance(write, PutDocument):
+            _check_name(write.name, f"{where}.name")
+            if write.conversation_id is not None:
+                _check_id(write.conversation_id, f"{where}.conversation_id")
+                if self._store.conversation(write.conversation_id) is None:
+                    raise _missing_conversation(write.conversation_id)
+            current = self._store.document(write.conversation_id, write.name)
+            current_version = 0 if current is None else current.version
+            if write.expected_version is not None and write.expected_version != current_version:
+                raise _Refusal(
+                    ErrorCode.CONFLICT,
+                    f"{where}: document {write.name!r} is at version {current_version}, "
+                    f"not the expected {write.expected_version}",
+                )
+            document = DocumentRecord(
+                conversation_id=write.conversation_id,
+                name=write.name,
+                version=current_version + 1,
+                value=write.value,
+                seq=seq,
+                updated_at_ms=now_ms,
+            )
+            self._store.put_document(document)
+            return document, document.version
+        assert isinstance(write, CreateConversation), write
+        _check_id(write.conversation_id, f"{where}.conversation_id")
+        conversation = ConversationRecord(
+            conversation_id=write.conversation_id, created_at_ms=now_ms, seq=seq, entry_count=0
+        )
+        try:
+            self._store.insert_conversation(conversation)
+        except StoreConflict as exc:
+            raise _Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
+        return conversation, 0
+
+    def _on_submit(self, peer: PeerId, request: Submit, now_ms: int) -> None:
+        call_id = request.call_id
+        existing = self._store.submission(request.conversation_id, request.request_id)
+        if existing is not None:
+            if existing.kind == request.kind and same_json(existing.payload, request.payload):
+                self._reply(peer, Submitted(call_id=call_id, submission=existing, created=False))
+            else:
+                message = (
+                    f"request id {request.request_id!r} was already used in this conversation for a different "
+                    f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
+                )
+                self._reply(peer, Error(call_id=call_id, code=ErrorCode.CONFLICT, message=message))
+            return
+        seq = self._head_seq + 1
+        store = self._store
+        store.savepoint()
+        try:
+            _check_id(request.conversation_id, "conversation_id")
+            _check_id(request.submission_id, "submission_id")
+            _check_name(request.kind, "kind")
+            if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
+                raise _Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
+            if store.conversation(request.conversation_id) is None:
+                raise _missing_conversation(request.conversation_id)
+            submission = SubmissionRecord(
+                submission_id=request.submission_id,
+                conversation_id=request.conversation_id,
+                request_id=request.request_id,
+                kind=request.kind,
+                payload=request.payload,
+                status=SUBMISSION_QUEUED,
+                seq=seq,
+                created_at_ms=now_ms,
+            )
+            try:
+                store.insert_submission(submission)
+            except StoreConflict as exc:
+                raise _Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
+            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
+            touched = {request.conversation_id}
+            store.log_commit(logged, frozenset(touched))
+        except _Refusal as refusal:
+            store.rollback_savepoint()
+            self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
+            return
+        store.release_savepoint()
+        self._head_seq = seq
+        self._reply(peer, Submitted(call_id=call_id, submission=submission, created=True))
+        self._fan_out(logged, touched)
+
+    def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
+        if self._clock != "manual":
+            message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
+            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.NOT_ALLOWED, message=message))
+            return
+        if request.by_ms < 0:
+            message = f"by_ms must not be negative (got {request.by_ms}); the clock never goes back"
+            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            return
+        new_ms = now_ms + request.by_ms
+        self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
+        self._clock_ms = new_ms
+        self._reply(peer, ClockReply(call_id=request.call_id, now_ms=new_ms))
+
+    def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
+        conversation = self._store.conversation(request.conversation_id)
+        if conversation is None:
+            self._reply(peer, _not_found(request.call_id, request.conversation_id))
+        else:
+            self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
+
+    def _on_read_entries(self, peer: PeerId, request: ReadEntries, now_ms: int) -> None:
+        call_id = request.call_id
+        if not 1 <= request.limit <= MAX_READ_LIMIT:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
+            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            return
+        if request.cursor is not None and request.cursor < 0:
+            message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
+            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            return
+        if self._store.conversation(request.conversation_id) is None:
+            self._reply(peer, _not_found(call_id, request.conversation_id))
+            return
+        entries = self._store.entries(request.conversation_id, request.order, request.cursor, request.limit + 1)
+        next_cursor = None
+        if len(entries) > request.limit:
+            entries = entries[: request.limit]
+            next_cursor = entries[-1].position
+        self._reply(peer, EntriesReply(call_id=call_id, entries=tuple(entries), next_cursor=next_cursor))
+
+    def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
+        conversation_id = request.conversation_id
+        if conversation_id is not None and self._store.conversation(conversation_id) is None:
+            self._reply(peer, _not_found(request.call_id, conversation_id))
+            return
+        document = self._store.document(conversation_id, request.name)
+        self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
+
+    def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
+        if self._store.conversation(request.conversation_id) is None:
+            self._reply(peer, _not_found(request.call_id, request.conversation_id))
+            return
+        submission = self._store.submission(request.conversation_id, request.request_id)
+        self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
+
+    def _on_watch(self, peer: PeerId, request: Watch, now_ms: int) -> None:
+        call_id = request.call_id
+        state = self._peers[peer]
+        if request.watch_id in state.watches:
+            message = f"watch id {request.watch_id} is already in use on this connection"
+            self._reply(peer, Error(call_id=call_id, code=ErrorCode.CONFLICT, message=message))
+            return
+        if not 0 <= request.from_seq <= self._head_seq:
+            message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
+            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            return
+        if request.conversation_id is not None and self._store.conversation(request.conversation_id) is None:
+            self._reply(peer, _not_found(call_id, request.conversation_id))
+            return
+        watch = _Watch(
+            peer=peer,
+            watch_id=request.watch_id,
+            conversation_id=request.conversation_id,
+            delivered_seq=request.from_seq,
+        )
+        state.watches[request.watch_id] = watch
+        self._lagging[(peer, request.watch_id)] = watch
+        self._reply(peer, Watching(call_id=call_id, watch_id=request.watch_id, head_seq=self._head_seq))
+
+    def _on_unwatch(self, peer: PeerId, request: Unwatch, now_ms: int) -> None:
+        watch = self._peers[peer].watches.pop(request.watch_id, None)
+        if watch is not None:
+            self._drop_watch(watch)
+        self._reply(peer, Ok(call_id=request.call_id))
+
+    def _on_ping(self, peer: PeerId, request: Ping, now_ms: int) -> None:
+        self._reply(peer, Pong(call_id=request.call_id, now_ms=now_ms, head_seq=self._head_seq))
+
+    # ---------------------------------------------------------------------------------------------- helpers
+
+    def _reply(self, peer: PeerId, frame: Frame) -> None:
+        self._out.append((peer, frame))
+
+    def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
+        if not self._live:
+            return
+        for conversation_id in (*touched, None):
+            for watch in self._live.get(conversation_id, {}).values():
+                self._out.append((watch.peer, _change(watch, logged)))
+                watch.delivered_seq = logged.seq
+
+    def _drop_watch(self, watch: _Watch) -> None:
+        key = (watch.peer, watch.watch_id)
+        self._lagging.pop(key, None)
+        live = self._live.get(watch.conversation_id)
+        if live is not None:
+            live.pop(key, None)
+            if not live:
+                del self._live[watch.conversation_id]
+
+
+def _change(watch: _Watch, logged: LoggedCommit) -> Change:
+    records = logged.records
+    if watch.conversation_id is not None:
+        records = tuple(record for record in records if record.conversation_id == watch.conversation_id)
+    return Change(watch_id=watch.watch_id, seq=logged.seq, committed_at_ms=logged.committed_at_ms, records=records)
+
+
+def _entry(write: AppendEntry, position: int, seq: int, now_ms: int) -> EntryRecord:
+    return EntryRecord(
+        entry_id=write.entry_id,
+        conversation_id=write.conversation_id,
+        position=position,
+        seq=seq,
+        kind=write.kind,
+        data=write.data,
+        created_at_ms=now_ms,
+    )
+
+
+def _refused(code: ErrorCode, message: str) -> Refused:
+    return Refused(code=code, message=message, supported_versions=SUPPORTED_VERSIONS)
+
+
+def _check_id(value: str, where: str) -> None:
+    if not is_id(value):
+        raise _Refusal(ErrorCode.INVALID, f"{where}: {value!r} is not a canonical lower-case UUID string")
+
+
+def _check_name(value: str, where: str) -> None:
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        raise _Refusal(ErrorCode.INVALID, f"{where}: must hold 1 to {MAX_NAME_CHARS} characters")
+
+
+def _missing_conversation(conversation_id: str) -> _Refusal:
+    return _Refusal(ErrorCode.NOT_FOUND, f"conversation {conversation_id} does not exist")
+
+
+def _not_found(call_id: int, conversation_id: str) -> Error:
+    return Error(call_id=call_id, code=ErrorCode.NOT_FOUND, message=f"conversation {conversation_id} does not exist")
+
+
+def same_json(left: object, right: object) -> bool:
+    """Equality of JSON-like values that also compares types (``1``, ``1.0`` and ``True`` differ)."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        assert isinstance(right, dict)
+        return left.keys() == right.keys() and all(same_json(left[key], right[key]) for key in left)
+    if isinstance(left, list | tuple):
+        assert isinstance(right, list | tuple)
+        return len(left) == len(right) and all(same_json(a, b) for a, b in zip(left, right, strict=True))
+    return left == right

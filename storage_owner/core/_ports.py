@@ -1,0 +1,76 @@
+"""What the core needs from storage, as a typing protocol, so the core never imports the store (or apsw)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from protocol import (
+    ConversationRecord,
+    DocumentRecord,
+    EntryRecord,
+    Order,
+    Record,
+    SubmissionRecord,
+)
+
+
+class StoreConflict(Exception):
+    """A uniqueness rule of the database refused a write; ``record`` names the kind, ``key`` the clashing id."""
+
+    def __init__(self, record: str, key: str) -> None:
+        super().__init__(f"{record} {key} already exists")
+        self.record = record
+        self.key = key
+
+
+@attrs.frozen(kw_only=True)
+class LoggedCommit:
+    """One row of the commit log, as watches replay it."""
+
+    seq: int
+    committed_at_ms: int
+    records: tuple[Record, ...]
+
+
+class Store(Protocol):
+    """The storage operations the core calls. Every method runs synchronously on the committed-or-pending state
+    of the one open transaction; the shell begins and commits that transaction, the core only uses savepoints.
+    """
+
+    def head_seq(self) -> int: ...
+
+    def savepoint(self) -> None: ...
+
+    def release_savepoint(self) -> None: ...
+
+    def rollback_savepoint(self) -> None: ...
+
+    def get_meta(self, key: str) -> int | None: ...
+
+    def set_meta(self, key: str, value: int) -> None: ...
+
+    def insert_conversation(self, record: ConversationRecord) -> None: ...
+
+    def conversation(self, conversation_id: str) -> ConversationRecord | None: ...
+
+    def claim_entry_position(self, conversation_id: str) -> int | None:
+        """Reserve the next position of a conversation's transcript; ``None`` if the conversation is unknown."""
+        ...
+
+    def insert_entry(self, record: EntryRecord) -> None: ...
+
+    def entries(self, conversation_id: str, order: Order, cursor: int | None, limit: int) -> list[EntryRecord]: ...
+
+    def document(self, conversation_id: str | None, name: str) -> DocumentRecord | None: ...
+
+    def put_document(self, record: DocumentRecord) -> None: ...
+
+    def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None: ...
+
+    def insert_submission(self, record: SubmissionRecord) -> None: ...
+
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
+
+    def read_log(self, after_seq: int, conversation_id: str | None, limit: int) -> list[LoggedCommit]: ...

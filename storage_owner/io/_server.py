@@ -1,0 +1,389 @@
+"""The owner's trio shell: the WebSocket server, the commit loop and the process lifecycle.
+
+How a commit flows::
+
+    peer ──message──► _Connection.receive_loop ──decode──► OwnerServer._pending (one list for every peer)
+                                                                 │
+    OwnerServer._commit_loop: take everything pending ◄──────────┘
+        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per write)  ; COMMIT
+        core.take_output() ──encode──► each peer's send queue ──coalesce──► one message per send
+                                                                           (acknowledgements go out only now)
+
+Everything between BEGIN and COMMIT is synchronous, so a COMMIT is never cancelled half-way, and nothing a batch
+produced is sent before its COMMIT returned. A storage error fails the owner closed: every request of the failed
+batch and every pending one gets a ``storage_failed`` error, and the owner exits non-zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Final, Literal
+
+import attrs
+import trio
+import trio_websocket
+
+from protocol import (
+    MAX_MESSAGE_BYTES,
+    WEBSOCKET_HARD_LIMIT_BYTES,
+    BadFrame,
+    Error,
+    ErrorCode,
+    Frame,
+    Goodbye,
+    Hello,
+    ProtocolError,
+    Refused,
+    RuntimeInfo,
+    StorageError,
+    decode_message,
+    encode_frame,
+    join_frames,
+    new_id,
+    remove_runtime,
+    write_runtime,
+)
+from storage_owner.core import Output, OwnerCore, PeerId
+from storage_owner.store import SCHEMA_VERSION, Ownership, SqliteStore, Sync, storage_errors
+
+from ._clock import Clock, ManualClock, WallClock
+
+HELLO_TIMEOUT_S: Final = 10.0
+"""A connection must send its Hello within this time."""
+MAX_BATCH_REQUESTS: Final = 8192
+"""At most this many frames are handled in one transaction; the rest wait for the next one."""
+MAX_PENDING_FRAMES: Final = 32768
+"""Connections stop reading while this many frames wait for the commit loop."""
+SEND_HIGH_WATER_BYTES: Final = 8 << 20
+"""A peer whose unsent output passes this size is congested: its watches fall back to reading the log."""
+SEND_LOW_WATER_BYTES: Final = 1 << 20
+CLOSE_TIMEOUT_S: Final = 2.0
+RECEIVE_BUFFER_BYTES: Final = 1 << 16
+ENGINE: Final = "tether/0.1"
+
+
+@attrs.frozen(kw_only=True)
+class OwnerConfig:
+    """How to run one owner. ``port`` 0 picks a free port."""
+
+    db: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    sync: Sync = "normal"
+    clock: Literal["wall", "manual"] = "wall"
+    token: str | None = None
+    """The access token peers must present; a random one when ``None``."""
+    kill_before_commit: int | None = None
+    """Fault injection: SIGKILL this process right before its k-th writing COMMIT (counting from 1)."""
+    kill_after_commit: int | None = None
+    """Fault injection: SIGKILL this process right after its k-th writing COMMIT."""
+
+
+class OwnerFailed(Exception):
+    """The owner stopped because its storage failed; the message says what happened."""
+
+
+class _Connection:
+    """One attached peer: a receive loop feeding the commit loop, a send loop draining its queue."""
+
+    def __init__(self, server: OwnerServer, peer: PeerId, ws: trio_websocket.WebSocketConnection) -> None:
+        self.server = server
+        self.peer = peer
+        self.ws = ws
+        self.queue: list[bytes] = []
+        self.queued_bytes = 0
+        self.congested = False
+        self.wakeup = trio.Event()
+
+    def enqueue(self, encoded: bytes) -> None:
+        self.queue.append(encoded)
+        self.queued_bytes += len(encoded)
+        self.wakeup.set()
+        if not self.congested and self.queued_bytes > SEND_HIGH_WATER_BYTES:
+            self.congested = True
+            self.server.core.set_congested(self.peer, True)
+
+    async def receive_loop(self) -> None:
+        server = self.server
+        while True:
+            message = await self.ws.get_message()
+            try:
+                frames: list[Frame | BadFrame] = decode_message(message)
+            except ProtocolError as exc:
+                frames = [BadFrame(call_id=None, code=exc.code, message=str(exc))]
+            server.submit(self.peer, frames)
+            while len(server.pending) >= MAX_PENDING_FRAMES:
+                await server.space_available.wait()
+
+    async def send_loop(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup = trio.Event()
+            while self.queue:
+                chunk, size = _take_chunk(self.queue)
+                del self.queue[: len(chunk)]
+                self.queued_bytes -= size
+                await self.ws.send_message(join_frames(chunk))
+                if self.congested and self.queued_bytes < SEND_LOW_WATER_BYTES:
+                    self.congested = False
+                    self.server.core.set_congested(self.peer, False)
+                    self.server.work.set()
+
+
+def _take_chunk(queue: list[bytes]) -> tuple[list[bytes], int]:
+    """The longest prefix of ``queue`` that fits one message (always at least one frame)."""
+    size = 0
+    for index, encoded in enumerate(queue):
+        if index and size + len(encoded) > MAX_MESSAGE_BYTES - 8:
+            return queue[:index], size
+        size += len(encoded)
+        if index + 1 >= 4096:
+            return queue[: index + 1], size
+    return list(queue), size
+
+
+class OwnerServer:
+    """One running owner: ownership, store, core, server and commit loop."""
+
+    def __init__(self, config: OwnerConfig, *, log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.db = os.path.abspath(config.db)
+        self.instance = new_id()
+        self.token = config.token or os.urandom(24).hex()
+        self.started_at_ms = WallClock().now_ms()
+        self._log = log or _log_stderr
+        self.pending: list[tuple[PeerId, Frame | BadFrame]] = []
+        self.work = trio.Event()
+        self.space_available = trio.Event()
+        self._connections: dict[PeerId, _Connection] = {}
+        self._peer_ids = itertools.count(1)
+        self._writing_commits = 0
+        self.url = ""
+        self.core: OwnerCore
+        self._store: SqliteStore
+        self._clock: Clock
+
+    def submit(self, peer: PeerId, frames: list[Frame | BadFrame]) -> None:
+        self.pending.extend((peer, frame) for frame in frames)
+        self.work.set()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the database and serve until cancelled. ``task_status.started`` gets the URL once listening.
+
+        Raises ``OwnerAlreadyRunning``, ``SchemaTooNew`` or ``StorageError`` before listening, and
+        :class:`OwnerFailed` if storage fails later.
+        """
+        config = self.config
+        ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
+        try:
+            self._store = SqliteStore.open(self.db, sync=config.sync)
+            try:
+                self._store.record_owner(
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
+                    started_at_ms=self.started_at_ms,
+                    instance=self.instance,
+                    engine=ENGINE,
+                )
+                with storage_errors("reading the commit log head"):
+                    self.core = OwnerCore(self._store, token=self.token, instance=self.instance, clock=config.clock)
+                    self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
+                await self._serve(task_status)
+            finally:
+                remove_runtime(self.db, instance=self.instance)
+                self._store.close()
+        finally:
+            ownership.release()
+
+    async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
+        config = self.config
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(
+                lambda task_status: trio_websocket.serve_websocket(
+                    self._handle_connection,
+                    config.host,
+                    config.port,
+                    None,
+                    handler_nursery=nursery,
+                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                    message_queue_size=4,
+                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                    task_status=task_status,
+                )
+            )
+            host = config.host if ":" not in config.host else f"[{config.host}]"
+            self.url = f"ws://{host}:{server.port}"
+            write_runtime(
+                RuntimeInfo(
+                    db=self.db,
+                    url=self.url,
+                    token=self.token,
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
+                    started_at_ms=self.started_at_ms,
+                    instance=self.instance,
+                    schema_version=SCHEMA_VERSION,
+                    clock=config.clock,
+                )
+            )
+            task_status.started(self.url)
+            try:
+                await self._commit_loop()
+            finally:
+                with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                    scope.shield = True
+                    await self._say_goodbye()
+                nursery.cancel_scope.cancel(reason="the owner is stopping")
+
+    async def _say_goodbye(self) -> None:
+        failed = [(peer, frame) for peer, frame in self.pending]
+        self.pending.clear()
+        for peer, frame in failed:
+            call_id = getattr(frame, "call_id", None)
+            message = "the owner stopped before handling this request; nothing was written"
+            self._send(peer, Error(call_id=call_id, code=ErrorCode.SHUTTING_DOWN, message=message))
+        for connection in list(self._connections.values()):
+            connection.enqueue(encode_frame(Goodbye(code=ErrorCode.SHUTTING_DOWN, message="the owner is stopping")))
+        async with trio.open_nursery() as nursery:
+            for connection in list(self._connections.values()):
+                nursery.start_soon(self._flush_and_close, connection)
+
+    async def _flush_and_close(self, connection: _Connection) -> None:
+        try:
+            while connection.queue:
+                chunk, _ = _take_chunk(connection.queue)
+                del connection.queue[: len(chunk)]
+                await connection.ws.send_message(join_frames(chunk))
+            await connection.ws.aclose()
+        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    # --------------------------------------------------------------------------------------- connections
+
+    async def _handle_connection(self, request: trio_websocket.WebSocketRequest) -> None:
+        ws = await request.accept()
+        connection = await self._handshake(ws)
+        if connection is None:
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.send_loop)
+                with contextlib.suppress(trio_websocket.ConnectionClosed):
+                    await connection.receive_loop()
+                nursery.cancel_scope.cancel(reason="the peer closed its connection")
+        except trio_websocket.ConnectionClosed:
+            pass  # the send loop found the connection closed first
+        finally:
+            self._connections.pop(connection.peer, None)
+            self.core.detach(connection.peer)
+
+    async def _handshake(self, ws: trio_websocket.WebSocketConnection) -> _Connection | None:
+        """Read the Hello and answer it; the attached connection, or ``None`` if it was refused or timed out."""
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            try:
+                message = await ws.get_message()
+                try:
+                    frames = decode_message(message)
+                except ProtocolError as exc:
+                    frames = [BadFrame(call_id=None, code=exc.code, message=str(exc))]
+                if len(frames) != 1:
+                    message = "the hello must travel alone, not in a batch"
+                    frames = [BadFrame(call_id=None, code=ErrorCode.PROTOCOL_VIOLATION, message=message)]
+                hello = frames[0]
+                answer = self.core.hello(hello)
+                if isinstance(answer, Refused):
+                    await ws.send_message(encode_frame(answer))
+                    await ws.aclose()
+                    return None
+                assert isinstance(hello, Hello)
+                await ws.send_message(encode_frame(attrs.evolve(answer, max_message_bytes=MAX_MESSAGE_BYTES)))
+                peer = next(self._peer_ids)
+                connection = _Connection(self, peer, ws)
+                self._connections[peer] = connection
+                self.core.attach(peer, hello.role)
+                return connection
+            except trio_websocket.ConnectionClosed:
+                return None
+        await ws.aclose()
+        return None
+
+    # ---------------------------------------------------------------------------------------- commit loop
+
+    async def _commit_loop(self) -> None:
+        core = self.core
+        while True:
+            if not self.pending and not core.has_lagging_watches:
+                await self.work.wait()
+            self.work = trio.Event()
+            if self.pending:
+                batch = self.pending[:MAX_BATCH_REQUESTS]
+                del self.pending[:MAX_BATCH_REQUESTS]
+                self._run_batch(batch)
+                self.space_available.set()
+                self.space_available = trio.Event()
+            if core.has_lagging_watches:
+                with storage_errors("reading the commit log for a watch"):
+                    self._dispatch(core.catch_up())
+            await trio.lowlevel.checkpoint()
+
+    def _run_batch(self, batch: list[tuple[PeerId, Frame | BadFrame]]) -> None:
+        core = self.core
+        store = self._store
+        now_ms = self._clock.now_ms()
+        head_before = core.head_seq
+        try:
+            with storage_errors("committing a batch"):
+                store.begin()
+                for peer, frame in batch:
+                    core.handle(peer, frame, now_ms)
+                wrote = core.head_seq != head_before
+                if wrote:
+                    self._writing_commits += 1
+                    if self._writing_commits == self.config.kill_before_commit:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                store.commit()
+                if wrote and self._writing_commits == self.config.kill_after_commit:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        except StorageError as exc:
+            self._fail_closed(batch, exc)
+        out, effects = core.take_output()
+        if effects.clock_ms is not None:
+            self._clock.advance_to(effects.clock_ms)
+        self._dispatch(out)
+
+    def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
+        self._log(f"tether owner: {exc}; failing closed: nothing of this batch was acknowledged")
+        message = f"{exc}; nothing of this request was acknowledged, the owner is failing closed"
+        for peer, frame in [*batch, *self.pending]:
+            call_id = getattr(frame, "call_id", None)
+            self._send(peer, Error(call_id=call_id, code=ErrorCode.STORAGE_FAILED, message=message))
+        self.pending.clear()
+        for connection in self._connections.values():
+            connection.enqueue(encode_frame(Goodbye(code=ErrorCode.STORAGE_FAILED, message=str(exc))))
+        with contextlib.suppress(Exception):  # the store is already broken; the rollback is a courtesy
+            self._store.rollback()
+        raise OwnerFailed(str(exc)) from exc
+
+    def _dispatch(self, out: list[Output]) -> None:
+        connections = self._connections
+        for peer, frame in out:
+            connection = connections.get(peer)
+            if connection is not None:
+                connection.enqueue(encode_frame(frame))
+
+    def _send(self, peer: PeerId, frame: Frame) -> None:
+        connection = self._connections.get(peer)
+        if connection is not None:
+            connection.enqueue(encode_frame(frame))
+
+
+def _log_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,18 @@
+"""The SQLite store (APSW), its schema and migrations, and database ownership."""
+
+from ._ownership import LOCK_SUFFIX, Ownership, lock_path
+from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._sqlite import SqliteStore, Sync, check_database, read_schema_version, storage_errors
+
+__all__ = [
+    "LOCK_SUFFIX",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Ownership",
+    "SqliteStore",
+    "Sync",
+    "check_database",
+    "lock_path",
+    "read_schema_version",
+    "storage_errors",
+]

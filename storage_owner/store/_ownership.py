@@ -1,0 +1,71 @@
+"""Exclusive ownership of a database: an OS lock on a sidecar file, released by the kernel when we die.
+
+The lock file also records who holds it (pid, host, start time), so a second owner can name the holder in its
+error. No pid guessing is needed after a crash: a dead holder's lock is simply free.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+
+from protocol import OwnerAlreadyRunning
+
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(db: str) -> Path:
+    return Path(db + LOCK_SUFFIX)
+
+
+class Ownership:
+    """A held ownership lock. Release it with :meth:`release` (or let the process end)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, db: str, *, started_at_ms: int, instance: str) -> Ownership:
+        """Take ownership of ``db`` or raise :class:`OwnerAlreadyRunning` naming the live holder."""
+        path = lock_path(db)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe_holder(fd)
+            os.close(fd)
+            raise OwnerAlreadyRunning(
+                f"database {db} is already owned by {holder} (lock {path}); stop that owner first "
+                "(send it SIGTERM), or use another database"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at_ms": started_at_ms,
+            "instance": instance,
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        return cls(fd, path)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the descriptor drops the flock
+
+
+def _describe_holder(fd: int) -> str:
+    try:
+        raw = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        started = datetime.datetime.fromtimestamp(raw["started_at_ms"] / 1000, tz=datetime.UTC)
+        return f"pid {raw['pid']} on {raw['host']}, started {started:%Y-%m-%d %H:%M:%S} UTC"
+    except (ValueError, KeyError, TypeError, OSError):
+        return "another process (its details are not readable yet)"

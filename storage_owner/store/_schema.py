@@ -1,0 +1,78 @@
+"""The schema, as an ordered list of migrations. ``PRAGMA user_version`` is the number of migrations applied.
+
+Append a migration to change the schema; never edit a published one.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: the commit path: commit log, conversations, entries, documents, submissions, owner row, meta.
+    """
+    CREATE TABLE owner (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        started_at_ms INTEGER NOT NULL,
+        instance TEXT NOT NULL,
+        engine TEXT NOT NULL
+    );
+    CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE commits (
+        seq INTEGER PRIMARY KEY,
+        committed_at_ms INTEGER NOT NULL,
+        records BLOB NOT NULL
+    );
+    CREATE TABLE commit_conversations (
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE conversations (
+        conversation_id TEXT PRIMARY KEY,
+        created_at_ms INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        entry_count INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE entries (
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        entry_id TEXT NOT NULL UNIQUE,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        data BLOB NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, position)
+    ) WITHOUT ROWID;
+    CREATE TABLE documents (
+        scope TEXT NOT NULL,
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        value BLOB NOT NULL,
+        seq INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (scope, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE submissions (
+        submission_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        status TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        UNIQUE (conversation_id, request_id)
+    ) WITHOUT ROWID;
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this engine writes."""
+
+GLOBAL_SCOPE: Final = ""
+"""The ``documents.scope`` of global documents (a conversation id otherwise)."""

@@ -1,0 +1,375 @@
+"""The SQLite store, through APSW. Every SQL string lives here, in the method that runs it.
+
+apsw errors are mapped at this boundary: a uniqueness violation becomes
+:class:`~storage_owner.core.StoreConflict` (the request is refused), anything else
+:class:`~protocol.StorageError` (the owner fails closed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Final, Literal
+
+import apsw
+import msgpack
+
+from protocol import (
+    ConversationRecord,
+    DocumentRecord,
+    EntryRecord,
+    Order,
+    Record,
+    SchemaTooNew,
+    StorageError,
+    SubmissionRecord,
+    converter,
+)
+from storage_owner.core import LoggedCommit, StoreConflict
+
+from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
+
+Sync = Literal["normal", "full"]
+
+BUSY_TIMEOUT_MS: Final = 5_000
+_RECORDS = tuple[Record, ...]
+_structure_records = converter.get_structure_hook(_RECORDS)
+_unstructure_records = converter.get_unstructure_hook(_RECORDS)
+
+
+def _pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _unpack(blob: bytes) -> Any:
+    return msgpack.unpackb(blob, raw=False)
+
+
+@contextlib.contextmanager
+def storage_errors(action: str) -> Iterator[None]:
+    """Map any apsw error raised inside to :class:`StorageError`, naming ``action``."""
+    try:
+        yield
+    except apsw.Error as exc:
+        raise StorageError(f"storage failed while {action}: {type(exc).__name__}: {exc}") from exc
+
+
+def read_schema_version(path: str) -> int | None:
+    """The schema version of the database at ``path``, opened read-only; ``None`` if it cannot be read."""
+    try:
+        db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error:
+        return None
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+    except apsw.Error:
+        return None
+    finally:
+        db.close()
+
+
+class SqliteStore:
+    """One open database. Not thread-safe: the owner uses it from one thread only."""
+
+    def __init__(self, db: apsw.Connection, path: str) -> None:
+        self._db = db
+        self.path = path
+
+    # ------------------------------------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def open(cls, path: str, *, sync: Sync = "normal") -> SqliteStore:
+        """Open (creating if needed) and migrate the database. The caller must already hold ownership.
+
+        Raises :class:`SchemaTooNew` before changing anything if a newer engine wrote the database.
+        """
+        with storage_errors(f"opening {path}"):
+            db = apsw.Connection(path)
+            try:
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+                if version > SCHEMA_VERSION:
+                    raise SchemaTooNew(
+                        f"database {path} has schema version {version}, newer than this engine's "
+                        f"{SCHEMA_VERSION}; it was left untouched. Use the newer tether that wrote it."
+                    )
+                db.setbusytimeout(BUSY_TIMEOUT_MS)
+                db.execute("PRAGMA journal_mode=WAL").fetchall()
+                db.execute(f"PRAGMA synchronous={'FULL' if sync == 'full' else 'NORMAL'}")
+                for number in range(version, SCHEMA_VERSION):
+                    with db:  # one transaction per migration, user_version included
+                        db.execute(MIGRATIONS[number])
+                        db.execute(f"PRAGMA user_version={number + 1}")
+            except BaseException:
+                db.close()
+                raise
+        return cls(db, path)
+
+    def close(self) -> None:
+        with storage_errors("closing the database"):
+            self._db.close()
+
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+
+    def record_owner(self, *, pid: int, host: str, started_at_ms: int, instance: str, engine: str) -> None:
+        with storage_errors("recording the owner"), self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO owner (singleton, pid, host, started_at_ms, instance, engine) "
+                "VALUES (1, ?, ?, ?, ?, ?)",
+                (pid, host, started_at_ms, instance, engine),
+            )
+
+    def owner_row(self) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT pid, host, started_at_ms, instance, engine FROM owner").fetchone()
+        if row is None:
+            return None
+        pid, host, started_at_ms, instance, engine = row
+        return {
+            "pid": pid,
+            "host": host,
+            "started_at_ms": started_at_ms,
+            "instance": instance,
+            "engine": engine,
+        }
+
+    def integrity_check(self) -> str:
+        rows = self._db.execute("PRAGMA integrity_check").fetchall()
+        return "; ".join(str(row[0]) for row in rows)
+
+    # -------------------------------------------------------------------------------------- transactions
+
+    def begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self._db.execute("ROLLBACK")
+
+    @property
+    def in_transaction(self) -> bool:
+        return not self._db.getautocommit()
+
+    def savepoint(self) -> None:
+        self._db.execute("SAVEPOINT request")
+
+    def release_savepoint(self) -> None:
+        self._db.execute("RELEASE request")
+
+    def rollback_savepoint(self) -> None:
+        self._db.execute("ROLLBACK TO request")
+        self._db.execute("RELEASE request")
+
+    # ----------------------------------------------------------------------------------------- commit log
+
+    def head_seq(self) -> int:
+        row = self._db.execute("SELECT MAX(seq) FROM commits").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+        blob = _pack(_unstructure_records(commit.records))
+        self._db.execute(
+            "INSERT INTO commits (seq, committed_at_ms, records) VALUES (?, ?, ?)",
+            (commit.seq, commit.committed_at_ms, blob),
+        )
+        for conversation_id in conversation_ids:
+            self._db.execute(
+                "INSERT INTO commit_conversations (conversation_id, seq) VALUES (?, ?)",
+                (conversation_id, commit.seq),
+            )
+
+    def read_log(self, after_seq: int, conversation_id: str | None, limit: int) -> list[LoggedCommit]:
+        if conversation_id is None:
+            rows = self._db.execute(
+                "SELECT seq, committed_at_ms, records FROM commits WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT c.seq, c.committed_at_ms, c.records FROM commit_conversations AS t "
+                "JOIN commits AS c ON c.seq = t.seq "
+                "WHERE t.conversation_id = ? AND t.seq > ? ORDER BY t.seq LIMIT ?",
+                (conversation_id, after_seq, limit),
+            )
+        return [
+            LoggedCommit(seq=seq, committed_at_ms=at_ms, records=_structure_records(_unpack(blob), _RECORDS))
+            for seq, at_ms, blob in rows
+        ]
+
+    # ----------------------------------------------------------------------------------------------- meta
+
+    def get_meta(self, key: str) -> int | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def set_meta(self, key: str, value: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -------------------------------------------------------------------------------------- conversations
+
+    def insert_conversation(self, record: ConversationRecord) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO conversations (conversation_id, created_at_ms, seq, entry_count) VALUES (?, ?, ?, ?)",
+                (record.conversation_id, record.created_at_ms, record.seq, record.entry_count),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("conversation", record.conversation_id) from exc
+
+    def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        row = self._db.execute(
+            "SELECT created_at_ms, seq, entry_count FROM conversations WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        created_at_ms, seq, entry_count = row
+        return ConversationRecord(
+            conversation_id=conversation_id, created_at_ms=created_at_ms, seq=seq, entry_count=entry_count
+        )
+
+    def conversation_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0])  # type: ignore[index]
+
+    # -------------------------------------------------------------------------------------------- entries
+
+    def claim_entry_position(self, conversation_id: str) -> int | None:
+        row = self._db.execute(
+            "UPDATE conversations SET entry_count = entry_count + 1 WHERE conversation_id = ? "
+            "RETURNING entry_count - 1",
+            (conversation_id,),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def insert_entry(self, record: EntryRecord) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO entries (conversation_id, position, entry_id, seq, kind, data, created_at_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.conversation_id,
+                    record.position,
+                    record.entry_id,
+                    record.seq,
+                    record.kind,
+                    _pack(record.data),
+                    record.created_at_ms,
+                ),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("entry", record.entry_id) from exc
+
+    def entries(self, conversation_id: str, order: Order, cursor: int | None, limit: int) -> list[EntryRecord]:
+        columns = "position, entry_id, seq, kind, data, created_at_ms"
+        if order == "asc":
+            rows = self._db.execute(
+                f"SELECT {columns} FROM entries WHERE conversation_id = ? AND position > ? ORDER BY position LIMIT ?",
+                (conversation_id, -1 if cursor is None else cursor, limit),
+            )
+        else:
+            rows = self._db.execute(
+                f"SELECT {columns} FROM entries WHERE conversation_id = ? AND position < ? "
+                "ORDER BY position DESC LIMIT ?",
+                (conversation_id, (1 << 62) if cursor is None else cursor, limit),
+            )
+        return [
+            EntryRecord(
+                entry_id=entry_id,
+                conversation_id=conversation_id,
+                position=position,
+                seq=seq,
+                kind=kind,
+                data=_unpack(data),
+                created_at_ms=created_at_ms,
+            )
+            for position, entry_id, seq, kind, data, created_at_ms in rows
+        ]
+
+    def entry_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])  # type: ignore[index]
+
+    # ------------------------------------------------------------------------------------------ documents
+
+    def document(self, conversation_id: str | None, name: str) -> DocumentRecord | None:
+        scope = GLOBAL_SCOPE if conversation_id is None else conversation_id
+        row = self._db.execute(
+            "SELECT version, value, seq, updated_at_ms FROM documents WHERE scope = ? AND name = ?",
+            (scope, name),
+        ).fetchone()
+        if row is None:
+            return None
+        version, value, seq, updated_at_ms = row
+        return DocumentRecord(
+            conversation_id=conversation_id,
+            name=name,
+            version=version,
+            value=_unpack(value),
+            seq=seq,
+            updated_at_ms=updated_at_ms,
+        )
+
+    def put_document(self, record: DocumentRecord) -> None:
+        scope = GLOBAL_SCOPE if record.conversation_id is None else record.conversation_id
+        self._db.execute(
+            "INSERT OR REPLACE INTO documents (scope, name, version, value, seq, updated_at_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (scope, record.name, record.version, _pack(record.value), record.seq, record.updated_at_ms),
+        )
+
+    # ---------------------------------------------------------------------------------------- submissions
+
+    def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
+        row = self._db.execute(
+            "SELECT submission_id, kind, payload, status, seq, created_at_ms FROM submissions "
+            "WHERE conversation_id = ? AND request_id = ?",
+            (conversation_id, request_id),
+        ).fetchone()
+        if row is None:
+            return None
+        submission_id, kind, payload, status, seq, created_at_ms = row
+        return SubmissionRecord(
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            request_id=request_id,
+            kind=kind,
+            payload=_unpack(payload),
+            status=status,
+            seq=seq,
+            created_at_ms=created_at_ms,
+        )
+
+    def insert_submission(self, record: SubmissionRecord) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO submissions (submission_id, conversation_id, request_id, kind, payload, status, seq, "
+                "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.submission_id,
+                    record.conversation_id,
+                    record.request_id,
+                    record.kind,
+                    _pack(record.payload),
+                    record.status,
+                    record.seq,
+                    record.created_at_ms,
+                ),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("submission", record.submission_id) from exc
+
+
+def check_database(path: str) -> dict[str, Any]:
+    """Read-only facts about a database for diagnostics and tests: schema version, integrity, counts.
+
+    Safe while an owner holds the database (WAL readers do not block the writer).
+    """
+    db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        with storage_errors(f"checking {path}"):
+            integrity = "; ".join(str(row[0]) for row in db.execute("PRAGMA integrity_check"))
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+            head = db.execute("SELECT MAX(seq) FROM commits").fetchone()[0] if version else None  # type: ignore[index]
+            return {"schema_version": version, "integrity": integrity, "head_seq": head or 0}
+    finally:
+        db.close()
