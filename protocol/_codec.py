@@ -58,7 +58,11 @@ def check_json(value: object, where: str = "$") -> None:
 
 
 def _check_json(value: object, where: str, depth: int) -> None:
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 64):
+            raise ValueError(f"{where}: {value} does not fit a 64-bit integer")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -251,9 +255,9 @@ def structure_frame(raw: object) -> Frame | BadFrame:
     cls = _FRAME_BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
         return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"unknown frame type {tag!r}")
-    body = {key: value for key, value in raw.items() if key != FRAME_TAG_KEY}
+    del raw[FRAME_TAG_KEY]  # the map is ours: freshly decoded
     try:
-        frame: Frame = _STRUCTURE[cls](body, cls)
+        frame: Frame = _STRUCTURE[cls](raw, cls)
     except Exception as exc:  # cattrs raises validation groups; anything else is a bug we still contain
         return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {describe(exc)}")
     return frame

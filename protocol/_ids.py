@@ -5,9 +5,35 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_POOL_IDS = 256
+
+
+class _RandomPool:
+    """Random bytes from the OS, fetched a few kilobytes at a time (one syscall per 256 ids, not one per id).
+
+    A forked child starts a fresh pool, so parent and child never hand out the same bytes.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.data = b""
+        self.offset = 0
+
+    def take10(self) -> int:
+        if self.offset >= len(self.data):
+            self.data = os.urandom(10 * _POOL_IDS)
+            self.offset = 0
+        start = self.offset
+        self.offset = start + 10
+        return int.from_bytes(self.data[start : start + 10], "big")
+
+
+_pool = _RandomPool()
+os.register_at_fork(after_in_child=_pool.reset)
 
 
 def new_id() -> str:
@@ -16,13 +42,14 @@ def new_id() -> str:
     The first 48 bits are the Unix time in milliseconds, so ids sort roughly by creation time.
     """
     unix_ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = _pool.take10()
     value = (unix_ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
     value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
     value |= 0b10 << 62  # RFC 9562 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
-    return str(uuid.UUID(int=value))
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def is_id(text: object) -> bool:

@@ -8,8 +8,10 @@ changes nothing.
 
 Rules:
 
-1. Each write request runs inside its own savepoint. A refused request rolls back its savepoint alone; the other
-   requests of the batch are unaffected.
+1. A refused request changes nothing and does not disturb the other requests of its batch. A request with several
+   writes runs inside its own savepoint, rolled back alone if it is refused. A request whose only fallible write is
+   its first statement (a one-write commit, a submission) needs none, since SQLite undoes a failed statement by
+   itself; every check runs before the first write.
 2. A ``Commit`` or a newly admitted ``Submit`` takes the next ``seq``, logs its records in the commit log and is
    fanned out to the live watches that match it. A refused request takes no ``seq``.
 3. A repeated submission ``request_id`` is looked up before any other check or write; the same kind and payload
@@ -84,6 +86,11 @@ MAX_NAME_CHARS: Final = 200
 MAX_REQUEST_ID_CHARS: Final = 200
 CATCH_UP_PAGE: Final = 256
 """Commits a lagging watch reads from the log per turn of :meth:`OwnerCore.catch_up`."""
+CATCH_UP_SCAN_WINDOW: Final = 50_000
+"""A conversation watch scans at most this many seqs of the (unindexed) log per turn, so one watch that starts far
+back never holds up the commit loop for long."""
+MAX_CACHED_POSITIONS: Final = 100_000
+"""Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 SUBMISSION_QUEUED: Final = "queued"
 
@@ -135,6 +142,8 @@ class OwnerCore:
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
+        self._next_positions: dict[str, int] = {}
+        """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
         self._handlers: dict[type[Any], Callable[[PeerId, Any, int], None]] = {
             Commit: self._on_commit,
             Submit: self._on_submit,
@@ -259,14 +268,18 @@ class OwnerCore:
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
         out: list[Output] = []
+        head = self._head_seq
         for key, watch in list(self._lagging.items()):
             if self._peers[watch.peer].congested:
                 continue
-            logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE)
+            until = head if watch.conversation_id is None else min(head, watch.delivered_seq + CATCH_UP_SCAN_WINDOW)
+            logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE, until_seq=until)
             for commit in logged:
-                out.append((watch.peer, _change(watch, commit)))
-                watch.delivered_seq = commit.seq
-            if len(logged) < CATCH_UP_PAGE:
+                change = _change(watch, commit)
+                if change.records:
+                    out.append((watch.peer, change))
+            watch.delivered_seq = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
+            if watch.delivered_seq >= head:
                 # Nothing is being committed while we run, so the log has been read up to the head.
                 del self._lagging[key]
                 watch.live = True
@@ -285,11 +298,14 @@ class OwnerCore:
         records: list[Record] = []
         results: list[int] = []
         touched: set[str] = set()
+        positions: dict[str, int] = {}
         store = self._store
-        store.savepoint()
+        guarded = count > 1
+        if guarded:
+            store.savepoint()
         try:
             for index, write in enumerate(request.writes):
-                record, result = self._apply(write, seq, now_ms, f"writes[{index}]")
+                record, result = self._apply(write, seq, now_ms, f"writes[{index}]", positions)
                 records.append(record)
                 results.append(result)
                 if record.conversation_id is not None:
@@ -297,28 +313,40 @@ class OwnerCore:
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
         except _Refusal as refusal:
-            store.rollback_savepoint()
+            if guarded:
+                store.rollback_savepoint()
             self._reply(peer, Error(call_id=request.call_id, code=refusal.code, message=refusal.message))
             return
-        store.release_savepoint()
+        if guarded:
+            store.release_savepoint()
         self._head_seq = seq
+        if len(self._next_positions) > MAX_CACHED_POSITIONS:
+            self._next_positions.clear()
+        self._next_positions.update(positions)
         committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
         self._reply(peer, committed)
         self._fan_out(logged, touched)
 
-    def _apply(self, write: Write, seq: int, now_ms: int, where: str) -> tuple[Record, int]:
+    def _apply(self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int]) -> tuple[Record, int]:
+        """Apply one write of a commit. ``positions`` holds the entry positions this commit has taken so far."""
         if isinstance(write, AppendEntry):
-            _check_id(write.conversation_id, f"{where}.conversation_id")
+            conversation_id = write.conversation_id
+            _check_id(conversation_id, f"{where}.conversation_id")
             _check_id(write.entry_id, f"{where}.entry_id")
             _check_name(write.kind, f"{where}.kind")
-            position = self._store.claim_entry_position(write.conversation_id)
+            position = positions.get(conversation_id)
             if position is None:
-                raise _missing_conversation(write.conversation_id)
+                position = self._next_positions.get(conversation_id)
+            if position is None:
+                position = self._store.next_entry_position(conversation_id)
+                if position is None:
+                    raise _missing_conversation(conversation_id)
             entry = _entry(write, position, seq, now_ms)
             try:
                 self._store.insert_entry(entry)
             except StoreConflict as exc:
                 raise _Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
+            positions[conversation_id] = position + 1
             return entry, position
         if isinstance(write, PutDocument):
             _check_name(write.name, f"{where}.name")
@@ -370,8 +398,7 @@ class OwnerCore:
             return
         seq = self._head_seq + 1
         store = self._store
-        store.savepoint()
-        try:
+        try:  # one fallible write, the first: no savepoint needed (rule 1)
             _check_id(request.conversation_id, "conversation_id")
             _check_id(request.submission_id, "submission_id")
             _check_name(request.kind, "kind")
@@ -397,10 +424,8 @@ class OwnerCore:
             touched = {request.conversation_id}
             store.log_commit(logged, frozenset(touched))
         except _Refusal as refusal:
-            store.rollback_savepoint()
             self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
             return
-        store.release_savepoint()
         self._head_seq = seq
         self._reply(peer, Submitted(call_id=call_id, submission=submission, created=True))
         self._fan_out(logged, touched)
@@ -472,14 +497,15 @@ class OwnerCore:
             message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
             self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
             return
-        if request.conversation_id is not None and self._store.conversation(request.conversation_id) is None:
-            self._reply(peer, _not_found(call_id, request.conversation_id))
-            return
+        from_seq = request.from_seq
+        if request.conversation_id is not None:
+            conversation = self._store.conversation(request.conversation_id)
+            if conversation is None:
+                self._reply(peer, _not_found(call_id, request.conversation_id))
+                return
+            from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
         watch = _Watch(
-            peer=peer,
-            watch_id=request.watch_id,
-            conversation_id=request.conversation_id,
-            delivered_seq=request.from_seq,
+            peer=peer, watch_id=request.watch_id, conversation_id=request.conversation_id, delivered_seq=from_seq
         )
         state.watches[request.watch_id] = watch
         self._lagging[(peer, request.watch_id)] = watch

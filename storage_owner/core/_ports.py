@@ -55,8 +55,8 @@ class Store(Protocol):
 
     def conversation(self, conversation_id: str) -> ConversationRecord | None: ...
 
-    def claim_entry_position(self, conversation_id: str) -> int | None:
-        """Reserve the next position of a conversation's transcript; ``None`` if the conversation is unknown."""
+    def next_entry_position(self, conversation_id: str) -> int | None:
+        """The position the conversation's next entry takes; ``None`` if the conversation is unknown."""
         ...
 
     def insert_entry(self, record: EntryRecord) -> None: ...
@@ -73,4 +73,9 @@ class Store(Protocol):
 
     def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
 
-    def read_log(self, after_seq: int, conversation_id: str | None, limit: int) -> list[LoggedCommit]: ...
+    def read_log(
+        self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
+    ) -> list[LoggedCommit]:
+        """Logged commits after ``after_seq`` up to ``until_seq``, oldest first, at most ``limit``; filtered to
+        those that may touch ``conversation_id`` when it is given (records still need filtering)."""
+        ...

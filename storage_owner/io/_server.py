@@ -50,7 +50,15 @@ from protocol import (
     write_runtime,
 )
 from storage_owner.core import Output, OwnerCore, PeerId
-from storage_owner.store import SCHEMA_VERSION, Ownership, SqliteStore, Sync, storage_errors
+from storage_owner.store import (
+    CHECKPOINT_START_PAGES,
+    SCHEMA_VERSION,
+    Checkpointer,
+    Ownership,
+    SqliteStore,
+    Sync,
+    storage_errors,
+)
 
 from ._clock import Clock, ManualClock, WallClock
 
@@ -164,6 +172,11 @@ class OwnerServer:
         self._connections: dict[PeerId, _Connection] = {}
         self._peer_ids = itertools.count(1)
         self._writing_commits = 0
+        self._checkpointing = False
+        self._checkpoint_mark = 0
+        """WAL size (pages) when the last checkpoint started; the next starts once the WAL grew as much again."""
+        self._nursery: trio.Nursery | None = None
+        self._checkpointer: Checkpointer | None = None
         self.url = ""
         self.core: OwnerCore
         self._store: SqliteStore
@@ -204,44 +217,55 @@ class OwnerServer:
             ownership.release()
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
+        checkpointer = self._store.use_background_checkpoints()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._listen_and_commit(nursery, task_status, checkpointer)
+        finally:
+            checkpointer.close()
+
+    async def _listen_and_commit(
+        self, nursery: trio.Nursery, task_status: trio.TaskStatus[str], checkpointer: Checkpointer
+    ) -> None:
         config = self.config
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(
-                lambda task_status: trio_websocket.serve_websocket(
-                    self._handle_connection,
-                    config.host,
-                    config.port,
-                    None,
-                    handler_nursery=nursery,
-                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                    message_queue_size=4,
-                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                    task_status=task_status,
-                )
+        self._checkpointer = checkpointer
+        server = await nursery.start(
+            lambda task_status: trio_websocket.serve_websocket(
+                self._handle_connection,
+                config.host,
+                config.port,
+                None,
+                handler_nursery=nursery,
+                max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                message_queue_size=4,
+                receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                task_status=task_status,
             )
-            host = config.host if ":" not in config.host else f"[{config.host}]"
-            self.url = f"ws://{host}:{server.port}"
-            write_runtime(
-                RuntimeInfo(
-                    db=self.db,
-                    url=self.url,
-                    token=self.token,
-                    pid=os.getpid(),
-                    host=socket.gethostname(),
-                    started_at_ms=self.started_at_ms,
-                    instance=self.instance,
-                    schema_version=SCHEMA_VERSION,
-                    clock=config.clock,
-                )
+        )
+        host = config.host if ":" not in config.host else f"[{config.host}]"
+        self.url = f"ws://{host}:{server.port}"
+        write_runtime(
+            RuntimeInfo(
+                db=self.db,
+                url=self.url,
+                token=self.token,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                started_at_ms=self.started_at_ms,
+                instance=self.instance,
+                schema_version=SCHEMA_VERSION,
+                clock=config.clock,
             )
-            task_status.started(self.url)
-            try:
-                await self._commit_loop()
-            finally:
-                with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
-                    scope.shield = True
-                    await self._say_goodbye()
-                nursery.cancel_scope.cancel(reason="the owner is stopping")
+        )
+        task_status.started(self.url)
+        try:
+            await self._commit_loop()
+        finally:
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await self._say_goodbye()
+            nursery.cancel_scope.cancel(reason="the owner is stopping")
 
     async def _say_goodbye(self) -> None:
         failed = [(peer, frame) for peer, frame in self.pending]
@@ -358,6 +382,26 @@ class OwnerServer:
         if effects.clock_ms is not None:
             self._clock.advance_to(effects.clock_ms)
         self._dispatch(out)
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        pages = self._store.wal_pages
+        if pages < self._checkpoint_mark:
+            self._checkpoint_mark = 0  # a writer restarted the WAL after a complete checkpoint
+        if self._checkpointing or self._nursery is None or pages - self._checkpoint_mark < CHECKPOINT_START_PAGES:
+            return
+        self._checkpoint_mark = pages
+        self._checkpointing = True
+        self._nursery.start_soon(self._checkpoint)
+
+    async def _checkpoint(self) -> None:
+        """Copy the WAL back into the database on another thread, beside the commit loop."""
+        assert self._checkpointer is not None
+        try:
+            with storage_errors("checkpointing"):
+                await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+        finally:
+            self._checkpointing = False
 
     def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
         self._log(f"tether owner: {exc}; failing closed: nothing of this batch was acknowledged")

@@ -2,12 +2,22 @@
 
 from ._ownership import LOCK_SUFFIX, Ownership, lock_path
 from ._schema import MIGRATIONS, SCHEMA_VERSION
-from ._sqlite import SqliteStore, Sync, check_database, read_schema_version, storage_errors
+from ._sqlite import (
+    CHECKPOINT_START_PAGES,
+    Checkpointer,
+    SqliteStore,
+    Sync,
+    check_database,
+    read_schema_version,
+    storage_errors,
+)
 
 __all__ = [
+    "CHECKPOINT_START_PAGES",
     "LOCK_SUFFIX",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "Checkpointer",
     "Ownership",
     "SqliteStore",
     "Sync",

@@ -1,6 +1,12 @@
 """The schema, as an ordered list of migrations. ``PRAGMA user_version`` is the number of migrations applied.
 
 Append a migration to change the schema; never edit a published one.
+
+Every table that grows with traffic grows at its end or within one conversation's range, and the commit log is
+append-only: ``commits.conversation_id`` names the one conversation a commit touched (``NULL`` for none or
+several) and is deliberately not indexed. An index there costs one random B-tree page per commit, which halves
+commit throughput; a watch of one conversation instead scans the log in bounded windows (see
+``OwnerCore.catch_up``), starting no earlier than the conversation's creation.
 """
 
 from __future__ import annotations
@@ -24,19 +30,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE TABLE commits (
         seq INTEGER PRIMARY KEY,
+        conversation_id TEXT,
         committed_at_ms INTEGER NOT NULL,
         records BLOB NOT NULL
     );
-    CREATE TABLE commit_conversations (
-        conversation_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        PRIMARY KEY (conversation_id, seq)
-    ) WITHOUT ROWID;
     CREATE TABLE conversations (
         conversation_id TEXT PRIMARY KEY,
         created_at_ms INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        entry_count INTEGER NOT NULL
+        seq INTEGER NOT NULL
     ) WITHOUT ROWID;
     CREATE TABLE entries (
         conversation_id TEXT NOT NULL,

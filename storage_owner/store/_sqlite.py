@@ -32,6 +32,10 @@ from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 Sync = Literal["normal", "full"]
 
 BUSY_TIMEOUT_MS: Final = 5_000
+CHECKPOINT_START_PAGES: Final = 2_000
+"""With background checkpoints, the WAL size (in pages) past which the shell starts one."""
+JOURNAL_SIZE_LIMIT_BYTES: Final = 64 << 20
+"""A WAL file larger than this is truncated back to it after a checkpoint resets the log."""
 _RECORDS = tuple[Record, ...]
 _structure_records = converter.get_structure_hook(_RECORDS)
 _unstructure_records = converter.get_unstructure_hook(_RECORDS)
@@ -74,6 +78,8 @@ class SqliteStore:
     def __init__(self, db: apsw.Connection, path: str) -> None:
         self._db = db
         self.path = path
+        self.wal_pages = 0
+        """Pages in the WAL after the last commit (tracked once background checkpoints are on)."""
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -95,6 +101,7 @@ class SqliteStore:
                 db.setbusytimeout(BUSY_TIMEOUT_MS)
                 db.execute("PRAGMA journal_mode=WAL").fetchall()
                 db.execute(f"PRAGMA synchronous={'FULL' if sync == 'full' else 'NORMAL'}")
+                db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}").fetchall()
                 for number in range(version, SCHEMA_VERSION):
                     with db:  # one transaction per migration, user_version included
                         db.execute(MIGRATIONS[number])
@@ -107,6 +114,20 @@ class SqliteStore:
     def close(self) -> None:
         with storage_errors("closing the database"):
             self._db.close()
+
+    def use_background_checkpoints(self) -> Checkpointer:
+        """Stop checkpointing inside COMMIT; the caller runs the returned checkpointer on another thread whenever
+        :attr:`wal_pages` passes :data:`CHECKPOINT_START_PAGES`.
+
+        SQLite's automatic checkpoint copies the WAL into the database inside whichever COMMIT crosses the
+        threshold, which stalls the commit loop; a passive checkpoint on its own connection runs beside it.
+        """
+        self._db.set_wal_hook(self._on_wal)  # replaces (and so disables) the automatic checkpoint
+        return Checkpointer(self.path)
+
+    def _on_wal(self, _db: apsw.Connection, _name: str, pages: int) -> int:
+        self.wal_pages = pages
+        return apsw.SQLITE_OK
 
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
@@ -169,28 +190,29 @@ class SqliteStore:
 
     def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
         blob = _pack(_unstructure_records(commit.records))
+        only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
         self._db.execute(
-            "INSERT INTO commits (seq, committed_at_ms, records) VALUES (?, ?, ?)",
-            (commit.seq, commit.committed_at_ms, blob),
+            "INSERT INTO commits (seq, conversation_id, committed_at_ms, records) VALUES (?, ?, ?, ?)",
+            (commit.seq, only, commit.committed_at_ms, blob),
         )
-        for conversation_id in conversation_ids:
-            self._db.execute(
-                "INSERT INTO commit_conversations (conversation_id, seq) VALUES (?, ?)",
-                (conversation_id, commit.seq),
-            )
 
-    def read_log(self, after_seq: int, conversation_id: str | None, limit: int) -> list[LoggedCommit]:
+    def read_log(
+        self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
+    ) -> list[LoggedCommit]:
+        """Commits with ``after_seq < seq <= until_seq`` (no upper bound when ``None``), oldest first, at most
+        ``limit``. With ``conversation_id``, only commits that may touch it: its own, and those that touched
+        several conversations (their records still need filtering)."""
+        until = (1 << 62) if until_seq is None else until_seq
         if conversation_id is None:
             rows = self._db.execute(
-                "SELECT seq, committed_at_ms, records FROM commits WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after_seq, limit),
+                "SELECT seq, committed_at_ms, records FROM commits WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                (after_seq, until, limit),
             )
         else:
             rows = self._db.execute(
-                "SELECT c.seq, c.committed_at_ms, c.records FROM commit_conversations AS t "
-                "JOIN commits AS c ON c.seq = t.seq "
-                "WHERE t.conversation_id = ? AND t.seq > ? ORDER BY t.seq LIMIT ?",
-                (conversation_id, after_seq, limit),
+                "SELECT seq, committed_at_ms, records FROM commits WHERE seq > ? AND seq <= ? "
+                "AND (conversation_id = ? OR conversation_id IS NULL) ORDER BY seq LIMIT ?",
+                (after_seq, until, conversation_id, limit),
             )
         return [
             LoggedCommit(seq=seq, committed_at_ms=at_ms, records=_structure_records(_unpack(blob), _RECORDS))
@@ -211,15 +233,16 @@ class SqliteStore:
     def insert_conversation(self, record: ConversationRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO conversations (conversation_id, created_at_ms, seq, entry_count) VALUES (?, ?, ?, ?)",
-                (record.conversation_id, record.created_at_ms, record.seq, record.entry_count),
+                "INSERT INTO conversations (conversation_id, created_at_ms, seq) VALUES (?, ?, ?)",
+                (record.conversation_id, record.created_at_ms, record.seq),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("conversation", record.conversation_id) from exc
 
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
         row = self._db.execute(
-            "SELECT created_at_ms, seq, entry_count FROM conversations WHERE conversation_id = ?",
+            "SELECT created_at_ms, seq, (SELECT COALESCE(MAX(position) + 1, 0) FROM entries "
+            "WHERE conversation_id = ?1) FROM conversations WHERE conversation_id = ?1",
             (conversation_id,),
         ).fetchone()
         if row is None:
@@ -234,10 +257,10 @@ class SqliteStore:
 
     # -------------------------------------------------------------------------------------------- entries
 
-    def claim_entry_position(self, conversation_id: str) -> int | None:
+    def next_entry_position(self, conversation_id: str) -> int | None:
         row = self._db.execute(
-            "UPDATE conversations SET entry_count = entry_count + 1 WHERE conversation_id = ? "
-            "RETURNING entry_count - 1",
+            "SELECT (SELECT COALESCE(MAX(position) + 1, 0) FROM entries WHERE conversation_id = ?1) "
+            "FROM conversations WHERE conversation_id = ?1",
             (conversation_id,),
         ).fetchone()
         return None if row is None else int(row[0])
@@ -357,6 +380,24 @@ class SqliteStore:
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("submission", record.submission_id) from exc
+
+
+class Checkpointer:
+    """A connection of its own that copies the WAL back into the database. Use from one thread at a time."""
+
+    def __init__(self, path: str) -> None:
+        with storage_errors(f"opening {path} for checkpoints"):
+            self._db = apsw.Connection(path)
+            self._db.setbusytimeout(BUSY_TIMEOUT_MS)
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A passive checkpoint: never blocks the writer. Returns (WAL frames, frames checkpointed)."""
+        with storage_errors("checkpointing the WAL"):
+            return self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+
+    def close(self) -> None:
+        with storage_errors("closing the checkpoint connection"):
+            self._db.close()
 
 
 def check_database(path: str) -> dict[str, Any]:
