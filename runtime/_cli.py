@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="fault injection: SIGKILL this owner right after its K-th writing COMMIT",
     )
+    owner.add_argument(
+        "--fault-storage-error-at-commit",
+        type=_positive,
+        metavar="K",
+        help="fault injection: fail the K-th writing COMMIT with a storage error (the owner fails closed)",
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -132,6 +138,7 @@ def _run_owner(args: argparse.Namespace) -> int:
         clock=args.clock,
         kill_before_commit=args.fault_kill_before_commit,
         kill_after_commit=args.fault_kill_after_commit,
+        storage_error_at_commit=args.fault_storage_error_at_commit,
     )
     server = OwnerServer(config)
 

@@ -91,6 +91,8 @@ class OwnerConfig:
     """Fault injection: SIGKILL this process right before its k-th writing COMMIT (counting from 1)."""
     kill_after_commit: int | None = None
     """Fault injection: SIGKILL this process right after its k-th writing COMMIT."""
+    storage_error_at_commit: int | None = None
+    """Fault injection: fail the k-th writing COMMIT with a storage error (the owner fails closed)."""
 
 
 class OwnerFailed(Exception):
@@ -373,6 +375,8 @@ class OwnerServer:
                     self._writing_commits += 1
                     if self._writing_commits == self.config.kill_before_commit:
                         os.kill(os.getpid(), signal.SIGKILL)
+                    if self._writing_commits == self.config.storage_error_at_commit:
+                        raise StorageError(f"injected storage failure at writing commit {self._writing_commits}")
                 store.commit()
                 if wrote and self._writing_commits == self.config.kill_after_commit:
                     os.kill(os.getpid(), signal.SIGKILL)
