@@ -99,6 +99,16 @@ class OwnerFailed(Exception):
     """The owner stopped because its storage failed; the message says what happened."""
 
 
+PEER_GONE: Final = (
+    trio_websocket.ConnectionClosed,
+    trio_websocket.HandshakeError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
+"""What a connection raises when its peer went away: the end of that connection, never of the owner."""
+
+
 class _Connection:
     """One attached peer: a receive loop feeding the commit loop, a send loop draining its queue."""
 
@@ -120,9 +130,13 @@ class _Connection:
             self.server.core.set_congested(self.peer, True)
 
     async def receive_loop(self) -> None:
+        """Feed the commit loop until the peer closes the connection."""
         server = self.server
         while True:
-            message = await self.ws.get_message()
+            try:
+                message = await self.ws.get_message()
+            except PEER_GONE:
+                return
             try:
                 frames: list[Frame | BadFrame] = decode_message(message)
             except ProtocolError as exc:
@@ -131,7 +145,8 @@ class _Connection:
             while len(server.pending) >= MAX_PENDING_FRAMES:
                 await server.space_available.wait()
 
-    async def send_loop(self) -> None:
+    async def send_loop(self, done: trio.CancelScope) -> None:
+        """Drain the send queue until the connection breaks; then cancel ``done`` (the connection's scope)."""
         while True:
             await self.wakeup.wait()
             self.wakeup = trio.Event()
@@ -139,7 +154,11 @@ class _Connection:
                 chunk, size = _take_chunk(self.queue)
                 del self.queue[: len(chunk)]
                 self.queued_bytes -= size
-                await self.ws.send_message(join_frames(chunk))
+                try:
+                    await self.ws.send_message(join_frames(chunk))
+                except PEER_GONE:
+                    done.cancel(reason="the connection broke while sending")
+                    return
                 if self.congested and self.queued_bytes < SEND_LOW_WATER_BYTES:
                     self.congested = False
                     self.server.core.set_congested(self.peer, False)
@@ -289,24 +308,25 @@ class OwnerServer:
                 del connection.queue[: len(chunk)]
                 await connection.ws.send_message(join_frames(chunk))
             await connection.ws.aclose()
-        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+        except PEER_GONE:
             pass
 
     # --------------------------------------------------------------------------------------- connections
 
     async def _handle_connection(self, request: trio_websocket.WebSocketRequest) -> None:
-        ws = await request.accept()
-        connection = await self._handshake(ws)
+        """Serve one peer. Runs in the server's nursery: nothing a peer does may raise out of here."""
+        try:
+            ws = await request.accept()
+            connection = await self._handshake(ws)
+        except PEER_GONE:
+            return
         if connection is None:
             return
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(connection.send_loop)
-                with contextlib.suppress(trio_websocket.ConnectionClosed):
-                    await connection.receive_loop()
+                nursery.start_soon(connection.send_loop, nursery.cancel_scope)
+                await connection.receive_loop()
                 nursery.cancel_scope.cancel(reason="the peer closed its connection")
-        except trio_websocket.ConnectionClosed:
-            pass  # the send loop found the connection closed first
         finally:
             self._connections.pop(connection.peer, None)
             self.core.detach(connection.peer)
@@ -336,7 +356,7 @@ class OwnerServer:
                 self._connections[peer] = connection
                 self.core.attach(peer, hello.role)
                 return connection
-            except trio_websocket.ConnectionClosed:
+            except PEER_GONE:
                 return None
         await ws.aclose()
         return None
