@@ -35,6 +35,8 @@ T = TypeVar("T")
 MAX_JSON_DEPTH: Final = 64
 """Application values may nest at most this deep."""
 
+MIN_FRAME_INT: Final = -(1 << 63)
+MAX_FRAME_INT: Final = (1 << 63) - 1
 FRAME_TAG_KEY: Final = "type"
 WRITE_TAG_KEY: Final = "op"
 RECORD_TAG_KEY: Final = "record"
@@ -100,6 +102,15 @@ def _strict(cls: type[T]) -> Callable[[object, object], T]:
     return structure
 
 
+def _strict_int(value: object, _: object) -> int:
+    """Frame integers are signed 64-bit (what SQLite stores); msgpack alone would allow up to 2**64 - 1."""
+    if type(value) is not int:
+        raise TypeError(f"expected int, got {type(value).__name__}")
+    if not MIN_FRAME_INT <= value <= MAX_FRAME_INT:
+        raise ValueError(f"{value} is outside the signed 64-bit range of frame integers")
+    return value
+
+
 def _strict_float(value: object, _: object) -> float:
     if type(value) is float or type(value) is int:
         return float(value)
@@ -119,7 +130,7 @@ def _strict_tuple_factory(tuple_type: Any, converter: cattrs.Converter) -> Calla
 
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    converter.register_structure_hook(int, _strict(int))
+    converter.register_structure_hook(int, _strict_int)
     converter.register_structure_hook(str, _strict(str))
     converter.register_structure_hook(bool, _strict(bool))
     converter.register_structure_hook(float, _strict_float)
@@ -248,8 +259,10 @@ def structure_frame(raw: object) -> Frame | BadFrame:
     """Turn one decoded msgpack value into a frame, or a :class:`BadFrame` naming what was wrong."""
     if not isinstance(raw, dict):
         return BadFrame(call_id=None, code=ErrorCode.BAD_FRAME, message="a frame must be a map")
+    if any(type(key) is not str for key in raw):
+        return BadFrame(call_id=None, code=ErrorCode.BAD_FRAME, message="frame map keys must be strings")
     call_id = raw.get("call_id")
-    if type(call_id) is not int:
+    if type(call_id) is not int or not MIN_FRAME_INT <= call_id <= MAX_FRAME_INT:
         call_id = None
     tag = raw.get(FRAME_TAG_KEY)
     cls = _FRAME_BY_TAG.get(tag) if isinstance(tag, str) else None
@@ -266,7 +279,10 @@ def structure_frame(raw: object) -> Frame | BadFrame:
 def describe(exc: BaseException) -> str:
     """One line naming every field that failed to structure, as ``$.path: problem``."""
     if isinstance(exc, cattrs.BaseValidationError):
-        return "; ".join(cattrs.transform_error(exc, path="$"))
+        try:
+            return "; ".join(cattrs.transform_error(exc, path="$"))
+        except Exception:  # cattrs cannot describe some inputs (bytes map keys); fall back to the plain text
+            pass
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -127,7 +127,7 @@ def _fail(exc: BaseException, status: int) -> int:
 
 
 def _run_owner(args: argparse.Namespace) -> int:
-    from storage_owner import OwnerConfig, OwnerFailed, OwnerServer
+    from storage_owner.io import OwnerConfig, OwnerFailed, OwnerServer
 
     host, port = args.listen
     config = OwnerConfig(

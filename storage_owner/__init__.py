@@ -1,9 +1,8 @@
 """The storage owner: the one process that holds a Tether database and serializes every commit.
 
-``storage_owner.core`` is the durable logic (sans-IO), ``storage_owner.store`` the SQLite store,
-``storage_owner.io`` the trio shell around both. :func:`serve_owner` runs an owner until cancelled.
+Its parts are imported on their own, so that the sans-IO core never drags in the I/O shell:
+``storage_owner.core`` (the durable logic, no trio, no sockets, no apsw), ``storage_owner.store`` (the SQLite
+store) and ``storage_owner.io`` (the trio shell; ``OwnerServer`` runs an owner).
 """
 
-from .io import OwnerConfig, OwnerFailed, OwnerServer
-
-__all__ = ["OwnerConfig", "OwnerFailed", "OwnerServer"]
+__all__: list[str] = []

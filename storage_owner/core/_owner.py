@@ -91,7 +91,10 @@ CATCH_UP_SCAN_WINDOW: Final = 50_000
 back never holds up the commit loop for long."""
 MAX_CACHED_POSITIONS: Final = 100_000
 """Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
+MAX_CURSOR: Final = (1 << 62) - 1
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
+MAX_CLOCK_MS: Final = (1 << 62) - 1
+"""The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
 SUBMISSION_QUEUED: Final = "queued"
 
 
@@ -241,6 +244,9 @@ class OwnerCore:
         The replies and events it produces wait in the core until :meth:`take_output`, which the shell calls
         only after the transaction committed.
         """
+        state = self._peers.get(peer)
+        if state is None:
+            return  # the peer left while its frame waited for the batch: nobody can receive an answer
         if isinstance(frame, BadFrame):
             self._reply(peer, Error(call_id=frame.call_id, code=frame.code, message=frame.message))
             return
@@ -250,7 +256,7 @@ class OwnerCore:
             message = f"a peer may not send {frame.TYPE} frames to the owner"
             self._reply(peer, Error(call_id=call_id, code=ErrorCode.PROTOCOL_VIOLATION, message=message))
             return
-        if type(frame) in self._writes and self._peers[peer].role not in WRITER_ROLES:
+        if type(frame) in self._writes and state.role not in WRITER_ROLES:
             message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
             self._reply(peer, Error(call_id=getattr(frame, "call_id", None), code=ErrorCode.READ_ONLY, message=message))
             return
@@ -440,6 +446,10 @@ class OwnerCore:
             self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
             return
         new_ms = now_ms + request.by_ms
+        if new_ms > MAX_CLOCK_MS:
+            message = f"advancing by {request.by_ms} ms would take the clock past {MAX_CLOCK_MS} ms"
+            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            return
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
         self._clock_ms = new_ms
         self._reply(peer, ClockReply(call_id=request.call_id, now_ms=new_ms))
@@ -457,7 +467,7 @@ class OwnerCore:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
             return
-        if request.cursor is not None and request.cursor < 0:
+        if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
             message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
             self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
             return

@@ -1,0 +1,767 @@
+"""The wire codec: golden bytes of every frame, round trips, strict decoding, and fuzzing with Hypothesis."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import (
+    FRAME_TYPES,
+    MAX_BATCH_FRAMES,
+    MAX_JSON_DEPTH,
+    MAX_MESSAGE_BYTES,
+    AdvanceClock,
+    AppendEntry,
+    BadFrame,
+    Change,
+    ClockReply,
+    Commit,
+    Committed,
+    ConversationRecord,
+    ConversationReply,
+    CreateConversation,
+    DocumentRecord,
+    DocumentReply,
+    EntriesReply,
+    EntryRecord,
+    Error,
+    ErrorCode,
+    Frame,
+    Goodbye,
+    Hello,
+    Ok,
+    Ping,
+    Pong,
+    ProtocolError,
+    PutDocument,
+    ReadConversation,
+    ReadDocument,
+    ReadEntries,
+    ReadSubmission,
+    Refused,
+    SubmissionRecord,
+    SubmissionReply,
+    Submit,
+    Submitted,
+    Unwatch,
+    Watch,
+    Watching,
+    Welcome,
+    check_json,
+    decode_frame,
+    decode_message,
+    encode_frame,
+    encode_message,
+    join_frames,
+    unstructure_frame,
+)
+
+CONVERSATION = "01890a5d-ac96-7b3c-8f2e-3c4d5e6f7a80"
+ENTRY = "01890a5d-ac97-7000-8000-000000000001"
+SUBMISSION = "01890a5d-ac98-7000-8000-000000000002"
+INSTANCE = "01890a5d-ac99-7000-8000-000000000003"
+
+CONVERSATION_RECORD = ConversationRecord(
+    conversation_id=CONVERSATION, created_at_ms=1_700_000_000_000, seq=1, entry_count=2
+)
+ENTRY_RECORD = EntryRecord(
+    entry_id=ENTRY,
+    conversation_id=CONVERSATION,
+    position=1,
+    seq=2,
+    kind="message",
+    data={"role": "user", "text": "hi", "n": [1, 2.5, True, None]},
+    created_at_ms=1_700_000_000_001,
+)
+DOCUMENT_RECORD = DocumentRecord(
+    conversation_id=None, name="settings", version=3, value={"k": "v"}, seq=3, updated_at_ms=1_700_000_000_002
+)
+SUBMISSION_RECORD = SubmissionRecord(
+    submission_id=SUBMISSION,
+    conversation_id=CONVERSATION,
+    request_id="req-1",
+    kind="prompt",
+    payload={"q": 1},
+    status="queued",
+    seq=4,
+    created_at_ms=1_700_000_000_003,
+)
+
+EXAMPLES: list[Frame] = [
+    Hello(protocol_version=1, token="secret", role="client", peer_name="tests"),
+    Welcome(protocol_version=1, owner_instance=INSTANCE, head_seq=42, clock="manual", max_message_bytes=1 << 20),
+    Refused(code="bad_token", message="no", supported_versions=(1,)),
+    Commit(
+        call_id=1,
+        writes=(
+            CreateConversation(conversation_id=CONVERSATION),
+            AppendEntry(conversation_id=CONVERSATION, entry_id=ENTRY, kind="message", data={"text": "hi"}),
+            PutDocument(conversation_id=CONVERSATION, name="state", value=[1, "two"], expected_version=0),
+            PutDocument(conversation_id=None, name="settings", value=None),
+        ),
+    ),
+    Submit(
+        call_id=2,
+        conversation_id=CONVERSATION,
+        submission_id=SUBMISSION,
+        request_id="req-1",
+        kind="prompt",
+        payload={"q": 1},
+    ),
+    ReadConversation(call_id=3, conversation_id=CONVERSATION),
+    ReadEntries(call_id=4, conversation_id=CONVERSATION, order="desc", cursor=10, limit=50),
+    ReadDocument(call_id=5, conversation_id=None, name="settings"),
+    ReadSubmission(call_id=6, conversation_id=CONVERSATION, request_id="req-1"),
+    Watch(call_id=7, watch_id=1, conversation_id=CONVERSATION, from_seq=0),
+    Unwatch(call_id=8, watch_id=1),
+    Ping(call_id=9),
+    AdvanceClock(call_id=10, by_ms=1500),
+    Committed(call_id=1, seq=5, committed_at_ms=1_700_000_000_004, results=(0, 1, 1, 1)),
+    Submitted(call_id=2, submission=SUBMISSION_RECORD, created=True),
+    ConversationReply(call_id=3, conversation=CONVERSATION_RECORD),
+    EntriesReply(call_id=4, entries=(ENTRY_RECORD,), next_cursor=None),
+    DocumentReply(call_id=5, document=DOCUMENT_RECORD),
+    SubmissionReply(call_id=6, submission=None),
+    Watching(call_id=7, watch_id=1, head_seq=5),
+    Ok(call_id=8),
+    Pong(call_id=9, now_ms=1_700_000_000_005, head_seq=5),
+    ClockReply(call_id=10, now_ms=1_700_000_001_505),
+    Error(call_id=None, code="bad_frame", message="bad ping frame"),
+    Change(
+        watch_id=1,
+        seq=5,
+        committed_at_ms=1_700_000_000_004,
+        records=(CONVERSATION_RECORD, ENTRY_RECORD, DOCUMENT_RECORD, SUBMISSION_RECORD),
+    ),
+    Goodbye(code="shutting_down", message="bye"),
+]
+EXAMPLE_IDS = [type(example).__name__ for example in EXAMPLES]
+
+# The exact bytes each example travels as. These pin the wire format: if one changes, the change must be
+# deliberate, and a change that breaks compatibility with existing peers needs a PROTOCOL_VERSION bump (and
+# SUPPORTED_VERSIONS updated). Regenerate a string with ``encode_frame(example).hex()``.
+GOLDEN_HEX: dict[str, str] = {
+    "Hello": (
+        "85a474797065a568656c6c6fb070726f746f636f6c5f76657273696f6e01a5746f6b656ea6736563726574a4726f6c65"
+        "a6636c69656e74a9706565725f6e616d65a57465737473"
+    ),
+    "Welcome": (
+        "86a474797065a777656c636f6d65b070726f746f636f6c5f76657273696f6e01ae6f776e65725f696e7374616e6365d9"
+        "2430313839306135642d616339392d373030302d383030302d303030303030303030303033a8686561645f7365712aa5"
+        "636c6f636ba66d616e75616cb16d61785f6d6573736167655f6279746573ce00100000"
+    ),
+    "Refused": (
+        "84a474797065a772656675736564a4636f6465a96261645f746f6b656ea76d657373616765a26e6fb2737570706f7274"
+        "65645f76657273696f6e739101"
+    ),
+    "Commit": (
+        "83a474797065a6636f6d6d6974a763616c6c5f696401a67772697465739482af636f6e766572736174696f6e5f6964d9"
+        "2430313839306135642d616339362d376233632d386632652d336334643565366637613830a26f70b36372656174655f"
+        "636f6e766572736174696f6e85af636f6e766572736174696f6e5f6964d92430313839306135642d616339362d376233"
+        "632d386632652d336334643565366637613830a8656e7472795f6964d92430313839306135642d616339372d37303030"
+        "2d383030302d303030303030303030303031a46b696e64a76d657373616765a46461746181a474657874a26869a26f70"
+        "ac617070656e645f656e74727985af636f6e766572736174696f6e5f6964d92430313839306135642d616339362d3762"
+        "33632d386632652d336334643565366637613830a46e616d65a57374617465a576616c75659201a374776fb065787065"
+        "637465645f76657273696f6e00a26f70ac7075745f646f63756d656e7485af636f6e766572736174696f6e5f6964c0a4"
+        "6e616d65a873657474696e6773a576616c7565c0b065787065637465645f76657273696f6ec0a26f70ac7075745f646f"
+        "63756d656e74"
+    ),
+    "Submit": (
+        "87a474797065a67375626d6974a763616c6c5f696402af636f6e766572736174696f6e5f6964d9243031383930613564"
+        "2d616339362d376233632d386632652d336334643565366637613830ad7375626d697373696f6e5f6964d92430313839"
+        "306135642d616339382d373030302d383030302d303030303030303030303032aa726571756573745f6964a57265712d"
+        "31a46b696e64a670726f6d7074a77061796c6f616481a17101"
+    ),
+    "ReadConversation": (
+        "83a474797065b1726561645f636f6e766572736174696f6ea763616c6c5f696403af636f6e766572736174696f6e5f69"
+        "64d92430313839306135642d616339362d376233632d386632652d336334643565366637613830"
+    ),
+    "ReadEntries": (
+        "86a474797065ac726561645f656e7472696573a763616c6c5f696404af636f6e766572736174696f6e5f6964d9243031"
+        "3839306135642d616339362d376233632d386632652d336334643565366637613830a56f72646572a464657363a66375"
+        "72736f720aa56c696d697432"
+    ),
+    "ReadDocument": (
+        "84a474797065ad726561645f646f63756d656e74a763616c6c5f696405af636f6e766572736174696f6e5f6964c0a46e"
+        "616d65a873657474696e6773"
+    ),
+    "ReadSubmission": (
+        "84a474797065af726561645f7375626d697373696f6ea763616c6c5f696406af636f6e766572736174696f6e5f6964d9"
+        "2430313839306135642d616339362d376233632d386632652d336334643565366637613830aa726571756573745f6964"
+        "a57265712d31"
+    ),
+    "Watch": (
+        "85a474797065a57761746368a763616c6c5f696407a877617463685f696401af636f6e766572736174696f6e5f6964d9"
+        "2430313839306135642d616339362d376233632d386632652d336334643565366637613830a866726f6d5f73657100"
+    ),
+    "Unwatch": "83a474797065a7756e7761746368a763616c6c5f696408a877617463685f696401",
+    "Ping": "82a474797065a470696e67a763616c6c5f696409",
+    "AdvanceClock": "83a474797065ad616476616e63655f636c6f636ba763616c6c5f69640aa562795f6d73cd05dc",
+    "Committed": (
+        "85a474797065a9636f6d6d6974746564a763616c6c5f696401a373657105af636f6d6d69747465645f61745f6d73cf00"
+        "00018bcfe56804a7726573756c74739400010101"
+    ),
+    "Submitted": (
+        "84a474797065a97375626d6974746564a763616c6c5f696402aa7375626d697373696f6e88ad7375626d697373696f6e"
+        "5f6964d92430313839306135642d616339382d373030302d383030302d303030303030303030303032af636f6e766572"
+        "736174696f6e5f6964d92430313839306135642d616339362d376233632d386632652d336334643565366637613830aa"
+        "726571756573745f6964a57265712d31a46b696e64a670726f6d7074a77061796c6f616481a17101a6737461747573a6"
+        "717565756564a373657104ad637265617465645f61745f6d73cf0000018bcfe56803a763726561746564c3"
+    ),
+    "ConversationReply": (
+        "83a474797065ac636f6e766572736174696f6ea763616c6c5f696403ac636f6e766572736174696f6e84af636f6e7665"
+        "72736174696f6e5f6964d92430313839306135642d616339362d376233632d386632652d336334643565366637613830"
+        "ad637265617465645f61745f6d73cf0000018bcfe56800a373657101ab656e7472795f636f756e7402"
+    ),
+    "EntriesReply": (
+        "84a474797065a7656e7472696573a763616c6c5f696404a7656e74726965739187a8656e7472795f6964d92430313839"
+        "306135642d616339372d373030302d383030302d303030303030303030303031af636f6e766572736174696f6e5f6964"
+        "d92430313839306135642d616339362d376233632d386632652d336334643565366637613830a8706f736974696f6e01"
+        "a373657102a46b696e64a76d657373616765a46461746183a4726f6c65a475736572a474657874a26869a16e9401cb40"
+        "04000000000000c3c0ad637265617465645f61745f6d73cf0000018bcfe56801ab6e6578745f637572736f72c0"
+    ),
+    "DocumentReply": (
+        "83a474797065a8646f63756d656e74a763616c6c5f696405a8646f63756d656e7486af636f6e766572736174696f6e5f"
+        "6964c0a46e616d65a873657474696e6773a776657273696f6e03a576616c756581a16ba176a373657103ad7570646174"
+        "65645f61745f6d73cf0000018bcfe56802"
+    ),
+    "SubmissionReply": "83a474797065aa7375626d697373696f6ea763616c6c5f696406aa7375626d697373696f6ec0",
+    "Watching": "84a474797065a87761746368696e67a763616c6c5f696407a877617463685f696401a8686561645f73657105",
+    "Ok": "82a474797065a26f6ba763616c6c5f696408",
+    "Pong": "84a474797065a4706f6e67a763616c6c5f696409a66e6f775f6d73cf0000018bcfe56805a8686561645f73657105",
+    "ClockReply": "83a474797065a5636c6f636ba763616c6c5f69640aa66e6f775f6d73cf0000018bcfe56de1",
+    "Error": (
+        "84a474797065a56572726f72a763616c6c5f6964c0a4636f6465a96261645f6672616d65a76d657373616765ae626164"
+        "2070696e67206672616d65"
+    ),
+    "Change": (
+        "85a474797065a66368616e6765a877617463685f696401a373657105af636f6d6d69747465645f61745f6d73cf000001"
+        "8bcfe56804a77265636f7264739485af636f6e766572736174696f6e5f6964d92430313839306135642d616339362d37"
+        "6233632d386632652d336334643565366637613830ad637265617465645f61745f6d73cf0000018bcfe56800a3736571"
+        "01ab656e7472795f636f756e7402a67265636f7264ac636f6e766572736174696f6e88a8656e7472795f6964d9243031"
+        "3839306135642d616339372d373030302d383030302d303030303030303030303031af636f6e766572736174696f6e5f"
+        "6964d92430313839306135642d616339362d376233632d386632652d336334643565366637613830a8706f736974696f"
+        "6e01a373657102a46b696e64a76d657373616765a46461746183a4726f6c65a475736572a474657874a26869a16e9401"
+        "cb4004000000000000c3c0ad637265617465645f61745f6d73cf0000018bcfe56801a67265636f7264a5656e74727987"
+        "af636f6e766572736174696f6e5f6964c0a46e616d65a873657474696e6773a776657273696f6e03a576616c756581a1"
+        "6ba176a373657103ad757064617465645f61745f6d73cf0000018bcfe56802a67265636f7264a8646f63756d656e7489"
+        "ad7375626d697373696f6e5f6964d92430313839306135642d616339382d373030302d383030302d3030303030303030"
+        "30303032af636f6e766572736174696f6e5f6964d92430313839306135642d616339362d376233632d386632652d3363"
+        "34643565366637613830aa726571756573745f6964a57265712d31a46b696e64a670726f6d7074a77061796c6f616481"
+        "a17101a6737461747573a6717565756564a373657104ad637265617465645f61745f6d73cf0000018bcfe56803a67265"
+        "636f7264aa7375626d697373696f6e"
+    ),
+    "Goodbye": "83a474797065a7676f6f64627965a4636f6465ad7368757474696e675f646f776ea76d657373616765a3627965",
+}
+
+
+def _raw(frame: Frame) -> bytes:
+    return msgpack.packb(unstructure_frame(frame), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _decode_one(value: object) -> Frame | BadFrame:
+    [frame] = decode_message(_pack(value))
+    return frame
+
+
+def _bad(value: object) -> BadFrame:
+    frame = _decode_one(value)
+    assert isinstance(frame, BadFrame), frame
+    assert frame.code == ErrorCode.BAD_FRAME
+    return frame
+
+
+def _append_with_data(data: object) -> dict[str, Any]:
+    return {
+        "type": "commit",
+        "call_id": 7,
+        "writes": [
+            {"op": "append_entry", "conversation_id": CONVERSATION, "entry_id": ENTRY, "kind": "k", "data": data}
+        ],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ golden bytes
+
+
+def test_every_frame_type_has_a_golden_example() -> None:
+    assert sorted(EXAMPLE_IDS) == sorted(cls.__name__ for cls in FRAME_TYPES)
+    assert len(set(EXAMPLE_IDS)) == len(EXAMPLE_IDS)
+    assert sorted(GOLDEN_HEX) == sorted(EXAMPLE_IDS)
+
+
+@pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
+def test_frame_encodes_to_its_golden_bytes(frame: Frame) -> None:
+    assert encode_frame(frame).hex() == GOLDEN_HEX[type(frame).__name__]
+
+
+@pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
+def test_golden_bytes_decode_to_the_example(frame: Frame) -> None:
+    assert decode_message(bytes.fromhex(GOLDEN_HEX[type(frame).__name__])) == [frame]
+
+
+# -------------------------------------------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
+def test_frame_round_trips(frame: Frame) -> None:
+    assert decode_message(encode_frame(frame)) == [frame]
+    assert decode_frame(encode_frame(frame)) == frame
+
+
+def test_joined_frames_decode_to_the_list_in_order() -> None:
+    assert decode_message(join_frames([encode_frame(frame) for frame in EXAMPLES])) == EXAMPLES
+    assert decode_message(encode_message(EXAMPLES)) == EXAMPLES
+
+
+def test_one_joined_frame_is_sent_as_itself() -> None:
+    encoded = encode_frame(Ping(call_id=1))
+    assert join_frames([encoded]) == encoded
+    assert decode_message(join_frames([encoded])) == [Ping(call_id=1)]
+
+
+@pytest.mark.parametrize("count", [15, 16, 0xFFFF + 1])
+def test_join_frames_uses_the_right_array_header_at_each_size(count: int) -> None:
+    encoded = encode_frame(Ok(call_id=1))
+    message = join_frames([encoded] * count)
+    assert msgpack.unpackb(message) == [{"type": "ok", "call_id": 1}] * count
+
+
+def test_full_batch_decodes() -> None:
+    frames = [Ping(call_id=index) for index in range(MAX_BATCH_FRAMES)]
+    assert decode_message(encode_message(frames)) == frames
+
+
+# ----------------------------------------------------------------------------------- whole-message rejection
+
+
+def _protocol_error(data: object) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        decode_message(data)
+    return info.value
+
+
+def test_text_message_is_a_bad_frame_error() -> None:
+    assert _protocol_error(encode_frame(Ping(call_id=1)).decode("latin-1")).code == ErrorCode.BAD_FRAME
+
+
+def test_message_over_the_size_limit_is_frame_too_large() -> None:
+    big = encode_frame(Ping(call_id=1)) + b"\x00" * MAX_MESSAGE_BYTES
+    assert _protocol_error(big).code == ErrorCode.FRAME_TOO_LARGE
+
+
+def test_message_of_exactly_the_size_limit_is_read() -> None:
+    head = {"type": "ping", "call_id": 1}
+    base = _pack({**head, "pad": ""})
+    # str 32 header is 5 bytes, so pad with a string whose encoding makes the message exactly the limit.
+    pad = "x" * (MAX_MESSAGE_BYTES - len(base) - 4)
+    data = _pack({**head, "pad": pad})
+    assert len(data) == MAX_MESSAGE_BYTES
+    [frame] = decode_message(data)
+    assert isinstance(frame, BadFrame)  # decoded (the extra field is then refused), not rejected for size
+
+
+def test_max_bytes_argument_lowers_the_limit() -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode_message(encode_frame(Ping(call_id=1)), max_bytes=4)
+    assert info.value.code == ErrorCode.FRAME_TOO_LARGE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xc1", b"\x81", b"\x92\x01", b"\x01\x02", b"\xa3ab"],
+    ids=["empty", "never-used-byte", "truncated-map", "truncated-array", "trailing-data", "truncated-str"],
+)
+def test_bytes_that_are_not_msgpack_are_refused(data: bytes) -> None:
+    assert _protocol_error(data).code == ErrorCode.BAD_FRAME
+
+
+def test_invalid_utf8_string_is_refused() -> None:
+    assert _protocol_error(b"\x81\xa4type\xa2\xff\xfe").code == ErrorCode.BAD_FRAME
+
+
+@pytest.mark.parametrize("value", [1, "ping", None, True, 1.5, b"raw"], ids=repr)
+def test_top_level_scalar_is_refused(value: object) -> None:
+    assert _protocol_error(_pack(value)).code == ErrorCode.BAD_FRAME
+
+
+def test_empty_batch_is_refused() -> None:
+    assert _protocol_error(_pack([])).code == ErrorCode.BAD_FRAME
+
+
+def test_batch_over_the_frame_limit_is_frame_too_large() -> None:
+    data = join_frames([encode_frame(Ping(call_id=1))] * (MAX_BATCH_FRAMES + 1))
+    assert _protocol_error(data).code == ErrorCode.FRAME_TOO_LARGE
+
+
+def test_msgpack_ext_type_is_refused() -> None:
+    data = _pack(_append_with_data(msgpack.ExtType(5, b"x")))
+    assert _protocol_error(data).code == ErrorCode.BAD_FRAME
+
+
+def test_msgpack_timestamp_is_not_accepted_as_a_value() -> None:
+    # The timestamp extension (-1) is decoded by msgpack itself rather than refused by the ext hook; it must
+    # still never reach a frame.
+    data = _pack(_append_with_data(msgpack.Timestamp(1, 2)))
+    try:
+        frames = decode_message(data)
+    except ProtocolError:
+        return
+    assert len(frames) == 1 and isinstance(frames[0], BadFrame)
+
+
+def test_integer_map_key_is_refused() -> None:
+    assert _protocol_error(_pack({"type": "ping", "call_id": 1, 2: 3})).code == ErrorCode.BAD_FRAME
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "ping", "call_id": 1, b"extra": 2},
+        {"type": "commit", "call_id": 1, "writes": [{"op": "create_conversation", "conversation_id": "c", b"x": 1}]},
+    ],
+    ids=["frame-level", "nested-write"],
+)
+def test_bytes_map_key_in_a_frame_is_a_bad_frame_not_a_crash(value: dict[Any, Any]) -> None:
+    try:
+        frames = decode_message(_pack(value))
+    except ProtocolError:
+        return
+    assert len(frames) == 1 and isinstance(frames[0], BadFrame)
+
+
+# ------------------------------------------------------------------------------------------ per-frame rejection
+
+
+def test_non_map_frame_in_a_batch_becomes_a_bad_frame_in_place() -> None:
+    frames = decode_message(_pack([{"type": "ping", "call_id": 1}, 5, {"type": "ok", "call_id": 2}]))
+    assert frames[0] == Ping(call_id=1)
+    assert isinstance(frames[1], BadFrame) and frames[1].call_id is None
+    assert frames[2] == Ok(call_id=2)
+
+
+def test_unknown_type_is_a_bad_frame_naming_the_type() -> None:
+    frame = _bad({"type": "launch_missiles", "call_id": 4})
+    assert "launch_missiles" in frame.message
+    assert frame.call_id == 4
+
+
+@pytest.mark.parametrize("tag", [None, 5, b"ping", ["ping"]], ids=repr)
+def test_missing_or_non_str_type_is_a_bad_frame(tag: object) -> None:
+    value: dict[str, Any] = {"call_id": 1}
+    if tag is not None:
+        value["type"] = tag
+    assert _bad(value).call_id == 1
+
+
+def test_missing_field_names_its_path() -> None:
+    frame = _bad({"type": "ping"})
+    assert "$.call_id" in frame.message
+    assert frame.call_id is None
+
+
+def test_missing_nested_field_names_its_path() -> None:
+    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": "create_conversation"}]})
+    assert "$.writes[0].conversation_id" in frame.message
+    assert frame.call_id == 3
+
+
+def test_extra_field_is_a_bad_frame_naming_it() -> None:
+    frame = _bad({"type": "ping", "call_id": 1, "surprise": 2})
+    assert "surprise" in frame.message
+    assert frame.call_id == 1
+
+
+def test_extra_nested_field_is_a_bad_frame() -> None:
+    value = {"type": "commit", "call_id": 3, "writes": [{"op": "create_conversation", "conversation_id": "c", "z": 1}]}
+    frame = _bad(value)
+    assert "$.writes[0]" in frame.message and "z" in frame.message
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"type": "ping", "call_id": "1"}, "$.call_id"),
+        ({"type": "ping", "call_id": True}, "$.call_id"),
+        ({"type": "ping", "call_id": 1.0}, "$.call_id"),
+        ({"type": "hello", "protocol_version": 1, "token": 5, "role": "client"}, "$.token"),
+        ({"type": "hello", "protocol_version": True, "token": "t", "role": "client"}, "$.protocol_version"),
+        ({"type": "commit", "call_id": 3, "writes": "abc"}, "$.writes"),
+        ({"type": "commit", "call_id": 3, "writes": {"op": "create_conversation"}}, "$.writes"),
+        ({"type": "committed", "call_id": 3, "seq": 1, "committed_at_ms": 1, "results": [1, True]}, "$.results"),
+        (
+            {"type": "read_entries", "call_id": 3, "conversation_id": "c", "order": "up", "cursor": None, "limit": 1},
+            "$.order",
+        ),
+        (
+            {"type": "read_entries", "call_id": 3, "conversation_id": "c", "order": "asc", "cursor": "0", "limit": 1},
+            "$.cursor",
+        ),
+        ({"type": "submitted", "call_id": 3, "submission": None, "created": 1}, "$.submission"),
+        ({"type": "watching", "call_id": 3, "watch_id": 1, "head_seq": None}, "$.head_seq"),
+    ],
+    ids=[
+        "str-for-int",
+        "bool-for-int",
+        "float-for-int",
+        "int-for-str",
+        "bool-for-int-version",
+        "str-for-array",
+        "map-for-array",
+        "bool-in-int-array",
+        "bad-literal",
+        "str-for-optional-int",
+        "null-for-record",
+        "null-for-int",
+    ],
+)
+def test_wrongly_typed_field_names_its_path(value: dict[str, Any], path: str) -> None:
+    assert path in _bad(value).message
+
+
+def test_call_id_is_recovered_when_it_is_an_int() -> None:
+    assert _bad({"type": "ping", "call_id": 12, "extra": 1}).call_id == 12
+    assert _bad({"type": "submit", "call_id": 13}).call_id == 13
+
+
+@pytest.mark.parametrize("call_id", ["12", True, 12.0, None, [12]], ids=repr)
+def test_call_id_is_not_recovered_when_it_is_not_an_int(call_id: object) -> None:
+    assert _bad({"type": "ping", "call_id": call_id, "extra": 1}).call_id is None
+
+
+def test_unknown_write_op_is_a_bad_frame() -> None:
+    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": "drop_table", "conversation_id": "c"}]})
+    assert "$.writes[0]" in frame.message
+
+
+def test_write_without_op_is_a_bad_frame() -> None:
+    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"conversation_id": "c"}]})
+    assert "$.writes[0]" in frame.message
+
+
+def test_bad_frame_in_a_batch_does_not_disturb_its_neighbours() -> None:
+    frames = decode_message(_pack([{"type": "ping", "call_id": 1}, {"type": "ping"}, {"type": "ok", "call_id": 2}]))
+    assert frames[0] == Ping(call_id=1)
+    assert isinstance(frames[1], BadFrame)
+    assert frames[2] == Ok(call_id=2)
+
+
+def test_decode_frame_refuses_a_batch_and_a_bad_frame() -> None:
+    with pytest.raises(ProtocolError):
+        decode_frame(encode_message([Ping(call_id=1), Ping(call_id=2)]))
+    with pytest.raises(ProtocolError) as info:
+        decode_frame(_pack({"type": "ping"}))
+    assert info.value.code == ErrorCode.BAD_FRAME
+
+
+# ------------------------------------------------------------------------------------------- JSON-like payloads
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [float("nan"), float("inf"), float("-inf"), b"bytes", [1, b"x"], {"a": {"b": float("nan")}}],
+    ids=["nan", "inf", "-inf", "bytes", "bytes-in-list", "nested-nan"],
+)
+def test_non_json_payload_is_a_bad_frame_naming_the_field(data: object) -> None:
+    frame = _bad(_append_with_data(data))
+    assert "$.writes[0].data" in frame.message
+    assert frame.call_id == 7
+
+
+def test_payload_nested_deeper_than_the_limit_is_a_bad_frame() -> None:
+    frame = _bad(_append_with_data(_nested(MAX_JSON_DEPTH + 1)))
+    assert "$.writes[0].data" in frame.message
+
+
+def test_payload_nested_exactly_to_the_limit_is_accepted() -> None:
+    frame = _decode_one(_append_with_data(_nested(MAX_JSON_DEPTH)))
+    assert isinstance(frame, Commit)
+
+
+def test_payload_in_other_frames_is_checked_too() -> None:
+    submit = unstructure_frame(EXAMPLES[4])
+    assert _bad({**submit, "payload": {"x": float("nan")}}).call_id == 2
+    assert isinstance(_decode_one({**submit, "payload": {"x": [1.5, None, "s", {"t": False}]}}), Submit)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -(2**63), 2**64 - 1, 1.5, "", "ü", [], {}, [1, [2, {"a": None}]], _nested(MAX_JSON_DEPTH)],
+    ids=repr,
+)
+def test_check_json_accepts_json_like_values(value: object) -> None:
+    check_json(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        math.inf,
+        b"",
+        bytearray(b"x"),
+        {1: "a"},
+        {"a": {(1,): 2}},
+        {1, 2},
+        object(),
+        _nested(MAX_JSON_DEPTH + 1),
+        2**64,
+        -(2**63) - 1,
+    ],
+    ids=[
+        "nan",
+        "inf",
+        "bytes",
+        "bytearray",
+        "int-key",
+        "tuple-key",
+        "set",
+        "object",
+        "too-deep",
+        "int-too-big",
+        "int-too-small",
+    ],
+)
+def test_check_json_refuses_other_values(value: object) -> None:
+    with pytest.raises(ValueError):
+        check_json(value)
+
+
+# -------------------------------------------------------------------------------------------------- hypothesis
+
+
+def _assert_decodes_safely(data: bytes) -> None:
+    try:
+        frames = decode_message(data)
+    except ProtocolError as exc:
+        assert exc.code in (ErrorCode.BAD_FRAME, ErrorCode.FRAME_TOO_LARGE)
+        return
+    assert frames
+    for frame in frames:
+        if isinstance(frame, BadFrame):
+            assert frame.code == ErrorCode.BAD_FRAME
+            assert frame.call_id is None or type(frame.call_id) is int
+        else:
+            assert type(frame) in FRAME_TYPES
+            # Anything the decoder accepts must survive its own encoding unchanged.
+            assert decode_message(encode_frame(frame)) == [frame]
+
+
+# Map keys include bytes: msgpack's strict_map_key lets bin keys through, and the decoder must still only ever
+# raise ProtocolError or yield BadFrame for them.
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=8)
+    | st.sampled_from(["type", "call_id", "ping", "commit", "op", "append_entry", "record", CONVERSATION])
+)
+_keys = (
+    st.sampled_from(["type", "call_id", "writes", "op", "data", "records", "record", "seq"])
+    | st.text(max_size=6)
+    | st.binary(max_size=4)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=256))
+def test_arbitrary_bytes_never_raise_anything_but_protocol_error(data: bytes) -> None:
+    _assert_decodes_safely(data)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(_values)
+def test_arbitrary_msgpack_values_never_raise_anything_but_protocol_error(value: object) -> None:
+    _assert_decodes_safely(_pack(value))
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(_keys, _values, max_size=5), min_size=1, max_size=4))
+def test_arbitrary_batches_never_raise_anything_but_protocol_error(value: list[dict[str, Any]]) -> None:
+    _assert_decodes_safely(_pack(value))
+
+
+def _containers(value: object, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], object]]:
+    """Every map and array inside ``value``, with the path that reaches it."""
+    found: list[tuple[tuple[Any, ...], object]] = []
+    if isinstance(value, dict):
+        found.append((path, value))
+        for key, item in value.items():
+            found.extend(_containers(item, (*path, key)))
+    elif isinstance(value, list):
+        found.append((path, value))
+        for index, item in enumerate(value):
+            found.extend(_containers(item, (*path, index)))
+    return found
+
+
+def _plain(value: object) -> object:
+    """A frame's map with tuples turned into lists, as msgpack hands it back."""
+    return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)
+
+
+@st.composite
+def _mutated_frames(draw: st.DrawFn) -> object:
+    frame = draw(st.sampled_from(EXAMPLES))
+    value = _plain(unstructure_frame(frame))
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        targets = _containers(value)
+        _, container = draw(st.sampled_from(targets))
+        action = draw(st.sampled_from(["drop", "add", "retype"]))
+        if isinstance(container, dict):
+            if action == "add" or not container:
+                container[draw(_keys)] = draw(_values)
+            elif action == "drop":
+                del container[draw(st.sampled_from(sorted(container, key=repr)))]
+            else:
+                container[draw(st.sampled_from(sorted(container, key=repr)))] = draw(_values)
+        else:
+            assert isinstance(container, list)
+            if action == "add" or not container:
+                container.append(draw(_values))
+            elif action == "drop":
+                del container[draw(st.integers(min_value=0, max_value=len(container) - 1))]
+            else:
+                container[draw(st.integers(min_value=0, max_value=len(container) - 1))] = draw(_values)
+    return value
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated_frames())
+def test_near_valid_frames_decode_to_a_frame_or_a_bad_frame(value: object) -> None:
+    _assert_decodes_safely(_pack(value))
+    _assert_decodes_safely(_pack([value, {"type": "ping", "call_id": 1}]))
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(EXAMPLES), st.data())
+def test_a_dropped_required_field_is_always_reported(frame: Frame, data: st.DataObject) -> None:
+    value = unstructure_frame(frame)
+    required = [key for key in value if key not in ("type", "peer_name")]
+    key = data.draw(st.sampled_from(required))
+    del value[key]
+    decoded = _bad(value)
+    assert f"$.{key}" in decoded.message
