@@ -17,6 +17,7 @@ from protocol import (
     NotAllowed,
     NotFound,
     OwnerUnavailable,
+    PeerInfo,
     ProtocolError,
     RequestFailed,
     StorageError,
@@ -25,9 +26,13 @@ from protocol import (
     new_id,
 )
 
+from ._app import App, AppLoadError, TaskDefinition, load_app
 from ._client import Client, EntryPage, Transaction, WatchStream, connect
+from ._worker import serve
 
 __all__ = [
+    "App",
+    "AppLoadError",
     "Change",
     "Client",
     "Conflict",
@@ -43,13 +48,17 @@ __all__ = [
     "NotAllowed",
     "NotFound",
     "OwnerUnavailable",
+    "PeerInfo",
     "ProtocolError",
     "RequestFailed",
     "StorageError",
     "SubmissionRecord",
+    "TaskDefinition",
     "TetherError",
     "Transaction",
     "WatchStream",
     "connect",
+    "load_app",
     "new_id",
+    "serve",
 ]

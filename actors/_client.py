@@ -27,6 +27,7 @@ from protocol import (
     PROTOCOL_VERSION,
     WEBSOCKET_HARD_LIMIT_BYTES,
     AdvanceClock,
+    Announce,
     AppendEntry,
     BadFrame,
     Change,
@@ -47,8 +48,11 @@ from protocol import (
     HandshakeRefused,
     Hello,
     JsonValue,
+    Ok,
     Order,
     OwnerUnavailable,
+    PeerInfo,
+    PeersReply,
     Ping,
     Pong,
     ProtocolError,
@@ -56,6 +60,7 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadPeers,
     ReadSubmission,
     Refused,
     Request,
@@ -137,6 +142,9 @@ class Client:
         """The owner's last ``Welcome`` (its instance, clock and head ``seq`` at connect time)."""
         self.reconnects = 0
         """How many times the connection was re-established."""
+        self._last_heard_s = 0.0
+        self.announcement: Announce | None = None
+        """Sent after every (re)connection before anything else: how a worker re-announces itself."""
 
     # ------------------------------------------------------------------------------------------- public API
 
@@ -267,6 +275,15 @@ class Client:
         Use as ``async for change in client.watch(...)``, or ``async with`` it to unsubscribe on exit.
         """
         return WatchStream(self, conversation_id, from_seq)
+
+    async def peers(self) -> list[PeerInfo]:
+        """The connections attached to the owner: clients, readers and workers with what they announced."""
+        reply = await self._call(ReadPeers(call_id=0), PeersReply)
+        return list(reply.peers)
+
+    async def announce(self, announcement: Announce) -> None:
+        """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
+        await self._call(announcement, Ok)
 
     async def ping(self) -> Pong:
         """A round trip to the owner: its clock and newest ``seq``."""
@@ -415,12 +432,18 @@ class Client:
     async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
+        self._last_heard_s = trio.current_time()
+        if self.announcement is not None:
+            self._send_nowait(self.announcement)
         for stream in list(self._watches.values()):
             stream._resubscribe()
         self._connected.set()
+        assert self.welcome is not None
+        interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._send_loop, ws)
+                nursery.start_soon(self._heartbeat, interval_s, nursery.cancel_scope)
                 await self._receive_loop(ws)
                 nursery.cancel_scope.cancel(reason="connection closed")
         except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -430,6 +453,16 @@ class Client:
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
                 scope.shield = True
                 await _close_quietly(ws)
+
+    async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
+        """Ping the owner every ``interval_s``; give the connection up if the owner stays silent 4 times as long
+        (a stopped or wedged owner never closes the connection by itself)."""
+        while True:
+            await trio.sleep(interval_s)
+            if trio.current_time() - self._last_heard_s > 4 * interval_s:
+                connection_scope.cancel(reason="the owner went silent")
+                return
+            self._send_nowait(Ping(call_id=0))
 
     async def _send_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
         while True:
@@ -453,6 +486,7 @@ class Client:
                 message = await ws.get_message()
             except trio_websocket.ConnectionClosed:
                 return
+            self._last_heard_s = trio.current_time()
             try:
                 frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
             except ProtocolError:

@@ -81,6 +81,31 @@ class SubmissionRecord:
 Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
+
+@attrs.frozen(kw_only=True)
+class Capability:
+    """Something a worker can run: a task kind, a tool or an agent, at one version."""
+
+    kind: Literal["task", "tool", "agent"]
+    name: str
+    version: int
+
+
+@attrs.frozen(kw_only=True)
+class PeerInfo:
+    """An attached connection, as the owner sees it. Workers fill in the rest with ``Announce``."""
+
+    peer_id: int
+    role: str
+    peer_name: str
+    attached_at_ms: int
+    announced: bool
+    pid: int | None
+    host: str | None
+    app: str | None
+    capabilities: tuple[Capability, ...]
+
+
 # ---------------------------------------------------------------------------------------------------- writes
 
 
@@ -135,6 +160,8 @@ class Welcome:
     head_seq: int
     clock: Literal["wall", "manual"]
     max_message_bytes: int
+    heartbeat_ms: int
+    """Send something (a ``ping`` will do) at least this often: the owner drops a peer silent for 4 times as long."""
 
 
 @attrs.frozen(kw_only=True)
@@ -230,6 +257,26 @@ class Ping:
 
 
 @attrs.frozen(kw_only=True)
+class Announce:
+    """A worker says who it is and what it can run. Sent after every (re)connection; a later one replaces it."""
+
+    TYPE: ClassVar[str] = "announce"
+    call_id: int
+    pid: int
+    host: str
+    app: str
+    capabilities: tuple[Capability, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ReadPeers:
+    """List the attached connections (for ``tether status``)."""
+
+    TYPE: ClassVar[str] = "read_peers"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
 class AdvanceClock:
     """Move a manual clock forward (owners started with ``--clock manual`` only)."""
 
@@ -305,6 +352,13 @@ class Watching:
 
 
 @attrs.frozen(kw_only=True)
+class PeersReply:
+    TYPE: ClassVar[str] = "peers"
+    call_id: int
+    peers: tuple[PeerInfo, ...]
+
+
+@attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
     call_id: int
@@ -373,6 +427,8 @@ Request: TypeAlias = (
     | Unwatch
     | Ping
     | AdvanceClock
+    | Announce
+    | ReadPeers
 )
 Reply: TypeAlias = (
     Committed
@@ -382,6 +438,7 @@ Reply: TypeAlias = (
     | DocumentReply
     | SubmissionReply
     | Watching
+    | PeersReply
     | Ok
     | Pong
     | ClockReply
@@ -401,6 +458,8 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     Unwatch,
     Ping,
     AdvanceClock,
+    Announce,
+    ReadPeers,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -410,6 +469,7 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     DocumentReply,
     SubmissionReply,
     Watching,
+    PeersReply,
     Ok,
     Pong,
     ClockReply,

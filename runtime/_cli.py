@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Final
 
 import trio
 
 from protocol import OwnerAlreadyRunning, SchemaTooNew, StorageError, TetherError, collapse_group
 
+from ._parent import watch_parent
+
+DEFAULT_APP: Final = "runtime.demo_app:app"
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
@@ -25,6 +30,22 @@ def _listen_address(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not host:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT (such as 127.0.0.1:0), not {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -98,6 +119,87 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--db", default="tether.db", help="database to use (default ./tether.db)")
     demo.add_argument("--entries", type=_positive, default=400, help="entries each writer appends (default 400)")
+
+    up = commands.add_parser(
+        "up",
+        help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
+        description=(
+            "Start the owner, wait until it listens, then start the workers; restart a child that dies, with "
+            "back-off, and give up past the restart intensity (more than --max-restarts restarts within "
+            "--restart-window seconds), naming the child and its last output. SIGINT or SIGTERM stop the "
+            "workers first, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` "
+            "work from any shell."
+        ),
+    )
+    up.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    up.add_argument(
+        "--app",
+        default=DEFAULT_APP,
+        metavar="MODULE:ATTR",
+        help=f"the application the workers serve (default the built-in demo app, {DEFAULT_APP})",
+    )
+    up.add_argument("--workers", type=_count, default=2, help="how many worker processes (default 2)")
+    up.add_argument(
+        "--listen",
+        type=_listen_address,
+        default=("127.0.0.1", 0),
+        metavar="HOST:PORT",
+        help="the owner's address (default 127.0.0.1:0)",
+    )
+    up.add_argument("--sync", choices=("normal", "full"), default="normal", help="as for tether owner")
+    up.add_argument("--clock", choices=("wall", "manual"), default="wall", help="as for tether owner")
+    up.add_argument(
+        "--heartbeat-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="the owner drops a peer silent for S seconds (default 10)",
+    )
+    up.add_argument(
+        "--max-restarts", type=_count, default=5, metavar="R", help="give up after more than R restarts ... (default 5)"
+    )
+    up.add_argument(
+        "--restart-window", type=_seconds, default=60.0, metavar="T", help="... within T seconds (default 60)"
+    )
+
+    worker = commands.add_parser(
+        "worker",
+        help="run one worker: attach to the owner of DB and serve an application",
+        description=(
+            "Load the application (MODULE:ATTR naming an actors.App; a bad path fails before anything attaches), "
+            "attach to the owner of DB as a worker, announce what the app runs, and keep a heartbeat. Waits for "
+            "the owner if it is not up yet, and reconnects after losing it."
+        ),
+    )
+    worker.add_argument("--db", required=True, help="the database whose owner to attach to")
+    worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
+    worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
+
+    status = commands.add_parser(
+        "status",
+        help="show what runs for a database: supervisor, owner, workers",
+        description="Show whether the supervisor, the owner and each worker are alive and attached, their pids and "
+        "restart counts, the database, its schema version and size.",
+    )
+    status.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+
+    stop = commands.add_parser(
+        "stop",
+        help="stop the runtime of a database (its supervisor, or its lone owner) and wait until it is gone",
+    )
+    stop.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    stop.add_argument("--timeout", type=_seconds, default=30.0, metavar="S", help="wait at most S seconds (default 30)")
+
+    for command in (owner, worker):
+        command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    owner.add_argument(
+        "--heartbeat-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="drop a peer silent for S seconds (default 10)",
+    )
     return parser
 
 
@@ -110,6 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._demo import run_demo
 
             return trio.run(run_demo, args.db, args.entries)
+        if args.command == "up":
+            return _run_up(args)
+        if args.command == "worker":
+            return _run_worker(args)
+        if args.command == "status":
+            return _status(args)
+        if args.command == "stop":
+            from ._status import stop
+
+            print(stop(args.db, timeout_s=args.timeout), flush=True)
+            return EXIT_OK
     except OwnerAlreadyRunning as exc:
         return _fail(exc, EXIT_ALREADY_RUNNING)
     except SchemaTooNew as exc:
@@ -119,6 +232,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    from ._supervisor import Supervisor, SupervisorConfig
+
+    host, port = args.listen
+    config = SupervisorConfig(
+        db=args.db,
+        app=args.app,
+        workers=args.workers,
+        listen=f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
+        sync=args.sync,
+        clock=args.clock,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        max_restarts=args.max_restarts,
+        restart_window_s=args.restart_window,
+    )
+    supervisor = Supervisor(config)
+    print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
+    _run_trio(supervisor.run)
+    print("tether up: stopped", flush=True)
+    return EXIT_OK
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    import actors
+
+    app = actors.load_app(args.app)
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            if args.supervised:
+                nursery.start_soon(watch_parent, nursery.cancel_scope)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                await nursery.start(partial(actors.serve, app, db=args.db, name=args.name))
+                print(f"tether worker: {args.name or os.getpid()} serving {app.name} on {args.db}", flush=True)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
+                    break
+
+    _run_trio(serve)
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ._status import collect_status, format_status
+
+    status = collect_status(args.db)
+    print(json.dumps(status) if args.json else format_status(status), flush=True)
+    return EXIT_OK
+
+
+def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
+    """``trio.run`` with the single-exception groups of the public boundary collapsed."""
+    try:
+        trio.run(function)
+    except BaseExceptionGroup as group:
+        raise collapse_group(group) from None
 
 
 def _fail(exc: BaseException, status: int) -> int:
@@ -139,11 +310,14 @@ def _run_owner(args: argparse.Namespace) -> int:
         kill_before_commit=args.fault_kill_before_commit,
         kill_after_commit=args.fault_kill_after_commit,
         storage_error_at_commit=args.fault_storage_error_at_commit,
+        heartbeat_timeout_s=args.heartbeat_timeout,
     )
     server = OwnerServer(config)
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
+            if args.supervised:
+                nursery.start_soon(watch_parent, nursery.cancel_scope)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 url = await nursery.start(server.run)
                 print(f"tether owner: {server.db} on {url} (pid {os.getpid()})", flush=True)

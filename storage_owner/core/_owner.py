@@ -34,6 +34,7 @@ from protocol import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     AdvanceClock,
+    Announce,
     AppendEntry,
     BadFrame,
     Change,
@@ -52,12 +53,15 @@ from protocol import (
     Frame,
     Hello,
     Ok,
+    PeerInfo,
+    PeersReply,
     Ping,
     Pong,
     PutDocument,
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadPeers,
     ReadSubmission,
     Record,
     Refused,
@@ -92,6 +96,7 @@ back never holds up the commit loop for long."""
 MAX_CACHED_POSITIONS: Final = 100_000
 """Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
 MAX_CURSOR: Final = (1 << 62) - 1
+MAX_CAPABILITIES: Final = 10_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
@@ -119,6 +124,9 @@ class _Watch:
 @attrs.define(eq=False)
 class _Peer:
     role: str
+    peer_name: str = ""
+    attached_at_ms: int = 0
+    announced: Announce | None = None
     congested: bool = False
     watches: dict[int, _Watch] = attrs.Factory(dict)
 
@@ -158,6 +166,8 @@ class OwnerCore:
             Unwatch: self._on_unwatch,
             Ping: self._on_ping,
             AdvanceClock: self._on_advance_clock,
+            Announce: self._on_announce,
+            ReadPeers: self._on_read_peers,
         }
         self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock})
 
@@ -207,13 +217,14 @@ class OwnerCore:
             owner_instance=self._instance,
             head_seq=self._head_seq,
             clock=self._clock,
-            max_message_bytes=0,  # filled in by the shell, which owns the transport limits
+            max_message_bytes=0,  # filled in by the shell, which owns the transport limits and liveness
+            heartbeat_ms=0,
         )
 
-    def attach(self, peer: PeerId, role: str) -> None:
+    def attach(self, peer: PeerId, role: str, *, peer_name: str = "", now_ms: int = 0) -> None:
         """A connection completed its handshake with ``role``."""
         assert peer not in self._peers, f"peer {peer} attached twice"
-        self._peers[peer] = _Peer(role=role)
+        self._peers[peer] = _Peer(role=role, peer_name=peer_name, attached_at_ms=now_ms)
 
     def detach(self, peer: PeerId) -> None:
         """A connection ended; forget its watches. Safe to call for a peer that never attached."""
@@ -526,6 +537,45 @@ class OwnerCore:
         if watch is not None:
             self._drop_watch(watch)
         self._reply(peer, Ok(call_id=request.call_id))
+
+    def _on_announce(self, peer: PeerId, request: Announce, now_ms: int) -> None:
+        state = self._peers[peer]
+        problem = None
+        if state.role != "worker":
+            problem = (ErrorCode.NOT_ALLOWED, f"only workers announce capabilities; this connection is a {state.role}")
+        elif len(request.capabilities) > MAX_CAPABILITIES:
+            problem = (ErrorCode.INVALID, f"a worker may announce at most {MAX_CAPABILITIES} capabilities")
+        else:
+            for index, capability in enumerate(request.capabilities):
+                if not 1 <= len(capability.name) <= MAX_NAME_CHARS or capability.version < 1:
+                    problem = (
+                        ErrorCode.INVALID,
+                        f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters and a version of 1 or "
+                        f"more are required, not {capability.name!r} version {capability.version}",
+                    )
+                    break
+        if problem is not None:
+            self._reply(peer, Error(call_id=request.call_id, code=problem[0], message=problem[1]))
+            return
+        state.announced = request
+        self._reply(peer, Ok(call_id=request.call_id))
+
+    def _on_read_peers(self, peer: PeerId, request: ReadPeers, now_ms: int) -> None:
+        peers = tuple(
+            PeerInfo(
+                peer_id=peer_id,
+                role=state.role,
+                peer_name=state.peer_name,
+                attached_at_ms=state.attached_at_ms,
+                announced=state.announced is not None,
+                pid=None if state.announced is None else state.announced.pid,
+                host=None if state.announced is None else state.announced.host,
+                app=None if state.announced is None else state.announced.app,
+                capabilities=() if state.announced is None else state.announced.capabilities,
+            )
+            for peer_id, state in self._peers.items()
+        )
+        self._reply(peer, PeersReply(call_id=request.call_id, peers=peers))
 
     def _on_ping(self, peer: PeerId, request: Ping, now_ms: int) -> None:
         self._reply(peer, Pong(call_id=request.call_id, now_ms=now_ms, head_seq=self._head_seq))

@@ -91,6 +91,9 @@ class OwnerConfig:
     """Fault injection: SIGKILL this process right before its k-th writing COMMIT (counting from 1)."""
     kill_after_commit: int | None = None
     """Fault injection: SIGKILL this process right after its k-th writing COMMIT."""
+    heartbeat_timeout_s: float = 10.0
+    """A peer silent for this long is dropped (its connection closed, its leases cut off); peers are told to send
+    something every quarter of it."""
     storage_error_at_commit: int | None = None
     """Fault injection: fail the k-th writing COMMIT with a storage error (the owner fails closed)."""
 
@@ -118,6 +121,9 @@ class _Connection:
         self.ws = ws
         self.queue: list[bytes] = []
         self.queued_bytes = 0
+        self.last_heard_s = trio.current_time()
+        self.scope = trio.CancelScope()
+        """Cancelled to drop the peer (silent past the heartbeat timeout)."""
         self.congested = False
         self.wakeup = trio.Event()
 
@@ -137,6 +143,7 @@ class _Connection:
                 message = await self.ws.get_message()
             except PEER_GONE:
                 return
+            self.last_heard_s = trio.current_time()
             try:
                 frames: list[Frame | BadFrame] = decode_message(message)
             except ProtocolError as exc:
@@ -260,6 +267,7 @@ class OwnerServer:
                 handler_nursery=nursery,
                 max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
                 message_queue_size=4,
+                disconnect_timeout=CLOSE_TIMEOUT_S,
                 receive_buffer_size=RECEIVE_BUFFER_BYTES,
                 task_status=task_status,
             )
@@ -280,6 +288,7 @@ class OwnerServer:
             )
         )
         task_status.started(self.url)
+        nursery.start_soon(self._drop_silent_peers)
         try:
             await self._commit_loop()
         finally:
@@ -323,10 +332,11 @@ class OwnerServer:
         if connection is None:
             return
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(connection.send_loop, nursery.cancel_scope)
-                await connection.receive_loop()
-                nursery.cancel_scope.cancel(reason="the peer closed its connection")
+            with connection.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(connection.send_loop, nursery.cancel_scope)
+                    await connection.receive_loop()
+                    nursery.cancel_scope.cancel(reason="the peer closed its connection")
         finally:
             self._connections.pop(connection.peer, None)
             self.core.detach(connection.peer)
@@ -350,16 +360,30 @@ class OwnerServer:
                     await ws.aclose()
                     return None
                 assert isinstance(hello, Hello)
-                await ws.send_message(encode_frame(attrs.evolve(answer, max_message_bytes=MAX_MESSAGE_BYTES)))
+                heartbeat_ms = int(self.config.heartbeat_timeout_s * 1000 / 4)
+                welcome = attrs.evolve(answer, max_message_bytes=MAX_MESSAGE_BYTES, heartbeat_ms=heartbeat_ms)
+                await ws.send_message(encode_frame(welcome))
                 peer = next(self._peer_ids)
                 connection = _Connection(self, peer, ws)
                 self._connections[peer] = connection
-                self.core.attach(peer, hello.role)
+                self.core.attach(peer, hello.role, peer_name=hello.peer_name, now_ms=self._clock.now_ms())
                 return connection
             except PEER_GONE:
                 return None
         await ws.aclose()
         return None
+
+    async def _drop_silent_peers(self) -> None:
+        """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer."""
+        timeout_s = self.config.heartbeat_timeout_s
+        while True:
+            await trio.sleep(timeout_s / 4)
+            now_s = trio.current_time()
+            for connection in list(self._connections.values()):
+                silent_s = now_s - connection.last_heard_s
+                if silent_s > timeout_s:
+                    self._log(f"tether owner: dropping peer {connection.peer}: silent for {silent_s:.1f} s")
+                    connection.scope.cancel(reason="silent past the heartbeat timeout")
 
     # ---------------------------------------------------------------------------------------- commit loop
 

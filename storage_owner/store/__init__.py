@@ -1,6 +1,6 @@
 """The SQLite store (APSW), its schema and migrations, and database ownership."""
 
-from ._ownership import LOCK_SUFFIX, Ownership, lock_path
+from ._ownership import LOCK_SUFFIX, Ownership, is_owned, lock_is_held, lock_path
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
     CHECKPOINT_START_PAGES,
@@ -22,6 +22,8 @@ __all__ = [
     "SqliteStore",
     "Sync",
     "check_database",
+    "is_owned",
+    "lock_is_held",
     "lock_path",
     "read_schema_version",
     "storage_errors",

@@ -69,3 +69,23 @@ def _describe_holder(fd: int) -> str:
         return f"pid {raw['pid']} on {raw['host']}, started {started:%Y-%m-%d %H:%M:%S} UTC"
     except (ValueError, KeyError, TypeError, OSError):
         return "another process (its details are not readable yet)"
+
+
+def lock_is_held(path: Path) -> bool:
+    """Whether some live process holds the ``flock`` on ``path`` (a missing file is not held)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the shared lock if we got it
+    return False
+
+
+def is_owned(db: str) -> bool:
+    """Whether a live owner holds the database at ``db``."""
+    return lock_is_held(lock_path(db))

@@ -16,8 +16,10 @@ from protocol import (
     MAX_JSON_DEPTH,
     MAX_MESSAGE_BYTES,
     AdvanceClock,
+    Announce,
     AppendEntry,
     BadFrame,
+    Capability,
     Change,
     ClockReply,
     Commit,
@@ -35,6 +37,8 @@ from protocol import (
     Goodbye,
     Hello,
     Ok,
+    PeerInfo,
+    PeersReply,
     Ping,
     Pong,
     ProtocolError,
@@ -42,6 +46,7 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadPeers,
     ReadSubmission,
     Refused,
     SubmissionRecord,
@@ -94,7 +99,14 @@ SUBMISSION_RECORD = SubmissionRecord(
 
 EXAMPLES: list[Frame] = [
     Hello(protocol_version=1, token="secret", role="client", peer_name="tests"),
-    Welcome(protocol_version=1, owner_instance=INSTANCE, head_seq=42, clock="manual", max_message_bytes=1 << 20),
+    Welcome(
+        protocol_version=1,
+        owner_instance=INSTANCE,
+        head_seq=42,
+        clock="manual",
+        max_message_bytes=1 << 20,
+        heartbeat_ms=2500,
+    ),
     Refused(code="bad_token", message="no", supported_versions=(1,)),
     Commit(
         call_id=1,
@@ -121,6 +133,14 @@ EXAMPLES: list[Frame] = [
     Unwatch(call_id=8, watch_id=1),
     Ping(call_id=9),
     AdvanceClock(call_id=10, by_ms=1500),
+    Announce(
+        call_id=11,
+        pid=4242,
+        host="host-a",
+        app="shop",
+        capabilities=(Capability(kind="task", name="shop.checkout", version=2),),
+    ),
+    ReadPeers(call_id=12),
     Committed(call_id=1, seq=5, committed_at_ms=1_700_000_000_004, results=(0, 1, 1, 1)),
     Submitted(call_id=2, submission=SUBMISSION_RECORD, created=True),
     ConversationReply(call_id=3, conversation=CONVERSATION_RECORD),
@@ -128,6 +148,22 @@ EXAMPLES: list[Frame] = [
     DocumentReply(call_id=5, document=DOCUMENT_RECORD),
     SubmissionReply(call_id=6, submission=None),
     Watching(call_id=7, watch_id=1, head_seq=5),
+    PeersReply(
+        call_id=12,
+        peers=(
+            PeerInfo(
+                peer_id=3,
+                role="worker",
+                peer_name="worker-1",
+                attached_at_ms=1_700_000_000_000,
+                announced=True,
+                pid=4242,
+                host="host-a",
+                app="shop",
+                capabilities=(Capability(kind="task", name="shop.checkout", version=2),),
+            ),
+        ),
+    ),
     Ok(call_id=8),
     Pong(call_id=9, now_ms=1_700_000_000_005, head_seq=5),
     ClockReply(call_id=10, now_ms=1_700_000_001_505),
@@ -146,14 +182,27 @@ EXAMPLE_IDS = [type(example).__name__ for example in EXAMPLES]
 # deliberate, and a change that breaks compatibility with existing peers needs a PROTOCOL_VERSION bump (and
 # SUPPORTED_VERSIONS updated). Regenerate a string with ``encode_frame(example).hex()``.
 GOLDEN_HEX: dict[str, str] = {
+    "PeersReply": (
+        "83a474797065a57065657273a763616c6c5f69640ca570656572739189a7706565725f696403a4726f6c65a6776f726b"
+        "6572a9706565725f6e616d65a8776f726b65722d31ae61747461636865645f61745f6d73cf0000018bcfe56800a9616e"
+        "6e6f756e636564c3a3706964cd1092a4686f7374a6686f73742d61a3617070a473686f70ac6361706162696c69746965"
+        "739183a46b696e64a47461736ba46e616d65ad73686f702e636865636b6f7574a776657273696f6e02"
+    ),
+    "ReadPeers": ("82a474797065aa726561645f7065657273a763616c6c5f69640c"),
+    "Announce": (
+        "86a474797065a8616e6e6f756e6365a763616c6c5f69640ba3706964cd1092a4686f7374a6686f73742d61a3617070a4"
+        "73686f70ac6361706162696c69746965739183a46b696e64a47461736ba46e616d65ad73686f702e636865636b6f7574"
+        "a776657273696f6e02"
+    ),
     "Hello": (
         "85a474797065a568656c6c6fb070726f746f636f6c5f76657273696f6e01a5746f6b656ea6736563726574a4726f6c65"
         "a6636c69656e74a9706565725f6e616d65a57465737473"
     ),
     "Welcome": (
-        "86a474797065a777656c636f6d65b070726f746f636f6c5f76657273696f6e01ae6f776e65725f696e7374616e6365d9"
+        "87a474797065a777656c636f6d65b070726f746f636f6c5f76657273696f6e01ae6f776e65725f696e7374616e6365d9"
         "2430313839306135642d616339392d373030302d383030302d303030303030303030303033a8686561645f7365712aa5"
-        "636c6f636ba66d616e75616cb16d61785f6d6573736167655f6279746573ce00100000"
+        "636c6f636ba66d616e75616cb16d61785f6d6573736167655f6279746573ce00100000ac6865617274626561745f6d73"
+        "cd09c4"
     ),
     "Refused": (
         "84a474797065a772656675736564a4636f6465a96261645f746f6b656ea76d657373616765a26e6fb2737570706f7274"

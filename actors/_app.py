@@ -1,0 +1,118 @@
+"""Applications: what a worker can run, and how ``--app MODULE:ATTR`` finds it."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from protocol import Capability, TetherError
+
+KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
+DEFAULT_RESTART_LIMIT: Final = 5
+
+PhaseFunction = Callable[[Any], Awaitable[None]]
+
+
+class AppLoadError(TetherError):
+    """``--app MODULE:ATTR`` does not name an importable :class:`App`."""
+
+
+@attrs.frozen(kw_only=True)
+class TaskDefinition:
+    """A task kind at one version: its phases, its abort handler and how it upgrades older stored tasks."""
+
+    kind: str
+    version: int
+    initial: Callable[[Any], Any]
+    phases: Mapping[str, PhaseFunction]
+    abort: PhaseFunction | None = None
+    migrate: Callable[[int, Any], Any] | None = None
+    restart_limit: int = DEFAULT_RESTART_LIMIT
+
+
+class App:
+    """A named set of task kinds (and, later, tools and agents), each with an explicit version.
+
+    A worker serving the app announces every definition to the owner, which schedules only work whose kind and
+    version some attached worker has.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not name:
+            raise ValueError("an App needs a name")
+        self.name = name
+        self._tasks: dict[str, TaskDefinition] = {}
+
+    def define_task(
+        self,
+        kind: str,
+        *,
+        version: int,
+        initial: Callable[[Any], Any],
+        phases: Mapping[str, PhaseFunction],
+        abort: PhaseFunction | None = None,
+        migrate: Callable[[int, Any], Any] | None = None,
+        restart_limit: int = DEFAULT_RESTART_LIMIT,
+    ) -> TaskDefinition:
+        """Register a task kind. Raises ``ValueError`` (and registers nothing) if the definition is unusable."""
+        if not KIND_PATTERN.fullmatch(kind):
+            raise ValueError(f"task kind {kind!r} must be dotted identifiers, such as 'shop.checkout'")
+        if kind in self._tasks:
+            raise ValueError(f"task kind {kind!r} is already defined in app {self.name!r}")
+        if type(version) is not int or version < 1:
+            raise ValueError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
+        if not phases:
+            raise ValueError(f"task kind {kind!r} needs at least one phase")
+        if restart_limit < 1:
+            raise ValueError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
+        definition = TaskDefinition(
+            kind=kind,
+            version=version,
+            initial=initial,
+            phases=dict(phases),
+            abort=abort,
+            migrate=migrate,
+            restart_limit=restart_limit,
+        )
+        self._tasks[kind] = definition
+        return definition
+
+    @property
+    def tasks(self) -> Mapping[str, TaskDefinition]:
+        return dict(self._tasks)
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        """What a worker serving this app announces."""
+        return tuple(
+            Capability(kind="task", name=definition.kind, version=definition.version)
+            for definition in sorted(self._tasks.values(), key=lambda definition: definition.kind)
+        )
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, tasks={sorted(self._tasks)})"
+
+
+def load_app(spec: str) -> App:
+    """Import ``MODULE:ATTR`` and return the :class:`App` it names; :class:`AppLoadError` says what is wrong."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AppLoadError(f"--app must look like MODULE:ATTR (such as myapp.tasks:app), not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise AppLoadError(f"cannot import module {module_name!r} for --app {spec}: {exc}") from exc
+    except Exception as exc:  # the application's own import-time error
+        raise AppLoadError(
+            f"importing module {module_name!r} for --app {spec} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise AppLoadError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
+    if not isinstance(app, App):
+        raise AppLoadError(f"--app {spec} is a {type(app).__name__}, not an actors.App")
+    return app

@@ -1,0 +1,29 @@
+"""How a supervised child notices that its supervisor is gone: its stdin pipe ends, or falls silent.
+
+The supervisor keeps a pipe to each child's stdin and writes a heartbeat byte to it every
+``PARENT_HEARTBEAT_S``. A child started with ``--supervised`` exits cleanly once the pipe reaches end-of-file (the
+supervisor died, however it died) or stays silent for ``PARENT_SILENCE_S`` (the supervisor is stopped or wedged).
+No signals and no pid polling are involved.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+import trio
+
+PARENT_HEARTBEAT_S: Final = 1.0
+PARENT_SILENCE_S: Final = 15.0
+
+
+async def watch_parent(cancel: trio.CancelScope) -> None:
+    """Cancel ``cancel`` once stdin ends or stays silent for too long."""
+    stream = trio.lowlevel.FdStream(os.dup(0))
+    async with stream:
+        while True:
+            with trio.move_on_after(PARENT_SILENCE_S) as silence:
+                data = await stream.receive_some(4096)
+            if silence.cancelled_caught or not data:
+                cancel.cancel(reason="the supervisor is gone")
+                return

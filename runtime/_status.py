@@ -1,0 +1,143 @@
+"""``tether status`` and ``tether stop``: what runs for a database, found from the database path alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Final
+
+import trio
+
+import actors
+from protocol import OwnerUnavailable, RuntimeInfo, TetherError, read_runtime
+from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_version
+
+from ._supervisor import read_state, supervisor_lock_path
+
+STATUS_TIMEOUT_S: Final = 5.0
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _size_bytes(db: str) -> int:
+    return sum(os.path.getsize(path) for path in (db, db + "-wal") if os.path.exists(path))
+
+
+async def _attached_peers(db: str) -> list[actors.PeerInfo] | None:
+    try:
+        with trio.fail_after(STATUS_TIMEOUT_S):
+            async with actors.connect(db=db, role="reader", name="tether-status", reconnect=False) as client:
+                return await client.peers()
+    except (TetherError, trio.TooSlowError):
+        return None
+
+
+def collect_status(db: str) -> dict[str, Any]:
+    """The status object ``tether status --json`` prints (see the README for its keys)."""
+    db = os.path.abspath(db)
+    if not os.path.exists(db):
+        raise OwnerUnavailable(f"there is no database at {db}")
+    info: RuntimeInfo | None
+    try:
+        info = read_runtime(db)
+    except OwnerUnavailable:
+        info = None
+    owner_alive = is_owned(db)
+    state = read_state(db)
+    supervisor_alive = state is not None and lock_is_held(supervisor_lock_path(db))
+    peers = trio.run(_attached_peers, db) if owner_alive else None
+    worker_peers = [peer for peer in peers or [] if peer.role == "worker"]
+    attached_pids = {peer.pid for peer in worker_peers}
+
+    workers: list[dict[str, Any]] = []
+    supervised_pids: set[int] = set()
+    for child in (state or {}).get("workers", []) if supervisor_alive else []:
+        pid = child.get("pid")
+        supervised_pids.add(pid)
+        workers.append(
+            {
+                "name": child.get("name"),
+                "pid": pid,
+                "alive": _pid_alive(pid),
+                "attached": pid in attached_pids,
+                "restarts": child.get("restarts", 0),
+                "supervised": True,
+            }
+        )
+    for peer in worker_peers:
+        if peer.pid not in supervised_pids:
+            workers.append(
+                {
+                    "name": peer.peer_name,
+                    "pid": peer.pid,
+                    "alive": True,
+                    "attached": True,
+                    "restarts": 0,
+                    "supervised": False,
+                }
+            )
+    owner_state = (state or {}).get("owner", {}) if supervisor_alive else {}
+    return {
+        "db": db,
+        "schema_version": read_schema_version(db),
+        "size_bytes": _size_bytes(db),
+        "url": info.url if info is not None and owner_alive else None,
+        "supervisor": {"pid": state["pid"]} if supervisor_alive and state is not None else None,
+        "owner": {
+            "pid": info.pid if info is not None and owner_alive else None,
+            "alive": owner_alive,
+            "restarts": owner_state.get("restarts", 0),
+        },
+        "workers": workers,
+        "clients": len([peer for peer in peers or [] if peer.role != "worker"]) - 1 if peers else 0,
+    }
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [
+        f"database    {status['db']}  (schema {status['schema_version']}, {status['size_bytes']:,} bytes)",
+        f"supervisor  {'pid ' + str(status['supervisor']['pid']) if status['supervisor'] else 'none'}",
+    ]
+    owner = status["owner"]
+    if owner["alive"]:
+        lines.append(f"owner       pid {owner['pid']} on {status['url']}, {owner['restarts']} restarts")
+    else:
+        lines.append("owner       not running")
+    if not status["workers"]:
+        lines.append("workers     none")
+    for worker in status["workers"]:
+        state = "attached" if worker["attached"] else ("alive, not attached" if worker["alive"] else "not running")
+        lines.append(f"worker      {worker['name']:<12} pid {worker['pid']}  {state}, {worker['restarts']} restarts")
+    lines.append(f"clients     {status['clients']} other connections")
+    return "\n".join(lines)
+
+
+def stop(db: str, *, timeout_s: float) -> str:
+    """SIGTERM the supervisor of ``db`` (or its lone owner) and wait until it is gone. Returns what was stopped."""
+    db = os.path.abspath(db)
+    state = read_state(db)
+    lock = supervisor_lock_path(db)
+    if state is not None and lock_is_held(lock):
+        target, pid = "supervisor", int(state["pid"])
+    elif is_owned(db):
+        target, pid, lock = "owner", read_runtime(db).pid, lock_path(db)
+    else:
+        raise OwnerUnavailable(f"nothing is running for {db}")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while lock_is_held(lock):
+        if time.monotonic() > deadline:
+            raise TetherError(f"the {target} (pid {pid}) did not stop within {timeout_s:g} s")
+        time.sleep(0.02)
+    return f"stopped the {target} (pid {pid}) of {db}"
