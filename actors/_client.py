@@ -96,6 +96,13 @@ ENTRY_PAGE: Final = 500
 WATCH_BUFFER_LIMIT: Final = 10_000
 """Changes a watch holds for a slow consumer before it stops receiving and re-reads from the log later."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
+CONNECTION_ENDED: Final = (
+    trio_websocket.ConnectionClosed,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
+"""What sending or receiving raises once the connection is gone: handled by reconnecting, never raised."""
 
 
 class _Waiter:
@@ -442,12 +449,10 @@ class Client:
         interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_loop, ws)
+                nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
                 nursery.start_soon(self._heartbeat, interval_s, nursery.cancel_scope)
                 await self._receive_loop(ws)
                 nursery.cancel_scope.cancel(reason="connection closed")
-        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
         finally:
             self._ws = None
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
@@ -464,7 +469,14 @@ class Client:
                 return
             self._send_nowait(Ping(call_id=0))
 
-    async def _send_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
+    async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
+        """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
+        try:
+            await self._send_queued(ws)
+        except CONNECTION_ENDED:
+            connection_scope.cancel(reason="the connection broke while sending")
+
+    async def _send_queued(self, ws: trio_websocket.WebSocketConnection) -> None:
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready = trio.Event()
@@ -484,7 +496,7 @@ class Client:
         while True:
             try:
                 message = await ws.get_message()
-            except trio_websocket.ConnectionClosed:
+            except CONNECTION_ENDED:
                 return
             self._last_heard_s = trio.current_time()
             try:

@@ -229,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, EXIT_SCHEMA_TOO_NEW)
     except TetherError as exc:
         return _fail(exc, EXIT_FAILED)
+    except OSError as exc:  # a missing directory, a port in use, a permission: the system said no
+        where = f" ({exc.filename})" if exc.filename else ""
+        return _fail(f"{exc.strerror or exc}{where}", EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
     raise AssertionError(f"unhandled command {args.command}")
@@ -292,7 +295,7 @@ def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
         raise collapse_group(group) from None
 
 
-def _fail(exc: BaseException, status: int) -> int:
+def _fail(exc: BaseException | str, status: int) -> int:
     print(f"tether: {exc}", file=sys.stderr, flush=True)
     return status
 

@@ -6,10 +6,12 @@ and proof that every acknowledged entry is stored exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
@@ -63,8 +65,12 @@ async def run_demo(db: str, entries_per_writer: int) -> int:
             )
 
             total = WRITERS * entries_per_writer
-            # The writers are other processes: their acknowledgements can only be polled from their files.
-            while (acked := _count_acks(ack_files)) < total * KILL_AT_FRACTION:  # noqa: ASYNC110
+            # The writers are other processes: their acknowledgements can only be polled from their files. The kill
+            # waits until both are writing, so that it really lands mid-stream for each of them.
+            while (  # noqa: ASYNC110
+                (acked := _count_acks(ack_files)) < total * KILL_AT_FRACTION
+                or min(_count_acks([path]) for path in ack_files) == 0
+            ) and any(writer.poll() is None for writer in writers):
                 await trio.sleep(0.005)
             await kill_and_reap(owner, signal.SIGKILL)
             _say("SIGKILL", f"owner pid {owner.pid}, mid-stream, with {acked} entries acknowledged")
@@ -115,7 +121,7 @@ async def _write(db: str, conversation_id: str, count: int, ack_path: str) -> No
     """One writer process: append ``count`` entries, logging each acknowledged entry id (``+`` if confirmed by a
     retry after the connection was lost)."""
     with open(ack_path, "a", buffering=1, encoding="utf-8") as acks:
-        async with actors.connect(db=db, name=f"demo-writer-{os.getpid()}") as client:
+        async with _connect_when_up(db) as client:
             for number in range(count):
                 entry_id = actors.new_id()
                 retried = False
@@ -128,6 +134,23 @@ async def _write(db: str, conversation_id: str, count: int, ack_path: str) -> No
                     except Duplicate:
                         break  # the lost attempt had landed
                 acks.write(("+" if retried else "") + entry_id + "\n")
+
+
+@contextlib.asynccontextmanager
+async def _connect_when_up(db: str) -> AsyncIterator[actors.Client]:
+    """Connect, waiting (briefly) for an owner that is restarting: its runtime file may still name a dead one."""
+    deadline = trio.current_time() + 30
+    while True:
+        entered = False
+        try:
+            async with actors.connect(db=db, name=f"demo-writer-{os.getpid()}") as client:
+                entered = True
+                yield client
+            return
+        except OwnerUnavailable:
+            if entered or trio.current_time() > deadline:
+                raise
+        await trio.sleep(0.05)
 
 
 if __name__ == "__main__":

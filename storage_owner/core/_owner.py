@@ -96,6 +96,9 @@ back never holds up the commit loop for long."""
 MAX_CACHED_POSITIONS: Final = 100_000
 """Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
 MAX_CURSOR: Final = (1 << 62) - 1
+READ_BUDGET_BYTES: Final = 512 << 10
+"""A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
+WebSocket layer's hard limit however large the entries are."""
 MAX_CAPABILITIES: Final = 10_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
@@ -485,11 +488,10 @@ class OwnerCore:
         if self._store.conversation(request.conversation_id) is None:
             self._reply(peer, _not_found(call_id, request.conversation_id))
             return
-        entries = self._store.entries(request.conversation_id, request.order, request.cursor, request.limit + 1)
-        next_cursor = None
-        if len(entries) > request.limit:
-            entries = entries[: request.limit]
-            next_cursor = entries[-1].position
+        entries, more = self._store.entry_page(
+            request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
+        )
+        next_cursor = entries[-1].position if more else None
         self._reply(peer, EntriesReply(call_id=call_id, entries=tuple(entries), next_cursor=next_cursor))
 
     def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:

@@ -42,6 +42,7 @@ from protocol import (
     Refused,
     RuntimeInfo,
     StorageError,
+    TetherError,
     decode_message,
     encode_frame,
     join_frames,
@@ -258,20 +259,10 @@ class OwnerServer:
     ) -> None:
         config = self.config
         self._checkpointer = checkpointer
-        server = await nursery.start(
-            lambda task_status: trio_websocket.serve_websocket(
-                self._handle_connection,
-                config.host,
-                config.port,
-                None,
-                handler_nursery=nursery,
-                max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                message_queue_size=4,
-                disconnect_timeout=CLOSE_TIMEOUT_S,
-                receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                task_status=task_status,
-            )
-        )
+        try:
+            server = await nursery.start(self._listen, nursery)
+        except OSError as exc:
+            raise TetherError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
         host = config.host if ":" not in config.host else f"[{config.host}]"
         self.url = f"ws://{host}:{server.port}"
         write_runtime(
@@ -372,6 +363,23 @@ class OwnerServer:
                 return None
         await ws.aclose()
         return None
+
+    async def _listen(
+        self, nursery: trio.Nursery, *, task_status: trio.TaskStatus[trio_websocket.WebSocketServer]
+    ) -> None:
+        config = self.config
+        await trio_websocket.serve_websocket(
+            self._handle_connection,
+            config.host,
+            config.port,
+            None,
+            handler_nursery=nursery,
+            max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+            message_queue_size=4,
+            disconnect_timeout=CLOSE_TIMEOUT_S,
+            receive_buffer_size=RECEIVE_BUFFER_BYTES,
+            task_status=task_status,
+        )
 
     async def _drop_silent_peers(self) -> None:
         """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer."""

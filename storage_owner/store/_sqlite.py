@@ -284,30 +284,44 @@ class SqliteStore:
             raise StoreConflict("entry", record.entry_id) from exc
 
     def entries(self, conversation_id: str, order: Order, cursor: int | None, limit: int) -> list[EntryRecord]:
+        return self.entry_page(conversation_id, order, cursor, limit)[0]
+
+    def entry_page(
+        self, conversation_id: str, order: Order, cursor: int | None, limit: int, *, max_data_bytes: int | None = None
+    ) -> tuple[list[EntryRecord], bool]:
+        """Up to ``limit`` entries after (``asc``) or before (``desc``) the exclusive ``cursor``, and whether more
+        follow. With ``max_data_bytes`` the page also ends before the entry that would take the stored data past
+        that many bytes (it always holds at least one entry)."""
         columns = "position, entry_id, seq, kind, data, created_at_ms"
         if order == "asc":
             rows = self._db.execute(
                 f"SELECT {columns} FROM entries WHERE conversation_id = ? AND position > ? ORDER BY position LIMIT ?",
-                (conversation_id, -1 if cursor is None else cursor, limit),
+                (conversation_id, -1 if cursor is None else cursor, limit + 1),
             )
         else:
             rows = self._db.execute(
                 f"SELECT {columns} FROM entries WHERE conversation_id = ? AND position < ? "
                 "ORDER BY position DESC LIMIT ?",
-                (conversation_id, (1 << 62) if cursor is None else cursor, limit),
+                (conversation_id, (1 << 62) if cursor is None else cursor, limit + 1),
             )
-        return [
-            EntryRecord(
-                entry_id=entry_id,
-                conversation_id=conversation_id,
-                position=position,
-                seq=seq,
-                kind=kind,
-                data=_unpack(data),
-                created_at_ms=created_at_ms,
+        page: list[EntryRecord] = []
+        total_bytes = 0
+        for position, entry_id, seq, kind, data, created_at_ms in rows:
+            total_bytes += len(data)
+            if len(page) == limit or (page and max_data_bytes is not None and total_bytes > max_data_bytes):
+                return page, True
+            page.append(
+                EntryRecord(
+                    entry_id=entry_id,
+                    conversation_id=conversation_id,
+                    position=position,
+                    seq=seq,
+                    kind=kind,
+                    data=_unpack(data),
+                    created_at_ms=created_at_ms,
+                )
             )
-            for position, entry_id, seq, kind, data, created_at_ms in rows
-        ]
+        return page, False
 
     def entry_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])  # type: ignore[index]
