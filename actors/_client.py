@@ -87,10 +87,14 @@ from protocol import (
 
 R = TypeVar("R")
 
-CONNECT_TIMEOUT_S: Final = 10.0
+CONNECT_TIMEOUT_S: Final = 3.0
+"""For the TCP connection, the WebSocket upgrade and the hello; a connection attempted while an owner is being
+killed can be accepted by the kernel and then never answered, so this bounds how long a reconnection can stall."""
 RECONNECT_TIMEOUT_S: Final = 30.0
 BACKOFF_INITIAL_S: Final = 0.05
-BACKOFF_MAX_S: Final = 1.0
+BACKOFF_MAX_S: Final = 0.25
+"""Reconnection attempts are cheap (a refused connection on loopback), so they stay frequent: a restarted owner
+is found within a quarter of a second."""
 CLOSE_TIMEOUT_S: Final = 1.0
 ENTRY_PAGE: Final = 500
 WATCH_BUFFER_LIMIT: Final = 10_000
