@@ -88,8 +88,12 @@ from protocol import (
 R = TypeVar("R")
 
 CONNECT_TIMEOUT_S: Final = 3.0
-"""For the TCP connection, the WebSocket upgrade and the hello; a connection attempted while an owner is being
-killed can be accepted by the kernel and then never answered, so this bounds how long a reconnection can stall."""
+"""For the TCP connection, the WebSocket upgrade and the hello. A connection attempted while an owner is being
+killed is accepted by the kernel and then reset, and trio-websocket does not notice a reset during its opening
+handshake: the attempt only ends at this timeout."""
+RECONNECT_ATTEMPT_TIMEOUT_S: Final = 0.5
+"""The first reconnection attempts give up sooner (doubling up to ``CONNECT_TIMEOUT_S``): the owner that died
+may have been caught mid-teardown, and the next attempt reaches its successor."""
 RECONNECT_TIMEOUT_S: Final = 30.0
 BACKOFF_INITIAL_S: Final = 0.05
 BACKOFF_MAX_S: Final = 0.25
@@ -367,7 +371,9 @@ class Client:
     def _describe_target(self) -> str:
         return f"database {self._db}" if self._db else f"url {self._url}"
 
-    async def _open(self, nursery: trio.Nursery) -> trio_websocket.WebSocketConnection:
+    async def _open(
+        self, nursery: trio.Nursery, *, timeout_s: float = CONNECT_TIMEOUT_S
+    ) -> trio_websocket.WebSocketConnection:
         """Connect and complete the handshake; raise a :class:`TetherError` saying why not."""
         url, token = self._url, self._token
         if self._db is not None:
@@ -376,7 +382,7 @@ class Client:
         if url is None or token is None:
             raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
         try:
-            with trio.fail_after(CONNECT_TIMEOUT_S):
+            with trio.fail_after(timeout_s):
                 ws = await trio_websocket.connect_websocket_url(
                     nursery,
                     url,
@@ -386,7 +392,7 @@ class Client:
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
             raise OwnerUnavailable(f"cannot reach the owner at {url} ({self._describe_target()}): {exc}") from exc
         try:
-            with trio.fail_after(CONNECT_TIMEOUT_S):
+            with trio.fail_after(timeout_s):
                 hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
                 await ws.send_message(encode_frame(hello))
                 answer = decode_frame(_binary(await ws.get_message()))
@@ -412,6 +418,7 @@ class Client:
         assert self._nursery is not None
         ws = first
         backoff = BACKOFF_INITIAL_S
+        attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
         while True:
             await self._serve(ws)
             self._connected = trio.Event()
@@ -428,15 +435,17 @@ class Client:
             while True:
                 await trio.sleep(backoff)
                 try:
-                    ws = await self._open(self._nursery)
+                    ws = await self._open(self._nursery, timeout_s=attempt_timeout_s)
                 except HandshakeRefused as exc:
                     self._failure = exc
                     self._connected.set()
                     return
                 except (OwnerUnavailable, ProtocolError):
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
                     continue
                 backoff = BACKOFF_INITIAL_S
+                attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
                 self.reconnects += 1
                 break
 

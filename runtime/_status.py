@@ -57,7 +57,8 @@ def collect_status(db: str) -> dict[str, Any]:
     state = read_state(db)
     supervisor_alive = state is not None and lock_is_held(supervisor_lock_path(db))
     peers = trio.run(_attached_peers, db) if owner_alive else None
-    worker_peers = [peer for peer in peers or [] if peer.role == "worker"]
+    # A worker counts once it announced itself (until then its pid is unknown to the owner).
+    worker_peers = [peer for peer in peers or [] if peer.role == "worker" and peer.announced]
     attached_pids = {peer.pid for peer in worker_peers}
 
     workers: list[dict[str, Any]] = []

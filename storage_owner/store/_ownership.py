@@ -16,6 +16,7 @@ from pathlib import Path
 from protocol import OwnerAlreadyRunning
 
 LOCK_SUFFIX = ".lock"
+PROC_LOCKS = "/proc/locks"
 
 
 def lock_path(db: str) -> Path:
@@ -72,7 +73,31 @@ def _describe_holder(fd: int) -> str:
 
 
 def lock_is_held(path: Path) -> bool:
-    """Whether some live process holds the ``flock`` on ``path`` (a missing file is not held)."""
+    """Whether some live process holds the ``flock`` on ``path`` (a missing file is not held).
+
+    On Linux this reads ``/proc/locks`` and never touches the lock itself: probing by taking the lock, even shared
+    and for a moment, would make a starting owner or supervisor fail its own non-blocking attempt meanwhile.
+    """
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return False
+    try:
+        with open(PROC_LOCKS, encoding="ascii") as stream:
+            table = stream.read()
+    except OSError:
+        return _probe(path)
+    key = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2146505 0 EOF"; blocked waiters are marked with "->".
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
+            return True
+    return False
+
+
+def _probe(path: Path) -> bool:
+    """Where ``/proc/locks`` is missing: try the lock (shared, non-blocking) and release it at once."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -82,7 +107,7 @@ def lock_is_held(path: Path) -> bool:
     except BlockingIOError:
         return True
     finally:
-        os.close(fd)  # also drops the shared lock if we got it
+        os.close(fd)
     return False
 
 

@@ -1,0 +1,247 @@
+"""Helpers for process tests of ``tether up``: start it, poll its status, and make sure nothing outlives a test.
+
+The supervisor's children (owner, workers) are grandchildren of the test process, which the autouse guard of
+``tests/conftest.py`` cannot see. So every pid a test learns about (from ``collect_status`` or the supervisor's
+state file) is recorded, and ``Up.assert_everything_gone`` also scans ``/proc`` for any process whose command line
+names the test's database (every child of ``tether up`` gets ``--db DB``, and ``db_path`` is unique per test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from protocol import OwnerUnavailable
+from runtime import stop_gracefully, tether_command
+from runtime._status import collect_status
+from runtime._supervisor import read_state
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+"""The repository root: the working directory of every child, so that ``tests.faults._apps`` imports."""
+CHILD_ENV: Final = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+}
+POLL_S: Final = 0.05
+GONE_TIMEOUT_S: Final = 5.0
+
+Status = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------------ processes
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs. A zombie counts as gone: an orphaned child of a SIGKILLed supervisor is
+    reaped by init, not by us, and may linger as a zombie for a moment."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return _proc_state(pid) in (None, "Z")
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def processes_naming(db: str) -> set[int]:
+    """Live (non-zombie) processes other than this one whose command line contains ``db``."""
+    needle = os.fsencode(os.path.abspath(db))
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if any(needle in arg for arg in argv) and _proc_state(int(entry)) not in (None, "Z"):
+            found.add(int(entry))
+    return found
+
+
+def signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+async def wait_gone(pids: set[int], db: str | None = None, *, timeout_s: float = GONE_TIMEOUT_S) -> set[int]:
+    """Wait until every pid in ``pids`` (and, given ``db``, every process naming it) is gone; return the survivors."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {pid for pid in pids if not pid_gone(pid)} | (processes_naming(db) if db is not None else set())
+        if not left or time.monotonic() > deadline:
+            return left
+        await trio.sleep(POLL_S)
+
+
+def describe(pids: set[int]) -> str:
+    lines = []
+    for pid in sorted(pids):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            argv = "?"
+        lines.append(f"{pid} ({_proc_state(pid)}): {argv}")
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------------------------- the CLI
+
+
+async def run_tether(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+    """Run ``tether ARGS`` to completion (from the repository root) and capture its output."""
+    with trio.fail_after(timeout_s):
+        return await trio.run_process(
+            tether_command(*args), capture_stdout=True, capture_stderr=True, check=False, cwd=ROOT, env=CHILD_ENV
+        )
+
+
+def nonblank_lines(data: bytes) -> list[str]:
+    return [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+
+
+async def get_status(db: str) -> Status | None:
+    """``collect_status(db)`` (it runs ``trio.run`` itself, hence the thread), or ``None`` before the db exists."""
+    try:
+        return await trio.to_thread.run_sync(collect_status, db)
+    except OwnerUnavailable:
+        return None
+
+
+def supervised(status: Status) -> list[dict[str, Any]]:
+    return [worker for worker in status["workers"] if worker["supervised"]]
+
+
+def worker_named(status: Status, name: str) -> dict[str, Any]:
+    [worker] = [worker for worker in status["workers"] if worker["name"] == name]
+    return worker
+
+
+def all_up(workers: int) -> Callable[[Status], bool]:
+    """The predicate: supervisor, a live owner with a URL, and ``workers`` supervised workers alive and attached."""
+
+    def check(status: Status) -> bool:
+        children = supervised(status)
+        return (
+            status["supervisor"] is not None
+            and status["owner"]["alive"]
+            and status["url"] is not None
+            and len(children) == workers
+            and all(worker["alive"] and worker["attached"] for worker in children)
+        )
+
+    return check
+
+
+# --------------------------------------------------------------------------------------------------- tether up
+
+
+@attrs.define(eq=False)
+class Up:
+    """A ``tether up`` process started by a test, and every pid seen under it."""
+
+    db: str
+    process: trio.Process
+    stdout_path: Path
+    stderr_path: Path
+    started_at: float
+    pids: set[int] = attrs.Factory(set)
+    last_status: Status | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def record(self, status: Status | None) -> None:
+        """Remember every pid ``status`` and the state file name, so that the end of the test can check them."""
+        if status is not None:
+            if status["supervisor"] is not None:
+                self.pids.add(status["supervisor"]["pid"])
+            if status["owner"]["pid"] is not None:
+                self.pids.add(status["owner"]["pid"])
+            self.pids.update(worker["pid"] for worker in status["workers"] if worker["pid"] is not None)
+        state = read_state(self.db)
+        if state is not None:
+            pids = [state.get("pid"), state.get("owner", {}).get("pid")]
+            pids += [worker.get("pid") for worker in state.get("workers", [])]
+            self.pids.update(pid for pid in pids if isinstance(pid, int))
+        self.pids.discard(os.getpid())
+
+    async def status(self) -> Status | None:
+        status = await get_status(self.db)
+        self.record(status)
+        self.last_status = status
+        return status
+
+    async def wait_status(self, predicate: Callable[[Status], bool], what: str, *, timeout_s: float = 20.0) -> Status:
+        """Poll the status until ``predicate`` holds; fail naming ``what`` (and the last status) after ``timeout_s``."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                if self.process.poll() is not None:
+                    raise AssertionError(
+                        f"tether up exited with status {self.process.returncode} while waiting for {what}:\n"
+                        f"{self.stderr_text()}"
+                    )
+                status = await self.status()
+                if status is not None and predicate(status):
+                    return status
+                await trio.sleep(POLL_S)
+        raise AssertionError(f"no {what} within {timeout_s:g} s; last status: {self.last_status}")
+
+    def stdout_text(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr_text(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    async def wait_exit(self, *, timeout_s: float = 20.0) -> int:
+        with trio.fail_after(timeout_s):
+            return await self.process.wait()
+
+    async def assert_everything_gone(self, *, timeout_s: float = GONE_TIMEOUT_S) -> None:
+        """Every pid seen under this ``tether up`` (supervisor, owners, workers) and every process naming its db
+        is gone (waiting at most ``timeout_s`` for processes that stop by themselves)."""
+        self.record(None)
+        assert self.pids, "no pid was ever recorded"
+        left = await wait_gone(self.pids | {self.pid}, self.db, timeout_s=timeout_s)
+        assert not left, f"processes outlived tether up:\n{describe(left)}"
+
+
+@contextlib.asynccontextmanager
+async def tether_up(db: str, directory: Path, *args: str, label: str = "up") -> AsyncIterator[Up]:
+    """Start ``tether up --db DB ARGS`` (output to files in ``directory``); on exit SIGTERM and reap it, then
+    SIGKILL anything left that it started (the test asserts separately that nothing was left)."""
+    stdout_path = directory / f"{label}.stdout"
+    stderr_path = directory / f"{label}.stderr"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        process = await trio.lowlevel.open_process(
+            tether_command("up", "--db", db, *args), stdout=stdout, stderr=stderr, cwd=ROOT, env=CHILD_ENV
+        )
+    up = Up(db=db, process=process, stdout_path=stdout_path, stderr_path=stderr_path, started_at=time.monotonic())
+    try:
+        yield up
+    finally:
+        with trio.CancelScope(shield=True):
+            # Only processes whose command line names this test's database are signalled: a recorded pid that
+            # died may have been reused by an unrelated process.
+            # A stopped (SIGSTOP) child would sit out the supervisor's SIGTERM: let every child run again first.
+            signal_all(processes_naming(db) - {process.pid}, signal.SIGCONT)
+            await stop_gracefully(process)
+            signal_all(processes_naming(db), signal.SIGKILL)

@@ -1,0 +1,223 @@
+"""``tether up``, ``tether worker``, ``tether status`` and ``tether stop`` as processes: a supervisor with an owner
+and workers, its status from any shell, clean stops, single supervision per database, bad ``--app`` paths, and a
+worker attached from a script."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import actors
+from protocol import Capability, runtime_path
+from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK
+from runtime._supervisor import state_path
+from tests.conftest import OwnerProcess
+from tests.integration._up_helpers import (
+    all_up,
+    nonblank_lines,
+    pid_gone,
+    run_tether,
+    supervised,
+    tether_up,
+)
+
+STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "workers", "clients"}
+WORKER_KEYS = {"name", "pid", "alive", "attached", "restarts", "supervised"}
+
+
+async def test_up_runs_an_owner_and_two_workers_and_stops_cleanly_on_sigterm(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2") as up:
+            status = await up.wait_status(all_up(2), "owner and two attached workers")
+            startup_s = time.monotonic() - up.started_at
+            print(f"tether up --workers 2: all workers attached {startup_s:.2f} s after starting tether up")
+
+            assert status["supervisor"] == {"pid": up.pid}
+            assert status["owner"]["alive"] is True
+            assert status["owner"]["restarts"] == 0
+            assert status["url"].startswith("ws://127.0.0.1:")
+            assert status["db"] == os.path.abspath(db_path)
+            workers = supervised(status)
+            assert [worker["name"] for worker in workers] == ["worker-1", "worker-2"]
+            for worker in workers:
+                assert set(worker) == WORKER_KEYS
+                assert worker["alive"] and worker["attached"] and worker["restarts"] == 0
+            assert len({status["owner"]["pid"], *(worker["pid"] for worker in workers), up.pid}) == 4
+            assert state_path(db_path).exists()
+            assert runtime_path(db_path).exists()
+
+            as_json = await run_tether("status", "--db", db_path, "--json")
+            assert as_json.returncode == EXIT_OK, as_json.stderr
+            lines = nonblank_lines(as_json.stdout)
+            assert len(lines) == 1, lines
+            printed: dict[str, Any] = json.loads(lines[0])
+            assert set(printed) == STATUS_KEYS
+            assert printed["supervisor"] == {"pid": up.pid}
+            assert printed["owner"]["pid"] == status["owner"]["pid"]
+            assert printed["url"] == status["url"]
+            assert [(w["name"], w["pid"], w["attached"]) for w in printed["workers"]] == [
+                (w["name"], w["pid"], True) for w in workers
+            ]
+            assert printed["clients"] == 0
+
+            human = await run_tether("status", "--db", db_path)
+            assert human.returncode == EXIT_OK, human.stderr
+            assert nonblank_lines(human.stdout)
+
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)  # the supervisor reaped its children before exiting
+            assert not state_path(db_path).exists()
+            assert not runtime_path(db_path).exists()
+
+
+async def test_tether_stop_stops_a_running_up_and_fails_when_nothing_runs(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        nothing = await run_tether("stop", "--db", str(tmp_path / "never-created.db"))
+        assert nothing.returncode == EXIT_FAILED
+        assert len(nonblank_lines(nothing.stderr)) == 1, nothing.stderr
+
+        async with tether_up(db_path, tmp_path, "--workers", "2") as up:
+            status = await up.wait_status(all_up(2), "owner and two attached workers")
+            children = {status["owner"]["pid"], *(worker["pid"] for worker in supervised(status))}
+            stopped = await run_tether("stop", "--db", db_path, "--timeout", "20")
+            assert stopped.returncode == EXIT_OK, stopped.stderr
+            # tether stop returns once the supervisor let go of its lock: its children are gone by then.
+            assert [pid for pid in children if not pid_gone(pid)] == []
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+            assert not state_path(db_path).exists()
+            assert not runtime_path(db_path).exists()
+
+        again = await run_tether("stop", "--db", db_path)
+        assert again.returncode == EXIT_FAILED
+        assert len(nonblank_lines(again.stderr)) == 1, again.stderr
+
+
+async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "1") as up:
+            before = await up.wait_status(all_up(1), "owner and an attached worker")
+            started = time.monotonic()
+            second = await run_tether("up", "--db", db_path, "--workers", "1", timeout_s=20)
+            elapsed = time.monotonic() - started
+            assert second.returncode == EXIT_ALREADY_RUNNING, second.stderr
+            assert elapsed < 10
+            assert f"supervisor pid {up.pid}" in second.stderr.decode(), second.stderr
+
+            # The first one is untouched: same supervisor, owner and worker, all still up.
+            after = await up.wait_status(all_up(1), "owner and an attached worker")
+            assert up.process.poll() is None
+            assert after["supervisor"] == before["supervisor"]
+            assert after["owner"] == before["owner"]
+            assert supervised(after) == supervised(before)
+            assert state_path(db_path).exists()
+
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("no_such_module:app", "no_such_module"),
+        ("runtime.demo_app:nope", "nope"),
+        ("json:dumps", "not an actors.App"),
+    ],
+)
+async def test_worker_with_a_bad_app_exits_at_once_without_attaching(
+    owner: OwnerProcess, spec: str, problem: str
+) -> None:
+    with trio.fail_after(30):
+        started = time.monotonic()
+        result = await run_tether("worker", "--db", owner.db, "--app", spec, "--name", "bad-worker")
+        elapsed = time.monotonic() - started
+        async with actors.connect(db=owner.db, role="reader") as client:
+            peers = await client.peers()
+    assert result.returncode == EXIT_FAILED
+    assert elapsed < 10
+    lines = nonblank_lines(result.stderr)
+    assert len(lines) == 1, lines
+    assert problem in lines[0]
+    assert [peer for peer in peers if peer.role == "worker"] == []
+
+
+async def _run_x(state: Any) -> None:
+    return None
+
+
+async def test_a_script_worker_attaches_announces_its_app_and_shows_as_unsupervised(
+    db_path: str, tmp_path: Path
+) -> None:
+    app = actors.App("script-app")
+    app.define_task("t.x", version=3, initial=lambda payload: {}, phases={"run": _run_x})
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "1") as up:
+            await up.wait_status(all_up(1), "owner and an attached worker")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(actors.serve, app, db=db_path, name="script-worker"))
+                async with actors.connect(db=db_path, role="reader") as client:
+                    peers = await client.peers()
+                status = await up.wait_status(
+                    lambda status: any(not worker["supervised"] for worker in status["workers"]),
+                    "the script worker in the status",
+                )
+                nursery.cancel_scope.cancel()
+
+            [mine] = [peer for peer in peers if peer.pid == os.getpid()]
+            assert mine.role == "worker"
+            assert mine.peer_name == "script-worker"
+            assert mine.announced is True
+            assert mine.app == "script-app"
+            assert mine.capabilities == (Capability(kind="task", name="t.x", version=3),)
+            [supervised_peer] = [peer for peer in peers if peer.role == "worker" and peer.pid != os.getpid()]
+            assert supervised_peer.app == "demo"
+
+            assert [w for w in status["workers"] if not w["supervised"]] == [
+                {
+                    "name": "script-worker",
+                    "pid": os.getpid(),
+                    "alive": True,
+                    "attached": True,
+                    "restarts": 0,
+                    "supervised": False,
+                }
+            ]
+            assert [(w["name"], w["attached"]) for w in supervised(status)] == [("worker-1", True)]
+
+            # Once the script stops serving, it leaves the status; the supervised worker stays.
+            await up.wait_status(
+                lambda status: [w["name"] for w in status["workers"]] == ["worker-1"], "the script worker gone"
+            )
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+async def test_every_command_has_help() -> None:
+    commands: list[tuple[str, ...]] = [
+        ("--help",),
+        *((command, "--help") for command in ("owner", "demo", "up", "worker", "status", "stop")),
+    ]
+    results: dict[tuple[str, ...], Any] = {}
+
+    async def run(args: tuple[str, ...]) -> None:
+        results[args] = await run_tether(*args)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for args in commands:
+                nursery.start_soon(run, args)
+    for args, result in results.items():
+        assert result.returncode == EXIT_OK, (args, result.stderr)
+        assert result.stdout.decode().startswith("usage: tether"), (args, result.stdout)
+    assert len(results) == len(commands)
