@@ -93,7 +93,15 @@ from ._frames import (
     Write,
 )
 from ._ids import is_id, new_id
-from ._runtime import RUNTIME_SUFFIX, RuntimeInfo, read_runtime, remove_runtime, runtime_path, write_runtime
+from ._runtime import (
+    RUNTIME_SUFFIX,
+    RuntimeInfo,
+    read_runtime,
+    remove_runtime,
+    runtime_path,
+    write_private_json,
+    write_runtime,
+)
 from ._version import (
     MAX_BATCH_FRAMES,
     MAX_MESSAGE_BYTES,
@@ -198,5 +206,6 @@ __all__ = [
     "structure",
     "structure_frame",
     "unstructure_frame",
+    "write_private_json",
     "write_runtime",
 ]

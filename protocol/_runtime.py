@@ -42,18 +42,23 @@ def runtime_path(db: str | os.PathLike[str]) -> Path:
 def write_runtime(info: RuntimeInfo) -> Path:
     """Write the runtime file atomically, readable by the owner's user only."""
     path = runtime_path(info.db)
+    write_private_json(path, attrs.asdict(info))
+    return path
+
+
+def write_private_json(path: Path, value: object) -> None:
+    """Replace ``path`` atomically with ``value`` as JSON, readable and writable by this user only (0600)."""
     temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            json.dump(attrs.asdict(info), stream, indent=2)
+            json.dump(value, stream, indent=2)
             stream.write("\n")
-        os.chmod(temporary, 0o600)
+        os.chmod(temporary, 0o600)  # the umask cannot widen it, but an existing temporary file might be wider
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return path
 
 
 def read_runtime(db: str | os.PathLike[str]) -> RuntimeInfo:

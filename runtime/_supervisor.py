@@ -28,7 +28,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from protocol import OwnerAlreadyRunning, OwnerUnavailable, TetherError, read_runtime
+from protocol import OwnerAlreadyRunning, OwnerUnavailable, TetherError, read_runtime, write_private_json
 from storage_owner.store import is_owned
 
 from ._parent import PARENT_HEARTBEAT_S
@@ -328,12 +328,7 @@ class Supervisor:
             "owner": _child_state(self.owner),
             "workers": [_child_state(worker) for worker in self.workers],
         }
-        path = state_path(self.db)
-        temporary = path.with_name(path.name + ".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            json.dump(state, stream, indent=2)
-        os.replace(temporary, path)
+        write_private_json(state_path(self.db), state)
 
 
 def _child_state(child: _Child) -> dict[str, Any]:
