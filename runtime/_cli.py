@@ -171,7 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
             "the owner if it is not up yet, and reconnects after losing it."
         ),
     )
-    worker.add_argument("--db", required=True, help="the database whose owner to attach to")
+    where = worker.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", help="the database whose owner to attach to (found through DB.runtime.json)")
+    where.add_argument("--url", help="the owner's URL, for a worker on another host (needs --token or TETHER_TOKEN)")
+    worker.add_argument(
+        "--token",
+        default=os.environ.get("TETHER_TOKEN"),
+        help="the owner's access token, with --url (default $TETHER_TOKEN)",
+    )
     worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
 
@@ -262,15 +269,19 @@ def _run_up(args: argparse.Namespace) -> int:
 def _run_worker(args: argparse.Namespace) -> int:
     import actors
 
+    if args.url is not None and not args.token:
+        raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
     app = actors.load_app(args.app)
+    target = args.db or args.url
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
             if args.supervised:
                 nursery.start_soon(watch_parent, nursery.cancel_scope)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                await nursery.start(partial(actors.serve, app, db=args.db, name=args.name))
-                print(f"tether worker: {args.name or os.getpid()} serving {app.name} on {args.db}", flush=True)
+                serve = partial(actors.serve, app, db=args.db, url=args.url, token=args.token, name=args.name)
+                await nursery.start(serve)
+                print(f"tether worker: {args.name or os.getpid()} serving {app.name} on {target}", flush=True)
                 async for _ in signals:
                     nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
                     break
