@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import settings
 
 from protocol import RuntimeInfo
 from runtime import kill_and_reap, start_owner, stop_gracefully
+
+# CI explores the same examples every run (a failure there must be reproducible, and a rare one must not block a
+# landing at random); developers' runs keep exploring new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def _children(pid: int) -> set[int]:
