@@ -12,6 +12,7 @@ duplicate. Calls made while disconnected wait for the reconnection, at most ``re
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import os
 from collections import deque
@@ -341,7 +342,7 @@ class Client:
             self._waiters.pop(call_id, None)
         reply = waiter.reply
         if isinstance(reply, TetherError):
-            raise reply
+            raise copy.copy(reply)  # one error is shared by every waiter it failed: each raise gets its own
         assert reply is not None
         return reply
 
@@ -353,13 +354,13 @@ class Client:
 
     async def _wait_connected(self) -> None:
         if self._failure is not None:
-            raise self._failure
+            raise copy.copy(self._failure)
         if self._connected.is_set():
             return
         with trio.move_on_after(self._reconnect_timeout_s):
             await self._connected.wait()
         if self._failure is not None:
-            raise self._failure
+            raise copy.copy(self._failure)
         if not self._connected.is_set():
             raise OwnerUnavailable(
                 f"no connection to the owner for {self._reconnect_timeout_s:g} s ({self._describe_target()}); "

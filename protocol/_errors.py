@@ -63,6 +63,9 @@ class ProtocolError(TetherError):
         super().__init__(message)
         self.code = code
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), (str(self),), {"code": self.code})
+
 
 class HandshakeRefused(TetherError):
     """The owner refused our ``Hello``; ``code`` says why."""
@@ -71,6 +74,9 @@ class HandshakeRefused(TetherError):
         super().__init__(message)
         self.code = code
         self.supported_versions = supported_versions
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), (self.code, str(self), self.supported_versions), {})
 
 
 class ConnectionLost(TetherError):
@@ -91,6 +97,9 @@ class RequestFailed(TetherError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), (self.code, str(self)), {})
 
 
 class NotFound(RequestFailed):
@@ -144,6 +153,11 @@ def error_for_code(code: str, message: str) -> TetherError:
     if code == ErrorCode.SHUTTING_DOWN:
         return ConnectionLost(message)
     return _REQUEST_ERRORS.get(code, RequestFailed)(code, message)
+
+
+def _rebuild(cls: type[TetherError], args: tuple[object, ...], kwargs: dict[str, object]) -> TetherError:
+    """Errors with more than a message copy and pickle through this (``copy.copy`` gives a fresh instance)."""
+    return cls(*args, **kwargs)
 
 
 def collapse_group(exc: BaseException) -> BaseException:

@@ -150,7 +150,7 @@ class Supervisor:
                     nursery.start_soon(self._feed_heartbeats)
                     try:
                         await self._start(nursery, self.owner)
-                        await self._wait_owner_ready(nursery)
+                        await self._wait_owner_ready()
                         for worker in self.workers:
                             await self._start(nursery, worker)
                         self._write_state()
@@ -208,7 +208,7 @@ class Supervisor:
                 child.restarts += 1
                 await self._start(nursery, child)
                 if child is self.owner:
-                    await self._wait_owner_ready(nursery)
+                    await self._wait_owner_ready()
                 self._write_state()
         self._say("tether up: stopping (workers first, then the owner)")
 
@@ -258,7 +258,7 @@ class Supervisor:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._exits.send(child)
 
-    async def _wait_owner_ready(self, nursery: trio.Nursery) -> None:
+    async def _wait_owner_ready(self) -> None:
         """Wait until the owner published its runtime file; if it dies first, its exit is handled as a crash."""
         owner = self.owner
         with trio.move_on_after(OWNER_READY_TIMEOUT_S):
