@@ -235,49 +235,66 @@ class OwnerServer:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the database and serve until cancelled. ``task_status.started`` gets the URL once listening.
 
-        Raises ``OwnerAlreadyRunning``, ``SchemaTooNew`` or ``StorageError`` before listening, and
-        :class:`OwnerFailed` if storage fails later.
+        Raises ``OwnerAlreadyRunning``, ``TetherError`` (the address cannot be bound), ``SchemaTooNew`` or
+        ``StorageError`` before listening, and :class:`OwnerFailed` if storage fails later. The address is bound
+        before the database is opened, so an address in use changes nothing.
         """
         config = self.config
         ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
         try:
-            self._store = SqliteStore.open(self.db, sync=config.sync)
             try:
-                self._store.record_owner(
-                    pid=os.getpid(),
-                    host=socket.gethostname(),
-                    started_at_ms=self.started_at_ms,
-                    instance=self.instance,
-                    engine=ENGINE,
-                )
-                with storage_errors("reading the commit log head"):
-                    self.core = OwnerCore(self._store, token=self.token, instance=self.instance, clock=config.clock)
-                    self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
-                await self._serve(task_status)
+                listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+            except OSError as exc:
+                raise TetherError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
+            try:
+                await self._own(listeners, task_status)
             finally:
-                remove_runtime(self.db, instance=self.instance)
-                self._store.close()
+                with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                    scope.shield = True
+                    for listener in listeners:
+                        await listener.aclose()
         finally:
             ownership.release()
 
-    async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
+    async def _own(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
+        """Open the store and serve on ``listeners`` until cancelled."""
+        config = self.config
+        self._store = SqliteStore.open(self.db, sync=config.sync)
+        try:
+            self._store.record_owner(
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                started_at_ms=self.started_at_ms,
+                instance=self.instance,
+                engine=ENGINE,
+            )
+            with storage_errors("reading the commit log head"):
+                self.core = OwnerCore(self._store, token=self.token, instance=self.instance, clock=config.clock)
+                self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
+            await self._serve(listeners, task_status)
+        finally:
+            remove_runtime(self.db, instance=self.instance)
+            self._store.close()
+
+    async def _serve(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
         checkpointer = self._store.use_background_checkpoints()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._listen_and_commit(nursery, task_status, checkpointer)
+                await self._listen_and_commit(nursery, listeners, task_status, checkpointer)
         finally:
             checkpointer.close()
 
     async def _listen_and_commit(
-        self, nursery: trio.Nursery, task_status: trio.TaskStatus[str], checkpointer: Checkpointer
+        self,
+        nursery: trio.Nursery,
+        listeners: list[trio.SocketListener],
+        task_status: trio.TaskStatus[str],
+        checkpointer: Checkpointer,
     ) -> None:
         config = self.config
         self._checkpointer = checkpointer
-        try:
-            server = await nursery.start(self._listen, nursery)
-        except OSError as exc:
-            raise TetherError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
+        server = await nursery.start(self._listen, nursery, listeners)
         host = config.host if ":" not in config.host else f"[{config.host}]"
         self.url = f"ws://{host}:{server.port}"
         write_runtime(
@@ -380,21 +397,22 @@ class OwnerServer:
         return None
 
     async def _listen(
-        self, nursery: trio.Nursery, *, task_status: trio.TaskStatus[trio_websocket.WebSocketServer]
+        self,
+        nursery: trio.Nursery,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[trio_websocket.WebSocketServer],
     ) -> None:
-        config = self.config
-        await trio_websocket.serve_websocket(
+        server = trio_websocket.WebSocketServer(
             self._handle_connection,
-            config.host,
-            config.port,
-            None,
+            listeners,
             handler_nursery=nursery,
             max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
             message_queue_size=4,
             disconnect_timeout=CLOSE_TIMEOUT_S,
             receive_buffer_size=RECEIVE_BUFFER_BYTES,
-            task_status=task_status,
         )
+        await server.run(task_status=task_status)
 
     async def _drop_silent_peers(self) -> None:
         """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer."""
