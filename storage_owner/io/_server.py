@@ -74,6 +74,9 @@ MAX_PENDING_FRAMES: Final = 32768
 SEND_HIGH_WATER_BYTES: Final = 8 << 20
 """A peer whose unsent output passes this size is congested: its watches fall back to reading the log."""
 SEND_LOW_WATER_BYTES: Final = 1 << 20
+SEND_HARD_LIMIT_BYTES: Final = 64 << 20
+"""A peer that leaves this much unread (replies to requests it keeps sending) is dropped: its unread output must not
+grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
@@ -137,6 +140,9 @@ class _Connection:
         if not self.congested and self.queued_bytes > SEND_HIGH_WATER_BYTES:
             self.congested = True
             self.server.core.set_congested(self.peer, True)
+        if self.queued_bytes > SEND_HARD_LIMIT_BYTES and not self.scope.cancel_called:
+            self.server._log(f"tether owner: dropping peer {self.peer}: {self.queued_bytes} bytes of replies unread")
+            self.scope.cancel(reason="the peer does not read its replies")
 
     async def receive_loop(self) -> None:
         """Feed the commit loop until the peer closes the connection."""
