@@ -326,7 +326,7 @@ class Client:
     async def _request(self, request: Request) -> Frame:
         await self._wait_connected()
         call_id = next(self._call_ids)
-        encoded = encode_frame(attrs.evolve(request, call_id=call_id))
+        encoded = encode_frame(request, call_id=call_id)
         if len(encoded) > MAX_MESSAGE_BYTES:
             raise ProtocolError(
                 f"the {request.TYPE} request encodes to {len(encoded)} bytes, over the limit of "
@@ -349,7 +349,7 @@ class Client:
     def _send_nowait(self, request: Request) -> None:
         """Queue a request whose reply nobody awaits (an unsubscribe)."""
         call_id = next(self._call_ids)
-        self._outbox.append(encode_frame(attrs.evolve(request, call_id=call_id)))
+        self._outbox.append(encode_frame(request, call_id=call_id))
         self._outbox_ready.set()
 
     async def _wait_connected(self) -> None:

@@ -181,9 +181,15 @@ def unstructure_frame(frame: Frame) -> dict[str, Any]:
     return {FRAME_TAG_KEY: cls.TYPE, **body}
 
 
-def encode_frame(frame: Frame) -> bytes:
-    """Encode one frame as a msgpack map; the bytes are also a valid one-frame message."""
-    return msgpack.packb(unstructure_frame(frame), use_bin_type=True)  # type: ignore[no-any-return]
+def encode_frame(frame: Frame, *, call_id: int | None = None) -> bytes:
+    """Encode one frame as a msgpack map; the bytes are also a valid one-frame message.
+
+    ``call_id`` replaces the request's own (cheaper than building a new frame for every call).
+    """
+    body = unstructure_frame(frame)
+    if call_id is not None:
+        body["call_id"] = call_id
+    return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def join_frames(encoded: Sequence[bytes]) -> bytes:
