@@ -14,8 +14,8 @@ from ._codec import (
     encode_frame,
     encode_message,
     join_frames,
-    structure,
     structure_frame,
+    take_message,
     unstructure_frame,
 )
 from ._errors import (
@@ -203,8 +203,8 @@ __all__ = [
     "read_runtime",
     "remove_runtime",
     "runtime_path",
-    "structure",
     "structure_frame",
+    "take_message",
     "unstructure_frame",
     "write_private_json",
     "write_runtime",

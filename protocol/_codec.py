@@ -9,7 +9,7 @@ raises anything but :class:`~protocol.ProtocolError` (for the message as a whole
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -202,6 +202,27 @@ def join_frames(encoded: Sequence[bytes]) -> bytes:
     return _array_header(len(encoded)) + b"".join(encoded)
 
 
+def take_message(queue: list[bytes]) -> tuple[bytes, int]:
+    """Remove from the front of ``queue`` (frames encoded with :func:`encode_frame`) as many frames as fit one message,
+    at least one, and return that message and the size of the frames it holds.
+
+    Peers send what is queued this way, so that many pending frames cost one message, never one past the limits.
+    """
+    size = 0
+    count = 0
+    for encoded in queue:
+        if count and (size + len(encoded) > MAX_MESSAGE_BYTES - _ARRAY_HEADER_MAX_BYTES or count == MAX_BATCH_FRAMES):
+            break
+        size += len(encoded)
+        count += 1
+    chunk = queue[:count]
+    del queue[:count]
+    return join_frames(chunk), size
+
+
+_ARRAY_HEADER_MAX_BYTES: Final = 5
+
+
 def _array_header(length: int) -> bytes:
     if length <= 15:
         return bytes((0x90 | length,))
@@ -290,8 +311,3 @@ def describe(exc: BaseException) -> str:
         except Exception:  # cattrs cannot describe some inputs (bytes map keys); fall back to the plain text
             pass
     return f"{type(exc).__name__}: {exc}"
-
-
-def structure(value: Mapping[str, Any], cls: type[T]) -> T:
-    """Structure a plain value into ``cls`` with the protocol's converter (records read back from storage)."""
-    return converter.structure(value, cls)

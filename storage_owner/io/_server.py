@@ -2,10 +2,10 @@
 
 How a commit flows::
 
-    peer ──message──► _Connection.receive_loop ──decode──► OwnerServer._pending (one list for every peer)
+    peer ──message──► _Connection.receive_loop ──decode──► OwnerServer.pending (one list for every peer)
                                                                  │
-    OwnerServer._commit_loop: take everything pending ◄──────────┘
-        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per write)  ; COMMIT
+    OwnerServer._commit_loop: take what is pending (_batch_size) ◄┘
+        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per multi-write request) ; COMMIT
         core.take_output() ──encode──► each peer's send queue ──coalesce──► one message per send
                                                                            (acknowledgements go out only now)
 
@@ -45,9 +45,9 @@ from protocol import (
     TetherError,
     decode_message,
     encode_frame,
-    join_frames,
     new_id,
     remove_runtime,
+    take_message,
     write_runtime,
 )
 from storage_owner.core import Output, OwnerCore, PeerId
@@ -104,6 +104,15 @@ class OwnerConfig:
     """Fault injection: fail the k-th writing COMMIT with a storage error (the owner fails closed)."""
 
 
+@attrs.frozen(kw_only=True)
+class _Stop:
+    """Why the owner stops, as its peers are told: the code, the goodbye, and the answer to unhandled requests."""
+
+    code: ErrorCode
+    reason: str
+    unhandled: str
+
+
 class OwnerFailed(Exception):
     """The owner stopped because its storage failed; the message says what happened."""
 
@@ -141,7 +150,7 @@ class _Connection:
             self.congested = True
             self.server.core.set_congested(self.peer, True)
         if self.queued_bytes > SEND_HARD_LIMIT_BYTES and not self.scope.cancel_called:
-            self.server._log(f"tether owner: dropping peer {self.peer}: {self.queued_bytes} bytes of replies unread")
+            self.server.log(f"tether owner: dropping peer {self.peer}: {self.queued_bytes} bytes of replies unread")
             self.scope.cancel(reason="the peer does not read its replies")
 
     async def receive_loop(self) -> None:
@@ -166,19 +175,22 @@ class _Connection:
         while True:
             await self.wakeup.wait()
             self.wakeup = trio.Event()
-            while self.queue:
-                chunk, size = _take_chunk(self.queue)
-                del self.queue[: len(chunk)]
-                self.queued_bytes -= size
-                try:
-                    await self.ws.send_message(join_frames(chunk))
-                except PEER_GONE:
-                    done.cancel(reason="the connection broke while sending")
-                    return
-                if self.congested and self.queued_bytes < SEND_LOW_WATER_BYTES:
-                    self.congested = False
-                    self.server.core.set_congested(self.peer, False)
-                    self.server.work.set()
+            try:
+                await self.flush()
+            except PEER_GONE:
+                done.cancel(reason="the connection broke while sending")
+                return
+
+    async def flush(self) -> None:
+        """Send everything queued, as few messages as the limits allow."""
+        while self.queue:
+            message, size = take_message(self.queue)
+            self.queued_bytes -= size
+            await self.ws.send_message(message)
+            if self.congested and self.queued_bytes < SEND_LOW_WATER_BYTES:
+                self.congested = False
+                self.server.core.set_congested(self.peer, False)
+                self.server.work.set()
 
 
 def _batch_size(pending: int) -> int:
@@ -194,18 +206,6 @@ def _batch_size(pending: int) -> int:
     return max(1, (pending + 1) // 2)
 
 
-def _take_chunk(queue: list[bytes]) -> tuple[list[bytes], int]:
-    """The longest prefix of ``queue`` that fits one message (always at least one frame)."""
-    size = 0
-    for index, encoded in enumerate(queue):
-        if index and size + len(encoded) > MAX_MESSAGE_BYTES - 8:
-            return queue[:index], size
-        size += len(encoded)
-        if index + 1 >= 4096:
-            return queue[: index + 1], size
-    return list(queue), size
-
-
 class OwnerServer:
     """One running owner: ownership, store, core, server and commit loop."""
 
@@ -215,13 +215,18 @@ class OwnerServer:
         self.instance = new_id()
         self.token = config.token or os.urandom(24).hex()
         self.started_at_ms = WallClock().now_ms()
-        self._log = log or _log_stderr
+        self.log = log or _log_stderr
         self.pending: list[tuple[PeerId, Frame | BadFrame]] = []
         self.work = trio.Event()
         self.space_available = trio.Event()
         self._connections: dict[PeerId, _Connection] = {}
         self._peer_ids = itertools.count(1)
         self._writing_commits = 0
+        self._stop = _Stop(
+            code=ErrorCode.SHUTTING_DOWN,
+            reason="the owner is stopping",
+            unhandled="the owner stopped before handling this request; nothing was written",
+        )
         self._checkpointing = False
         self._checkpoint_mark = 0
         """WAL size (pages) when the last checkpoint started; the next starts once the WAL grew as much again."""
@@ -283,23 +288,18 @@ class OwnerServer:
             self._store.close()
 
     async def _serve(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
-        checkpointer = self._store.use_background_checkpoints()
+        self._checkpointer = self._store.use_background_checkpoints()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._listen_and_commit(nursery, listeners, task_status, checkpointer)
+                await self._listen_and_commit(nursery, listeners, task_status)
         finally:
-            checkpointer.close()
+            self._checkpointer.close()
 
     async def _listen_and_commit(
-        self,
-        nursery: trio.Nursery,
-        listeners: list[trio.SocketListener],
-        task_status: trio.TaskStatus[str],
-        checkpointer: Checkpointer,
+        self, nursery: trio.Nursery, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]
     ) -> None:
         config = self.config
-        self._checkpointer = checkpointer
         server = await nursery.start(self._listen, nursery, listeners)
         host = config.host if ":" not in config.host else f"[{config.host}]"
         self.url = f"ws://{host}:{server.port}"
@@ -327,27 +327,21 @@ class OwnerServer:
             nursery.cancel_scope.cancel(reason="the owner is stopping")
 
     async def _say_goodbye(self) -> None:
-        failed = [(peer, frame) for peer, frame in self.pending]
+        """Answer every request not handled, say why to every peer, and close: the one way an owner stops."""
+        stop = self._stop
+        self._refuse(self.pending, stop.code, stop.unhandled)
         self.pending.clear()
-        for peer, frame in failed:
-            call_id = getattr(frame, "call_id", None)
-            message = "the owner stopped before handling this request; nothing was written"
-            self._send(peer, Error(call_id=call_id, code=ErrorCode.SHUTTING_DOWN, message=message))
+        goodbye = encode_frame(Goodbye(code=stop.code, message=stop.reason))
         for connection in list(self._connections.values()):
-            connection.enqueue(encode_frame(Goodbye(code=ErrorCode.SHUTTING_DOWN, message="the owner is stopping")))
+            connection.enqueue(goodbye)
         async with trio.open_nursery() as nursery:
             for connection in list(self._connections.values()):
                 nursery.start_soon(self._flush_and_close, connection)
 
     async def _flush_and_close(self, connection: _Connection) -> None:
-        try:
-            while connection.queue:
-                chunk, _ = _take_chunk(connection.queue)
-                del connection.queue[: len(chunk)]
-                await connection.ws.send_message(join_frames(chunk))
+        with contextlib.suppress(*PEER_GONE):
+            await connection.flush()
             await connection.ws.aclose()
-        except PEER_GONE:
-            pass
 
     # --------------------------------------------------------------------------------------- connections
 
@@ -429,7 +423,7 @@ class OwnerServer:
             for connection in list(self._connections.values()):
                 silent_s = now_s - connection.last_heard_s
                 if silent_s > timeout_s:
-                    self._log(f"tether owner: dropping peer {connection.peer}: silent for {silent_s:.1f} s")
+                    self.log(f"tether owner: dropping peer {connection.peer}: silent for {silent_s:.1f} s")
                     connection.scope.cancel(reason="silent past the heartbeat timeout")
 
     # ---------------------------------------------------------------------------------------- commit loop
@@ -500,26 +494,25 @@ class OwnerServer:
             self._checkpointing = False
 
     def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
-        self._log(f"tether owner: {exc}; failing closed: nothing of this batch was acknowledged")
-        message = f"{exc}; nothing of this request was acknowledged, the owner is failing closed"
-        for peer, frame in [*batch, *self.pending]:
-            call_id = getattr(frame, "call_id", None)
-            self._send(peer, Error(call_id=call_id, code=ErrorCode.STORAGE_FAILED, message=message))
-        self.pending.clear()
-        for connection in self._connections.values():
-            connection.enqueue(encode_frame(Goodbye(code=ErrorCode.STORAGE_FAILED, message=str(exc))))
+        """Answer the failed batch, and make the stop that follows answer every pending request the same way."""
+        self.log(f"tether owner: {exc}; failing closed: nothing of this batch was acknowledged")
+        unhandled = f"{exc}; nothing of this request was acknowledged, the owner is failing closed"
+        self._stop = _Stop(code=ErrorCode.STORAGE_FAILED, reason=str(exc), unhandled=unhandled)
+        self._refuse(batch, ErrorCode.STORAGE_FAILED, unhandled)
         with contextlib.suppress(Exception):  # the store is already broken; the rollback is a courtesy
             self._store.rollback()
         raise OwnerFailed(str(exc)) from exc
 
+    def _refuse(self, requests: list[tuple[PeerId, Frame | BadFrame]], code: ErrorCode, message: str) -> None:
+        for peer, frame in requests:
+            self._send(peer, Error(call_id=getattr(frame, "call_id", None), code=code, message=message))
+
     def _dispatch(self, out: list[Output]) -> None:
-        connections = self._connections
         for peer, frame in out:
-            connection = connections.get(peer)
-            if connection is not None:
-                connection.enqueue(encode_frame(frame))
+            self._send(peer, frame)
 
     def _send(self, peer: PeerId, frame: Frame) -> None:
+        """Queue ``frame`` for ``peer`` (dropped if the peer is gone: nobody is left to read it)."""
         connection = self._connections.get(peer)
         if connection is not None:
             connection.enqueue(encode_frame(frame))
