@@ -81,9 +81,9 @@ from protocol import (
     decode_message,
     encode_frame,
     error_for_code,
-    join_frames,
     new_id,
     read_runtime,
+    take_message,
 )
 
 R = TypeVar("R")
@@ -414,6 +414,19 @@ class Client:
         self.welcome = answer
         return ws
 
+    async def _open_first(self, nursery: trio.Nursery, wait_s: float) -> trio_websocket.WebSocketConnection:
+        """The first connection: tried once, or again with back-off for ``wait_s`` while no owner answers."""
+        deadline = trio.current_time() + wait_s
+        backoff = BACKOFF_INITIAL_S
+        while True:
+            try:
+                return await self._open(nursery)
+            except OwnerUnavailable:
+                if trio.current_time() + backoff > deadline:
+                    raise
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
     async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
         """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
         assert self._nursery is not None
@@ -495,16 +508,8 @@ class Client:
             await self._outbox_ready.wait()
             self._outbox_ready = trio.Event()
             while self._outbox:
-                size = 0
-                count = 0
-                for encoded in self._outbox:
-                    if count and (size + len(encoded) > MAX_MESSAGE_BYTES - 8 or count >= 4096):
-                        break
-                    size += len(encoded)
-                    count += 1
-                chunk = self._outbox[:count]
-                del self._outbox[:count]
-                await ws.send_message(join_frames(chunk))
+                message, _ = take_message(self._outbox)
+                await ws.send_message(message)
 
     async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
         while True:
@@ -613,7 +618,6 @@ class WatchStream:
         self._subscribed = False
         self._lagging = False
         self._closed = False
-        self._error: TetherError | None = None
 
     async def __aenter__(self) -> WatchStream:
         await self._subscribe()
@@ -629,8 +633,6 @@ class WatchStream:
         if not self._subscribed:
             await self._subscribe()
         while not self._buffer:
-            if self._error is not None:
-                raise self._error
             if self._closed:
                 raise StopAsyncIteration
             if self._lagging:
@@ -647,39 +649,41 @@ class WatchStream:
         """Stop the watch. Buffered changes are dropped."""
         self._closed = True
         self._ready.set()
-        watch_id, self._watch_id = self._watch_id, None
-        if watch_id is not None:
-            self._client._watches.pop(watch_id, None)
-            if self._client._connected.is_set() and self._client._failure is None:
-                self._client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
+        self._unsubscribe()
 
     async def _subscribe(self) -> None:
-        client = self._client
         self._subscribed = True
-        self._drop_subscription()
-        watch_id = next(client._watch_ids)
-        self._watch_id = watch_id
-        client._watches[watch_id] = self
-        request = Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
+        request = self._new_subscription()
         try:
-            await client._call(request, Watching)
+            await self._client._call(request, Watching)
         except ConnectionLost:
             pass  # resubscribed from the buffered seq when the connection returns
         except TetherError:
-            client._watches.pop(watch_id, None)
+            self._drop_subscription()
             raise
 
     def _resubscribe(self) -> None:
         """The connection was re-established: subscribe again from where the buffer ends."""
         if self._closed or not self._subscribed or self._lagging:
             return
-        client = self._client
+        self._client._send_nowait(self._new_subscription())
+
+    def _new_subscription(self) -> Watch:
+        """Register under a fresh watch id (a late change of an old subscription is then ignored) and return the
+        request that subscribes from where the buffer ends."""
         self._drop_subscription()
-        watch_id = next(client._watch_ids)
+        watch_id = next(self._client._watch_ids)
         self._watch_id = watch_id
-        client._watches[watch_id] = self
-        request = Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
-        client._send_nowait(request)
+        self._client._watches[watch_id] = self
+        return Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
+
+    def _unsubscribe(self) -> None:
+        """Forget the subscription and tell the owner, if it can be told."""
+        watch_id = self._watch_id
+        self._drop_subscription()
+        client = self._client
+        if watch_id is not None and client._connected.is_set() and client._failure is None:
+            client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
 
     def _drop_subscription(self) -> None:
         if self._watch_id is not None:
@@ -692,10 +696,7 @@ class WatchStream:
         if len(self._buffer) >= WATCH_BUFFER_LIMIT:
             # The consumer is slow: stop receiving, and re-read from the log once the buffer has drained.
             self._lagging = True
-            watch_id = self._watch_id
-            self._drop_subscription()
-            if watch_id is not None:
-                self._client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
+            self._unsubscribe()
             self._ready.set()
             return
         self._buffer.append(change)
@@ -724,12 +725,14 @@ async def connect(
     name: str = "",
     reconnect: bool = True,
     reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
+    wait_for_owner_s: float = 0.0,
 ) -> AsyncIterator[Client]:
     """Connect to the owner of ``db`` (found through its runtime file) or at ``url`` with ``token``.
 
     ``role`` is ``"client"`` (read and write), ``"reader"`` (read and watch only) or ``"worker"``. Raises
-    :class:`~protocol.OwnerUnavailable` if no owner can be reached, :class:`~protocol.HandshakeRefused` if the
-    owner refuses the token, version or role.
+    :class:`~protocol.OwnerUnavailable` if no owner can be reached within ``wait_for_owner_s`` (0: try once; an
+    owner that is starting or restarting is waited for otherwise), :class:`~protocol.HandshakeRefused` if the owner
+    refuses the token, version or role.
     """
     if (db is None) == (url is None):
         raise ValueError("connect() needs exactly one of db=PATH or url=URL")
@@ -745,7 +748,7 @@ async def connect(
     try:
         async with trio.open_nursery() as nursery:
             client._nursery = nursery
-            first = await client._open(nursery)
+            first = await client._open_first(nursery, wait_for_owner_s)
             nursery.start_soon(client._run, first)
             try:
                 yield client

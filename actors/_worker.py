@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 
@@ -10,7 +11,7 @@ import trio
 from protocol import Announce, OwnerUnavailable
 
 from ._app import App
-from ._client import BACKOFF_INITIAL_S, BACKOFF_MAX_S, Client, connect
+from ._client import Client, connect
 
 
 async def serve(
@@ -31,19 +32,17 @@ async def serve(
     announcement = Announce(
         call_id=0, pid=os.getpid(), host=socket.gethostname(), app=app.name, capabilities=app.capabilities()
     )
-    backoff_s = BACKOFF_INITIAL_S
     started = False
     while True:
         try:
-            async with connect(db, url=url, token=token, role="worker", name=name or f"worker-{os.getpid()}") as client:
+            async with connect(
+                db, url=url, token=token, role="worker", name=name or f"worker-{os.getpid()}", wait_for_owner_s=math.inf
+            ) as client:
                 client.announcement = announcement  # re-sent by the client after every reconnection
                 await client.announce(announcement)
-                backoff_s = BACKOFF_INITIAL_S
                 if not started:
                     started = True
                     task_status.started(client)
                 await trio.sleep_forever()
         except OwnerUnavailable:
-            # No owner yet, or it stayed away longer than the client waits: a worker keeps trying.
-            await trio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+            continue  # the owner stayed away longer than a client waits for it: connect afresh, waiting again

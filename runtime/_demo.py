@@ -6,12 +6,10 @@ and proof that every acknowledged entry is stored exactly once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
@@ -121,7 +119,8 @@ async def _write(db: str, conversation_id: str, count: int, ack_path: str) -> No
     """One writer process: append ``count`` entries, logging each acknowledged entry id (``+`` if confirmed by a
     retry after the connection was lost)."""
     with open(ack_path, "a", buffering=1, encoding="utf-8") as acks:
-        async with _connect_when_up(db) as client:
+        # The owner may be restarting (its runtime file may still name the killed one): wait for it.
+        async with actors.connect(db=db, name=f"demo-writer-{os.getpid()}", wait_for_owner_s=30) as client:
             for number in range(count):
                 entry_id = actors.new_id()
                 retried = False
@@ -134,23 +133,6 @@ async def _write(db: str, conversation_id: str, count: int, ack_path: str) -> No
                     except Duplicate:
                         break  # the lost attempt had landed
                 acks.write(("+" if retried else "") + entry_id + "\n")
-
-
-@contextlib.asynccontextmanager
-async def _connect_when_up(db: str) -> AsyncIterator[actors.Client]:
-    """Connect, waiting (briefly) for an owner that is restarting: its runtime file may still name a dead one."""
-    deadline = trio.current_time() + 30
-    while True:
-        entered = False
-        try:
-            async with actors.connect(db=db, name=f"demo-writer-{os.getpid()}") as client:
-                entered = True
-                yield client
-            return
-        except OwnerUnavailable:
-            if entered or trio.current_time() > deadline:
-                raise
-        await trio.sleep(0.05)
 
 
 if __name__ == "__main__":
