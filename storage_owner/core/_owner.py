@@ -262,17 +262,17 @@ class OwnerCore:
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
         if isinstance(frame, BadFrame):
-            self._reply(peer, Error(call_id=frame.call_id, code=frame.code, message=frame.message))
+            self._refuse(peer, frame.call_id, frame.code, frame.message)
             return
         handler = self._handlers.get(type(frame))
         if handler is None:
             call_id = getattr(frame, "call_id", None)
             message = f"a peer may not send {frame.TYPE} frames to the owner"
-            self._reply(peer, Error(call_id=call_id, code=ErrorCode.PROTOCOL_VIOLATION, message=message))
+            self._refuse(peer, call_id, ErrorCode.PROTOCOL_VIOLATION, message)
             return
         if type(frame) in self._writes and state.role not in WRITER_ROLES:
             message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
-            self._reply(peer, Error(call_id=getattr(frame, "call_id", None), code=ErrorCode.READ_ONLY, message=message))
+            self._refuse(peer, getattr(frame, "call_id", None), ErrorCode.READ_ONLY, message)
             return
         if self._clock_ms is not None:
             now_ms = max(now_ms, self._clock_ms)
@@ -312,7 +312,7 @@ class OwnerCore:
         count = len(request.writes)
         if not 1 <= count <= MAX_WRITES_PER_COMMIT:
             message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
-            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
             return
         seq = self._head_seq + 1
         records: list[Record] = []
@@ -335,17 +335,15 @@ class OwnerCore:
         except _Refusal as refusal:
             if guarded:
                 store.rollback_savepoint()
-            self._reply(peer, Error(call_id=request.call_id, code=refusal.code, message=refusal.message))
+            self._refuse(peer, request.call_id, refusal.code, refusal.message)
             return
         if guarded:
             store.release_savepoint()
-        self._head_seq = seq
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
         self._next_positions.update(positions)
         committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
-        self._reply(peer, committed)
-        self._fan_out(logged, touched)
+        self._published(peer, committed, logged, touched)
 
     def _apply(self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int]) -> tuple[Record, int]:
         """Apply one write of a commit. ``positions`` holds the entry positions this commit has taken so far."""
@@ -414,7 +412,7 @@ class OwnerCore:
                     f"request id {request.request_id!r} was already used in this conversation for a different "
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
                 )
-                self._reply(peer, Error(call_id=call_id, code=ErrorCode.CONFLICT, message=message))
+                self._refuse(peer, call_id, ErrorCode.CONFLICT, message)
             return
         seq = self._head_seq + 1
         store = self._store
@@ -444,25 +442,23 @@ class OwnerCore:
             touched = {request.conversation_id}
             store.log_commit(logged, frozenset(touched))
         except _Refusal as refusal:
-            self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
+            self._refuse(peer, call_id, refusal.code, refusal.message)
             return
-        self._head_seq = seq
-        self._reply(peer, Submitted(call_id=call_id, submission=submission, created=True))
-        self._fan_out(logged, touched)
+        self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
 
     def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
-            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.NOT_ALLOWED, message=message))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_ALLOWED, message)
             return
         if request.by_ms < 0:
             message = f"by_ms must not be negative (got {request.by_ms}); the clock never goes back"
-            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
             return
         new_ms = now_ms + request.by_ms
         if new_ms > MAX_CLOCK_MS:
             message = f"advancing by {request.by_ms} ms would take the clock past {MAX_CLOCK_MS} ms"
-            self._reply(peer, Error(call_id=request.call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
             return
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
         self._clock_ms = new_ms
@@ -471,7 +467,7 @@ class OwnerCore:
     def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
-            self._reply(peer, _not_found(request.call_id, request.conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
         else:
             self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
 
@@ -479,14 +475,14 @@ class OwnerCore:
         call_id = request.call_id
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, call_id, ErrorCode.INVALID, message)
             return
         if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
             message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
-            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, call_id, ErrorCode.INVALID, message)
             return
         if self._store.conversation(request.conversation_id) is None:
-            self._reply(peer, _not_found(call_id, request.conversation_id))
+            self._refuse(peer, call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
             return
         entries, more = self._store.entry_page(
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
@@ -497,14 +493,14 @@ class OwnerCore:
     def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
-            self._reply(peer, _not_found(request.call_id, conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(conversation_id))
             return
         document = self._store.document(conversation_id, request.name)
         self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
 
     def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
-            self._reply(peer, _not_found(request.call_id, request.conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
             return
         submission = self._store.submission(request.conversation_id, request.request_id)
         self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
@@ -514,17 +510,17 @@ class OwnerCore:
         state = self._peers[peer]
         if request.watch_id in state.watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
-            self._reply(peer, Error(call_id=call_id, code=ErrorCode.CONFLICT, message=message))
+            self._refuse(peer, call_id, ErrorCode.CONFLICT, message)
             return
         if not 0 <= request.from_seq <= self._head_seq:
             message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
-            self._reply(peer, Error(call_id=call_id, code=ErrorCode.INVALID, message=message))
+            self._refuse(peer, call_id, ErrorCode.INVALID, message)
             return
         from_seq = request.from_seq
         if request.conversation_id is not None:
             conversation = self._store.conversation(request.conversation_id)
             if conversation is None:
-                self._reply(peer, _not_found(call_id, request.conversation_id))
+                self._refuse(peer, call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
                 return
             from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
         watch = _Watch(
@@ -557,7 +553,7 @@ class OwnerCore:
                     )
                     break
         if problem is not None:
-            self._reply(peer, Error(call_id=request.call_id, code=problem[0], message=problem[1]))
+            self._refuse(peer, request.call_id, problem[0], problem[1])
             return
         state.announced = request
         self._reply(peer, Ok(call_id=request.call_id))
@@ -586,6 +582,15 @@ class OwnerCore:
 
     def _reply(self, peer: PeerId, frame: Frame) -> None:
         self._out.append((peer, frame))
+
+    def _refuse(self, peer: PeerId, call_id: int | None, code: ErrorCode, message: str) -> None:
+        self._reply(peer, Error(call_id=call_id, code=code, message=message))
+
+    def _published(self, peer: PeerId, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
+        """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
+        self._head_seq = logged.seq
+        self._reply(peer, reply)
+        self._fan_out(logged, touched)
 
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
         if not self._live:
@@ -638,12 +643,12 @@ def _check_name(value: str, where: str) -> None:
         raise _Refusal(ErrorCode.INVALID, f"{where}: must hold 1 to {MAX_NAME_CHARS} characters")
 
 
+def _no_conversation(conversation_id: str) -> str:
+    return f"conversation {conversation_id} does not exist"
+
+
 def _missing_conversation(conversation_id: str) -> _Refusal:
-    return _Refusal(ErrorCode.NOT_FOUND, f"conversation {conversation_id} does not exist")
-
-
-def _not_found(call_id: int, conversation_id: str) -> Error:
-    return Error(call_id=call_id, code=ErrorCode.NOT_FOUND, message=f"conversation {conversation_id} does not exist")
+    return _Refusal(ErrorCode.NOT_FOUND, _no_conversation(conversation_id))
 
 
 def same_json(left: object, right: object) -> bool:

@@ -788,12 +788,15 @@ def test_replies_come_out_in_request_order_to_their_peers(harness: Harness) -> N
 def test_frame_from_a_detached_peer_does_not_raise(harness: Harness, make: Any) -> None:
     peer = harness.connect()
     harness.core.detach(peer)
+    head = harness.core.head_seq
     harness.store.begin()
     try:
         harness.core.handle(peer, make(), harness.now_ms)
     finally:
         harness.store.commit()
-    harness.core.take_output()
+    out, _ = harness.core.take_output()
+    assert out == []  # nobody is left to answer
+    assert harness.core.head_seq == head  # and nothing was written for it
 
 
 def test_frames_from_a_detached_peer_are_dropped(harness: Harness) -> None:
