@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
 import sys
-from collections.abc import Sequence
 from typing import Final
 
 import trio
@@ -86,8 +83,3 @@ async def stop_gracefully(process: trio.Process, *, timeout_s: float = 10.0) -> 
             await process.wait()
         status = await kill_and_reap(process)
     return status
-
-
-def run_sync(args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion (for tests of the CLI)."""
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s, env={**os.environ})

@@ -101,7 +101,8 @@ def collect_status(db: str) -> dict[str, Any]:
             "restarts": owner_state.get("restarts", 0),
         },
         "workers": workers,
-        "clients": len([peer for peer in peers or [] if peer.role != "worker"]) - 1 if peers else 0,
+        # Every other connection but the workers; this status read is one of them and does not count.
+        "clients": max(0, sum(1 for peer in peers or [] if peer.role != "worker") - 1),
     }
 
 

@@ -140,19 +140,6 @@ class SqliteStore:
                 (pid, host, started_at_ms, instance, engine),
             )
 
-    def owner_row(self) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT pid, host, started_at_ms, instance, engine FROM owner").fetchone()
-        if row is None:
-            return None
-        pid, host, started_at_ms, instance, engine = row
-        return {
-            "pid": pid,
-            "host": host,
-            "started_at_ms": started_at_ms,
-            "instance": instance,
-            "engine": engine,
-        }
-
     def integrity_check(self) -> str:
         rows = self._db.execute("PRAGMA integrity_check").fetchall()
         return "; ".join(str(row[0]) for row in rows)
