@@ -46,6 +46,8 @@ class ErrorCode(enum.StrEnum):
     """A reader connection sent a write."""
     NOT_ALLOWED = "not_allowed"
     """The request is well formed but not possible in this owner's configuration."""
+    STALE_LEASE = "stale_lease"
+    """A commit under a lease the owner has since given to someone else (or ended); nothing was written."""
     STORAGE_FAILED = "storage_failed"
     """The database failed; the owner is failing closed and will exit."""
     SHUTTING_DOWN = "shutting_down"
@@ -122,6 +124,10 @@ class NotAllowed(RequestFailed):
     """The request is not allowed for this connection or owner (a write from a reader, say)."""
 
 
+class StaleLease(RequestFailed):
+    """The commit's lease is no longer valid: the task was given to another worker, aborted or ended."""
+
+
 class StorageError(TetherError):
     """The database failed. The owner fails closed: it exits and recovers from the committed state."""
 
@@ -143,6 +149,7 @@ _REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
     ErrorCode.FRAME_TOO_LARGE: InvalidRequest,
     ErrorCode.READ_ONLY: NotAllowed,
     ErrorCode.NOT_ALLOWED: NotAllowed,
+    ErrorCode.STALE_LEASE: StaleLease,
 }
 
 

@@ -34,6 +34,8 @@ class ConversationRecord:
     seq: int
     """The commit that created it."""
     entry_count: int
+    owner_task_id: str | None = None
+    """The task that owns it (a subagent's transcript), if any: aborting that task aborts its tasks."""
 
 
 @attrs.frozen(kw_only=True)
@@ -78,17 +80,88 @@ class SubmissionRecord:
     created_at_ms: int
 
 
-Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord
+TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
+OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
+WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
+
+
+@attrs.frozen(kw_only=True)
+class TaskOutcome:
+    """How a task ended (or, held by a ``completing`` task, how it will end).
+
+    ``reason`` says why where one applies (``restart_limit``, ``phase_error``, ``no_progress``, ``missing_task``,
+    ``task_too_old``, ``migration_failed``, ``restart``); ``result`` is the value of a completed or aborted task,
+    ``error`` the text of a failure.
+    """
+
+    status: OutcomeStatus
+    reason: str | None = None
+    result: JsonValue = JsonValue(None)
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TaskRecord:
+    """A task as it is stored, without its input and checkpoint (``ReadTask`` returns those).
+
+    Every task is owned by a conversation (``owner_task_id`` is ``None``) or by another task; ``conversation_id``
+    is the conversation it belongs to either way. ``abort`` is the reason of a committed abort mark (``abort``, or
+    ``restart`` for ``abandon_on_restart`` work), ``None`` when unmarked. ``version`` 0 means no worker has run it
+    yet: the first worker binds its own version.
+    """
+
+    RECORD: ClassVar[str] = "task"
+    task_id: str
+    kind: str
+    version: int
+    conversation_id: str
+    owner_task_id: str | None
+    background: bool
+    abandon_on_restart: bool
+    status: TaskStatus
+    phase: str | None
+    on: tuple[str, ...] = ()
+    policy: WaitPolicy | None = None
+    until_ms: int | None = None
+    abort: str | None = None
+    restarts: int = 0
+    """Phases cut off (by a dead worker, a lost lease or an owner restart) since the last committed state."""
+    restart_limit: int = 5
+    """At this many restarts the task ends ``faulted`` with reason ``restart_limit``."""
+    epoch: int = 0
+    """How many leases this task has been granted; a commit must carry the current one."""
+    held: TaskOutcome | None = None
+    """The outcome a ``completing`` task decided, released once its owned work is terminal."""
+    outcome: TaskOutcome | None = None
+    seq: int
+    created_at_ms: int
+    updated_at_ms: int
+
+    @property
+    def owner(self) -> dict[str, str]:
+        """``{"task": id}`` or ``{"conversation": id}``: who owns this task."""
+        if self.owner_task_id is not None:
+            return {"task": self.owner_task_id}
+        return {"conversation": self.conversation_id}
+
+
+Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
 
 @attrs.frozen(kw_only=True)
 class Capability:
-    """Something a worker can run: a task kind, a tool or an agent, at one version."""
+    """Something a worker can run: a task kind, a tool or an agent, at one version.
+
+    ``migrates`` says the definition upgrades tasks stored under older versions; ``restart_limit`` is how many
+    cut-off phases a task of this kind survives.
+    """
 
     kind: Literal["task", "tool", "agent"]
     name: str
     version: int
+    migrates: bool = False
+    restart_limit: int = 5
 
 
 @attrs.frozen(kw_only=True)
@@ -111,8 +184,11 @@ class PeerInfo:
 
 @attrs.frozen(kw_only=True)
 class CreateConversation:
+    """Create a conversation, owned by nobody or by a live task (a subagent's transcript)."""
+
     OP: ClassVar[str] = "create_conversation"
     conversation_id: str
+    owner_task_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -135,7 +211,51 @@ class PutDocument:
     expected_version: int | None = None
 
 
-Write: TypeAlias = CreateConversation | AppendEntry | PutDocument
+@attrs.frozen(kw_only=True)
+class CreateTask:
+    """Create a task owned by ``owner_task_id`` or, when that is ``None``, by ``conversation_id``.
+
+    ``version`` 0 lets the first worker that runs it bind its own version.
+    """
+
+    OP: ClassVar[str] = "create_task"
+    task_id: str
+    kind: str
+    version: int = 0
+    input: JsonValue = JsonValue(None)
+    conversation_id: str | None = None
+    owner_task_id: str | None = None
+    background: bool = False
+    abandon_on_restart: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AbortTask:
+    """Mark a task for abort. Its owned work is aborted first; its abort handler runs last."""
+
+    OP: ClassVar[str] = "abort_task"
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class SetTaskState:
+    """End a phase by committing the task's next state; only under the task's own lease (``Commit.lease``).
+
+    ``status`` ``running`` continues at ``checkpoint``; ``waiting`` resumes at it once ``on`` are terminal;
+    ``sleeping`` resumes at it at ``until_ms`` on the owner's clock; ``terminal`` ends with ``outcome``.
+    """
+
+    OP: ClassVar[str] = "set_task_state"
+    task_id: str
+    status: Literal["running", "waiting", "sleeping", "terminal"]
+    checkpoint: JsonValue = JsonValue(None)
+    on: tuple[str, ...] = ()
+    policy: WaitPolicy = "all_settled"
+    until_ms: int | None = None
+    outcome: TaskOutcome | None = None
+
+
+Write: TypeAlias = CreateConversation | AppendEntry | PutDocument | CreateTask | AbortTask | SetTaskState
 """One write of a ``Commit``; tagged by ``op`` on the wire."""
 
 # ------------------------------------------------------------------------------------------------ handshake
@@ -177,11 +297,24 @@ class Refused:
 
 @attrs.frozen(kw_only=True)
 class Commit:
-    """Apply ``writes`` atomically as one commit with one ``seq``."""
+    """Apply ``writes`` atomically as one commit with one ``seq``.
+
+    A commit made by a running phase carries its ``lease``; if the lease is no longer valid (the task was given
+    to someone else) the whole commit is refused with ``stale_lease`` and nothing of it lands.
+    """
 
     TYPE: ClassVar[str] = "commit"
     call_id: int
     writes: tuple[Write, ...]
+    lease: LeaseRef | None = None
+
+
+@attrs.frozen(kw_only=True)
+class LeaseRef:
+    """One grant of a task to a worker; ``epoch`` grows with every grant of that task."""
+
+    task_id: str
+    epoch: int
 
 
 @attrs.frozen(kw_only=True)
@@ -266,6 +399,54 @@ class Announce:
     host: str
     app: str
     capabilities: tuple[Capability, ...]
+    max_leases: int = 64
+    """How many phases this worker runs at once."""
+    leases: tuple[LeaseRef, ...] = ()
+    """Leases whose phases still run here (after a reconnection): those no longer valid are cancelled."""
+
+
+@attrs.frozen(kw_only=True)
+class ReadTask:
+    TYPE: ClassVar[str] = "read_task"
+    call_id: int
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ReadOutcomes:
+    """The outcomes of tasks (``None`` for a task that is not terminal yet)."""
+
+    TYPE: ClassVar[str] = "read_outcomes"
+    call_id: int
+    task_ids: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class WaitTask:
+    """Answered with a ``TaskReply`` once the task is terminal (at once if it already is)."""
+
+    TYPE: ClassVar[str] = "wait_task"
+    call_id: int
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ReadTaskGraph:
+    """Every live task, with the reason a pending one is blocked."""
+
+    TYPE: ClassVar[str] = "read_task_graph"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
+class Release:
+    """A worker gives a lease back without a new state: its phase was cancelled and has stopped, or the worker
+    could not migrate the stored task (``migration_error``)."""
+
+    TYPE: ClassVar[str] = "release"
+    call_id: int
+    lease: LeaseRef
+    migration_error: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -359,6 +540,43 @@ class PeersReply:
 
 
 @attrs.frozen(kw_only=True)
+class TaskReply:
+    TYPE: ClassVar[str] = "task"
+    call_id: int
+    task: TaskRecord
+    input: JsonValue
+    checkpoint: JsonValue
+
+
+@attrs.frozen(kw_only=True)
+class OutcomesReply:
+    TYPE: ClassVar[str] = "outcomes"
+    call_id: int
+    outcomes: tuple[TaskOutcome | None, ...]
+
+
+@attrs.frozen(kw_only=True)
+class TaskNode:
+    """A live task in the task graph; ``blocked`` says why a pending one cannot run (``missing_task``,
+    ``task_too_old``, ``migration_failed``), with ``blocked_detail`` in words."""
+
+    task: TaskRecord
+    blocked: str | None = None
+    blocked_detail: str | None = None
+    leased_to: str | None = None
+    """The name of the worker running it."""
+
+
+@attrs.frozen(kw_only=True)
+class TaskGraphReply:
+    TYPE: ClassVar[str] = "task_graph"
+    call_id: int
+    seq: int
+    """The graph as of this commit; a watch from it continues without gap."""
+    nodes: tuple[TaskNode, ...]
+
+
+@attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
     call_id: int
@@ -408,6 +626,34 @@ class Change:
 
 
 @attrs.frozen(kw_only=True)
+class Lease:
+    """The owner grants a worker one run of a task: a phase (``mode`` ``phase``) or its abort handler
+    (``abort``). ``checkpoint`` is ``None`` before the first phase (the worker computes ``initial(input)``)."""
+
+    TYPE: ClassVar[str] = "lease"
+    lease: LeaseRef
+    mode: Literal["phase", "abort"]
+    kind: str
+    version: int
+    input: JsonValue
+    checkpoint: JsonValue
+    conversation_id: str
+    owner_task_id: str | None
+    restarts: int
+    abort: str | None
+    now_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class CancelLease:
+    """Stop the phase running under ``lease`` and ``release`` it once it has stopped."""
+
+    TYPE: ClassVar[str] = "cancel_lease"
+    lease: LeaseRef
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
 class Goodbye:
     """The owner is closing this connection (shutting down, or failing closed after a storage error)."""
 
@@ -429,6 +675,11 @@ Request: TypeAlias = (
     | AdvanceClock
     | Announce
     | ReadPeers
+    | ReadTask
+    | ReadOutcomes
+    | WaitTask
+    | ReadTaskGraph
+    | Release
 )
 Reply: TypeAlias = (
     Committed
@@ -442,9 +693,12 @@ Reply: TypeAlias = (
     | Ok
     | Pong
     | ClockReply
+    | TaskReply
+    | OutcomesReply
+    | TaskGraphReply
     | Error
 )
-Event: TypeAlias = Change | Goodbye
+Event: TypeAlias = Change | Goodbye | Lease | CancelLease
 Frame: TypeAlias = Hello | Welcome | Refused | Request | Reply | Event
 
 REQUEST_TYPES: tuple[type[Any], ...] = (
@@ -460,6 +714,11 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     AdvanceClock,
     Announce,
     ReadPeers,
+    ReadTask,
+    ReadOutcomes,
+    WaitTask,
+    ReadTaskGraph,
+    Release,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -473,9 +732,12 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     Ok,
     Pong,
     ClockReply,
+    TaskReply,
+    OutcomesReply,
+    TaskGraphReply,
     Error,
 )
-EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye)
+EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye, Lease, CancelLease)
 FRAME_TYPES: tuple[type[Any], ...] = (Hello, Welcome, Refused, *REQUEST_TYPES, *REPLY_TYPES, *EVENT_TYPES)
-WRITE_TYPES: tuple[type[Any], ...] = (CreateConversation, AppendEntry, PutDocument)
-RECORD_TYPES: tuple[type[Any], ...] = (ConversationRecord, EntryRecord, DocumentRecord, SubmissionRecord)
+WRITE_TYPES: tuple[type[Any], ...] = (CreateConversation, AppendEntry, PutDocument, CreateTask, AbortTask, SetTaskState)
+RECORD_TYPES: tuple[type[Any], ...] = (ConversationRecord, EntryRecord, DocumentRecord, SubmissionRecord, TaskRecord)

@@ -1,5 +1,6 @@
 """The owner's durable logic, sans-IO: no trio, no sockets, no apsw (a unit test enforces it)."""
 
+from ._checks import same_json
 from ._owner import (
     CATCH_UP_PAGE,
     MAX_READ_LIMIT,
@@ -8,14 +9,15 @@ from ._owner import (
     Output,
     OwnerCore,
     PeerId,
-    same_json,
 )
-from ._ports import LoggedCommit, Store, StoreConflict
+from ._ports import NO_CHANGE, LoggedCommit, Store, StoreConflict
+from ._tasks import TaskEngine
 
 __all__ = [
     "CATCH_UP_PAGE",
     "MAX_READ_LIMIT",
     "MAX_WRITES_PER_COMMIT",
+    "NO_CHANGE",
     "BatchEffects",
     "LoggedCommit",
     "Output",
@@ -23,5 +25,6 @@ __all__ = [
     "PeerId",
     "Store",
     "StoreConflict",
+    "TaskEngine",
     "same_json",
 ]

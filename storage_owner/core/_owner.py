@@ -33,6 +33,7 @@ import attrs
 from protocol import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
+    AbortTask,
     AdvanceClock,
     Announce,
     AppendEntry,
@@ -44,6 +45,7 @@ from protocol import (
     ConversationRecord,
     ConversationReply,
     CreateConversation,
+    CreateTask,
     DocumentRecord,
     DocumentReply,
     EntriesReply,
@@ -52,7 +54,9 @@ from protocol import (
     ErrorCode,
     Frame,
     Hello,
+    LeaseRef,
     Ok,
+    OutcomesReply,
     PeerInfo,
     PeersReply,
     Ping,
@@ -61,23 +65,42 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadOutcomes,
     ReadPeers,
     ReadSubmission,
+    ReadTask,
+    ReadTaskGraph,
     Record,
     Refused,
+    Release,
+    SetTaskState,
     SubmissionRecord,
     SubmissionReply,
     Submit,
     Submitted,
+    TaskGraphReply,
+    TaskOutcome,
+    TaskRecord,
+    TaskReply,
     Unwatch,
+    WaitTask,
     Watch,
     Watching,
     Welcome,
     Write,
-    is_id,
 )
 
+from ._checks import (
+    MAX_NAME_CHARS,
+    Refusal,
+    check_id,
+    check_name,
+    missing_conversation,
+    no_conversation,
+    same_json,
+)
 from ._ports import LoggedCommit, Store, StoreConflict
+from ._tasks import TaskEngine
 
 PeerId = int
 Output = tuple[PeerId, Frame]
@@ -86,7 +109,6 @@ ROLES: Final = ("client", "worker", "reader")
 WRITER_ROLES: Final = frozenset({"client", "worker"})
 MAX_WRITES_PER_COMMIT: Final = 1000
 MAX_READ_LIMIT: Final = 1000
-MAX_NAME_CHARS: Final = 200
 MAX_REQUEST_ID_CHARS: Final = 200
 CATCH_UP_PAGE: Final = 256
 """Commits a lagging watch reads from the log per turn of :meth:`OwnerCore.catch_up`."""
@@ -100,19 +122,11 @@ READ_BUDGET_BYTES: Final = 512 << 10
 """A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
 WebSocket layer's hard limit however large the entries are."""
 MAX_CAPABILITIES: Final = 10_000
+MAX_LEASES_PER_WORKER: Final = 100_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
 SUBMISSION_QUEUED: Final = "queued"
-
-
-class _Refusal(Exception):
-    """Raised inside a request's savepoint to refuse it; becomes an ``Error`` reply."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @attrs.define(eq=False)
@@ -145,7 +159,15 @@ class BatchEffects:
 class OwnerCore:
     """The durable logic of one owner over one store. See the module docstring for the rules."""
 
-    def __init__(self, store: Store, *, token: str, instance: str, clock: Literal["wall", "manual"] = "wall") -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        instance: str,
+        clock: Literal["wall", "manual"] = "wall",
+        orphan_blocked: bool = True,
+    ) -> None:
         self._store = store
         self._token = token
         self._instance = instance
@@ -156,6 +178,9 @@ class OwnerCore:
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
+        self.tasks = TaskEngine(store, self._reply, orphan_blocked=orphan_blocked)
+        self._task_waits: dict[str, list[tuple[PeerId, int]]] = {}
+        """``wait_task`` calls by task id, answered when the task ends."""
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
         self._handlers: dict[type[Any], Callable[[PeerId, Any, int], None]] = {
@@ -171,8 +196,13 @@ class OwnerCore:
             AdvanceClock: self._on_advance_clock,
             Announce: self._on_announce,
             ReadPeers: self._on_read_peers,
+            ReadTask: self._on_read_task,
+            ReadOutcomes: self._on_read_outcomes,
+            WaitTask: self._on_wait_task,
+            ReadTaskGraph: self._on_read_task_graph,
+            Release: self._on_release,
         }
-        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock})
+        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock, Release})
 
     # ------------------------------------------------------------------------------------------ inspection
 
@@ -236,6 +266,11 @@ class OwnerCore:
             return
         for watch in state.watches.values():
             self._drop_watch(watch)
+        self.tasks.peer_left(peer)
+        for task_id, waits in list(self._task_waits.items()):
+            waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
+            if not waits:
+                del self._task_waits[task_id]
 
     def set_congested(self, peer: PeerId, congested: bool) -> None:
         """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
@@ -277,6 +312,34 @@ class OwnerCore:
         if self._clock_ms is not None:
             now_ms = max(now_ms, self._clock_ms)
         handler(peer, frame, now_ms)
+
+    def needs_settle(self, now_ms: int) -> bool:
+        """Whether the task engine has work (cut-off leases, runnable tasks, due sleeps): run a batch for it."""
+        return self.tasks.needs_settle(now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest sleep deadline on the owner's clock, for the shell's timer."""
+        return self.tasks.next_deadline_ms()
+
+    def settle(self, now_ms: int) -> None:
+        """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
+        more commit, and ``wait_task`` calls of tasks that ended are answered."""
+        if self._clock_ms is not None:
+            now_ms = max(now_ms, self._clock_ms)
+        seq = self._head_seq + 1
+        result = self.tasks.settle(seq, now_ms)
+        if result.records:
+            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(result.records))
+            touched = {record.conversation_id for record in result.records}
+            self._store.log_commit(logged, frozenset(touched))
+            self._head_seq = seq
+            self._fan_out(logged, touched)
+        for record in result.ended:
+            waits = self._task_waits.pop(record.task_id, None)
+            if waits:
+                reply = self._task_reply(record, 0)
+                for peer, call_id in waits:
+                    self._reply(peer, attrs.evolve(reply, call_id=call_id))
 
     def take_output(self) -> tuple[list[Output], BatchEffects]:
         """Everything the committed batch produced, in order, and its effects. Call only after COMMIT."""
@@ -320,23 +383,34 @@ class OwnerCore:
         touched: set[str] = set()
         positions: dict[str, int] = {}
         store = self._store
+        if request.lease is not None:
+            try:
+                if self._peers[peer].role != "worker":
+                    raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
+                self.tasks.check_lease(peer, request.lease)
+            except Refusal as refusal:
+                self._refuse(peer, request.call_id, refusal.code, refusal.message)
+                return
         guarded = count > 1
         if guarded:
             store.savepoint()
+        self.tasks.begin()
         try:
             for index, write in enumerate(request.writes):
-                record, result = self._apply(write, seq, now_ms, f"writes[{index}]", positions)
+                record, result = self._apply(write, seq, now_ms, f"writes[{index}]", positions, request.lease)
                 records.append(record)
                 results.append(result)
                 if record.conversation_id is not None:
                     touched.add(record.conversation_id)
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
-        except _Refusal as refusal:
+        except Refusal as refusal:
             if guarded:
                 store.rollback_savepoint()
+            self.tasks.rollback()
             self._refuse(peer, request.call_id, refusal.code, refusal.message)
             return
+        self.tasks.commit()
         if guarded:
             store.release_savepoint()
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
@@ -345,37 +419,45 @@ class OwnerCore:
         committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
         self._published(peer, committed, logged, touched)
 
-    def _apply(self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int]) -> tuple[Record, int]:
+    def _apply(
+        self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int], lease: LeaseRef | None
+    ) -> tuple[Record, int]:
         """Apply one write of a commit. ``positions`` holds the entry positions this commit has taken so far."""
+        if isinstance(write, CreateTask):
+            return self.tasks.create_task(write, seq, now_ms, where), 0
+        if isinstance(write, SetTaskState):
+            return self.tasks.set_state(write, lease, seq, now_ms, where), 0
+        if isinstance(write, AbortTask):
+            return self.tasks.abort_task(write, seq, now_ms, where)
         if isinstance(write, AppendEntry):
             conversation_id = write.conversation_id
-            _check_id(conversation_id, f"{where}.conversation_id")
-            _check_id(write.entry_id, f"{where}.entry_id")
-            _check_name(write.kind, f"{where}.kind")
+            check_id(conversation_id, f"{where}.conversation_id")
+            check_id(write.entry_id, f"{where}.entry_id")
+            check_name(write.kind, f"{where}.kind")
             position = positions.get(conversation_id)
             if position is None:
                 position = self._next_positions.get(conversation_id)
             if position is None:
                 position = self._store.next_entry_position(conversation_id)
                 if position is None:
-                    raise _missing_conversation(conversation_id)
+                    raise missing_conversation(conversation_id)
             entry = _entry(write, position, seq, now_ms)
             try:
                 self._store.insert_entry(entry)
             except StoreConflict as exc:
-                raise _Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
+                raise Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
             positions[conversation_id] = position + 1
             return entry, position
         if isinstance(write, PutDocument):
-            _check_name(write.name, f"{where}.name")
+            check_name(write.name, f"{where}.name")
             if write.conversation_id is not None:
-                _check_id(write.conversation_id, f"{where}.conversation_id")
+                check_id(write.conversation_id, f"{where}.conversation_id")
                 if self._store.conversation(write.conversation_id) is None:
-                    raise _missing_conversation(write.conversation_id)
+                    raise missing_conversation(write.conversation_id)
             current = self._store.document(write.conversation_id, write.name)
             current_version = 0 if current is None else current.version
             if write.expected_version is not None and write.expected_version != current_version:
-                raise _Refusal(
+                raise Refusal(
                     ErrorCode.CONFLICT,
                     f"{where}: document {write.name!r} is at version {current_version}, "
                     f"not the expected {write.expected_version}",
@@ -391,14 +473,22 @@ class OwnerCore:
             self._store.put_document(document)
             return document, document.version
         assert isinstance(write, CreateConversation), write
-        _check_id(write.conversation_id, f"{where}.conversation_id")
+        check_id(write.conversation_id, f"{where}.conversation_id")
+        if write.owner_task_id is not None:
+            self.tasks.check_conversation_owner(write.owner_task_id, where)
         conversation = ConversationRecord(
-            conversation_id=write.conversation_id, created_at_ms=now_ms, seq=seq, entry_count=0
+            conversation_id=write.conversation_id,
+            created_at_ms=now_ms,
+            seq=seq,
+            entry_count=0,
+            owner_task_id=write.owner_task_id,
         )
         try:
             self._store.insert_conversation(conversation)
         except StoreConflict as exc:
-            raise _Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
+        if write.owner_task_id is not None:
+            self.tasks.conversation_created(write.conversation_id, write.owner_task_id)
         return conversation, 0
 
     def _on_submit(self, peer: PeerId, request: Submit, now_ms: int) -> None:
@@ -417,13 +507,13 @@ class OwnerCore:
         seq = self._head_seq + 1
         store = self._store
         try:  # one fallible write, the first: no savepoint needed (rule 1)
-            _check_id(request.conversation_id, "conversation_id")
-            _check_id(request.submission_id, "submission_id")
-            _check_name(request.kind, "kind")
+            check_id(request.conversation_id, "conversation_id")
+            check_id(request.submission_id, "submission_id")
+            check_name(request.kind, "kind")
             if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
-                raise _Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
+                raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
             if store.conversation(request.conversation_id) is None:
-                raise _missing_conversation(request.conversation_id)
+                raise missing_conversation(request.conversation_id)
             submission = SubmissionRecord(
                 submission_id=request.submission_id,
                 conversation_id=request.conversation_id,
@@ -437,11 +527,11 @@ class OwnerCore:
             try:
                 store.insert_submission(submission)
             except StoreConflict as exc:
-                raise _Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
+                raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
             touched = {request.conversation_id}
             store.log_commit(logged, frozenset(touched))
-        except _Refusal as refusal:
+        except Refusal as refusal:
             self._refuse(peer, call_id, refusal.code, refusal.message)
             return
         self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
@@ -467,7 +557,7 @@ class OwnerCore:
     def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         else:
             self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
 
@@ -482,7 +572,7 @@ class OwnerCore:
             self._refuse(peer, call_id, ErrorCode.INVALID, message)
             return
         if self._store.conversation(request.conversation_id) is None:
-            self._refuse(peer, call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
+            self._refuse(peer, call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             return
         entries, more = self._store.entry_page(
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
@@ -493,14 +583,14 @@ class OwnerCore:
     def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(conversation_id))
             return
         document = self._store.document(conversation_id, request.name)
         self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
 
     def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             return
         submission = self._store.submission(request.conversation_id, request.request_id)
         self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
@@ -520,7 +610,7 @@ class OwnerCore:
         if request.conversation_id is not None:
             conversation = self._store.conversation(request.conversation_id)
             if conversation is None:
-                self._refuse(peer, call_id, ErrorCode.NOT_FOUND, _no_conversation(request.conversation_id))
+                self._refuse(peer, call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
                 return
             from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
         watch = _Watch(
@@ -541,21 +631,31 @@ class OwnerCore:
         problem = None
         if state.role != "worker":
             problem = (ErrorCode.NOT_ALLOWED, f"only workers announce capabilities; this connection is a {state.role}")
+        elif not 1 <= request.max_leases <= MAX_LEASES_PER_WORKER:
+            problem = (ErrorCode.INVALID, f"max_leases must be between 1 and {MAX_LEASES_PER_WORKER}")
         elif len(request.capabilities) > MAX_CAPABILITIES:
             problem = (ErrorCode.INVALID, f"a worker may announce at most {MAX_CAPABILITIES} capabilities")
         else:
             for index, capability in enumerate(request.capabilities):
-                if not 1 <= len(capability.name) <= MAX_NAME_CHARS or capability.version < 1:
+                if (
+                    not 1 <= len(capability.name) <= MAX_NAME_CHARS
+                    or capability.version < 1
+                    or capability.restart_limit < 1
+                ):
                     problem = (
                         ErrorCode.INVALID,
-                        f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters and a version of 1 or "
-                        f"more are required, not {capability.name!r} version {capability.version}",
+                        f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
+                        f"restart_limit of 1 or more are required, not {capability.name!r} version "
+                        f"{capability.version} restart_limit {capability.restart_limit}",
                     )
                     break
         if problem is not None:
             self._refuse(peer, request.call_id, problem[0], problem[1])
             return
         state.announced = request
+        self.tasks.worker_announced(
+            peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
+        )
         self._reply(peer, Ok(call_id=request.call_id))
 
     def _on_read_peers(self, peer: PeerId, request: ReadPeers, now_ms: int) -> None:
@@ -574,6 +674,52 @@ class OwnerCore:
             for peer_id, state in self._peers.items()
         )
         self._reply(peer, PeersReply(call_id=request.call_id, peers=peers))
+
+    def _on_read_task(self, peer: PeerId, request: ReadTask, now_ms: int) -> None:
+        record = self.tasks.record(request.task_id)
+        if record is None:
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        else:
+            self._reply(peer, self._task_reply(record, request.call_id))
+
+    def _on_read_outcomes(self, peer: PeerId, request: ReadOutcomes, now_ms: int) -> None:
+        if len(request.task_ids) > MAX_READ_LIMIT:
+            message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
+            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
+            return
+        outcomes: list[TaskOutcome | None] = []
+        for task_id in request.task_ids:
+            record = self.tasks.record(task_id)
+            if record is None:
+                self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(task_id))
+                return
+            outcomes.append(record.outcome if record.status == "terminal" else None)
+        self._reply(peer, OutcomesReply(call_id=request.call_id, outcomes=tuple(outcomes)))
+
+    def _on_wait_task(self, peer: PeerId, request: WaitTask, now_ms: int) -> None:
+        record = self.tasks.record(request.task_id)
+        if record is None:
+            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        elif record.status == "terminal":
+            self._reply(peer, self._task_reply(record, request.call_id))
+        else:
+            self._task_waits.setdefault(request.task_id, []).append((peer, request.call_id))
+
+    def _on_read_task_graph(self, peer: PeerId, request: ReadTaskGraph, now_ms: int) -> None:
+        nodes = tuple(self.tasks.graph())
+        self._reply(peer, TaskGraphReply(call_id=request.call_id, seq=self._head_seq, nodes=nodes))
+
+    def _on_release(self, peer: PeerId, request: Release, now_ms: int) -> None:
+        try:
+            self.tasks.release(peer, request.lease, request.migration_error)
+        except Refusal as refusal:
+            self._refuse(peer, request.call_id, refusal.code, refusal.message)
+            return
+        self._reply(peer, Ok(call_id=request.call_id))
+
+    def _task_reply(self, record: TaskRecord, call_id: int) -> TaskReply:
+        input_value, checkpoint = self._store.task_data(record.task_id)
+        return TaskReply(call_id=call_id, task=record, input=input_value, checkpoint=checkpoint)
 
     def _on_ping(self, peer: PeerId, request: Ping, now_ms: int) -> None:
         self._reply(peer, Pong(call_id=request.call_id, now_ms=now_ms, head_seq=self._head_seq))
@@ -610,6 +756,10 @@ class OwnerCore:
                 del self._live[watch.conversation_id]
 
 
+def _no_task(task_id: str) -> str:
+    return f"task {task_id} does not exist"
+
+
 def _change(watch: _Watch, logged: LoggedCommit) -> Change:
     records = logged.records
     if watch.conversation_id is not None:
@@ -631,34 +781,3 @@ def _entry(write: AppendEntry, position: int, seq: int, now_ms: int) -> EntryRec
 
 def _refused(code: ErrorCode, message: str) -> Refused:
     return Refused(code=code, message=message, supported_versions=SUPPORTED_VERSIONS)
-
-
-def _check_id(value: str, where: str) -> None:
-    if not is_id(value):
-        raise _Refusal(ErrorCode.INVALID, f"{where}: {value!r} is not a canonical lower-case UUID string")
-
-
-def _check_name(value: str, where: str) -> None:
-    if not 1 <= len(value) <= MAX_NAME_CHARS:
-        raise _Refusal(ErrorCode.INVALID, f"{where}: must hold 1 to {MAX_NAME_CHARS} characters")
-
-
-def _no_conversation(conversation_id: str) -> str:
-    return f"conversation {conversation_id} does not exist"
-
-
-def _missing_conversation(conversation_id: str) -> _Refusal:
-    return _Refusal(ErrorCode.NOT_FOUND, _no_conversation(conversation_id))
-
-
-def same_json(left: object, right: object) -> bool:
-    """Equality of JSON-like values that also compares types (``1``, ``1.0`` and ``True`` differ)."""
-    if type(left) is not type(right):
-        return False
-    if isinstance(left, dict):
-        assert isinstance(right, dict)
-        return left.keys() == right.keys() and all(same_json(left[key], right[key]) for key in left)
-    if isinstance(left, list | tuple):
-        assert isinstance(right, list | tuple)
-        return len(left) == len(right) and all(same_json(a, b) for a, b in zip(left, right, strict=True))
-    return left == right

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -13,7 +14,11 @@ from protocol import (
     Order,
     Record,
     SubmissionRecord,
+    TaskRecord,
 )
+
+NO_CHANGE: Final = object()
+"""Passed as a checkpoint: keep the stored one."""
 
 
 class StoreConflict(Exception):
@@ -82,4 +87,24 @@ class Store(Protocol):
     ) -> list[LoggedCommit]:
         """Logged commits after ``after_seq`` up to ``until_seq``, oldest first, at most ``limit``; filtered to
         those that may touch ``conversation_id`` when it is given (records still need filtering)."""
+        ...
+
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
+
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``."""
+        ...
+
+    def task(self, task_id: str) -> TaskRecord | None: ...
+
+    def task_data(self, task_id: str) -> tuple[Any, Any]:
+        """A stored task's ``(input, checkpoint)``."""
+        ...
+
+    def live_tasks(self) -> Iterable[TaskRecord]:
+        """Every task that is not terminal."""
+        ...
+
+    def task_owned_conversations(self) -> list[tuple[str, str]]:
+        """``(conversation_id, owner_task_id)`` of every conversation owned by a task that is not terminal."""
         ...

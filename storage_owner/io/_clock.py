@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -10,6 +11,10 @@ class Clock(Protocol):
     def now_ms(self) -> int: ...
 
     def advance_to(self, now_ms: int) -> None: ...
+
+    def seconds_until(self, deadline_ms: int) -> float:
+        """How long to wait in real time for this clock to reach ``deadline_ms`` by itself."""
+        ...
 
 
 class WallClock:
@@ -25,6 +30,9 @@ class WallClock:
     def advance_to(self, now_ms: int) -> None:
         raise AssertionError("the wall clock cannot be advanced")
 
+    def seconds_until(self, deadline_ms: int) -> float:
+        return max(0.0, (deadline_ms - self.now_ms()) / 1000)
+
 
 class ManualClock:
     """A clock that moves only when a client asks it to (``AdvanceClock``); its time is stored in the database."""
@@ -37,3 +45,6 @@ class ManualClock:
 
     def advance_to(self, now_ms: int) -> None:
         self._now_ms = max(self._now_ms, now_ms)
+
+    def seconds_until(self, deadline_ms: int) -> float:
+        return 0.0 if deadline_ms <= self._now_ms else math.inf

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import signal
 import socket
@@ -80,6 +81,9 @@ grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
+ORPHAN_GRACE_S: Final = 2.0
+"""After it starts, the owner waits this long for workers to attach before it decides that an aborted task's code
+cannot run (and orphans it): a restarted owner must not orphan work whose workers are still reconnecting."""
 
 
 @attrs.frozen(kw_only=True)
@@ -280,7 +284,9 @@ class OwnerServer:
                 engine=ENGINE,
             )
             with storage_errors("reading the commit log head"):
-                self.core = OwnerCore(self._store, token=self.token, instance=self.instance, clock=config.clock)
+                self.core = OwnerCore(
+                    self._store, token=self.token, instance=self.instance, clock=config.clock, orphan_blocked=False
+                )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)
         finally:
@@ -318,6 +324,7 @@ class OwnerServer:
         )
         task_status.started(self.url)
         nursery.start_soon(self._drop_silent_peers)
+        nursery.start_soon(self._orphan_after_grace)
         try:
             await self._commit_loop()
         finally:
@@ -362,7 +369,8 @@ class OwnerServer:
                     nursery.cancel_scope.cancel(reason="the peer closed its connection")
         finally:
             self._connections.pop(connection.peer, None)
-            self.core.detach(connection.peer)
+            self.core.detach(connection.peer)  # its leases are cut off: settled by the next batch
+            self.work.set()
 
     async def _handshake(self, ws: trio_websocket.WebSocketConnection) -> _Connection | None:
         """Read the Hello and answer it; the attached connection, or ``None`` if it was refused or timed out."""
@@ -428,13 +436,22 @@ class OwnerServer:
 
     # ---------------------------------------------------------------------------------------- commit loop
 
+    async def _orphan_after_grace(self) -> None:
+        await trio.sleep(ORPHAN_GRACE_S)
+        self.core.tasks.orphan_blocked_now()
+        self.work.set()
+
     async def _commit_loop(self) -> None:
         core = self.core
+        clock = self._clock
         while True:
-            if not self.pending and not core.has_lagging_watches:
-                await self.work.wait()
+            if not self.pending and not core.has_lagging_watches and not core.needs_settle(clock.now_ms()):
+                deadline_ms = core.next_deadline_ms()
+                wait_s = math.inf if deadline_ms is None else clock.seconds_until(deadline_ms)
+                with trio.move_on_after(wait_s):
+                    await self.work.wait()
             self.work = trio.Event()
-            if self.pending:
+            if self.pending or core.needs_settle(clock.now_ms()):
                 take = _batch_size(len(self.pending))
                 batch = self.pending[:take]
                 del self.pending[:take]
@@ -456,6 +473,7 @@ class OwnerServer:
                 store.begin()
                 for peer, frame in batch:
                     core.handle(peer, frame, now_ms)
+                core.settle(now_ms)
                 wrote = core.head_seq != head_before
                 if wrote:
                     self._writing_commits += 1

@@ -70,6 +70,37 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UNIQUE (conversation_id, request_id)
     ) WITHOUT ROWID;
     """,
+    # 2: tasks, and conversations owned by a task. A task's scheduling facts are columns (the owner loads every
+    # live task at start, so that read must be cheap); its input and checkpoint are read only to grant a lease.
+    """
+    ALTER TABLE conversations ADD COLUMN owner_task_id TEXT;
+    CREATE TABLE tasks (
+        task_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        conversation_id TEXT NOT NULL,
+        owner_task_id TEXT,
+        background INTEGER NOT NULL,
+        abandon_on_restart INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        phase TEXT,
+        on_ids BLOB,
+        policy TEXT,
+        until_ms INTEGER,
+        abort TEXT,
+        restarts INTEGER NOT NULL,
+        restart_limit INTEGER NOT NULL,
+        epoch INTEGER NOT NULL,
+        held BLOB,
+        outcome BLOB,
+        seq INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        input BLOB NOT NULL,
+        checkpoint BLOB NOT NULL
+    );
+    CREATE INDEX tasks_live ON tasks (task_id) WHERE status != 'terminal';
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -23,9 +23,11 @@ from protocol import (
     SchemaTooNew,
     StorageError,
     SubmissionRecord,
+    TaskOutcome,
+    TaskRecord,
     converter,
 )
-from storage_owner.core import LoggedCommit, StoreConflict
+from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict
 
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 
@@ -39,6 +41,12 @@ JOURNAL_SIZE_LIMIT_BYTES: Final = 64 << 20
 _RECORDS = tuple[Record, ...]
 _structure_records = converter.get_structure_hook(_RECORDS)
 _unstructure_records = converter.get_unstructure_hook(_RECORDS)
+_structure_outcome = converter.get_structure_hook(TaskOutcome)
+_unstructure_outcome = converter.get_unstructure_hook(TaskOutcome)
+_TASK_COLUMNS: Final = (
+    "task_id, kind, version, conversation_id, owner_task_id, background, abandon_on_restart, status, phase, on_ids, "
+    "policy, until_ms, abort, restarts, restart_limit, epoch, held, outcome, seq, created_at_ms, updated_at_ms"
+)
 
 
 def _pack(value: object) -> bytes:
@@ -220,8 +228,8 @@ class SqliteStore:
     def insert_conversation(self, record: ConversationRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO conversations (conversation_id, created_at_ms, seq) VALUES (?, ?, ?)",
-                (record.conversation_id, record.created_at_ms, record.seq),
+                "INSERT INTO conversations (conversation_id, created_at_ms, seq, owner_task_id) VALUES (?, ?, ?, ?)",
+                (record.conversation_id, record.created_at_ms, record.seq, record.owner_task_id),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("conversation", record.conversation_id) from exc
@@ -229,15 +237,27 @@ class SqliteStore:
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
         row = self._db.execute(
             "SELECT created_at_ms, seq, (SELECT COALESCE(MAX(position) + 1, 0) FROM entries "
-            "WHERE conversation_id = ?1) FROM conversations WHERE conversation_id = ?1",
+            "WHERE conversation_id = ?1), owner_task_id FROM conversations WHERE conversation_id = ?1",
             (conversation_id,),
         ).fetchone()
         if row is None:
             return None
-        created_at_ms, seq, entry_count = row
+        created_at_ms, seq, entry_count, owner_task_id = row
         return ConversationRecord(
-            conversation_id=conversation_id, created_at_ms=created_at_ms, seq=seq, entry_count=entry_count
+            conversation_id=conversation_id,
+            created_at_ms=created_at_ms,
+            seq=seq,
+            entry_count=entry_count,
+            owner_task_id=owner_task_id,
         )
+
+    def task_owned_conversations(self) -> list[tuple[str, str]]:
+        """``(conversation_id, owner_task_id)`` of every conversation owned by a task that is not terminal."""
+        rows = self._db.execute(
+            "SELECT c.conversation_id, c.owner_task_id FROM conversations AS c JOIN tasks AS t "
+            "ON t.task_id = c.owner_task_id WHERE c.owner_task_id IS NOT NULL AND t.status != 'terminal'"
+        )
+        return [(conversation_id, owner) for conversation_id, owner in rows]
 
     def conversation_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0])  # type: ignore[index]
@@ -381,6 +401,124 @@ class SqliteStore:
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("submission", record.submission_id) from exc
+
+    # ---------------------------------------------------------------------------------------------- tasks
+
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
+        try:
+            self._db.execute(
+                f"INSERT INTO tasks ({_TASK_COLUMNS}, input, checkpoint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*_task_row(record), _pack(input), _pack(checkpoint)),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("task", record.task_id) from exc
+
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+        """Store ``record`` (every column but the input); the checkpoint too when one is given."""
+        row = _task_row(record)
+        if checkpoint is NO_CHANGE:
+            self._db.execute(_UPDATE_TASK, (*row[1:], row[0]))
+        else:
+            self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], _pack(checkpoint), row[0]))
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return None if row is None else _task_record(row)
+
+    def task_data(self, task_id: str) -> tuple[Any, Any]:
+        """A stored task's ``(input, checkpoint)``."""
+        row = self._db.execute("SELECT input, checkpoint FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        assert row is not None, f"task {task_id} is not stored"
+        return _unpack(row[0]), _unpack(row[1])
+
+    def live_tasks(self) -> Iterator[TaskRecord]:
+        """Every task that is not terminal, oldest first."""
+        rows = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status != 'terminal' ORDER BY task_id")
+        return (_task_record(row) for row in rows)
+
+    def task_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
+
+
+_UPDATE_TASK_SET: Final = ", ".join(f"{column.strip()} = ?" for column in _TASK_COLUMNS.split(",")[1:])
+_UPDATE_TASK: Final = f"UPDATE tasks SET {_UPDATE_TASK_SET} WHERE task_id = ?"
+_UPDATE_TASK_CHECKPOINT: Final = f"UPDATE tasks SET {_UPDATE_TASK_SET}, checkpoint = ? WHERE task_id = ?"
+
+
+def _task_row(record: TaskRecord) -> tuple[object, ...]:
+    return (
+        record.task_id,
+        record.kind,
+        record.version,
+        record.conversation_id,
+        record.owner_task_id,
+        record.background,
+        record.abandon_on_restart,
+        record.status,
+        record.phase,
+        _pack(list(record.on)) if record.on else None,
+        record.policy,
+        record.until_ms,
+        record.abort,
+        record.restarts,
+        record.restart_limit,
+        record.epoch,
+        None if record.held is None else _pack(_unstructure_outcome(record.held)),
+        None if record.outcome is None else _pack(_unstructure_outcome(record.outcome)),
+        record.seq,
+        record.created_at_ms,
+        record.updated_at_ms,
+    )
+
+
+def _task_record(row: Any) -> TaskRecord:
+    (
+        task_id,
+        kind,
+        version,
+        conversation_id,
+        owner_task_id,
+        background,
+        abandon_on_restart,
+        status,
+        phase,
+        on_ids,
+        policy,
+        until_ms,
+        abort,
+        restarts,
+        restart_limit,
+        epoch,
+        held,
+        outcome,
+        seq,
+        created_at_ms,
+        updated_at_ms,
+    ) = row
+    return TaskRecord(
+        task_id=task_id,
+        kind=kind,
+        version=version,
+        conversation_id=conversation_id,
+        owner_task_id=owner_task_id,
+        background=bool(background),
+        abandon_on_restart=bool(abandon_on_restart),
+        status=status,
+        phase=phase,
+        on=() if on_ids is None else tuple(_unpack(on_ids)),
+        policy=policy,
+        until_ms=until_ms,
+        abort=abort,
+        restarts=restarts,
+        restart_limit=restart_limit,
+        epoch=epoch,
+        held=None if held is None else _structure_outcome(_unpack(held), TaskOutcome),
+        outcome=None if outcome is None else _structure_outcome(_unpack(outcome), TaskOutcome),
+        seq=seq,
+        created_at_ms=created_at_ms,
+        updated_at_ms=updated_at_ms,
+    )
 
 
 class Checkpointer:

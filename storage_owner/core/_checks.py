@@ -1,0 +1,50 @@
+"""Refusals and the checks every request handler shares."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from protocol import ErrorCode, is_id
+
+MAX_NAME_CHARS: Final = 200
+
+
+class Refusal(Exception):
+    """Raised while applying a request to refuse it; becomes an ``Error`` reply, and the request's savepoint
+    (with everything it changed in memory) is rolled back."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def check_id(value: str, where: str) -> None:
+    if not is_id(value):
+        raise Refusal(ErrorCode.INVALID, f"{where}: {value!r} is not a canonical lower-case UUID string")
+
+
+def check_name(value: str, where: str) -> None:
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        raise Refusal(ErrorCode.INVALID, f"{where}: must hold 1 to {MAX_NAME_CHARS} characters")
+
+
+def no_conversation(conversation_id: str) -> str:
+    return f"conversation {conversation_id} does not exist"
+
+
+def missing_conversation(conversation_id: str) -> Refusal:
+    return Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
+
+
+def same_json(left: object, right: object) -> bool:
+    """Equality of JSON-like values that also compares types (``1``, ``1.0`` and ``True`` differ)."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, dict):
+        assert isinstance(right, dict)
+        return left.keys() == right.keys() and all(same_json(left[key], right[key]) for key in left)
+    if isinstance(left, list | tuple):
+        assert isinstance(right, list | tuple)
+        return len(left) == len(right) and all(same_json(a, b) for a, b in zip(left, right, strict=True))
+    return left == right

@@ -1,0 +1,923 @@
+"""The task engine, sans-IO: the task state machine, the ownership graph, bottom-up abort, restart counting,
+sleeps, and leases of phases to workers.
+
+The engine keeps every live task's record in memory (a terminal task leaves memory with the commit that ends it;
+its row stays in the store) and derives every index from those records, so undoing a refused request is putting
+back the records it replaced.
+
+Two kinds of change reach it:
+
+- **Requests** (inside a request's savepoint): ``create_task``, ``abort_task``, ``set_state`` apply the request's
+  own change, nothing else, and mark the tasks they touched *dirty*.
+- **Settling** (once per batch, after its requests): :meth:`TaskEngine.settle` reconciles every dirty task until
+  nothing changes: cascades abort marks down the ownership graph, ends ``completing`` tasks whose owned work is
+  terminal, resumes waiters and due sleepers, counts restarts of cut-off phases, and grants leases on runnable
+  tasks to workers that can run them. Everything settling changed is one commit, logged after the requests'.
+
+Rules (see ``SEMANTICS-NOTES.md``):
+
+1. Nothing becomes terminal while it owns live *ordinary* work (work below a ``background`` task is not ordinary).
+2. An abort mark is committed first; it cascades to owned ordinary work in the settling commit; a running phase
+   is cancelled and must be released (joined) before the task's abort handler is leased, which happens only once
+   its owned ordinary work is terminal. A task whose code cannot run then ends ``orphaned`` with the blocked
+   reason; a ``restart`` mark leaves it waiting for a worker instead.
+3. Whether a task is blocked (``missing_task``, ``task_too_old``, ``migration_failed``) is derived from the attached
+   workers, never stored.
+4. Every phase cut off (worker gone, owner restarted) counts one restart; a new committed state resets the count;
+   at the limit the task ends ``faulted`` / ``restart_limit``.
+5. A lease is valid for one epoch; the epoch grows with every grant and is stored, so no owner ever grants the same
+   epoch twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Literal
+
+import attrs
+
+from protocol import (
+    AbortTask,
+    CancelLease,
+    Capability,
+    CreateTask,
+    ErrorCode,
+    Frame,
+    JsonValue,
+    Lease,
+    LeaseRef,
+    SetTaskState,
+    TaskNode,
+    TaskOutcome,
+    TaskRecord,
+)
+
+from ._checks import Refusal, check_id, check_name, missing_conversation
+from ._ports import NO_CHANGE, Store, StoreConflict
+
+PeerId = int
+Mode = Literal["phase", "abort"]
+
+MAX_WAIT_ON: Final = 10_000
+DEFAULT_MAX_LEASES: Final = 64
+MAX_UNTIL_MS: Final = (1 << 62) - 1
+ABORT: Final = "abort"
+RESTART: Final = "restart"
+PHASE_OUTCOMES: Final = frozenset({"completed", "failed", "faulted"})
+ABORT_OUTCOMES: Final = frozenset({"aborted", "faulted"})
+
+
+@attrs.define(eq=False)
+class _Lease:
+    peer: PeerId
+    epoch: int
+    mode: Mode
+    version: int
+    """The definition version the worker runs (the task's version once it commits)."""
+    cancelling: bool = False
+
+
+@attrs.define(eq=False)
+class _Worker:
+    name: str
+    capabilities: dict[str, Capability]
+    max_leases: int
+    leases: set[str] = attrs.Factory(set)
+
+
+@attrs.frozen
+class Blocked:
+    reason: str
+    detail: str
+
+
+@attrs.frozen
+class SettleResult:
+    records: list[TaskRecord]
+    ended: list[TaskRecord]
+    """Tasks that became terminal in this batch (requests included), for ``wait_task`` replies."""
+
+
+class TaskEngine:
+    """The live tasks of one store and the workers that run them. See the module docstring."""
+
+    def __init__(self, store: Store, emit: Callable[[PeerId, Frame], None], *, orphan_blocked: bool = True) -> None:
+        self._store = store
+        self._emit = emit
+        self._orphan_blocked = orphan_blocked
+        """Whether an aborted task that no attached worker can run ends ``orphaned`` now. An owner that just
+        started turns this on only once its workers had time to attach, so a restart orphans nothing."""
+        self._tasks: dict[str, TaskRecord] = {}
+        self._children: dict[str, set[str]] = {}
+        """Live tasks by their owner task."""
+        self._conversation_tasks: dict[str, set[str]] = {}
+        """Live tasks owned directly by a conversation."""
+        self._conversation_owner: dict[str, str] = {}
+        """Conversations owned by a live task."""
+        self._owned_conversations: dict[str, set[str]] = {}
+        self._waiters: dict[str, set[str]] = {}
+        """Waiting tasks by each task they wait on."""
+        self._sleepers: list[tuple[int, str]] = []
+        """A heap of (until_ms, task id); entries of tasks that no longer sleep until then are skipped."""
+        self._dirty: dict[str, None] = {}
+        self._ready: dict[str, None] = {}
+        """Tasks that may be leased now, in the order they became runnable."""
+        self._blocked: dict[str, Blocked] = {}
+        self._leases: dict[str, _Lease] = {}
+        self._workers: dict[PeerId, _Worker] = {}
+        self._migration_failed: dict[tuple[str, int], str] = {}
+        self._cut_off: list[tuple[str, int, bool]] = []
+        """Leases of workers that left: (task id, epoch, whether the cut-off counts as a restart)."""
+        self._released: list[tuple[str, int]] = []
+        self._ended: dict[str, TaskRecord] = {}
+        """Tasks that became terminal in this batch, for ``wait_task`` replies."""
+        self._finalize: dict[str, TaskRecord] = {}
+        """Tasks that became terminal and whose owner, waiters and conversations settling has not yet revisited."""
+        self._fail_fast_checks: dict[str, None] = {}
+        """Tasks that began a ``fail_fast`` wait: settling checks the outcomes that were already decided."""
+        self._place = True
+        self._recovering = True
+        self._journal: list[Callable[[], None]] | None = None
+        self._changed: dict[str, TaskRecord] = {}
+        self._settle_seq = 0
+        self._now_ms = 0
+        for record in store.live_tasks():
+            self._index(record)
+            self._tasks[record.task_id] = record
+            self._dirty[record.task_id] = None
+        for conversation_id, owner in store.task_owned_conversations():
+            self._conversation_owner[conversation_id] = owner
+            self._owned_conversations.setdefault(owner, set()).add(conversation_id)
+
+    # ------------------------------------------------------------------------------------------ inspection
+
+    def live(self, task_id: str) -> TaskRecord | None:
+        return self._tasks.get(task_id)
+
+    def record(self, task_id: str) -> TaskRecord | None:
+        """A task's record, live or terminal."""
+        return self._tasks.get(task_id) or self._store.task(task_id)
+
+    @property
+    def live_count(self) -> int:
+        return len(self._tasks)
+
+    def graph(self) -> list[TaskNode]:
+        nodes = []
+        for task_id, record in self._tasks.items():
+            blocked = self._blocked.get(task_id)
+            lease = self._leases.get(task_id)
+            worker = None if lease is None else self._workers.get(lease.peer)
+            nodes.append(
+                TaskNode(
+                    task=record,
+                    blocked=None if blocked is None else blocked.reason,
+                    blocked_detail=None if blocked is None else blocked.detail,
+                    leased_to=None if worker is None else worker.name,
+                )
+            )
+        return nodes
+
+    def orphan_blocked_now(self) -> None:
+        """From now on an aborted task that no attached worker can run ends ``orphaned``."""
+        if not self._orphan_blocked:
+            self._orphan_blocked = True
+            self._unblock_all()
+
+    def needs_settle(self, now_ms: int) -> bool:
+        """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
+        if self._recovering or self._dirty or self._cut_off or self._released:
+            return True
+        if self._place and self._ready and self._has_capacity():
+            return True
+        deadline = self.next_deadline_ms()
+        return deadline is not None and deadline <= now_ms
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest stored sleep deadline, for the shell's timer."""
+        sleepers = self._sleepers
+        while sleepers:
+            until_ms, task_id = sleepers[0]
+            record = self._tasks.get(task_id)
+            if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
+                return until_ms
+            heapq.heappop(sleepers)
+        return None
+
+    # -------------------------------------------------------------------------------------- request journal
+
+    def begin(self) -> None:
+        """Start journaling changes to memory, for :meth:`rollback` if the request is refused."""
+        self._journal = []
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self) -> None:
+        journal, self._journal = self._journal, None
+        assert journal is not None
+        for undo in reversed(journal):
+            undo()
+
+    def _undo(self, action: Callable[[], None]) -> None:
+        if self._journal is not None:
+            self._journal.append(action)
+
+    # --------------------------------------------------------------------------------------------- requests
+
+    def check_lease(self, peer: PeerId, lease: LeaseRef) -> None:
+        """Refuse a commit whose lease is not the current grant to ``peer``."""
+        current = self._leases.get(lease.task_id)
+        if current is None or current.epoch != lease.epoch or current.peer != peer:
+            record = self.record(lease.task_id)
+            now = "" if record is None else f" (the task is {_describe_state(record)}, at epoch {record.epoch})"
+            raise Refusal(
+                ErrorCode.STALE_LEASE,
+                f"the lease on task {lease.task_id} at epoch {lease.epoch} is no longer valid{now}; "
+                "nothing of this commit was written",
+            )
+        if current.cancelling:
+            raise Refusal(
+                ErrorCode.STALE_LEASE,
+                f"task {lease.task_id} is marked for abort: its phase is being cancelled and may not commit; "
+                "nothing of this commit was written",
+            )
+
+    def create_task(self, write: CreateTask, seq: int, now_ms: int, where: str) -> TaskRecord:
+        check_id(write.task_id, f"{where}.task_id")
+        check_name(write.kind, f"{where}.kind")
+        if write.version < 0:
+            raise Refusal(ErrorCode.INVALID, f"{where}.version must be 0 (any) or more, not {write.version}")
+        owner_task_id = write.owner_task_id
+        if owner_task_id is not None:
+            check_id(owner_task_id, f"{where}.owner_task_id")
+            owner = self._require_owner(owner_task_id, where)
+            conversation_id = owner.conversation_id
+            if write.conversation_id is not None and write.conversation_id != conversation_id:
+                raise Refusal(
+                    ErrorCode.INVALID,
+                    f"{where}: a task owned by task {owner_task_id} belongs to its conversation {conversation_id}, "
+                    f"not {write.conversation_id}",
+                )
+        elif write.conversation_id is not None:
+            conversation_id = write.conversation_id
+            check_id(conversation_id, f"{where}.conversation_id")
+            if self._store.conversation(conversation_id) is None:
+                raise missing_conversation(conversation_id)
+            conversation_owner = self._conversation_owner.get(conversation_id)
+            if conversation_owner is not None:
+                self._require_owner(conversation_owner, where)
+        else:
+            raise Refusal(ErrorCode.INVALID, f"{where}: a task needs an owner: conversation_id or owner_task_id")
+        record = TaskRecord(
+            task_id=write.task_id,
+            kind=write.kind,
+            version=write.version,
+            conversation_id=conversation_id,
+            owner_task_id=owner_task_id,
+            background=write.background,
+            abandon_on_restart=write.abandon_on_restart,
+            status="pending",
+            phase=None,
+            seq=seq,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+        try:
+            self._store.insert_task(record, write.input, None)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: task id {exc.key} already exists") from exc
+        self._put(record)
+        return record
+
+    def check_conversation_owner(self, owner_task_id: str, where: str) -> None:
+        """A conversation may be created owned by a live task that may still own new work."""
+        check_id(owner_task_id, f"{where}.owner_task_id")
+        self._require_owner(owner_task_id, where)
+
+    def conversation_created(self, conversation_id: str, owner_task_id: str) -> None:
+        self._conversation_owner[conversation_id] = owner_task_id
+        self._owned_conversations.setdefault(owner_task_id, set()).add(conversation_id)
+
+        def undo() -> None:
+            del self._conversation_owner[conversation_id]
+            self._owned_conversations[owner_task_id].discard(conversation_id)
+
+        self._undo(undo)
+
+    def abort_task(self, write: AbortTask, seq: int, now_ms: int, where: str) -> tuple[TaskRecord, int]:
+        """Mark a task for abort; the result is 1 if this marked it, 0 if it was already marked or terminal."""
+        check_id(write.task_id, f"{where}.task_id")
+        record = self._tasks.get(write.task_id)
+        if record is None:
+            stored = self._store.task(write.task_id)
+            if stored is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"{where}: task {write.task_id} does not exist")
+            return stored, 0
+        if record.abort == ABORT:
+            return record, 0
+        marked = attrs.evolve(record, abort=ABORT, seq=seq, updated_at_ms=now_ms)
+        self._save(marked)
+        return marked, 1
+
+    def set_state(self, write: SetTaskState, lease: LeaseRef | None, seq: int, now_ms: int, where: str) -> TaskRecord:
+        """End the leased phase with the task's next state. The commit's lease was checked already."""
+        if lease is None or write.task_id != lease.task_id:
+            raise Refusal(
+                ErrorCode.NOT_ALLOWED,
+                f"{where}: a task's state is set only by a commit under that task's own lease",
+            )
+        record = self._tasks[write.task_id]
+        current = self._leases[write.task_id]
+        common: dict[str, Any] = {
+            "version": current.version,
+            "restarts": 0,
+            "seq": seq,
+            "updated_at_ms": now_ms,
+            "on": (),
+            "policy": None,
+            "until_ms": None,
+        }
+        if current.mode == "abort" and write.status != "terminal":
+            raise Refusal(ErrorCode.INVALID, f"{where}: an abort handler ends only with an aborted or faulted outcome")
+        checkpoint: object = write.checkpoint
+        if write.status == "running":
+            changed = attrs.evolve(record, status="pending", phase=_phase_of(write.checkpoint), **common)
+        elif write.status == "waiting":
+            on = self._check_wait(record, write, where)
+            if on:
+                common |= {"on": on, "policy": write.policy}
+                if write.policy == "fail_fast":
+                    self._fail_fast_checks[record.task_id] = None
+                    self._undo(lambda: self._fail_fast_checks.pop(record.task_id, None))
+            changed = attrs.evolve(
+                record, status="waiting" if on else "pending", phase=_phase_of(write.checkpoint), **common
+            )
+        elif write.status == "sleeping":
+            if write.until_ms is None or not 0 <= write.until_ms <= MAX_UNTIL_MS:
+                raise Refusal(ErrorCode.INVALID, f"{where}.until_ms must be a time in ms on the owner's clock")
+            common["until_ms"] = write.until_ms
+            changed = attrs.evolve(record, status="sleeping", phase=_phase_of(write.checkpoint), **common)
+        else:
+            outcome = write.outcome
+            allowed = ABORT_OUTCOMES if current.mode == "abort" else PHASE_OUTCOMES
+            if outcome is None or outcome.status not in allowed:
+                got = None if outcome is None else outcome.status
+                raise Refusal(
+                    ErrorCode.INVALID,
+                    f"{where}: a {'phase' if current.mode == 'phase' else 'abort handler'} ends with an outcome of "
+                    f"{', '.join(sorted(allowed))}, not {got}",
+                )
+            if current.mode == "abort" and outcome.status == "aborted" and record.abort == RESTART:
+                outcome = attrs.evolve(outcome, reason=RESTART)
+            checkpoint = NO_CHANGE
+            if self._owns_live_work(record.task_id):
+                changed = attrs.evolve(record, status="completing", held=outcome, **common)
+            else:
+                changed = attrs.evolve(record, status="terminal", outcome=outcome, **common)
+        self._end_lease(write.task_id)
+        self._save(changed, checkpoint=checkpoint)
+        return changed
+
+    def _check_wait(self, record: TaskRecord, write: SetTaskState, where: str) -> tuple[str, ...]:
+        on = tuple(dict.fromkeys(write.on))
+        if len(on) > MAX_WAIT_ON:
+            raise Refusal(ErrorCode.INVALID, f"{where}.on names more than {MAX_WAIT_ON} tasks")
+        if write.policy not in ("all_settled", "fail_fast"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.policy must be all_settled or fail_fast, not {write.policy!r}")
+        chain = set(self._owner_chain(record.task_id))
+        for index, task_id in enumerate(on):
+            check_id(task_id, f"{where}.on[{index}]")
+            if task_id == record.task_id or task_id in chain:
+                raise Refusal(
+                    ErrorCode.INVALID,
+                    f"{where}.on[{index}]: a task may not wait on itself or a task that owns it ({task_id})",
+                )
+            other = self.record(task_id)
+            if other is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"{where}.on[{index}]: task {task_id} does not exist")
+            if write.policy == "fail_fast" and other.owner_task_id != record.task_id:
+                raise Refusal(
+                    ErrorCode.INVALID,
+                    f"{where}.on[{index}]: fail_fast waits only on tasks the waiter owns; {task_id} is not its own",
+                )
+        return on
+
+    # ---------------------------------------------------------------------------------------------- workers
+
+    def worker_announced(
+        self,
+        peer: PeerId,
+        name: str,
+        capabilities: Iterable[Capability],
+        max_leases: int,
+        held: Iterable[LeaseRef],
+    ) -> None:
+        """A worker (re)announced what it runs. Leases it says it still runs that are not its own are cancelled."""
+        worker = self._workers.get(peer)
+        tasks = {capability.name: capability for capability in capabilities if capability.kind == "task"}
+        if worker is None:
+            self._workers[peer] = _Worker(name=name, capabilities=tasks, max_leases=max_leases)
+        else:
+            worker.capabilities = tasks
+            worker.max_leases = max_leases
+        for lease in held:
+            current = self._leases.get(lease.task_id)
+            if current is None or current.peer != peer or current.epoch != lease.epoch:
+                reason = "this lease ended while the worker was away (the task was given to another worker)"
+                self._emit(peer, CancelLease(lease=lease, reason=reason))
+        self._migration_failed.clear()
+        self._unblock_all()
+
+    def peer_left(self, peer: PeerId) -> None:
+        """A connection ended: every lease it held is cut off (settled in the next batch)."""
+        worker = self._workers.pop(peer, None)
+        if worker is None:
+            return
+        for task_id in sorted(worker.leases):
+            lease = self._leases.pop(task_id)
+            self._cut_off.append((task_id, lease.epoch, not lease.cancelling))
+        self._place = True
+
+    def release(self, peer: PeerId, lease: LeaseRef, migration_error: str | None) -> None:
+        """A worker gave a lease back: its cancelled phase stopped, or it could not migrate the task."""
+        self.check_lease_owner(peer, lease)
+        current = self._leases[lease.task_id]
+        if migration_error is not None:
+            self._migration_failed[(lease.task_id, current.version)] = migration_error
+        self._end_lease(lease.task_id)
+        self._released.append((lease.task_id, lease.epoch))
+
+    def check_lease_owner(self, peer: PeerId, lease: LeaseRef) -> None:
+        current = self._leases.get(lease.task_id)
+        if current is None or current.epoch != lease.epoch or current.peer != peer:
+            raise Refusal(
+                ErrorCode.STALE_LEASE, f"the lease on task {lease.task_id} at epoch {lease.epoch} is no longer valid"
+            )
+
+    # -------------------------------------------------------------------------------------------- settling
+
+    def settle(self, seq: int, now_ms: int) -> SettleResult:
+        """Reconcile everything that changed; see the module docstring. Every record it changes carries ``seq``."""
+        self._settle_seq = seq
+        self._now_ms = now_ms
+        self._changed = {}
+        if self._recovering:
+            self._recover()
+        for task_id, epoch, counts in self._cut_off:
+            self._phase_cut_off(task_id, epoch, counts=counts)
+        self._cut_off.clear()
+        for task_id, _ in self._released:
+            record = self._tasks.get(task_id)
+            if record is not None and record.status == "running":
+                self._change(record, status="pending")
+        self._released.clear()
+        self._wake_sleepers(now_ms)
+        for task_id in self._fail_fast_checks:
+            self._check_fail_fast(task_id)
+        self._fail_fast_checks.clear()
+        self._reconcile_all()
+        if self._place:
+            self._grant_leases(now_ms)
+            self._reconcile_all()  # an orphaned abort may have ended something
+        ended = list(self._ended.values())
+        self._ended.clear()
+        changed = list(self._changed.values())
+        self._changed = {}
+        return SettleResult(records=changed, ended=ended)
+
+    def _recover(self) -> None:
+        """After an owner start: running phases were cut off; abandon_on_restart work is marked for abort."""
+        self._recovering = False
+        for record in list(self._tasks.values()):
+            if record.status == "running":
+                self._phase_cut_off(record.task_id, record.epoch, counts=True)
+        for record in list(self._tasks.values()):
+            if record.abandon_on_restart and record.abort is None and record.status != "terminal":
+                self._change(record, abort=RESTART)
+
+    def _phase_cut_off(self, task_id: str, epoch: int, *, counts: bool) -> None:
+        """A phase stopped without committing; it counts a restart unless it had been cancelled for an abort."""
+        record = self._tasks.get(task_id)
+        if record is None or record.status != "running" or record.epoch != epoch:
+            return
+        if not counts:
+            self._change(record, status="pending")
+            return
+        restarts = record.restarts + 1
+        if restarts >= record.restart_limit:
+            outcome = TaskOutcome(
+                status="faulted",
+                reason="restart_limit",
+                error=f"cut off {restarts} times (the restart limit is {record.restart_limit})",
+            )
+            self._finish(record, outcome, restarts=restarts)
+        else:
+            self._change(record, status="pending", restarts=restarts)
+
+    def _wake_sleepers(self, now_ms: int) -> None:
+        sleepers = self._sleepers
+        while sleepers and sleepers[0][0] <= now_ms:
+            until_ms, task_id = heapq.heappop(sleepers)
+            record = self._tasks.get(task_id)
+            if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
+                self._change(record, status="pending", until_ms=None)
+
+    def _reconcile_all(self) -> None:
+        while self._dirty or self._finalize:
+            while self._finalize:
+                task_id = next(iter(self._finalize))
+                self._after_end(self._finalize.pop(task_id))
+            if self._dirty:
+                task_id = next(iter(self._dirty))
+                del self._dirty[task_id]
+                record = self._tasks.get(task_id)
+                if record is not None:
+                    self._reconcile(record)
+
+    def _check_fail_fast(self, task_id: str) -> None:
+        waiter = self._tasks.get(task_id)
+        if waiter is None or waiter.status != "waiting" or waiter.policy != "fail_fast":
+            return
+        for other in waiter.on:
+            if other not in self._tasks:
+                ended = self._store.task(other)
+                if ended is not None and ended.outcome is not None and ended.outcome.status != "completed":
+                    self._fail_fast(waiter.on)
+                    return
+
+    def _reconcile(self, record: TaskRecord) -> None:
+        task_id = record.task_id
+        status = record.status
+        if record.abort is not None:
+            self._cascade(record, record.abort)
+        if status == "completing":
+            assert record.held is not None
+            if not self._owns_live_work(task_id):
+                self._finish(record, record.held)
+            elif record.held.status != "completed":
+                self._cascade(record, ABORT)
+            return
+        if status == "running":
+            lease = self._leases.get(task_id)
+            if record.abort is not None and lease is not None and lease.mode == "phase" and not lease.cancelling:
+                lease.cancelling = True
+                reason = "the task was aborted" if record.abort == ABORT else "the task is abandoned after a restart"
+                self._emit(lease.peer, CancelLease(lease=LeaseRef(task_id=task_id, epoch=lease.epoch), reason=reason))
+            return
+        if status == "waiting" and not any(other in self._tasks for other in record.on):
+            record = self._change(record, status="pending")
+            status = "pending"
+        if record.abort is not None:
+            if self._owns_live_work(task_id):
+                self._unready(task_id)
+                return
+            blocked = self._blocked_reason(record)
+            if blocked is None:
+                self._blocked.pop(task_id, None)
+                self._make_ready(task_id)
+            elif record.abort == ABORT and self._orphan_blocked:
+                outcome = TaskOutcome(status="orphaned", reason=blocked.reason, error=blocked.detail)
+                self._finish(record, outcome)
+            else:
+                self._unready(task_id)
+                self._blocked[task_id] = blocked  # a restart mark waits for a worker, so its handler can clean up
+            return
+        if status == "pending" and task_id not in self._blocked:
+            self._make_ready(task_id)
+
+    def _cascade(self, record: TaskRecord, reason: str) -> None:
+        """Mark the ordinary work ``record`` owns for abort with ``reason`` (an explicit abort replaces a restart
+        mark; a restart mark reaches only unmarked work)."""
+        for owned_id in self._owned_ordinary(record.task_id):
+            owned = self._tasks[owned_id]
+            if owned.abort is None or (reason == ABORT and owned.abort == RESTART):
+                self._change(owned, abort=reason)
+
+    def _grant_leases(self, now_ms: int) -> None:
+        self._place = False
+        for task_id in list(self._ready):
+            if not self._has_capacity():
+                self._place = True  # wait for capacity; a lease that ends sets this again anyway
+                return
+            record = self._tasks.get(task_id)
+            del self._ready[task_id]
+            if record is None or not self._runnable(record):
+                continue
+            mode: Mode = "phase" if record.abort is None else "abort"
+            choice = self._choose_worker(record)
+            if isinstance(choice, Blocked):
+                self._blocked[task_id] = choice
+                if mode == "abort":
+                    self._dirty[task_id] = None  # orphaned (or left waiting) by the reconcile that follows
+                continue
+            if choice is None:
+                self._ready[task_id] = None  # every worker able to run it is busy: stays first in line
+                self._place = True
+                continue
+            peer, capability = choice
+            self._grant(record, peer, capability, mode, now_ms)
+
+    def _grant(self, record: TaskRecord, peer: PeerId, capability: Capability, mode: Mode, now_ms: int) -> None:
+        task_id = record.task_id
+        epoch = record.epoch + 1
+        version = record.version or capability.version
+        self._blocked.pop(task_id, None)
+        record = self._change(
+            record,
+            status="running",
+            epoch=epoch,
+            version=version,
+            restart_limit=capability.restart_limit,
+            on=(),
+            policy=None,
+            until_ms=None,
+        )
+        worker = self._workers[peer]
+        worker.leases.add(task_id)
+        self._leases[task_id] = _Lease(peer=peer, epoch=epoch, mode=mode, version=capability.version)
+        input_value, checkpoint = self._store.task_data(task_id)
+        self._emit(
+            peer,
+            Lease(
+                lease=LeaseRef(task_id=task_id, epoch=epoch),
+                mode=mode,
+                kind=record.kind,
+                version=version,
+                input=input_value,
+                checkpoint=checkpoint,
+                conversation_id=record.conversation_id,
+                owner_task_id=record.owner_task_id,
+                restarts=record.restarts,
+                abort=record.abort,
+                now_ms=now_ms,
+            ),
+        )
+
+    def _runnable(self, record: TaskRecord) -> bool:
+        if record.abort is None:
+            return record.status == "pending"
+        return record.status in ("pending", "waiting", "sleeping") and not self._owns_live_work(record.task_id)
+
+    def _choose_worker(self, record: TaskRecord) -> tuple[PeerId, Capability] | Blocked | None:
+        """The least busy worker that can run ``record`` now; ``None`` if all such are busy; why it is blocked."""
+        best: tuple[PeerId, Capability] | None = None
+        best_load = 0
+        able = False
+        for peer, worker in self._workers.items():
+            capability = worker.capabilities.get(record.kind)
+            if capability is None or not self._can_run(record, capability):
+                continue
+            able = True
+            load = len(worker.leases)
+            if load < worker.max_leases and (best is None or load < best_load):
+                best, best_load = (peer, capability), load
+        if best is not None:
+            return best
+        if able:
+            return None
+        blocked = self._blocked_reason(record)
+        assert blocked is not None
+        return blocked
+
+    def _can_run(self, record: TaskRecord, capability: Capability) -> bool:
+        stored = record.version
+        if stored == 0 or capability.version == stored:
+            return True
+        if capability.version < stored or not capability.migrates:
+            return False
+        return (record.task_id, capability.version) not in self._migration_failed
+
+    def _blocked_reason(self, record: TaskRecord) -> Blocked | None:
+        """Why no attached worker can run ``record`` (busy workers do not count as blocking), or ``None``."""
+        versions = []
+        for worker in self._workers.values():
+            capability = worker.capabilities.get(record.kind)
+            if capability is not None:
+                if self._can_run(record, capability):
+                    return None
+                versions.append(capability)
+        stored = record.version
+        if not versions:
+            return Blocked("missing_task", f"no attached worker has task kind {record.kind}")
+        newer = [capability for capability in versions if capability.version > stored]
+        if newer:
+            failure = next(
+                (self._migration_failed.get((record.task_id, c.version)) for c in newer if c.migrates),
+                None,
+            )
+            newest = max(capability.version for capability in newer)
+            if failure is not None:
+                return Blocked("migration_failed", f"migrating from version {stored} to {newest} failed: {failure}")
+            return Blocked(
+                "migration_failed", f"version {newest} has no migrate() for tasks stored at version {stored}"
+            )
+        newest = max(capability.version for capability in versions)
+        return Blocked(
+            "task_too_old",
+            f"stored at version {stored}; the attached workers' definitions are older (version {newest} at most)",
+        )
+
+    def _has_capacity(self) -> bool:
+        return any(len(worker.leases) < worker.max_leases for worker in self._workers.values())
+
+    def _make_ready(self, task_id: str) -> None:
+        if task_id not in self._ready:
+            self._ready[task_id] = None
+            self._place = True
+
+    def _unready(self, task_id: str) -> None:
+        self._ready.pop(task_id, None)
+
+    def _unblock_all(self) -> None:
+        for task_id in self._blocked:
+            self._dirty[task_id] = None
+        self._blocked.clear()
+        self._place = True
+
+    # ------------------------------------------------------------------------------------------ transitions
+
+    def _finish(self, record: TaskRecord, outcome: TaskOutcome, **changes: Any) -> None:
+        """End a task with ``outcome``, or hold it (``completing``) while it owns live ordinary work."""
+        if self._owns_live_work(record.task_id):
+            self._change(record, status="completing", held=outcome, **changes)
+        else:
+            self._change(record, status="terminal", outcome=outcome, held=None, **changes)
+
+    def _change(self, record: TaskRecord, **changes: Any) -> TaskRecord:
+        """A change made while settling: saved, logged with the settling commit, and reconciled again."""
+        changed = attrs.evolve(record, seq=self._settle_seq, updated_at_ms=self._now_ms, **changes)
+        self._save(changed)
+        self._changed[changed.task_id] = changed
+        return changed
+
+    def _save(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+        if checkpoint is NO_CHANGE:
+            self._store.update_task(record)
+        else:
+            self._store.update_task(record, checkpoint=checkpoint)
+        self._put(record)
+
+    def _put(self, record: TaskRecord) -> None:
+        """Replace a task's record in memory (journaled), keeping every index in step."""
+        task_id = record.task_id
+        old = self._tasks.get(task_id)
+        self._set(task_id, old, record)
+        self._undo(lambda: self._set(task_id, record, old))
+
+    def _set(self, task_id: str, old: TaskRecord | None, new: TaskRecord | None) -> None:
+        if old is not None:
+            self._unindex(old)
+        if new is None or new.status == "terminal":
+            self._tasks.pop(task_id, None)
+            if new is not None:
+                self._ended[task_id] = new
+                self._finalize[task_id] = new
+        else:
+            self._tasks[task_id] = new
+            self._index(new)
+            if old is not None and old.status == "terminal":  # undoing an end
+                self._ended.pop(task_id, None)
+                self._finalize.pop(task_id, None)
+        self._dirty[task_id] = None
+
+    def _index(self, record: TaskRecord) -> None:
+        if record.owner_task_id is not None:
+            self._children.setdefault(record.owner_task_id, set()).add(record.task_id)
+        else:
+            self._conversation_tasks.setdefault(record.conversation_id, set()).add(record.task_id)
+        if record.status == "waiting":
+            for other in record.on:
+                self._waiters.setdefault(other, set()).add(record.task_id)
+        if record.status == "sleeping" and record.until_ms is not None:
+            heapq.heappush(self._sleepers, (record.until_ms, record.task_id))
+        self._touch_owner(record)
+
+    def _unindex(self, record: TaskRecord) -> None:
+        if record.owner_task_id is not None:
+            _discard(self._children, record.owner_task_id, record.task_id)
+        else:
+            _discard(self._conversation_tasks, record.conversation_id, record.task_id)
+        if record.status == "waiting":
+            for other in record.on:
+                _discard(self._waiters, other, record.task_id)
+
+    def _touch_owner(self, record: TaskRecord) -> None:
+        owner = self._owner_of(record)
+        if owner is not None:
+            self._dirty[owner] = None
+
+    def _after_end(self, record: TaskRecord) -> None:
+        """A task became terminal: its owner, waiters and owned conversations are reconsidered."""
+        task_id = record.task_id
+        self._touch_owner(record)
+        self._unready(task_id)
+        self._blocked.pop(task_id, None)
+        for waiter in self._waiters.get(task_id, ()):
+            self._dirty[waiter] = None
+            waiting = self._tasks.get(waiter)
+            outcome = record.outcome
+            if (
+                waiting is not None
+                and waiting.policy == "fail_fast"
+                and outcome is not None
+                and outcome.status != "completed"
+            ):
+                self._fail_fast(waiting.on)
+        for conversation_id in self._owned_conversations.pop(task_id, ()):
+            self._conversation_owner.pop(conversation_id, None)
+
+    def _fail_fast(self, on: Iterable[str]) -> None:
+        """One of ``on`` did not complete: the others still live are marked for abort."""
+        for other in on:
+            record = self._tasks.get(other)
+            if record is not None and record.abort != ABORT and record.status != "completing":
+                self._change(record, abort=ABORT)
+
+    def _end_lease(self, task_id: str) -> None:
+        lease = self._leases.pop(task_id)
+        worker = self._workers.get(lease.peer)
+        if worker is not None:
+            worker.leases.discard(task_id)
+        self._place = True
+
+        def undo() -> None:
+            self._leases[task_id] = lease
+            if worker is not None:
+                worker.leases.add(task_id)
+
+        self._undo(undo)
+
+    # ---------------------------------------------------------------------------------------------- graph
+
+    def _require_owner(self, owner_task_id: str, where: str) -> TaskRecord:
+        owner = self._tasks.get(owner_task_id)
+        if owner is None:
+            stored = self._store.task(owner_task_id)
+            state = "does not exist" if stored is None else "is terminal"
+            raise Refusal(ErrorCode.CONFLICT, f"{where}: owner task {owner_task_id} {state}: it can own no new work")
+        if owner.status == "completing" or owner.abort is not None:
+            raise Refusal(
+                ErrorCode.CONFLICT,
+                f"{where}: owner task {owner_task_id} is {_describe_state(owner)}: it can own no new work",
+            )
+        return owner
+
+    def _owner_of(self, record: TaskRecord) -> str | None:
+        if record.owner_task_id is not None:
+            return record.owner_task_id
+        return self._conversation_owner.get(record.conversation_id)
+
+    def _owner_chain(self, task_id: str) -> list[str]:
+        chain = []
+        record = self._tasks.get(task_id)
+        while record is not None:
+            owner = self._owner_of(record)
+            if owner is None or owner in chain:
+                break
+            chain.append(owner)
+            record = self._tasks.get(owner)
+        return chain
+
+    def _owned_ordinary(self, task_id: str) -> list[str]:
+        """Live tasks ``task_id`` owns, directly or through conversations it owns, that are not background."""
+        owned = [child for child in self._children.get(task_id, ()) if not self._tasks[child].background]
+        for conversation_id in self._owned_conversations.get(task_id, ()):
+            owned.extend(
+                task for task in self._conversation_tasks.get(conversation_id, ()) if not self._tasks[task].background
+            )
+        return owned
+
+    def _owns_live_work(self, task_id: str) -> bool:
+        children = self._children.get(task_id)
+        if children and any(not self._tasks[child].background for child in children):
+            return True
+        for conversation_id in self._owned_conversations.get(task_id, ()):
+            if any(not self._tasks[task].background for task in self._conversation_tasks.get(conversation_id, ())):
+                return True
+        return False
+
+
+def _phase_of(checkpoint: JsonValue) -> str | None:
+    if isinstance(checkpoint, dict):
+        phase = checkpoint.get("phase")
+        if isinstance(phase, str):
+            return phase
+    return None
+
+
+def _describe_state(record: TaskRecord) -> str:
+    if record.status == "terminal" and record.outcome is not None:
+        return f"terminal ({record.outcome.status})"
+    if record.abort is not None:
+        return f"{record.status}, marked for abort"
+    return record.status
+
+
+def _discard(index: dict[str, set[str]], key: str, value: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(value)
+        if not members:
+            del index[key]
