@@ -20,14 +20,19 @@ from protocol import (
     PeerInfo,
     ProtocolError,
     RequestFailed,
+    StaleLease,
     StorageError,
     SubmissionRecord,
+    TaskNode,
+    TaskOutcome,
+    TaskRecord,
     TetherError,
     new_id,
 )
 
 from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, Transaction, WatchStream, connect
+from ._client import Client, EntryPage, TaskGraph, Transaction, WatchStream, connect
+from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._worker import serve
 
 __all__ = [
@@ -49,11 +54,19 @@ __all__ = [
     "NotFound",
     "OwnerUnavailable",
     "PeerInfo",
+    "Phase",
+    "PhaseEnded",
+    "PhaseTransaction",
     "ProtocolError",
     "RequestFailed",
+    "StaleLease",
     "StorageError",
     "SubmissionRecord",
     "TaskDefinition",
+    "TaskGraph",
+    "TaskNode",
+    "TaskOutcome",
+    "TaskRecord",
     "TetherError",
     "Transaction",
     "WatchStream",

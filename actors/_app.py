@@ -15,6 +15,7 @@ KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*
 DEFAULT_RESTART_LIMIT: Final = 5
 
 PhaseFunction = Callable[[Any], Awaitable[None]]
+"""``async def phase(rt: actors.Phase) -> None``."""
 
 
 class AppLoadError(TetherError):
@@ -23,7 +24,11 @@ class AppLoadError(TetherError):
 
 @attrs.frozen(kw_only=True)
 class TaskDefinition:
-    """A task kind at one version: its phases, its abort handler and how it upgrades older stored tasks."""
+    """A task kind at one version: its phases, its abort handler and how it upgrades older stored tasks.
+
+    ``initial(input)`` gives the first checkpoint; ``checkpoint["phase"]`` names the phase that runs.
+    ``migrate(stored_version, checkpoint)`` returns the checkpoint of a task stored under an older version.
+    """
 
     kind: str
     version: int
@@ -88,7 +93,13 @@ class App:
     def capabilities(self) -> tuple[Capability, ...]:
         """What a worker serving this app announces."""
         return tuple(
-            Capability(kind="task", name=definition.kind, version=definition.version)
+            Capability(
+                kind="task",
+                name=definition.kind,
+                version=definition.version,
+                migrates=definition.migrate is not None,
+                restart_limit=definition.restart_limit,
+            )
             for definition in sorted(self._tasks.values(), key=lambda definition: definition.kind)
         )
 

@@ -16,7 +16,7 @@ import copy
 import itertools
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -27,10 +27,12 @@ from protocol import (
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     WEBSOCKET_HARD_LIMIT_BYTES,
+    AbortTask,
     AdvanceClock,
     Announce,
     AppendEntry,
     BadFrame,
+    CancelLease,
     Change,
     ClockReply,
     Commit,
@@ -39,6 +41,7 @@ from protocol import (
     ConversationRecord,
     ConversationReply,
     CreateConversation,
+    CreateTask,
     DocumentRecord,
     DocumentReply,
     EntriesReply,
@@ -49,8 +52,10 @@ from protocol import (
     HandshakeRefused,
     Hello,
     JsonValue,
+    Lease,
     Ok,
     Order,
+    OutcomesReply,
     OwnerUnavailable,
     PeerInfo,
     PeersReply,
@@ -61,16 +66,25 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadOutcomes,
     ReadPeers,
     ReadSubmission,
+    ReadTask,
+    ReadTaskGraph,
     Refused,
     Request,
     SubmissionRecord,
     SubmissionReply,
     Submit,
     Submitted,
+    TaskGraphReply,
+    TaskNode,
+    TaskOutcome,
+    TaskRecord,
+    TaskReply,
     TetherError,
     Unwatch,
+    WaitTask,
     Watch,
     Watching,
     Welcome,
@@ -159,8 +173,11 @@ class Client:
         self.reconnects = 0
         """How many times the connection was re-established."""
         self._last_heard_s = 0.0
-        self.announcement: Announce | None = None
-        """Sent after every (re)connection before anything else: how a worker re-announces itself."""
+        self.announcement: Callable[[], Announce] | None = None
+        """Called after every (re)connection for an announcement sent before anything else: how a worker
+        re-announces itself (with the leases it still runs)."""
+        self.on_lease: Callable[[Lease | CancelLease], None] | None = None
+        """Receives the leases and cancellations the owner pushes to a worker."""
 
     # ------------------------------------------------------------------------------------------- public API
 
@@ -291,6 +308,108 @@ class Client:
         Use as ``async for change in client.watch(...)``, or ``async with`` it to unsubscribe on exit.
         """
         return WatchStream(self, conversation_id, from_seq)
+
+    # ---------------------------------------------------------------------------------------------- tasks
+
+    async def create_task(
+        self,
+        kind: str,
+        input: Any = None,
+        *,
+        conversation_id: str | None = None,
+        owner_task_id: str | None = None,
+        task_id: str | None = None,
+        version: int = 0,
+        background: bool = False,
+        abandon_on_restart: bool = False,
+    ) -> str:
+        """Create a task and return its id once durable.
+
+        It is owned by ``owner_task_id``, or else by ``conversation_id``, or else by a new conversation created in
+        the same commit. ``version`` 0 lets the first worker that runs it bind its definition's version. A
+        ``task_id`` chosen by the caller makes a retry after :class:`ConnectionLost` safe (a second create is
+        refused as :class:`~protocol.Duplicate`).
+        """
+        async with self.commit() as tx:
+            task_id = tx.create_task(
+                kind,
+                input,
+                conversation_id=conversation_id,
+                owner_task_id=owner_task_id,
+                task_id=task_id,
+                version=version,
+                background=background,
+                abandon_on_restart=abandon_on_restart,
+            )
+        return task_id
+
+    async def task(self, task_id: str) -> TaskRecord:
+        """The task's record (live or terminal); :class:`~protocol.NotFound` if there is none."""
+        reply = await self._call(ReadTask(call_id=0, task_id=task_id), TaskReply)
+        return reply.task
+
+    async def task_state(self, task_id: str) -> TaskReply:
+        """The task's record with its input and current checkpoint."""
+        return await self._call(ReadTask(call_id=0, task_id=task_id), TaskReply)
+
+    async def wait_for_task(self, task_id: str) -> TaskRecord:
+        """Return the task's record once it is terminal (``record.outcome`` says how it ended).
+
+        Survives reconnections and owner restarts: the wait is simply asked again. Bound it with
+        ``trio.fail_after``.
+        """
+        while True:
+            try:
+                reply = await self._call(WaitTask(call_id=0, task_id=task_id), TaskReply)
+            except ConnectionLost:
+                continue
+            return reply.task
+
+    async def abort_task(self, task_id: str) -> bool:
+        """Mark the task for abort once durable; ``False`` if it was already marked or terminal.
+
+        The abort runs bottom-up: owned work first, then the task's abort handler. Wait for its end with
+        :meth:`wait_for_task`.
+        """
+        async with self.commit() as tx:
+            tx.abort_task(task_id)
+        return tx.results[0] == 1
+
+    async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
+        """The outcome of each task, ``None`` for one that is not terminal yet."""
+        reply = await self._call(ReadOutcomes(call_id=0, task_ids=tuple(task_ids)), OutcomesReply)
+        return dict(zip(task_ids, reply.outcomes, strict=True))
+
+    async def task_graph(self) -> TaskGraph:
+        """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
+        reply = await self._call(ReadTaskGraph(call_id=0), TaskGraphReply)
+        return TaskGraph(seq=reply.seq, nodes={node.task.task_id: node for node in reply.nodes})
+
+    async def watch_task_graph(self) -> AsyncIterator[TaskGraph]:
+        """The live task graph now, then again after every commit that changes it.
+
+        A task appears with the commit that creates it and leaves with the commit that makes it terminal. The
+        ``blocked`` reasons are those of the first read (a change carries committed state only).
+        """
+        graph = await self.task_graph()
+        yield graph
+        async with self.watch(from_seq=graph.seq) as changes:
+            async for change in changes:
+                nodes = dict(graph.nodes)
+                touched = False
+                for record in change.records:
+                    if isinstance(record, TaskRecord):
+                        touched = True
+                        if record.status == "terminal":
+                            nodes.pop(record.task_id, None)
+                        else:
+                            previous = nodes.get(record.task_id)
+                            nodes[record.task_id] = (
+                                TaskNode(task=record) if previous is None else attrs.evolve(previous, task=record)
+                            )
+                if touched:
+                    graph = TaskGraph(seq=change.seq, nodes=nodes)
+                    yield graph
 
     async def peers(self) -> list[PeerInfo]:
         """The connections attached to the owner: clients, readers and workers with what they announced."""
@@ -468,7 +587,7 @@ class Client:
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
         self._last_heard_s = trio.current_time()
         if self.announcement is not None:
-            self._send_nowait(self.announcement)
+            self._send_nowait(self.announcement())
         for stream in list(self._watches.values()):
             stream._resubscribe()
         self._connected.set()
@@ -531,6 +650,10 @@ class Client:
             if stream is not None:
                 stream._deliver(frame)
             return
+        if isinstance(frame, Lease | CancelLease):
+            if self.on_lease is not None:
+                self.on_lease(frame)
+            return
         if isinstance(frame, Goodbye | BadFrame):
             return  # the connection ends next; in-flight calls fail with ConnectionLost then
         call_id = getattr(frame, "call_id", None)
@@ -562,6 +685,14 @@ class EntryPage:
     next_cursor: int | None
 
 
+@attrs.frozen
+class TaskGraph:
+    """The live tasks as of commit ``seq``, by id."""
+
+    seq: int
+    nodes: dict[str, TaskNode]
+
+
 @attrs.define
 class Transaction:
     """Writes collected by :meth:`Client.commit`, applied atomically when its block exits."""
@@ -570,9 +701,44 @@ class Transaction:
     seq: int | None = None
     results: tuple[int, ...] = ()
 
-    def create_conversation(self, conversation_id: str | None = None) -> str:
+    def create_task(
+        self,
+        kind: str,
+        input: Any = None,
+        *,
+        conversation_id: str | None = None,
+        owner_task_id: str | None = None,
+        task_id: str | None = None,
+        version: int = 0,
+        background: bool = False,
+        abandon_on_restart: bool = False,
+    ) -> str:
+        """Create a task in this commit (see :meth:`Client.create_task`) and return its id."""
+        check_json(input, "input")
+        task_id = task_id or new_id()
+        if conversation_id is None and owner_task_id is None:
+            conversation_id = self.create_conversation()
+        self.writes.append(
+            CreateTask(
+                task_id=task_id,
+                kind=kind,
+                version=version,
+                input=JsonValue(input),
+                conversation_id=conversation_id,
+                owner_task_id=owner_task_id,
+                background=background,
+                abandon_on_restart=abandon_on_restart,
+            )
+        )
+        return task_id
+
+    def abort_task(self, task_id: str) -> None:
+        """Mark a task for abort in this commit."""
+        self.writes.append(AbortTask(task_id=task_id))
+
+    def create_conversation(self, conversation_id: str | None = None, *, owner_task_id: str | None = None) -> str:
         conversation_id = conversation_id or new_id()
-        self.writes.append(CreateConversation(conversation_id=conversation_id))
+        self.writes.append(CreateConversation(conversation_id=conversation_id, owner_task_id=owner_task_id))
         return conversation_id
 
     def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> str:

@@ -1,17 +1,158 @@
-"""``actors.serve``: attach to an owner as a worker, announce the app, keep a heartbeat, come back after losses."""
+"""``actors.serve``: attach to an owner as a worker, announce the app, run the phases the owner leases to it."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Final
 
+import attrs
 import trio
 
-from protocol import Announce, OwnerUnavailable
+from protocol import (
+    Announce,
+    CancelLease,
+    Lease,
+    LeaseRef,
+    Ok,
+    OwnerUnavailable,
+    Release,
+    RequestFailed,
+    StaleLease,
+    TetherError,
+    collapse_group,
+)
 
-from ._app import App
+from ._app import App, TaskDefinition
 from ._client import Client, connect
+from ._phase import Phase
+
+MAX_LEASES: Final = 64
+"""Phases one worker runs at once."""
+MAX_ERROR_CHARS: Final = 4000
+RELEASE_TIMEOUT_S: Final = 10.0
+
+
+@attrs.define(eq=False)
+class _Running:
+    lease: LeaseRef
+    scope: trio.CancelScope
+
+
+class Worker:
+    """Runs leased phases of one app, each in its own cancel scope in one nursery."""
+
+    def __init__(self, app: App, client: Client, nursery: trio.Nursery, log: Callable[[str], None]) -> None:
+        self.app = app
+        self.client = client
+        self._nursery = nursery
+        self._log = log
+        self._running: dict[str, _Running] = {}
+
+    def held(self) -> tuple[LeaseRef, ...]:
+        return tuple(running.lease for running in self._running.values())
+
+    def on_lease(self, frame: Lease | CancelLease) -> None:
+        if isinstance(frame, CancelLease):
+            running = self._running.get(frame.lease.task_id)
+            if running is not None and running.lease == frame.lease:
+                running.scope.cancel(reason=frame.reason)
+            return
+        running = self._running.get(frame.lease.task_id)
+        if running is not None:
+            running.scope.cancel(reason="the owner granted this task again")  # an older lease is void
+        scope = trio.CancelScope()
+        self._running[frame.lease.task_id] = _Running(lease=frame.lease, scope=scope)
+        self._nursery.start_soon(self._run, frame, scope)
+
+    async def _run(self, lease: Lease, scope: trio.CancelScope) -> None:
+        task_id = lease.lease.task_id
+        definition = self.app.tasks.get(lease.kind)
+        try:
+            with scope:
+                if definition is None:  # never leased to us unless announced; handled all the same
+                    await self._release(lease, migration_error=f"this worker has no task kind {lease.kind}")
+                    return
+                await self._run_phase(lease, definition)
+            if scope.cancelled_caught:
+                await self._release(lease)
+        except StaleLease as exc:
+            self._log(f"tether worker: task {task_id}: {exc}")
+        except (TetherError, OSError) as exc:
+            self._log(f"tether worker: task {task_id}: gave the lease up: {type(exc).__name__}: {exc}")
+        finally:
+            running = self._running.get(task_id)
+            if running is not None and running.scope is scope:
+                del self._running[task_id]
+
+    async def _run_phase(self, lease: Lease, definition: TaskDefinition) -> None:
+        checkpoint = lease.checkpoint
+        if lease.mode == "phase":
+            if checkpoint is None:
+                try:
+                    checkpoint = definition.initial(lease.input)
+                except Exception as exc:
+                    await Phase(self.client, lease, None, definition.version).fault("phase_error", _describe(exc))
+                    return
+            elif 0 < lease.version < definition.version:
+                assert definition.migrate is not None  # the owner leases older tasks only to workers that migrate
+                try:
+                    checkpoint = definition.migrate(lease.version, checkpoint)
+                except Exception as exc:
+                    message = _describe(exc)
+                    self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
+                    await self._release(lease, migration_error=message)
+                    return
+        rt = Phase(self.client, lease, checkpoint, definition.version)
+        if lease.mode == "abort":
+            function = definition.abort
+            if function is None:
+                await rt.aborted()
+                return
+        else:
+            function = definition.phases.get(rt.phase or "")
+            if function is None:
+                known = ", ".join(sorted(definition.phases))
+                await rt.fault("unknown_phase", f"checkpoint {checkpoint!r} names no phase of {lease.kind} ({known})")
+                return
+        try:
+            await function(rt)
+        except StaleLease:
+            raise
+        except Exception as exc:
+            error = _describe(exc)
+            self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}")
+            if not rt.ended:
+                await rt.fault("phase_error", error)
+            return
+        except BaseExceptionGroup as group:
+            collapsed = collapse_group(group)
+            if isinstance(collapsed, trio.Cancelled | StaleLease):
+                raise collapsed from None
+            raise
+        if not rt.ended:
+            await rt.fault("no_progress", f"phase {rt.phase!r} returned without committing a new state")
+
+    async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
+        request = Release(call_id=0, lease=lease.lease, migration_error=migration_error)
+        with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
+            scope.shield = True
+            # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
+            await self.client._call(request, Ok)
+
+
+def _describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[:MAX_ERROR_CHARS]
+
+
+def _log_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 async def serve(
@@ -21,25 +162,42 @@ async def serve(
     url: str | None = None,
     token: str | None = None,
     name: str = "",
+    max_leases: int = MAX_LEASES,
+    log: Callable[[str], None] = _log_stderr,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until cancelled.
 
-    Connects with role ``worker``, announces the app's capabilities (task kinds, tools, agents, each with its
-    version) and re-announces after every reconnection; the client's heartbeat keeps the owner from declaring the
-    worker gone. ``task_status.started`` receives the connected client (for ``nursery.start``).
+    Connects with role ``worker`` and announces the app's capabilities (task kinds, each with its version);
+    re-announces after every reconnection, naming the leases whose phases still run here (the owner cancels those
+    it gave to someone else meanwhile). Every leased phase runs in its own cancel scope: an abort from the owner
+    cancels it, and the lease is released once the phase has stopped. ``task_status.started`` receives the
+    connected client (for ``nursery.start``).
     """
-    announcement = Announce(
-        call_id=0, pid=os.getpid(), host=socket.gethostname(), app=app.name, capabilities=app.capabilities()
-    )
     started = False
+    worker_name = name or f"worker-{os.getpid()}"
     while True:
         try:
-            async with connect(
-                db, url=url, token=token, role="worker", name=name or f"worker-{os.getpid()}", wait_for_owner_s=math.inf
-            ) as client:
+            async with (
+                connect(db, url=url, token=token, role="worker", name=worker_name, wait_for_owner_s=math.inf) as client,
+                trio.open_nursery() as nursery,
+            ):
+                worker = Worker(app, client, nursery, log)
+
+                def announcement(worker: Worker = worker) -> Announce:
+                    return Announce(
+                        call_id=0,
+                        pid=os.getpid(),
+                        host=socket.gethostname(),
+                        app=app.name,
+                        capabilities=app.capabilities(),
+                        max_leases=max_leases,
+                        leases=worker.held(),
+                    )
+
+                client.on_lease = worker.on_lease
                 client.announcement = announcement  # re-sent by the client after every reconnection
-                await client.announce(announcement)
+                await client.announce(announcement())
                 if not started:
                     started = True
                     task_status.started(client)

@@ -1,0 +1,236 @@
+"""``actors.Phase``: what a task's phase (or abort handler) sees while it runs under a lease."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import trio
+
+from protocol import (
+    Commit,
+    Committed,
+    ConnectionLost,
+    JsonValue,
+    Lease,
+    LeaseRef,
+    SetTaskState,
+    TaskOutcome,
+    WaitPolicy,
+    check_json,
+)
+
+from ._client import Client, Transaction
+
+
+class PhaseEnded(Exception):
+    """The phase already committed its task's next state; it may not commit another."""
+
+
+class PhaseTransaction(Transaction):
+    """Writes of one atomic commit made by a phase: everything :class:`~actors.Transaction` has, with tasks owned
+    by this task by default, and the verbs that end the phase (at most one per commit)."""
+
+    def __init__(self, phase: Phase) -> None:
+        super().__init__()
+        self._phase = phase
+        self.ends_phase = False
+
+    def create_task(
+        self,
+        kind: str,
+        input: Any = None,
+        *,
+        conversation_id: str | None = None,
+        owner_task_id: str | None = None,
+        task_id: str | None = None,
+        version: int = 0,
+        background: bool = False,
+        abandon_on_restart: bool = False,
+    ) -> str:
+        """Create a task owned by this one (unless another owner or a conversation is named)."""
+        if owner_task_id is None and conversation_id is None:
+            owner_task_id = self._phase.task_id
+        return super().create_task(
+            kind,
+            input,
+            conversation_id=conversation_id,
+            owner_task_id=owner_task_id,
+            task_id=task_id,
+            version=version,
+            background=background,
+            abandon_on_restart=abandon_on_restart,
+        )
+
+    def advance(self, checkpoint: Any) -> None:
+        """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
+        if _canonical(checkpoint) == _canonical(self._phase.checkpoint):
+            raise ValueError("advance() needs a new checkpoint: committing the same one is not progress")
+        self._state(SetTaskState(task_id=self._phase.task_id, status="running", checkpoint=_json(checkpoint)))
+
+    def wait(self, *, on: Sequence[str], policy: WaitPolicy = "all_settled", checkpoint: Any) -> None:
+        """Resume at ``checkpoint`` once every task of ``on`` is terminal. With ``fail_fast`` (tasks this one
+        owns only) the first that does not complete aborts the others."""
+        self._state(
+            SetTaskState(
+                task_id=self._phase.task_id,
+                status="waiting",
+                checkpoint=_json(checkpoint),
+                on=tuple(on),
+                policy=policy,
+            )
+        )
+
+    def sleep_until(self, until_ms: int, checkpoint: Any) -> None:
+        """Resume at ``checkpoint`` once the owner's clock reaches ``until_ms``. The deadline is stored."""
+        self._state(
+            SetTaskState(
+                task_id=self._phase.task_id, status="sleeping", checkpoint=_json(checkpoint), until_ms=until_ms
+            )
+        )
+
+    def complete(self, result: Any = None) -> None:
+        self._end(TaskOutcome(status="completed", result=_json(result)))
+
+    def fail(self, message: str) -> None:
+        self._end(TaskOutcome(status="failed", error=str(message)))
+
+    def aborted(self, result: Any = None) -> None:
+        """End an abort handler: the task is ``aborted`` with ``result``."""
+        self._end(TaskOutcome(status="aborted", result=_json(result)))
+
+    def _end(self, outcome: TaskOutcome) -> None:
+        self._state(SetTaskState(task_id=self._phase.task_id, status="terminal", outcome=outcome))
+
+    def _state(self, write: SetTaskState) -> None:
+        if self.ends_phase:
+            raise ValueError("a commit holds at most one new state of its task")
+        self.ends_phase = True
+        self.writes.append(write)
+
+
+class Phase:
+    """One run of a phase (or of the abort handler) of one task, under one lease.
+
+    ``input`` and ``checkpoint`` are what is stored; ``restarts`` counts the runs of this state cut off so far;
+    ``abort`` is the reason of the abort mark an abort handler runs for. A phase ends by committing its task's
+    next state: :meth:`advance`, :meth:`wait`, :meth:`sleep_until`, :meth:`complete`, :meth:`fail` (or
+    :meth:`aborted` in an abort handler), alone or with other writes in :meth:`commit`.
+    """
+
+    def __init__(self, client: Client, lease: Lease, checkpoint: Any, version: int) -> None:
+        self.client = client
+        """The worker's connection, for reads (entries, documents, other tasks)."""
+        self.task_id = lease.lease.task_id
+        self.kind = lease.kind
+        self.version = version
+        self.input: Any = lease.input
+        self.checkpoint: Any = checkpoint
+        self.conversation_id = lease.conversation_id
+        self.owner_task_id = lease.owner_task_id
+        self.restarts = lease.restarts
+        self.abort = lease.abort
+        self.mode: Literal["phase", "abort"] = lease.mode
+        self.lease: LeaseRef = lease.lease
+        self._lease_now_ms = lease.now_ms
+        self._received_s = trio.current_time()
+        self.ended = False
+        """Whether this run committed its task's next state."""
+
+    @property
+    def phase(self) -> str | None:
+        """The name of the running phase (``checkpoint["phase"]``); ``None`` in an abort handler."""
+        if self.mode == "abort" or not isinstance(self.checkpoint, dict):
+            return None
+        phase = self.checkpoint.get("phase")
+        return phase if isinstance(phase, str) else None
+
+    def now_ms(self) -> int:
+        """The owner's clock now, as best known here: the lease's time plus what elapsed since (a manual clock
+        does not move by itself, so then the lease's time)."""
+        welcome = self.client.welcome
+        if welcome is not None and welcome.clock == "manual":
+            return self._lease_now_ms
+        return self._lease_now_ms + int((trio.current_time() - self._received_s) * 1000)
+
+    def operation_id(self, key: str) -> str:
+        """An id stable across re-runs of this phase from this checkpoint: an idempotency key for effects.
+
+        It depends on the task, the stored checkpoint and ``key`` only, so an abort handler (which sees the
+        checkpoint of the phase it interrupted) derives the same id to undo that phase's effect.
+        """
+        material = _canonical([self.task_id, self.checkpoint, key]).encode()
+        digest = bytearray(hashlib.sha256(material).digest()[:16])
+        digest[6] = (digest[6] & 0x0F) | 0x80  # version 8 (custom), RFC 9562
+        digest[8] = (digest[8] & 0x3F) | 0x80
+        hex_id = digest.hex()
+        return f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
+
+    @contextlib.asynccontextmanager
+    async def commit(self) -> AsyncIterator[PhaseTransaction]:
+        """Collect writes and commit them atomically under this lease when the block exits without an error."""
+        if self.ended:
+            raise PhaseEnded(f"task {self.task_id} already committed its next state in this run")
+        tx = PhaseTransaction(self)
+        yield tx
+        if not tx.writes:
+            return
+        committed = await self._commit(tx)
+        tx.seq = committed.seq
+        tx.results = committed.results
+        if tx.ends_phase:
+            self.ended = True
+
+    async def _commit(self, tx: PhaseTransaction) -> Committed:
+        request = Commit(call_id=0, writes=tuple(tx.writes), lease=self.lease)
+        try:
+            return await self.client._call(request, Committed)
+        except ConnectionLost:
+            # The outcome is unknown. Asking again settles it: the owner applies it (the first try was lost before
+            # it arrived) or refuses it as stale (it was applied, or the lease was lost): either way the owner decides.
+            return await self.client._call(request, Committed)
+
+    async def advance(self, checkpoint: Any) -> None:
+        async with self.commit() as tx:
+            tx.advance(checkpoint)
+
+    async def wait(self, *, on: Sequence[str], policy: WaitPolicy = "all_settled", checkpoint: Any) -> None:
+        async with self.commit() as tx:
+            tx.wait(on=on, policy=policy, checkpoint=checkpoint)
+
+    async def sleep_until(self, until_ms: int, checkpoint: Any) -> None:
+        async with self.commit() as tx:
+            tx.sleep_until(until_ms, checkpoint)
+
+    async def complete(self, result: Any = None) -> None:
+        async with self.commit() as tx:
+            tx.complete(result)
+
+    async def fail(self, message: str) -> None:
+        async with self.commit() as tx:
+            tx.fail(message)
+
+    async def aborted(self, result: Any = None) -> None:
+        async with self.commit() as tx:
+            tx.aborted(result)
+
+    async def fault(self, reason: str, error: str) -> None:
+        """End the task ``faulted`` (what the worker does when a phase raises or makes no progress)."""
+        async with self.commit() as tx:
+            tx._end(TaskOutcome(status="faulted", reason=reason, error=error))
+
+    async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
+        """The outcome of each task (``None`` while one is not terminal)."""
+        return await self.client.outcomes(task_ids)
+
+
+def _json(value: Any) -> JsonValue:
+    check_json(value)
+    return JsonValue(value)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)

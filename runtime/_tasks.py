@@ -1,0 +1,164 @@
+"""``tether tasks`` and ``tether abort``: the live task tree of a database, and aborting one task."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+import apsw
+import trio
+
+import actors
+from protocol import OwnerUnavailable, TaskNode, TaskOutcome, TaskRecord, TetherError
+from storage_owner.store import SqliteStore
+
+CONNECT_TIMEOUT_S: Final = 5.0
+SHORT_ID: Final = 8
+
+
+def task_json(record: TaskRecord, node: TaskNode | None = None) -> dict[str, Any]:
+    """A task as ``tether tasks --json`` and the docs show it."""
+    return {
+        "task_id": record.task_id,
+        "kind": record.kind,
+        "version": record.version,
+        "status": record.status,
+        "owner": record.owner,
+        "conversation_id": record.conversation_id,
+        "phase": record.phase,
+        "background": record.background,
+        "abort": record.abort,
+        "on": list(record.on),
+        "policy": record.policy,
+        "until_ms": record.until_ms,
+        "restarts": record.restarts,
+        "restart_limit": record.restart_limit,
+        "held": _outcome_json(record.held),
+        "outcome": _outcome_json(record.outcome),
+        "blocked": None if node is None else node.blocked,
+        "blocked_detail": None if node is None else node.blocked_detail,
+        "worker": None if node is None else node.leased_to,
+    }
+
+
+def _outcome_json(outcome: TaskOutcome | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {"status": outcome.status, "reason": outcome.reason, "result": outcome.result, "error": outcome.error}
+
+
+def describe_node(node: TaskNode) -> str:
+    """One line: kind, short id, state and what matters about it."""
+    task = node.task
+    parts = [f"{task.kind} {task.task_id[-SHORT_ID:]}"]
+    if task.status == "waiting":
+        parts.append(f"waiting on {len(task.on)} ({task.policy})")
+    elif task.status == "sleeping":
+        parts.append(f"sleeping until {task.until_ms}")
+    elif task.status == "completing" and task.held is not None:
+        parts.append(f"completing ({task.held.status})")
+    else:
+        parts.append(task.status)
+    if task.phase is not None and task.status in ("pending", "running"):
+        parts.append(f"phase {task.phase}")
+    if task.abort is not None:
+        parts.append("ABORTING" if task.abort == "abort" else "ABANDONED (restart)")
+    if task.background:
+        parts.append("background")
+    if task.restarts:
+        parts.append(f"restarts {task.restarts}/{task.restart_limit}")
+    if node.leased_to is not None:
+        parts.append(f"on {node.leased_to}")
+    if node.blocked is not None:
+        parts.append(f"BLOCKED {node.blocked}: {node.blocked_detail}")
+    return ", ".join(parts)
+
+
+def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
+    """The live tasks as an indented tree: each task under the task that owns it; top-level tasks (owned by a
+    conversation, or by a task that is no longer live) under their conversation."""
+    children: dict[str | None, list[TaskNode]] = {}
+    for node in nodes.values():
+        owner = node.task.owner_task_id if node.task.owner_task_id in nodes else None
+        children.setdefault(owner, []).append(node)
+    for group in children.values():
+        group.sort(key=lambda node: node.task.task_id)
+    lines: list[str] = []
+
+    def walk(node: TaskNode, depth: int) -> None:
+        lines.append("  " * depth + describe_node(node))
+        for child in children.get(node.task.task_id, ()):
+            walk(child, depth + 1)
+
+    conversation = None
+    for root in children.get(None, ()):
+        if root.task.conversation_id != conversation:
+            conversation = root.task.conversation_id
+            lines.append(f"conversation {conversation}")
+        walk(root, 1)
+    return lines
+
+
+async def _graph_from_owner(db: str) -> actors.TaskGraph:
+    with trio.fail_after(CONNECT_TIMEOUT_S):
+        async with actors.connect(db=db, role="reader", name="tether-tasks", reconnect=False) as client:
+            return await client.task_graph()
+
+
+def _graph_from_database(db: str) -> actors.TaskGraph:
+    """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown)."""
+    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+        if version < 2:
+            return actors.TaskGraph(seq=0, nodes={})
+        store = SqliteStore(connection, db)
+        nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
+        return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
+    finally:
+        connection.close()
+
+
+def read_graph(db: str) -> tuple[actors.TaskGraph, str]:
+    """The live task graph and where it came from: ``owner`` (with blocked reasons) or ``database``."""
+    db = os.path.abspath(db)
+    if not os.path.exists(db):
+        raise OwnerUnavailable(f"there is no database at {db}")
+    try:
+        return trio.run(_graph_from_owner, db), "owner"
+    except (OwnerUnavailable, trio.TooSlowError):
+        return _graph_from_database(db), "database"
+
+
+def format_tasks(db: str, graph: actors.TaskGraph, source: str) -> str:
+    lines = [f"{len(graph.nodes)} live task(s) in {os.path.abspath(db)} as of seq {graph.seq}"]
+    if source == "database":
+        lines.append("(no owner is running: read from the database; blocked reasons need a running owner)")
+    lines.extend(render_tree(graph.nodes))
+    return "\n".join(lines)
+
+
+def tasks_json(db: str, graph: actors.TaskGraph, source: str) -> dict[str, Any]:
+    return {
+        "db": os.path.abspath(db),
+        "seq": graph.seq,
+        "source": source,
+        "tasks": [task_json(node.task, node) for node in graph.nodes.values()],
+    }
+
+
+async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, TaskRecord | None]:
+    """Mark ``task_id`` for abort; with ``wait_s``, also wait that long for it to end. Raises ``NotFound``."""
+    async with actors.connect(db=db, name="tether-abort", wait_for_owner_s=CONNECT_TIMEOUT_S) as client:
+        marked = await client.abort_task(task_id)
+        if wait_s is None:
+            return marked, None
+        try:
+            with trio.fail_after(wait_s):
+                return marked, await client.wait_for_task(task_id)
+        except trio.TooSlowError:
+            raise TetherError(
+                f"task {task_id} is marked for abort but did not end within {wait_s:g} s "
+                "(its owned work or abort handler still runs; see tether tasks)"
+            ) from None
+
