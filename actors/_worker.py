@@ -92,22 +92,23 @@ class Worker:
 
     async def _run_phase(self, lease: Lease, definition: TaskDefinition) -> None:
         checkpoint = lease.checkpoint
-        if lease.mode == "phase":
-            if checkpoint is None:
-                try:
-                    checkpoint = definition.initial(lease.input)
-                except Exception as exc:
-                    await Phase(self.client, lease, None, definition.version).fault("phase_error", _describe(exc))
-                    return
-            elif 0 < lease.version < definition.version:
-                assert definition.migrate is not None  # the owner leases older tasks only to workers that migrate
-                try:
-                    checkpoint = definition.migrate(lease.version, checkpoint)
-                except Exception as exc:
-                    message = _describe(exc)
-                    self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
-                    await self._release(lease, migration_error=message)
-                    return
+        if checkpoint is None:
+            # Nothing committed yet: the first phase starts from initial(input), and an abort handler sees the
+            # checkpoint of the phase it interrupted (so its operation ids match that phase's).
+            try:
+                checkpoint = definition.initial(lease.input)
+            except Exception as exc:
+                await Phase(self.client, lease, None, definition.version).fault("phase_error", _describe(exc))
+                return
+        elif 0 < lease.version < definition.version:
+            assert definition.migrate is not None  # the owner leases older tasks only to workers that migrate
+            try:
+                checkpoint = definition.migrate(lease.version, checkpoint)
+            except Exception as exc:
+                message = _describe(exc)
+                self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
+                await self._release(lease, migration_error=message)
+                return
         rt = Phase(self.client, lease, checkpoint, definition.version)
         if lease.mode == "abort":
             function = definition.abort

@@ -111,14 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="show the commit path surviving a SIGKILL of the owner, on ./tether.db",
+        help="the main job: durable checkouts under tether up, then the commit path surviving a SIGKILL",
         description=(
-            "Start an owner on the database, run two writer processes appending entries, SIGKILL the owner "
-            "mid-stream, start it again, and check that every acknowledged entry is stored exactly once."
+            "Part 1 (tasks): run tether up with two workers serving the demo app and three checkouts of four "
+            "payments each, shown live: a declined card (fail_fast aborts the other payments bottom-up, each "
+            "refunding its charge), a cancelled checkout (the payments' abort handlers end before the "
+            "checkout's), and a worker killed with SIGKILL mid-payment; then check the fake bank's ledger: every "
+            "card charged at most once. Part 2 (commits): two writer processes append entries, the owner is "
+            "SIGKILLed mid-stream and started again, and every acknowledged entry is stored exactly once."
         ),
     )
     demo.add_argument("--db", default="tether.db", help="database to use (default ./tether.db)")
-    demo.add_argument("--entries", type=_positive, default=400, help="entries each writer appends (default 400)")
+    demo.add_argument(
+        "--part", choices=("all", "tasks", "commits"), default="all", help="which part to run (default all)"
+    )
+    demo.add_argument(
+        "--entries", type=_positive, default=400, help="part 2: entries each writer appends (default 400)"
+    )
 
     up = commands.add_parser(
         "up",
@@ -247,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from ._demo import run_demo
 
-            return trio.run(run_demo, args.db, args.entries)
+            return trio.run(run_demo, args.db, args.entries, args.part)
         if args.command == "up":
             return _run_up(args)
         if args.command == "worker":

@@ -161,4 +161,3 @@ async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, T
                 f"task {task_id} is marked for abort but did not end within {wait_s:g} s "
                 "(its owned work or abort handler still runs; see tether tasks)"
             ) from None
-

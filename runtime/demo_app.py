@@ -95,17 +95,17 @@ def _record(file: TextIO, line: dict[str, Any]) -> None:
 
 
 async def charge(rt: actors.Phase) -> None:
-    """Charge the card once (idempotency key: this phase's operation id), after an optional delay that lets the
-    demo abort the checkout or kill a worker while payments run."""
+    """Charge the card once (idempotency key: this phase's operation id). ``delay_s`` before the charge and
+    ``confirm_s`` after it (before the phase commits) let the demo abort a checkout or kill a worker mid-payment."""
     await trio.sleep(float(rt.input.get("delay_s", 0)))
     bank = Bank.from_environment()
+    key = rt.operation_id("charge")
     try:
-        receipt = await trio.to_thread.run_sync(
-            bank.charge, rt.input["card"], rt.input["amount"], rt.operation_id("charge")
-        )
+        receipt = await trio.to_thread.run_sync(bank.charge, rt.input["card"], rt.input["amount"], key)
     except Declined as exc:
         await rt.fail(str(exc))
         return
+    await trio.sleep(float(rt.input.get("confirm_s", 0)))
     await rt.complete({"card": rt.input["card"], **receipt})
 
 
@@ -123,8 +123,13 @@ async def pay(rt: actors.Phase) -> None:
 
 
 def _payment_input(checkout: dict[str, Any], card: str | dict[str, Any]) -> dict[str, Any]:
-    """A card is a number, or ``{"card": number, "delay_s": seconds}`` to make that payment slower."""
-    payment = {"card": card, "amount": checkout.get("amount", 100), "delay_s": checkout.get("delay_s", 0)}
+    """A card is a number, or ``{"card": number, "delay_s": s, "confirm_s": s}`` to slow that payment down."""
+    payment = {
+        "card": card,
+        "amount": checkout.get("amount", 100),
+        "delay_s": checkout.get("delay_s", 0),
+        "confirm_s": checkout.get("confirm_s", 0),
+    }
     if isinstance(card, dict):
         payment |= card
     return payment

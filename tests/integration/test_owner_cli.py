@@ -201,7 +201,7 @@ async def test_demo_exits_zero_even_when_a_writer_starts_late(tmp_path: Path) ->
         db = str(tmp_path / f"demo-{attempt}.db")
         with trio.fail_after(60):
             result = await trio.run_process(
-                tether_command("demo", "--db", db, "--entries", "2"),
+                tether_command("demo", "--db", db, "--part", "commits", "--entries", "2"),
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import attrs
+
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,10 +17,12 @@ from protocol import (
     MAX_BATCH_FRAMES,
     MAX_JSON_DEPTH,
     MAX_MESSAGE_BYTES,
+    AbortTask,
     AdvanceClock,
     Announce,
     AppendEntry,
     BadFrame,
+    CancelLease,
     Capability,
     Change,
     ClockReply,
@@ -27,6 +31,7 @@ from protocol import (
     ConversationRecord,
     ConversationReply,
     CreateConversation,
+    CreateTask,
     DocumentRecord,
     DocumentReply,
     EntriesReply,
@@ -36,7 +41,11 @@ from protocol import (
     Frame,
     Goodbye,
     Hello,
+    JsonValue,
+    Lease,
+    LeaseRef,
     Ok,
+    OutcomesReply,
     PeerInfo,
     PeersReply,
     Ping,
@@ -46,14 +55,25 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadOutcomes,
     ReadPeers,
     ReadSubmission,
+    ReadTask,
+    ReadTaskGraph,
     Refused,
+    Release,
+    SetTaskState,
     SubmissionRecord,
     SubmissionReply,
     Submit,
     Submitted,
+    TaskGraphReply,
+    TaskNode,
+    TaskOutcome,
+    TaskRecord,
+    TaskReply,
     Unwatch,
+    WaitTask,
     Watch,
     Watching,
     Welcome,
