@@ -121,9 +121,10 @@ class TaskEngine:
         self._sleepers: list[tuple[int, str]] = []
         """A heap of (until_ms, task id); entries of tasks that no longer sleep until then are skipped."""
         self._dirty: dict[str, None] = {}
-        self._ready: dict[str, None] = {}
-        """Tasks that may be leased now, in the order they became runnable."""
-        self._blocked: dict[str, Blocked] = {}
+        self._ready: dict[str, dict[str, None]] = {}
+        """Tasks that may be leased now, by kind, in the order they became runnable."""
+        self._blocked: dict[str, dict[str, None]] = {}
+        """Runnable tasks that no attached worker can run, by kind (their reason is derived when shown)."""
         self._leases: dict[str, _Lease] = {}
         self._workers: dict[PeerId, _Worker] = {}
         self._migration_failed: dict[tuple[str, int], str] = {}
@@ -145,7 +146,10 @@ class TaskEngine:
         for record in store.live_tasks():
             self._index(record)
             self._tasks[record.task_id] = record
-            self._dirty[record.task_id] = None
+            if record.status == "pending" and record.abort is None:
+                self._make_ready(record)  # stored state is settled: a plain pending task needs only a worker
+            elif record.status != "sleeping":
+                self._dirty[record.task_id] = None
         for conversation_id, owner in store.task_owned_conversations():
             self._conversation_owner[conversation_id] = owner
             self._owned_conversations.setdefault(owner, set()).add(conversation_id)
@@ -166,7 +170,7 @@ class TaskEngine:
     def graph(self) -> list[TaskNode]:
         nodes = []
         for task_id, record in self._tasks.items():
-            blocked = self._blocked.get(task_id)
+            blocked = self._blocked_reason(record) if self._is_blocked(record) else None
             lease = self._leases.get(task_id)
             worker = None if lease is None else self._workers.get(lease.peer)
             nodes.append(
@@ -183,7 +187,10 @@ class TaskEngine:
         """From now on an aborted task that no attached worker can run ends ``orphaned``."""
         if not self._orphan_blocked:
             self._orphan_blocked = True
-            self._unblock_all()
+            for queue in self._blocked.values():
+                for task_id in queue:
+                    if self._tasks[task_id].abort == ABORT:
+                        self._dirty[task_id] = None
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
@@ -427,8 +434,15 @@ class TaskEngine:
             if current is None or current.peer != peer or current.epoch != lease.epoch:
                 reason = "this lease ended while the worker was away (the task was given to another worker)"
                 self._emit(peer, CancelLease(lease=lease, reason=reason))
-        self._migration_failed.clear()
-        self._unblock_all()
+        for key in list(self._migration_failed):
+            failed = self._tasks.get(key[0])
+            if failed is None or failed.kind in tasks:
+                del self._migration_failed[key]  # a worker that announces again may migrate them now
+        for kind in tasks:
+            queue = self._blocked.pop(kind, None)
+            if queue:
+                self._ready.setdefault(kind, {}).update(queue)
+                self._place = True
 
     def peer_left(self, peer: PeerId) -> None:
         """A connection ended: every lease it held is cut off (settled in the next batch)."""
@@ -571,21 +585,19 @@ class TaskEngine:
             status = "pending"
         if record.abort is not None:
             if self._owns_live_work(task_id):
-                self._unready(task_id)
+                self._unready(record)
                 return
             blocked = self._blocked_reason(record)
             if blocked is None:
-                self._blocked.pop(task_id, None)
-                self._make_ready(task_id)
+                self._make_ready(record)
             elif record.abort == ABORT and self._orphan_blocked:
                 outcome = TaskOutcome(status="orphaned", reason=blocked.reason, error=blocked.detail)
                 self._finish(record, outcome)
             else:
-                self._unready(task_id)
-                self._blocked[task_id] = blocked  # a restart mark waits for a worker, so its handler can clean up
+                self._block(record)  # a restart mark waits for a worker, so its abort handler can clean up
             return
-        if status == "pending" and task_id not in self._blocked:
-            self._make_ready(task_id)
+        if status == "pending" and not self._is_blocked(record):
+            self._make_ready(record)
 
     def _cascade(self, record: TaskRecord, reason: str) -> None:
         """Mark the ordinary work ``record`` owns for abort with ``reason`` (an explicit abort replaces a restart
@@ -596,34 +608,43 @@ class TaskEngine:
                 self._change(owned, abort=reason)
 
     def _grant_leases(self, now_ms: int) -> None:
+        """Lease ready tasks, oldest first per kind, to the least busy worker able to run each; move those no
+        attached worker can run to the blocked tasks."""
         self._place = False
-        for task_id in list(self._ready):
-            if not self._has_capacity():
-                self._place = True  # wait for capacity; a lease that ends sets this again anyway
-                return
-            record = self._tasks.get(task_id)
-            del self._ready[task_id]
-            if record is None or not self._runnable(record):
+        for kind in list(self._ready):
+            queue = self._ready[kind]
+            if not any(kind in worker.capabilities for worker in self._workers.values()):
+                del self._ready[kind]  # nobody runs this kind: the whole queue is blocked at once
+                self._blocked.setdefault(kind, {}).update(queue)
+                for task_id in queue:
+                    if self._tasks[task_id].abort is not None:
+                        self._dirty[task_id] = None  # orphaned (or left waiting) by the reconcile that follows
                 continue
-            mode: Mode = "phase" if record.abort is None else "abort"
-            choice = self._choose_worker(record)
-            if isinstance(choice, Blocked):
-                self._blocked[task_id] = choice
-                if mode == "abort":
-                    self._dirty[task_id] = None  # orphaned (or left waiting) by the reconcile that follows
-                continue
-            if choice is None:
-                self._ready[task_id] = None  # every worker able to run it is busy: stays first in line
-                self._place = True
-                continue
-            peer, capability = choice
-            self._grant(record, peer, capability, mode, now_ms)
+            while queue:
+                task_id = next(iter(queue))
+                record = self._tasks.get(task_id)
+                if record is None or not self._runnable(record):
+                    del queue[task_id]
+                    continue
+                choice = self._choose_worker(record)
+                if choice is None:
+                    self._place = True  # every worker able to run it is busy: it stays first in line
+                    break
+                del queue[task_id]
+                if isinstance(choice, Blocked):
+                    self._blocked.setdefault(kind, {})[task_id] = None
+                    if record.abort is not None:
+                        self._dirty[task_id] = None
+                    continue
+                peer, capability = choice
+                self._grant(record, peer, capability, "phase" if record.abort is None else "abort", now_ms)
+            if not queue:
+                self._ready.pop(kind, None)
 
     def _grant(self, record: TaskRecord, peer: PeerId, capability: Capability, mode: Mode, now_ms: int) -> None:
         task_id = record.task_id
         epoch = record.epoch + 1
         version = record.version or capability.version
-        self._blocked.pop(task_id, None)
         record = self._change(
             record,
             status="running",
@@ -722,19 +743,23 @@ class TaskEngine:
     def _has_capacity(self) -> bool:
         return any(len(worker.leases) < worker.max_leases for worker in self._workers.values())
 
-    def _make_ready(self, task_id: str) -> None:
-        if task_id not in self._ready:
-            self._ready[task_id] = None
+    def _make_ready(self, record: TaskRecord) -> None:
+        _discard_id(self._blocked, record.kind, record.task_id)
+        queue = self._ready.setdefault(record.kind, {})
+        if record.task_id not in queue:
+            queue[record.task_id] = None
             self._place = True
 
-    def _unready(self, task_id: str) -> None:
-        self._ready.pop(task_id, None)
+    def _unready(self, record: TaskRecord) -> None:
+        _discard_id(self._ready, record.kind, record.task_id)
 
-    def _unblock_all(self) -> None:
-        for task_id in self._blocked:
-            self._dirty[task_id] = None
-        self._blocked.clear()
-        self._place = True
+    def _block(self, record: TaskRecord) -> None:
+        self._unready(record)
+        self._blocked.setdefault(record.kind, {})[record.task_id] = None
+
+    def _is_blocked(self, record: TaskRecord) -> bool:
+        queue = self._blocked.get(record.kind)
+        return queue is not None and record.task_id in queue
 
     # ------------------------------------------------------------------------------------------ transitions
 
@@ -812,8 +837,8 @@ class TaskEngine:
         """A task became terminal: its owner, waiters and owned conversations are reconsidered."""
         task_id = record.task_id
         self._touch_owner(record)
-        self._unready(task_id)
-        self._blocked.pop(task_id, None)
+        self._unready(record)
+        _discard_id(self._blocked, record.kind, task_id)
         for waiter in self._waiters.get(task_id, ()):
             self._dirty[waiter] = None
             waiting = self._tasks.get(waiter)
@@ -921,3 +946,11 @@ def _discard(index: dict[str, set[str]], key: str, value: str) -> None:
         members.discard(value)
         if not members:
             del index[key]
+
+
+def _discard_id(queues: dict[str, dict[str, None]], kind: str, task_id: str) -> None:
+    queue = queues.get(kind)
+    if queue is not None:
+        queue.pop(task_id, None)
+        if not queue:
+            del queues[kind]

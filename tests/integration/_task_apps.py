@@ -113,6 +113,14 @@ async def finisher_start(rt: actors.Phase) -> None:
         tx.complete({"finished": True})
 
 
+# ------------------------------------------------------------------------- late: a kind attached later
+
+
+async def late_start(rt: actors.Phase) -> None:
+    record_run(rt, "start")
+    await rt.complete({"late": True})
+
+
 # ------------------------------------------------------------------------------------ hang: never commits
 
 
@@ -165,7 +173,7 @@ hang_app.define_task("tt.hang", version=1, initial=_start, phases={"start": hang
 
 late_app = actors.App("late")
 """Only ``tt.late``, the kind no worker has until this app's worker attaches."""
-late_app.define_task("tt.late", version=1, initial=_start, phases={"start": sleeper_wake})
+late_app.define_task("tt.late", version=1, initial=_start, phases={"start": late_start})
 
 app_v1 = actors.App("versioned")
 for _kind in VERSIONED_KINDS:
