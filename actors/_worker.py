@@ -127,7 +127,8 @@ class Worker:
             raise
         except Exception as exc:
             error = _describe(exc)
-            self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}")
+            trace = "".join(traceback.format_exception(exc)).rstrip()
+            self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
             if not rt.ended:
                 await rt.fault("phase_error", error)
             return
@@ -148,8 +149,8 @@ class Worker:
 
 
 def _describe(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return text[:MAX_ERROR_CHARS]
+    """``Type: message``, as a task's error text (the traceback goes to the worker's log)."""
+    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def _log_stderr(line: str) -> None:

@@ -107,7 +107,7 @@ Output = tuple[PeerId, Frame]
 
 ROLES: Final = ("client", "worker", "reader")
 WRITER_ROLES: Final = frozenset({"client", "worker"})
-MAX_WRITES_PER_COMMIT: Final = 1000
+MAX_WRITES_PER_COMMIT: Final = 10_000
 MAX_READ_LIMIT: Final = 1000
 MAX_REQUEST_ID_CHARS: Final = 200
 CATCH_UP_PAGE: Final = 256

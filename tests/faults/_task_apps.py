@@ -101,7 +101,8 @@ async def _stall(rt: actors.Phase) -> None:
         try:
             await rt.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": True})
         except actors.StaleLease as exc:
-            task_file(directory, rt.task_id, "stale").write_text(str(exc), encoding="utf-8")
+            refusal = {"code": exc.code, "message": str(exc)}
+            task_file(directory, rt.task_id, "stale").write_text(json.dumps(refusal), encoding="utf-8")
             raise
         task_file(directory, rt.task_id, "landed").write_text("the late commit was accepted", encoding="utf-8")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import msgpack
@@ -332,6 +332,7 @@ EXAMPLES: list[Frame] = [
     CancelLease(lease=LEASE, reason="the task was aborted"),
 ]
 EXAMPLE_IDS = [type(example).__name__ for example in EXAMPLES]
+EXAMPLE_BY_ID = dict(zip(EXAMPLE_IDS, EXAMPLES, strict=True))
 
 # The exact bytes each example travels as. These pin the wire format: if one changes, the change must be
 # deliberate, and a change that breaks compatibility with existing peers needs a PROTOCOL_VERSION bump (and
@@ -651,6 +652,44 @@ def test_frame_round_trips(frame: Frame) -> None:
     assert decode_frame(encode_frame(frame)) == frame
 
 
+def _drop_defaults(instance: Any, value: Any) -> None:
+    """Remove from ``value`` (the unstructured ``instance``) every field that holds its default, at any depth."""
+    for field in attrs.fields(type(instance)):
+        item = getattr(instance, field.name)
+        if field.default is not attrs.NOTHING and item == field.default:
+            del value[field.name]
+        elif attrs.has(type(item)):
+            _drop_defaults(item, value[field.name])
+        elif isinstance(item, tuple):
+            for member, member_value in zip(item, value[field.name], strict=True):
+                if attrs.has(type(member)):
+                    _drop_defaults(member, member_value)
+
+
+@pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
+def test_fields_at_their_default_may_be_left_out(frame: Frame) -> None:
+    # Fields added to a published frame have defaults, so a peer built before them is still understood.
+    value = unstructure_frame(frame)
+    _drop_defaults(frame, value)
+    assert _decode_one(value) == frame
+
+
+def test_frames_from_before_the_task_fields_decode_with_their_defaults() -> None:
+    create = {"op": "create_conversation", "conversation_id": CONVERSATION}
+    commit = _decode_one({"type": "commit", "call_id": 1, "writes": [create]})
+    assert commit == Commit(call_id=1, writes=(CreateConversation(conversation_id=CONVERSATION),), lease=None)
+    capability = {"kind": "task", "name": "shop.checkout", "version": 2}
+    announce = _decode_one(
+        {"type": "announce", "call_id": 2, "pid": 1, "host": "h", "app": "a", "capabilities": [capability]}
+    )
+    assert isinstance(announce, Announce)
+    assert (announce.max_leases, announce.leases) == (64, ())
+    assert (announce.capabilities[0].migrates, announce.capabilities[0].restart_limit) == (False, 5)
+    record = {"conversation_id": CONVERSATION, "created_at_ms": 1, "seq": 1, "entry_count": 0}
+    reply = _decode_one({"type": "conversation", "call_id": 3, "conversation": record})
+    assert isinstance(reply, ConversationReply) and reply.conversation.owner_task_id is None
+
+
 def test_joined_frames_decode_to_the_list_in_order() -> None:
     assert decode_message(join_frames([encode_frame(frame) for frame in EXAMPLES])) == EXAMPLES
     assert decode_message(encode_message(EXAMPLES)) == EXAMPLES
@@ -841,6 +880,86 @@ def test_extra_nested_field_is_a_bad_frame() -> None:
         ),
         ({"type": "submitted", "call_id": 3, "submission": None, "created": 1}, "$.submission"),
         ({"type": "watching", "call_id": 3, "watch_id": 1, "head_seq": None}, "$.head_seq"),
+        ({"type": "commit", "call_id": 3, "writes": [], "lease": {"task_id": "t", "epoch": "7"}}, "$.lease.epoch"),
+        ({"type": "commit", "call_id": 3, "writes": [], "lease": {"task_id": "t"}}, "$.lease.epoch"),
+        ({"type": "commit", "call_id": 3, "writes": [], "lease": ["t", 7]}, "$.lease"),
+        (
+            {
+                "type": "commit",
+                "call_id": 3,
+                "writes": [{"op": "create_task", "task_id": "t", "kind": "k", "background": 1}],
+            },
+            "$.writes[0].background",
+        ),
+        (
+            {
+                "type": "commit",
+                "call_id": 3,
+                "writes": [{"op": "set_task_state", "task_id": "t", "status": "waiting", "on": "t2"}],
+            },
+            "$.writes[0].on",
+        ),
+        (
+            {
+                "type": "commit",
+                "call_id": 3,
+                "writes": [{"op": "set_task_state", "task_id": "t", "status": "waiting", "policy": "any"}],
+            },
+            "$.writes[0].policy",
+        ),
+        (
+            {
+                "type": "commit",
+                "call_id": 3,
+                "writes": [
+                    {"op": "set_task_state", "task_id": "t", "status": "terminal", "outcome": {"status": "done"}}
+                ],
+            },
+            "$.writes[0].outcome.status",
+        ),
+        (
+            {"type": "outcomes", "call_id": 3, "outcomes": [None, {"status": "completed", "error": 5}]},
+            "$.outcomes[1].error",
+        ),
+        ({"type": "read_outcomes", "call_id": 3, "task_ids": ["t", 5]}, "$.task_ids"),
+        ({"type": "release", "call_id": 3, "lease": None}, "$.lease"),
+        ({"type": "cancel_lease", "lease": {"task_id": "t", "epoch": True}, "reason": "r"}, "$.lease.epoch"),
+        ({**unstructure_frame(EXAMPLE_BY_ID["Lease"]), "mode": "cleanup"}, "$.mode"),
+        ({**unstructure_frame(EXAMPLE_BY_ID["Lease"]), "restarts": None}, "$.restarts"),
+        (
+            {
+                "type": "announce",
+                "call_id": 3,
+                "pid": 1,
+                "host": "h",
+                "app": "a",
+                "capabilities": [],
+                "max_leases": None,
+            },
+            "$.max_leases",
+        ),
+        (
+            {
+                "type": "announce",
+                "call_id": 3,
+                "pid": 1,
+                "host": "h",
+                "app": "a",
+                "capabilities": [{"kind": "service", "name": "n", "version": 1}],
+            },
+            "$.capabilities[0].kind",
+        ),
+        (
+            {
+                "type": "announce",
+                "call_id": 3,
+                "pid": 1,
+                "host": "h",
+                "app": "a",
+                "capabilities": [{"kind": "task", "name": "n", "version": 1, "migrates": "yes"}],
+            },
+            "$.capabilities[0].migrates",
+        ),
     ],
     ids=[
         "str-for-int",
@@ -855,6 +974,22 @@ def test_extra_nested_field_is_a_bad_frame() -> None:
         "str-for-optional-int",
         "null-for-record",
         "null-for-int",
+        "str-for-int-in-lease",
+        "lease-without-epoch",
+        "array-for-lease",
+        "int-for-bool-in-create-task",
+        "str-for-array-of-ids",
+        "bad-wait-policy",
+        "bad-outcome-status",
+        "int-for-str-in-outcome",
+        "int-in-str-array",
+        "null-for-lease",
+        "bool-for-int-epoch",
+        "bad-lease-mode",
+        "null-for-restarts",
+        "null-for-max-leases",
+        "bad-capability-kind",
+        "str-for-bool-in-capability",
     ],
 )
 def test_wrongly_typed_field_names_its_path(value: dict[str, Any], path: str) -> None:
@@ -871,9 +1006,87 @@ def test_call_id_is_not_recovered_when_it_is_not_an_int(call_id: object) -> None
     assert _bad({"type": "ping", "call_id": call_id, "extra": 1}).call_id is None
 
 
-def test_unknown_write_op_is_a_bad_frame() -> None:
-    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": "drop_table", "conversation_id": "c"}]})
+@pytest.mark.parametrize(
+    "op", ["drop_table", "create_tasks", "CreateTask", "set_task_status", "abort", "task", "", 5, None], ids=repr
+)
+def test_unknown_write_op_is_a_bad_frame(op: object) -> None:
+    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": op, "task_id": "t"}]})
     assert "$.writes[0]" in frame.message
+    assert frame.call_id == 3
+
+
+def test_a_field_of_another_write_is_an_extra_field() -> None:
+    # The op alone picks the class: a field that belongs to another write is refused, not reinterpreted.
+    frame = _bad(
+        {"type": "commit", "call_id": 3, "writes": [{"op": "abort_task", "task_id": "t", "status": "terminal"}]}
+    )
+    assert "$.writes[0]" in frame.message and "status" in frame.message
+
+
+@pytest.mark.parametrize("status", ["pending", "completing", "done", "", "Running", None, 1])
+def test_set_task_state_status_outside_its_literal_is_refused(status: object) -> None:
+    frame = _bad(
+        {"type": "commit", "call_id": 3, "writes": [{"op": "set_task_state", "task_id": "t", "status": status}]}
+    )
+    assert "$.writes[0].status" in frame.message
+
+
+@pytest.mark.parametrize("status", ["running", "waiting", "sleeping", "terminal"])
+def test_set_task_state_accepts_each_status_of_its_literal(
+    status: Literal["running", "waiting", "sleeping", "terminal"],
+) -> None:
+    write = {"op": "set_task_state", "task_id": "t", "status": status}
+    assert _decode_one({"type": "commit", "call_id": 3, "writes": [write]}) == Commit(
+        call_id=3,
+        writes=(SetTaskState(task_id="t", status=status),),
+    )
+
+
+def _change_with_task(**replaced: object) -> dict[str, Any]:
+    """A change carrying a conversation record, then the task record with ``replaced`` fields (plain msgpack)."""
+    value = _plain(
+        unstructure_frame(Change(watch_id=1, seq=6, committed_at_ms=1, records=(CONVERSATION_RECORD, TASK_RECORD)))
+    )
+    assert isinstance(value, dict)
+    value["records"][1].update(replaced)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("field", "wrong"),
+    [
+        ("status", "done"),
+        ("status", "completed"),
+        ("epoch", "7"),
+        ("restarts", True),
+        ("until_ms", 1.5),
+        ("background", 0),
+        ("owner_task_id", 5),
+        ("on", "t2"),
+        ("on", [1]),
+        ("policy", "any"),
+        ("held", "failed"),
+        ("held", {"status": "failed", "code": 1}),
+        ("outcome", {"status": "done"}),
+        ("outcome", {"status": "completed", "result": float("nan")}),
+        ("seq", None),
+    ],
+    ids=repr,
+)
+def test_task_record_with_a_wrong_field_type_in_a_change_is_a_bad_frame(field: str, wrong: object) -> None:
+    assert isinstance(_decode_one(_change_with_task()), Change)
+    frame = _bad(_change_with_task(**{field: wrong}))
+    assert f"$.records[1].{field}" in frame.message
+
+
+@pytest.mark.parametrize("tag", ["tasks", "lease", "Task", None], ids=repr)
+def test_task_record_with_an_unknown_record_tag_is_a_bad_frame(tag: object) -> None:
+    assert "$.records[1]" in _bad(_change_with_task(record=tag)).message
+
+
+def test_task_record_with_an_extra_field_is_a_bad_frame() -> None:
+    frame = _bad(_change_with_task(input={"a": 1}))
+    assert "$.records[1]" in frame.message and "input" in frame.message
 
 
 def test_write_without_op_is_a_bad_frame() -> None:
@@ -925,6 +1138,33 @@ def test_payload_nested_deeper_than_the_limit_is_a_bad_frame() -> None:
 def test_payload_nested_exactly_to_the_limit_is_accepted() -> None:
     frame = _decode_one(_append_with_data(_nested(MAX_JSON_DEPTH)))
     assert isinstance(frame, Commit)
+
+
+@pytest.mark.parametrize(
+    ("example", "path"),
+    [
+        ("Commit", ("writes", 5, "input")),
+        ("Commit", ("writes", 7, "checkpoint")),
+        ("Commit", ("writes", 7, "outcome", "result")),
+        ("TaskReply", ("input",)),
+        ("TaskReply", ("checkpoint",)),
+        ("TaskReply", ("task", "held", "result")),
+        ("OutcomesReply", ("outcomes", 0, "result")),
+        ("Lease", ("input",)),
+        ("Lease", ("checkpoint",)),
+    ],
+    ids=lambda item: ".".join(map(str, item)) if isinstance(item, tuple) else item,
+)
+def test_task_payloads_are_checked(example: str, path: tuple[str | int, ...]) -> None:
+    frame = EXAMPLE_BY_ID[example]
+    value: Any = _plain(unstructure_frame(frame))
+    assert _decode_one(value) == frame
+    container = value
+    for key in path[:-1]:
+        container = container[key]
+    container[path[-1]] = {"x": [1, float("nan")]}
+    expected = "$" + "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+    assert expected in _bad(value).message
 
 
 def test_payload_in_other_frames_is_checked_too() -> None:
@@ -1093,7 +1333,7 @@ def test_near_valid_frames_decode_to_a_frame_or_a_bad_frame(value: object) -> No
 @given(st.sampled_from(EXAMPLES), st.data())
 def test_a_dropped_required_field_is_always_reported(frame: Frame, data: st.DataObject) -> None:
     value = unstructure_frame(frame)
-    required = [key for key in value if key not in ("type", "peer_name")]
+    required = [field.name for field in attrs.fields(type(frame)) if field.default is attrs.NOTHING]
     key = data.draw(st.sampled_from(required))
     del value[key]
     decoded = _bad(value)
