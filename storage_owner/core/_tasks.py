@@ -393,22 +393,25 @@ class TaskEngine:
             raise Refusal(ErrorCode.INVALID, f"{where}.on names more than {MAX_WAIT_ON} tasks")
         if write.policy not in ("all_settled", "fail_fast"):
             raise Refusal(ErrorCode.INVALID, f"{where}.policy must be all_settled or fail_fast, not {write.policy!r}")
-        chain = set(self._owner_chain(record.task_id))
+        chain: set[str] | None = None  # walked only if needed: a task the waiter owns cannot be on its chain
         for index, task_id in enumerate(on):
             check_id(task_id, f"{where}.on[{index}]")
-            if task_id == record.task_id or task_id in chain:
-                raise Refusal(
-                    ErrorCode.INVALID,
-                    f"{where}.on[{index}]: a task may not wait on itself or a task that owns it ({task_id})",
-                )
-            other = self.record(task_id)
+            other = self.record(task_id) if task_id != record.task_id else record
             if other is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"{where}.on[{index}]: task {task_id} does not exist")
-            if write.policy == "fail_fast" and other.owner_task_id != record.task_id:
-                raise Refusal(
-                    ErrorCode.INVALID,
-                    f"{where}.on[{index}]: fail_fast waits only on tasks the waiter owns; {task_id} is not its own",
-                )
+            if other.owner_task_id != record.task_id:
+                if chain is None:
+                    chain = set(self._owner_chain(record.task_id))
+                if task_id == record.task_id or task_id in chain:
+                    raise Refusal(
+                        ErrorCode.INVALID,
+                        f"{where}.on[{index}]: a task may not wait on itself or a task that owns it ({task_id})",
+                    )
+                if write.policy == "fail_fast":
+                    raise Refusal(
+                        ErrorCode.INVALID,
+                        f"{where}.on[{index}]: fail_fast waits only on tasks the waiter owns; {task_id} is not its own",
+                    )
         return on
 
     # ---------------------------------------------------------------------------------------------- workers

@@ -96,7 +96,7 @@ async def _stall(rt: actors.Phase) -> None:
     go = task_file(directory, rt.task_id, "go")
     # Shielded: the CancelLease this worker gets once it is back must not stop the late commit from being tried.
     with trio.CancelScope(shield=True, deadline=trio.current_time() + STALL_LIMIT_S):
-        while not go.exists():
+        while not go.exists():  # noqa: ASYNC110 - the test writes the file
             await trio.sleep(POLL_S)
         try:
             await rt.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": True})

@@ -394,9 +394,10 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
         async with actors.connect(db=db) as client, trio.open_nursery() as nursery:
             await start_worker(nursery, _task_apps.app, db, "main")
             hang_worker = await start_worker(nursery, _task_apps.hang_app, db, "hanger")
-            parent = await client.create_task("tt.parent", {"log": str(log)})
-            hung = await client.create_task("tt.hang", {"log": str(log)})
-            nobody = await client.create_task("tt.nobody")
+            conversation = await client.create_conversation()
+            parent = await client.create_task("tt.parent", {"log": str(log)}, conversation_id=conversation)
+            hung = await client.create_task("tt.hang", {"log": str(log)}, conversation_id=conversation)
+            nobody = await client.create_task("tt.nobody", conversation_id=conversation)
             [child] = (await task_in(client, parent, "waiting")).on
             await task_in(client, child, "sleeping")
             await task_in(client, hung, "running")
@@ -406,17 +407,16 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
                 client.task_graph,
                 lambda graph: graph.nodes[hung].blocked is not None and graph.nodes[nobody].blocked is not None,
             )
-            conversation = graph.nodes[parent].task.conversation_id
 
             result = await run_tether("tasks", "--db", db)
             assert result.returncode == 0, result.stderr
             lines = nonblank_lines(result.stdout)
             assert lines[0] == f"4 live task(s) in {os.path.abspath(db)} as of seq {graph.seq}"
-            assert f"conversation {conversation}" in lines
+            assert lines[1] == f"conversation {conversation}"  # one conversation: every task below it
             parent_line = lines.index(f"  tt.parent {parent[-8:]}, waiting on 1 (all_settled)")
             assert lines[parent_line + 1] == f"    tt.child {child[-8:]}, sleeping until {FAR_MS}"
             assert (
-                f"  tt.hang {hung[-8:]}, pending, phase start, restarts 1/5, "
+                f"  tt.hang {hung[-8:]}, pending, restarts 1/5, "  # no phase: its first one never committed
                 "BLOCKED missing_task: no attached worker has task kind tt.hang"
             ) in lines
             assert (
@@ -480,4 +480,4 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
         assert result.returncode == 0, result.stderr
         lines = nonblank_lines(result.stdout)
         assert lines[1].startswith("(no owner is running")
-        assert f"  tt.hang {hung[-8:]}, pending, phase start, restarts 1/5" in lines
+        assert f"  tt.hang {hung[-8:]}, pending, restarts 1/5" in lines

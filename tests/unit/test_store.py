@@ -1,4 +1,4 @@
-"""The SQLite store on a temp file: migrations, refusing a newer schema, ownership, uniqueness, reads."""
+"""The SQLite store on a temp file: migrations, refusing a newer schema, ownership, uniqueness, reads, tasks."""
 
 from __future__ import annotations
 
@@ -10,19 +10,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
+import attrs
+import msgpack
 import pytest
 
 from protocol import (
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
+    JsonValue,
     OwnerAlreadyRunning,
     SchemaTooNew,
+    StorageError,
     SubmissionRecord,
+    TaskOutcome,
+    TaskRecord,
+    TaskStatus,
     new_id,
 )
-from storage_owner.core import LoggedCommit, StoreConflict
+from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict
 from storage_owner.store import (
+    MIGRATIONS,
     SCHEMA_VERSION,
     Ownership,
     SqliteStore,
@@ -56,7 +64,7 @@ def _entry(conversation_id: str, position: int, *, entry_id: str | None = None, 
         position=position,
         seq=seq,
         kind="message",
-        data={"n": position, "list": [1, 2.5, None, True]},
+        data=JsonValue({"n": position, "list": [1, 2.5, None, True]}),
         created_at_ms=20,
     )
 
@@ -67,7 +75,7 @@ def _submission(conversation_id: str, *, submission_id: str | None = None, reque
         conversation_id=conversation_id,
         request_id=request_id,
         kind="prompt",
-        payload={"q": 1.0},
+        payload=JsonValue({"q": 1.0}),
         status="queued",
         seq=1,
         created_at_ms=30,
@@ -131,7 +139,7 @@ def test_only_new_migrations_run_on_an_older_database(path: str, monkeypatch: py
     store = SqliteStore.open(path)
     conversation_id = _with_conversation(store)
     store.close()
-    migrations = (*_sqlite.MIGRATIONS, "CREATE TABLE added_later (x INTEGER)")
+    migrations = (*MIGRATIONS, "CREATE TABLE added_later (x INTEGER)")
     monkeypatch.setattr(_sqlite, "MIGRATIONS", migrations)
     monkeypatch.setattr(_sqlite, "SCHEMA_VERSION", len(migrations))
     for _ in range(2):  # the second open finds nothing to do
@@ -309,27 +317,32 @@ def test_entry_position_is_unique_within_a_conversation(store: SqliteStore) -> N
 
 def test_documents_are_scoped_per_conversation_and_global(store: SqliteStore) -> None:
     conversation_id = _with_conversation(store)
-    scoped = DocumentRecord(conversation_id=conversation_id, name="n", version=1, value=[1], seq=1, updated_at_ms=5)
-    global_ = DocumentRecord(conversation_id=None, name="n", version=2, value={"g": 1.5}, seq=2, updated_at_ms=6)
+    scoped = DocumentRecord(
+        conversation_id=conversation_id, name="n", version=1, value=JsonValue([1]), seq=1, updated_at_ms=5
+    )
+    global_ = DocumentRecord(
+        conversation_id=None, name="n", version=2, value=JsonValue({"g": 1.5}), seq=2, updated_at_ms=6
+    )
     store.put_document(scoped)
     store.put_document(global_)
     assert store.document(conversation_id, "n") == scoped
     assert store.document(None, "n") == global_
     assert store.document(None, "other") is None
-    replaced = DocumentRecord(conversation_id=None, name="n", version=3, value=None, seq=3, updated_at_ms=7)
+    replaced = DocumentRecord(conversation_id=None, name="n", version=3, value=JsonValue(None), seq=3, updated_at_ms=7)
     store.put_document(replaced)
     assert store.document(None, "n") == replaced
 
 
 def test_submission_payload_keeps_its_types(store: SqliteStore) -> None:
     conversation_id = _with_conversation(store)
-    for request_id, payload in (("int", 1), ("float", 1.0), ("bool", True)):
+    payloads: tuple[tuple[str, object], ...] = (("int", 1), ("float", 1.0), ("bool", True))
+    for request_id, payload in payloads:
         record = SubmissionRecord(
             submission_id=new_id(),
             conversation_id=conversation_id,
             request_id=request_id,
             kind="k",
-            payload=payload,
+            payload=JsonValue(payload),
             status="queued",
             seq=1,
             created_at_ms=1,
@@ -385,7 +398,9 @@ def _seqs(commits: list[LoggedCommit]) -> list[int]:
 def _logged_commits(store: SqliteStore) -> tuple[str, str, list[LoggedCommit]]:
     """Five commits: 1 creates A, 2 creates B, 3 touches both, 4 only a global document, 5 only A."""
     first, second = new_id(), new_id()
-    global_document = DocumentRecord(conversation_id=None, name="g", version=1, value=1, seq=4, updated_at_ms=103)
+    global_document = DocumentRecord(
+        conversation_id=None, name="g", version=1, value=JsonValue(1), seq=4, updated_at_ms=103
+    )
     commits = [
         (LoggedCommit(seq=1, committed_at_ms=100, records=(_conversation(first),)), frozenset({first})),
         (LoggedCommit(seq=2, committed_at_ms=101, records=(_conversation(second, 2),)), frozenset({second})),
