@@ -156,12 +156,23 @@ converter: Final = _make_converter()
 """The one converter of the protocol. Use :func:`encode_frame` and :func:`decode_message` for frames."""
 
 _FRAME_BY_TAG: Final[dict[str, type[Any]]] = {cls.TYPE: cls for cls in FRAME_TYPES}
-_STRUCTURE: Final[dict[type[Any], Callable[[Any, Any], Any]]] = {
-    cls: converter.get_structure_hook(cls) for cls in FRAME_TYPES
-}
-_UNSTRUCTURE: Final[dict[type[Any], Callable[[Any], dict[str, Any]]]] = {
-    cls: converter.get_unstructure_hook(cls) for cls in FRAME_TYPES
-}
+
+
+class _Hooks(dict[type[Any], Callable[..., Any]]):
+    """The converter's (un)structure hook of each frame type, generated on first use: generating all of them
+    costs about 0.1 s, paid at every process start otherwise."""
+
+    def __init__(self, get: Callable[[type[Any]], Callable[..., Any]]) -> None:
+        super().__init__()
+        self._get = get
+
+    def __missing__(self, cls: type[Any]) -> Callable[..., Any]:
+        hook = self[cls] = self._get(cls)
+        return hook
+
+
+_STRUCTURE: Final = _Hooks(converter.get_structure_hook)
+_UNSTRUCTURE: Final = _Hooks(converter.get_unstructure_hook)
 assert len(_FRAME_BY_TAG) == len(FRAME_TYPES), "frame tags must be unique"
 assert len({cls.OP for cls in WRITE_TYPES}) == len(WRITE_TYPES)
 assert len({cls.RECORD for cls in RECORD_TYPES}) == len(RECORD_TYPES)

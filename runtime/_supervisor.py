@@ -201,10 +201,10 @@ class Supervisor:
                 self._say(f"  {child.name:<10}exited with status {status} after {ran_s:.1f} s")
                 self._count_restart(child)
                 if ran_s >= STABLE_AFTER_S:
-                    child.backoff_s = BACKOFF_INITIAL_S
+                    child.backoff_s = 0.0  # a child that ran well restarts at once; a crash loop backs off
                 self._say(f"  {child.name:<10}restarting in {child.backoff_s:.1f} s (restart {child.restarts + 1})")
                 await trio.sleep(child.backoff_s)
-                child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+                child.backoff_s = min(max(child.backoff_s * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
                 child.restarts += 1
                 await self._start(nursery, child)
                 if child is self.owner:

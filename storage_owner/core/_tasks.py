@@ -143,16 +143,43 @@ class TaskEngine:
         self._changed: dict[str, TaskRecord] = {}
         self._settle_seq = 0
         self._now_ms = 0
-        for record in store.live_tasks():
-            self._index(record)
-            self._tasks[record.task_id] = record
-            if record.status == "pending" and record.abort is None:
-                self._make_ready(record)  # stored state is settled: a plain pending task needs only a worker
-            elif record.status != "sleeping":
-                self._dirty[record.task_id] = None
+        self._load(store)
         for conversation_id, owner in store.task_owned_conversations():
             self._conversation_owner[conversation_id] = owner
             self._owned_conversations.setdefault(owner, set()).add(conversation_id)
+
+    def _load(self, store: Store) -> None:
+        """Index every live task. The stored state was settled by the batch that wrote it, so a plain pending task
+        needs only a worker, a sleeping one only its deadline; the rest are reconciled by the first settle (which
+        also counts the restart of every task that was running). Written for speed: an owner restarting with many
+        live tasks leases nothing until this is done."""
+        tasks = self._tasks
+        children = self._children
+        conversation_tasks = self._conversation_tasks
+        ready = self._ready
+        dirty = self._dirty
+        for record in store.live_tasks():
+            task_id = record.task_id
+            tasks[task_id] = record
+            owner = record.owner_task_id
+            if owner is not None:
+                children.setdefault(owner, set()).add(task_id)
+            else:
+                conversation_tasks.setdefault(record.conversation_id, set()).add(task_id)
+            status = record.status
+            if status == "pending" and record.abort is None:
+                ready.setdefault(record.kind, {})[task_id] = None
+                continue
+            if status == "waiting":
+                for other in record.on:
+                    self._waiters.setdefault(other, set()).add(task_id)
+            elif status == "sleeping" and record.until_ms is not None:
+                self._sleepers.append((record.until_ms, task_id))
+                if record.abort is None:
+                    continue
+            dirty[task_id] = None
+        heapq.heapify(self._sleepers)
+        self._place = bool(ready)
 
     # ------------------------------------------------------------------------------------------ inspection
 

@@ -502,11 +502,11 @@ def _task_record(row: Any) -> TaskRecord:
         version=version,
         conversation_id=conversation_id,
         owner_task_id=owner_task_id,
-        background=bool(background),
-        abandon_on_restart=bool(abandon_on_restart),
+        background=background == 1,
+        abandon_on_restart=abandon_on_restart == 1,
         status=status,
         phase=phase,
-        on=() if on_ids is None else tuple(_unpack(on_ids)),
+        on=_NO_IDS if on_ids is None else tuple(_unpack(on_ids)),
         policy=policy,
         until_ms=until_ms,
         abort=abort,
@@ -519,6 +519,9 @@ def _task_record(row: Any) -> TaskRecord:
         created_at_ms=created_at_ms,
         updated_at_ms=updated_at_ms,
     )
+
+
+_NO_IDS: Final[tuple[str, ...]] = ()
 
 
 class Checkpointer:

@@ -107,10 +107,15 @@ async def parent_abort(rt: actors.Phase) -> None:
 
 
 async def finisher_start(rt: actors.Phase) -> None:
+    """Create a child (``background`` if the input says so) and end in the same commit: completed, or failed when
+    the input says ``"fail": True``."""
     record_run(rt, "start")
     async with rt.commit() as tx:
-        tx.create_task("tt.child", _child_input(rt))
-        tx.complete({"finished": True})
+        tx.create_task("tt.child", _child_input(rt), background=bool(rt.input.get("background", False)))
+        if rt.input.get("fail"):
+            tx.fail("the finisher failed")
+        else:
+            tx.complete({"finished": True})
 
 
 # ------------------------------------------------------------------------- late: a kind attached later

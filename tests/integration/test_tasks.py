@@ -22,7 +22,9 @@ import trio
 import trio.testing
 
 import actors
+from protocol import JsonValue
 from runtime import stop_gracefully, tether_command
+from storage_owner.io._server import ORPHAN_GRACE_S
 from tests.conftest import OwnerProcess
 from tests.integration import _task_apps
 from tests.integration._task_apps import FAR_MS, VERSIONED_KINDS, read_runs
@@ -38,9 +40,13 @@ POLL_S: Final = 0.02
 
 
 async def eventually(read: Callable[[], Awaitable[T]], predicate: Callable[[T], bool]) -> T:
-    """Poll ``read()`` until ``predicate`` holds for what it returns (bounded by the caller's deadline)."""
+    """Poll ``read()`` until ``predicate`` holds for what it returns (bounded by the caller's deadline). A read cut
+    off by an owner restart is asked again."""
     while True:
-        value = await read()
+        try:
+            value = await read()
+        except actors.ConnectionLost:
+            continue
         if predicate(value):
             return value
         await trio.sleep(POLL_S)
@@ -95,7 +101,11 @@ def owned_by(graph: actors.TaskGraph, owner_task_id: str) -> list[str]:
 
 
 def completed(result: Any) -> actors.TaskOutcome:
-    return actors.TaskOutcome(status="completed", result=result)
+    return actors.TaskOutcome(status="completed", result=JsonValue(result))
+
+
+def aborted(result: Any, *, reason: str | None = None) -> actors.TaskOutcome:
+    return actors.TaskOutcome(status="aborted", reason=reason, result=JsonValue(result))
 
 
 # ---------------------------------------------------------------------------------------------- sleeping
@@ -155,7 +165,8 @@ async def test_a_deadline_that_passed_while_the_owner_was_down_wakes_the_task_on
             done = await client.wait_for_task(task_id)
             nursery.cancel_scope.cancel(reason="the test is over")
     assert done.outcome is not None and done.outcome.status == "completed"
-    assert done.outcome.result["woke_at_ms"] >= until_ms  # type: ignore[index,call-overload]
+    result: Any = done.outcome.result
+    assert result["woke_at_ms"] >= until_ms
     assert done.restarts == 0
     assert runs_of(log, task_id) == ["start", "wake"]
 
@@ -163,7 +174,9 @@ async def test_a_deadline_that_passed_while_the_owner_was_down_wakes_the_task_on
 # ----------------------------------------------------------------------------------------------- blocked
 
 
-async def test_a_task_of_a_kind_no_worker_has_is_blocked_until_one_attaches(owner: OwnerProcess, tmp_path: Path) -> None:
+async def test_a_task_of_a_kind_no_worker_has_is_blocked_until_one_attaches(
+    owner: OwnerProcess, tmp_path: Path
+) -> None:
     db = owner.db
     log = tmp_path / "runs.jsonl"
     with trio.fail_after(30):
@@ -218,7 +231,8 @@ async def test_versions_too_old_migrated_and_failed_migrations(manual_owner: Own
             v1 = await start_worker(nursery, _task_apps.app_v1, db, "v1")
             until_ms = (await client.ping()).now_ms + 1_000
             tasks = {
-                kind: await client.create_task(kind, {"until_ms": until_ms, "log": str(log)}) for kind in VERSIONED_KINDS
+                kind: await client.create_task(kind, {"until_ms": until_ms, "log": str(log)})
+                for kind in VERSIONED_KINDS
             }
             for task_id in tasks.values():
                 record = await task_in(client, task_id, "sleeping")
@@ -290,7 +304,7 @@ async def test_aborting_a_parent_does_not_abort_its_background_child(
             assert await client.abort_task(parent)
             done = await client.wait_for_task(parent)
             # The abort handler ran while the child still lived: the parent did not wait for it.
-            assert done.outcome == actors.TaskOutcome(status="aborted", result={"abort": "abort", "child": None})
+            assert done.outcome == aborted({"abort": "abort", "child": None})
             record = await client.task(child)
             assert (record.status, record.abort) == ("sleeping", None)
 
@@ -299,6 +313,14 @@ async def test_aborting_a_parent_does_not_abort_its_background_child(
             assert child_done.outcome == completed({"child": "done"})
             assert runs_of(log, parent) == ["start", "abort"]
             assert runs_of(log, child) == ["start", "finish"]
+
+            # Nor does a background child keep its owner from ending: completed at once, not completing.
+            finisher = await client.create_task("tt.finisher", {"background": True, "log": str(log)})
+            done = await client.wait_for_task(finisher)
+            assert (done.outcome, done.held) == (completed({"finished": True}), None)
+            [child] = owned_by(await client.task_graph(), finisher)
+            record = await client.task(child)
+            assert (record.status, record.background, record.abort) == ("sleeping", True, None)
             nursery.cancel_scope.cancel(reason="the test is over")
 
 
@@ -338,6 +360,16 @@ async def test_a_task_that_completes_while_its_child_runs_is_completing_until_th
             assert (done.status, done.outcome, done.held) == ("terminal", completed({"finished": True}), None)
             assert done.seq > child_done.seq  # released by a commit after the child's end
             assert runs_of(log, finisher) == ["start"]
+
+            # A held outcome other than completed aborts the work still running, then is released.
+            failing = await client.create_task("tt.finisher", {"fail": True, "log": str(log)})
+            done = await client.wait_for_task(failing)
+            assert done.outcome == actors.TaskOutcome(status="failed", error="the finisher failed")
+            [child] = [line["task"] for line in read_runs(log) if line["kind"] == "tt.child" and line["run"] == "abort"]
+            child_done = await client.task(child)
+            assert (child_done.owner_task_id, child_done.status) == (failing, "terminal")
+            assert child_done.outcome == aborted({"abort": "abort"})
+            assert done.seq > child_done.seq
             nursery.cancel_scope.cancel(reason="the test is over")
 
 
@@ -352,6 +384,7 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
             task_input = {"child_until_ms": (await client.ping()).now_ms + 1_000, "log": str(log)}
             abandoned = await client.create_task("tt.parent", task_input, abandon_on_restart=True)
             normal = await client.create_task("tt.parent", task_input)
+            abandoned_blocked = await client.create_task("tt.nobody", abandon_on_restart=True)
             [abandoned_child] = (await task_in(client, abandoned, "waiting")).on
             [normal_child] = (await task_in(client, normal, "waiting")).on
             await task_in(client, abandoned_child, "sleeping")
@@ -359,15 +392,12 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
 
             await manual_owner.kill()
             await manual_owner.start()
+            restarted_s = trio.current_time()
 
             done = await client.wait_for_task(abandoned)
-            assert done.outcome == actors.TaskOutcome(
-                status="aborted", reason="restart", result={"abort": "restart", "child": "aborted"}
-            )
+            assert done.outcome == aborted({"abort": "restart", "child": "aborted"}, reason="restart")
             child_record = await client.task(abandoned_child)
-            assert child_record.outcome == actors.TaskOutcome(
-                status="aborted", reason="restart", result={"abort": "restart"}
-            )
+            assert child_record.outcome == aborted({"abort": "restart"}, reason="restart")
             assert runs_of(log, abandoned) == ["start", "abort"]
             assert runs_of(log, abandoned_child) == ["start", "abort"]
 
@@ -381,6 +411,49 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
             assert normal_done.outcome == completed({"child": "completed"})
             assert runs_of(log, normal) == ["start", "collect"]
             assert runs_of(log, normal_child) == ["start", "finish"]
+
+            # Abandoned work nobody can run waits for a worker (its abort handler may still clean up), even once the
+            # owner's orphan grace is over; an explicit abort replaces the restart mark and orphans it.
+            await trio.sleep_until(restarted_s + ORPHAN_GRACE_S + 0.3)
+            node = (await client.task_graph()).nodes[abandoned_blocked]
+            assert (node.task.status, node.task.abort, node.blocked) == ("pending", "restart", "missing_task")
+            assert await client.abort_task(abandoned_blocked)
+            done = await client.wait_for_task(abandoned_blocked)
+            assert done.outcome is not None
+            assert (done.outcome.status, done.outcome.reason) == ("orphaned", "missing_task")
+            nursery.cancel_scope.cancel(reason="the test is over")
+
+
+async def test_an_abort_mark_on_a_sleeping_task_survives_an_owner_restart(
+    manual_owner: OwnerProcess, tmp_path: Path
+) -> None:
+    """A sleeping task marked for abort while no worker could run its handler (within the orphan grace) is still
+    handled once a worker attaches after the next owner restart, long before its deadline."""
+    db = manual_owner.db
+    log = tmp_path / "runs.jsonl"
+    with trio.fail_after(30):
+        async with actors.connect(db=db) as client, trio.open_nursery() as nursery:
+            worker = await start_worker(nursery, _task_apps.app, db, "main")
+            task_id = await client.create_task("tt.child", {"log": str(log)})  # sleeps until FAR_MS
+            await task_in(client, task_id, "sleeping")
+            await stop_worker(client, worker, "main")
+
+            await manual_owner.kill()
+            await manual_owner.start()
+            started_s = trio.current_time()
+            assert await client.abort_task(task_id)
+            node = (await client.task_graph()).nodes[task_id]
+            assert trio.current_time() - started_s < ORPHAN_GRACE_S, "too slow: the orphan grace was over"
+            assert (node.task.status, node.task.abort, node.blocked) == ("sleeping", "abort", "missing_task")
+
+            await manual_owner.kill()
+            await manual_owner.start()
+            await start_worker(nursery, _task_apps.app, db, "main")
+            with trio.move_on_after(ORPHAN_GRACE_S + 2):
+                await client.wait_for_task(task_id)
+            record = await client.task(task_id)
+            assert (record.status, record.outcome) == ("terminal", aborted({"abort": "abort"}))
+            assert runs_of(log, task_id) == ["start", "abort"]
             nursery.cancel_scope.cancel(reason="the test is over")
 
 
@@ -431,7 +504,12 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
             tasks = {task["task_id"]: task for task in data["tasks"]}
             assert set(tasks) == {parent, child, hung, nobody}
             expected = {
-                parent: {"kind": "tt.parent", "version": 1, "status": "waiting", "owner": {"conversation": conversation}},
+                parent: {
+                    "kind": "tt.parent",
+                    "version": 1,
+                    "status": "waiting",
+                    "owner": {"conversation": conversation},
+                },
                 child: {"kind": "tt.child", "version": 1, "status": "sleeping", "owner": {"task": parent}},
                 hung: {"kind": "tt.hang", "version": 1, "status": "pending", "restarts": 1, "blocked": "missing_task"},
                 nobody: {"kind": "tt.nobody", "version": 0, "status": "pending", "blocked": "missing_task"},
@@ -456,10 +534,14 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
                 0,
                 [f"task {parent}: marked for abort", f"task {parent}: aborted"],
             )
-            assert (await client.task(parent)).outcome == actors.TaskOutcome(
-                status="aborted", result={"abort": "abort", "child": "aborted"}
-            )
+            assert (await client.task(parent)).outcome == aborted({"abort": "abort", "child": "aborted"})
             assert runs_of(log, child) == ["start", "abort"]
+
+            result = await run_tether("abort", "--db", db, parent)
+            assert (result.returncode, nonblank_lines(result.stdout)) == (
+                0,
+                [f"task {parent}: already marked for abort, or terminal"],
+            )
 
             unknown = actors.new_id()
             result = await run_tether("abort", "--db", db, unknown)

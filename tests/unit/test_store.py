@@ -176,6 +176,103 @@ def test_read_schema_version_of_a_missing_file_is_none(tmp_path: Path) -> None:
     assert not (tmp_path / "missing.db").exists()
 
 
+def _version_1_database(path: str, conversation_id: str) -> None:
+    """A database as an engine without tasks left it: migration 1 only, one conversation with one entry, logged."""
+    logged = {"conversation_id": conversation_id, "created_at_ms": 10, "seq": 1, "entry_count": 0}
+    db = apsw.Connection(path)
+    try:
+        with db:
+            db.execute(MIGRATIONS[0])
+            db.execute(
+                "INSERT INTO conversations (conversation_id, created_at_ms, seq) VALUES (?, 10, 1)", (conversation_id,)
+            )
+            db.execute(
+                "INSERT INTO entries (conversation_id, position, entry_id, seq, kind, data, created_at_ms) "
+                "VALUES (?, 0, ?, 2, 'message', ?, 20)",
+                (conversation_id, conversation_id + "-entry", msgpack.packb({"text": "hi", "n": 1.0})),
+            )
+            db.execute(
+                "INSERT INTO commits (seq, conversation_id, committed_at_ms, records) VALUES (1, ?, 10, ?)",
+                (conversation_id, msgpack.packb([{**logged, "record": "conversation"}])),
+            )
+            db.execute("PRAGMA user_version=1")
+    finally:
+        db.close()
+
+
+def _columns(path: str, table: str) -> list[str]:
+    db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [str(row[1]) for row in db.execute(f"PRAGMA table_info({table})")]
+    finally:
+        db.close()
+
+
+def test_version_1_database_migrates_to_version_2_and_keeps_its_data(path: str) -> None:
+    conversation_id = new_id()
+    _version_1_database(path, conversation_id)
+    assert read_schema_version(path) == 1
+    assert "owner_task_id" not in _columns(path, "conversations")
+
+    store = SqliteStore.open(path)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 2
+        assert store.integrity_check() == "ok"
+        assert store.conversation(conversation_id) == ConversationRecord(
+            conversation_id=conversation_id, created_at_ms=10, seq=1, entry_count=1, owner_task_id=None
+        )
+        assert store.entries(conversation_id, "asc", None, 10) == [
+            EntryRecord(
+                entry_id=conversation_id + "-entry",
+                conversation_id=conversation_id,
+                position=0,
+                seq=2,
+                kind="message",
+                data=JsonValue({"text": "hi", "n": 1.0}),
+                created_at_ms=20,
+            )
+        ]
+        # A commit logged before owner_task_id existed still reads, with the field's default.
+        assert store.read_log(0, None, 10) == [
+            LoggedCommit(seq=1, committed_at_ms=10, records=(_conversation(conversation_id),))
+        ]
+        assert store.head_seq() == 1
+        assert (store.task_count(), list(store.live_tasks()), store.task_owned_conversations()) == (0, [], [])
+
+        # The migrated schema takes tasks and conversations owned by them.
+        task = _task(conversation_id)
+        store.insert_task(task, JsonValue({"cart": 1}), None)
+        owned = attrs.evolve(_conversation(new_id(), seq=2), owner_task_id=task.task_id)
+        store.insert_conversation(owned)
+        assert store.task(task.task_id) == task
+        assert store.conversation(owned.conversation_id) == owned
+        assert store.task_owned_conversations() == [(owned.conversation_id, task.task_id)]
+    finally:
+        store.close()
+    assert read_schema_version(path) == SCHEMA_VERSION
+
+
+def test_failed_migration_leaves_the_database_at_its_version(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    conversation_id = new_id()
+    _version_1_database(path, conversation_id)
+    # Migration 2 failing at its very end: its ALTER TABLE must be undone with the rest of it.
+    monkeypatch.setattr(_sqlite, "MIGRATIONS", (MIGRATIONS[0], MIGRATIONS[1] + "CREATE TABLE tasks (x INTEGER);"))
+    with pytest.raises(StorageError):
+        SqliteStore.open(path)
+    assert read_schema_version(path) == 1
+    assert "owner_task_id" not in _columns(path, "conversations")
+    assert _columns(path, "tasks") == []
+
+    monkeypatch.undo()
+    store = SqliteStore.open(path)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        record = store.conversation(conversation_id)
+        assert record is not None and record.owner_task_id is None and record.entry_count == 1
+    finally:
+        store.close()
+
+
 # ------------------------------------------------------------------------------------------------- ownership
 
 
@@ -447,3 +544,221 @@ def test_read_log_stops_at_until_seq(store: SqliteStore) -> None:
     assert store.read_log(3, None, 100, until_seq=3) == []
     read = _seqs(store.read_log(0, first, 100, until_seq=4))
     assert {1, 3} <= set(read) and max(read) <= 4
+
+
+# ---------------------------------------------------------------------------------------------------- tasks
+
+
+def _task(
+    conversation_id: str,
+    *,
+    task_id: str | None = None,
+    status: TaskStatus = "pending",
+    owner_task_id: str | None = None,
+) -> TaskRecord:
+    """A task with only its required fields set."""
+    return TaskRecord(
+        task_id=task_id or new_id(),
+        kind="shop.checkout",
+        version=0,
+        conversation_id=conversation_id,
+        owner_task_id=owner_task_id,
+        background=False,
+        abandon_on_restart=False,
+        status=status,
+        phase=None,
+        seq=1,
+        created_at_ms=40,
+        updated_at_ms=40,
+    )
+
+
+def _full_task(conversation_id: str, result: object) -> TaskRecord:
+    """A task with every field set away from its default; ``held`` and ``outcome`` carry ``result``."""
+    return TaskRecord(
+        task_id=new_id(),
+        kind="shop.payment",
+        version=3,
+        conversation_id=conversation_id,
+        owner_task_id=new_id(),
+        background=True,
+        abandon_on_restart=True,
+        status="completing",
+        phase="charge",
+        on=(new_id(), new_id()),
+        policy="fail_fast",
+        until_ms=1_700_000_060_000,
+        abort="restart",
+        restarts=2,
+        restart_limit=7,
+        epoch=(1 << 63) - 1,
+        held=TaskOutcome(status="failed", reason="phase_error", result=JsonValue(result), error="card declined"),
+        outcome=TaskOutcome(status="aborted", reason="restart", result=JsonValue(result), error="ü"),
+        seq=9,
+        created_at_ms=41,
+        updated_at_ms=42,
+    )
+
+
+def _typed(value: object) -> object:
+    """``value`` with every scalar paired with its type, so that ``1``, ``1.0`` and ``True`` compare unequal."""
+    if isinstance(value, dict):
+        return {key: _typed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [type(value), *(_typed(item) for item in value)]
+    return (type(value), value)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        None,
+        True,
+        False,
+        0,
+        -(2**63),
+        2**64 - 1,
+        1.0,
+        -2.5,
+        "",
+        "ü",
+        [],
+        {},
+        [1, 1.0, True, None, "s"],
+        {"refund": {"amount": 12.5, "items": [{"sku": "a", "qty": 2}], "ok": True, "note": None}},
+    ],
+    ids=repr,
+)
+def test_task_round_trips_every_field(store: SqliteStore, result: object) -> None:
+    conversation_id = _with_conversation(store)
+    record = _full_task(conversation_id, result)
+    task_input = {"cart": [1, 2.0, "three"], "paid": False}
+    checkpoint = {"phase": "charge", "attempt": 2}
+    store.insert_task(record, task_input, checkpoint)
+    read = store.task(record.task_id)
+    assert read == record
+    assert read is not None and read.held is not None and read.outcome is not None
+    assert _typed(read.held.result) == _typed(read.outcome.result) == _typed(result)
+    assert store.task_data(record.task_id) == (task_input, checkpoint)
+    assert _typed(store.task_data(record.task_id)) == _typed((task_input, checkpoint))
+
+
+def test_task_with_only_required_fields_round_trips(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    record = _task(conversation_id)
+    store.insert_task(record, None, None)
+    assert store.task(record.task_id) == record
+    assert store.task_data(record.task_id) == (None, None)
+    assert store.task(new_id()) is None
+    assert store.task_count() == 1
+
+
+def test_duplicate_task_id_is_a_store_conflict(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    record = _task(conversation_id)
+    store.insert_task(record, {"first": 1}, None)
+    store.begin()
+    with pytest.raises(StoreConflict) as info:
+        store.insert_task(attrs.evolve(record, kind="other", status="running"), {"second": 2}, {"phase": "x"})
+    assert (info.value.record, info.value.key) == ("task", record.task_id)
+    other = _task(conversation_id)
+    store.insert_task(other, None, None)  # the transaction is still usable
+    store.commit()
+    assert store.task(record.task_id) == record
+    assert store.task_data(record.task_id) == ({"first": 1}, None)
+    assert store.task(other.task_id) == other
+    assert store.task_count() == 2
+
+
+def test_update_task_without_a_checkpoint_keeps_the_stored_one(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    record = _task(conversation_id)
+    store.insert_task(record, {"in": 1}, {"phase": "a"})
+    waiting = attrs.evolve(
+        record, status="waiting", phase="a", on=(new_id(),), policy="all_settled", epoch=1, seq=2, updated_at_ms=50
+    )
+    store.update_task(waiting)
+    assert store.task(record.task_id) == waiting
+    assert store.task_data(record.task_id) == ({"in": 1}, {"phase": "a"})
+    sleeping = attrs.evolve(waiting, status="sleeping", on=(), policy=None, until_ms=99, seq=3)
+    store.update_task(sleeping, checkpoint=NO_CHANGE)
+    assert store.task(record.task_id) == sleeping
+    assert store.task_data(record.task_id) == ({"in": 1}, {"phase": "a"})
+
+
+def test_update_task_with_a_checkpoint_replaces_it_and_keeps_the_input(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    record = _task(conversation_id)
+    store.insert_task(record, {"in": 1}, None)
+    running = attrs.evolve(record, status="running", phase="b", epoch=1, seq=2)
+    store.update_task(running, checkpoint={"phase": "b", "n": 1.0})
+    assert store.task(record.task_id) == running
+    assert _typed(store.task_data(record.task_id)) == _typed(({"in": 1}, {"phase": "b", "n": 1.0}))
+    # None is a checkpoint like any other, not "no change".
+    store.update_task(running, checkpoint=None)
+    assert store.task_data(record.task_id) == ({"in": 1}, None)
+
+
+def test_update_task_stores_every_column_both_ways(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    full = _full_task(conversation_id, {"x": [1, 2]})
+    store.insert_task(full, None, None)
+    bare = _task(conversation_id, task_id=full.task_id)
+    store.update_task(bare)  # clears on, policy, until_ms, abort, held, outcome; resets counters
+    assert store.task(full.task_id) == bare
+    store.update_task(full)
+    assert store.task(full.task_id) == full
+
+
+def test_update_task_touches_only_its_task(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    first, second = _task(conversation_id), _task(conversation_id)
+    store.insert_task(first, {"n": 1}, {"c": 1})
+    store.insert_task(second, {"n": 2}, {"c": 2})
+    store.update_task(attrs.evolve(first, status="terminal", outcome=TaskOutcome(status="completed")), checkpoint=3)
+    assert store.task(second.task_id) == second
+    assert store.task_data(second.task_id) == ({"n": 2}, {"c": 2})
+
+
+def test_live_tasks_are_the_tasks_not_terminal_in_task_id_order(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    statuses: list[TaskStatus] = ["pending", "terminal", "running", "waiting", "sleeping", "completing", "terminal"]
+    task_ids = sorted(new_id() for _ in statuses)
+    records = [
+        _task(conversation_id, task_id=task_id, status=status)
+        for task_id, status in zip(task_ids, statuses, strict=True)
+    ]
+    for index in (3, 0, 6, 5, 1, 4, 2):  # not in id order
+        store.insert_task(records[index], None, None)
+    assert list(store.live_tasks()) == [record for record in records if record.status != "terminal"]
+
+    ended = attrs.evolve(records[2], status="terminal", outcome=TaskOutcome(status="failed", error="e"))
+    store.update_task(ended)
+    assert [record.task_id for record in store.live_tasks()] == [task_ids[index] for index in (0, 3, 4, 5)]
+
+
+def test_task_owned_conversations_are_those_whose_owner_is_not_terminal(store: SqliteStore) -> None:
+    conversation_id = _with_conversation(store)
+    running = _task(conversation_id, status="running")
+    completing = _task(conversation_id, status="completing")
+    ended = _task(conversation_id, status="terminal")
+    for record in (running, completing, ended):
+        store.insert_task(record, None, None)
+    owned: dict[str, str] = {}
+    for owner in (running.task_id, running.task_id, completing.task_id, ended.task_id, new_id()):
+        conversation = attrs.evolve(_conversation(new_id()), owner_task_id=owner)
+        store.insert_conversation(conversation)
+        assert store.conversation(conversation.conversation_id) == conversation
+        owned[conversation.conversation_id] = owner
+    _with_conversation(store)  # owned by nobody
+
+    expected = [
+        (conversation, owner) for conversation, owner in owned.items() if owner in (running.task_id, completing.task_id)
+    ]
+    assert len(expected) == 3
+    assert sorted(store.task_owned_conversations()) == sorted(expected)
+
+    store.update_task(attrs.evolve(running, status="terminal", outcome=TaskOutcome(status="aborted")))
+    assert store.task_owned_conversations() == [
+        (conversation, owner) for conversation, owner in owned.items() if owner == completing.task_id
+    ]
