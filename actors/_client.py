@@ -111,11 +111,13 @@ RECONNECT_ATTEMPT_TIMEOUT_S: Final = 0.5
 may have been caught mid-teardown, and the next attempt reaches its successor."""
 RECONNECT_TIMEOUT_S: Final = 30.0
 BACKOFF_INITIAL_S: Final = 0.05
-BACKOFF_MAX_S: Final = 0.25
-"""Reconnection attempts are cheap (a refused connection on loopback), so they stay frequent: a restarted owner
-is found within a quarter of a second."""
+BACKOFF_MAX_S: Final = 0.1
+"""Reconnection attempts are cheap (a refused connection, or a runtime file not yet rewritten), so they stay
+frequent: a restarted owner is found within a tenth of a second of listening."""
 CLOSE_TIMEOUT_S: Final = 1.0
 ENTRY_PAGE: Final = 500
+OUTCOMES_PAGE: Final = 1000
+"""Outcomes read per request (the owner's limit)."""
 WATCH_BUFFER_LIMIT: Final = 10_000
 """Changes a watch holds for a slow consumer before it stops receiving and re-reads from the log later."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
@@ -377,13 +379,22 @@ class Client:
 
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task, ``None`` for one that is not terminal yet."""
-        reply = await self._call(ReadOutcomes(call_id=0, task_ids=tuple(task_ids)), OutcomesReply)
-        return dict(zip(task_ids, reply.outcomes, strict=True))
+        outcomes: dict[str, TaskOutcome | None] = {}
+        for start in range(0, len(task_ids), OUTCOMES_PAGE):
+            page = tuple(task_ids[start : start + OUTCOMES_PAGE])
+            reply = await self._call(ReadOutcomes(call_id=0, task_ids=page), OutcomesReply)
+            outcomes.update(zip(page, reply.outcomes, strict=True))
+        return outcomes
 
     async def task_graph(self) -> TaskGraph:
         """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
         reply = await self._call(ReadTaskGraph(call_id=0), TaskGraphReply)
-        return TaskGraph(seq=reply.seq, nodes={node.task.task_id: node for node in reply.nodes})
+        seq = reply.seq
+        nodes = {node.task.task_id: node for node in reply.nodes}
+        while reply.next_after_task_id is not None:  # later pages may be newer than the first: records carry seq
+            reply = await self._call(ReadTaskGraph(call_id=0, after_task_id=reply.next_after_task_id), TaskGraphReply)
+            nodes.update((node.task.task_id, node) for node in reply.nodes)
+        return TaskGraph(seq=seq, nodes=nodes)
 
     async def watch_task_graph(self) -> AsyncIterator[TaskGraph]:
         """The live task graph now, then again after every commit that changes it.
@@ -398,15 +409,18 @@ class Client:
                 nodes = dict(graph.nodes)
                 touched = False
                 for record in change.records:
-                    if isinstance(record, TaskRecord):
-                        touched = True
-                        if record.status == "terminal":
-                            nodes.pop(record.task_id, None)
-                        else:
-                            previous = nodes.get(record.task_id)
-                            nodes[record.task_id] = (
-                                TaskNode(task=record) if previous is None else attrs.evolve(previous, task=record)
-                            )
+                    if not isinstance(record, TaskRecord):
+                        continue
+                    previous = nodes.get(record.task_id)
+                    if previous is not None and previous.task.seq > record.seq:
+                        continue  # a later page of the first read showed a newer state already
+                    touched = True
+                    if record.status == "terminal":
+                        nodes.pop(record.task_id, None)
+                    else:
+                        nodes[record.task_id] = (
+                            TaskNode(task=record) if previous is None else attrs.evolve(previous, task=record)
+                        )
                 if touched:
                     graph = TaskGraph(seq=change.seq, nodes=nodes)
                     yield graph

@@ -189,8 +189,9 @@ class Phase:
         try:
             return await self.client._call(request, Committed)
         except ConnectionLost:
-            # The outcome is unknown. Asking again settles it: the owner applies it (the first try was lost before
-            # it arrived) or refuses it as stale (it was applied, or the lease was lost): either way the owner decides.
+            # The outcome is unknown, and the lease is gone either way: it belonged to the lost connection. Sending
+            # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
+            # this run like any late commit; what was applied before the loss stays applied.
             return await self.client._call(request, Committed)
 
     async def advance(self, checkpoint: Any) -> None:
@@ -223,7 +224,7 @@ class Phase:
             tx._end(TaskOutcome(status="faulted", reason=reason, error=error))
 
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
-        """The outcome of each task (``None`` while one is not terminal)."""
+        """The outcome of each task (``None`` while one is not terminal), in the order given."""
         return await self.client.outcomes(task_ids)
 
 

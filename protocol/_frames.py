@@ -89,9 +89,9 @@ WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
 class TaskOutcome:
     """How a task ended (or, held by a ``completing`` task, how it will end).
 
-    ``reason`` says why where one applies (``restart_limit``, ``phase_error``, ``no_progress``, ``missing_task``,
-    ``task_too_old``, ``migration_failed``, ``restart``); ``result`` is the value of a completed or aborted task,
-    ``error`` the text of a failure.
+    ``reason`` says why where one applies (``restart_limit``, ``phase_error``, ``no_progress``, ``unknown_phase``,
+    ``missing_task``, ``task_too_old``, ``migration_failed``, ``restart``); ``result`` is the value of a completed
+    or aborted task, ``error`` the text of a failure.
     """
 
     status: OutcomeStatus
@@ -432,10 +432,12 @@ class WaitTask:
 
 @attrs.frozen(kw_only=True)
 class ReadTaskGraph:
-    """Every live task, with the reason a pending one is blocked."""
+    """A page of the live tasks (by id, after ``after_task_id``), with the reason a pending one is blocked."""
 
     TYPE: ClassVar[str] = "read_task_graph"
     call_id: int
+    after_task_id: str | None = None
+    limit: int = 1000
 
 
 @attrs.frozen(kw_only=True)
@@ -472,7 +474,7 @@ class AdvanceClock:
 @attrs.frozen(kw_only=True)
 class Committed:
     """A ``Commit`` is durable. ``results`` has one int per write: the entry's position, the document's new
-    version, or 0 for a created conversation."""
+    version, 1 for an abort that marked its task (0 if it was already marked or terminal), 0 otherwise."""
 
     TYPE: ClassVar[str] = "committed"
     call_id: int
@@ -572,8 +574,10 @@ class TaskGraphReply:
     TYPE: ClassVar[str] = "task_graph"
     call_id: int
     seq: int
-    """The graph as of this commit; a watch from it continues without gap."""
+    """The page as of this commit; a watch from the first page's continues without gap."""
     nodes: tuple[TaskNode, ...]
+    next_after_task_id: str | None = None
+    """Pass it back as ``after_task_id`` for the next page; ``None`` when this was the last."""
 
 
 @attrs.frozen(kw_only=True)

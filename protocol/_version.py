@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 1
-"""Bumped with every incompatible change of a frame; checked at ``Hello``."""
+PROTOCOL_VERSION = 2
+"""Bumped with every incompatible change of a frame; checked at ``Hello``. Version 2 added the task engine's frames
+and fields (a version 1 peer would refuse the new fields this build always sends)."""
 
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (2,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
 
 MAX_MESSAGE_BYTES = 1 << 20

@@ -10,7 +10,7 @@ from ._owner import (
     OwnerCore,
     PeerId,
 )
-from ._ports import NO_CHANGE, LoggedCommit, Store, StoreConflict
+from ._ports import NO_CHANGE, LoggedCommit, Store, StoreConflict, TaskRow
 from ._tasks import TaskEngine
 
 __all__ = [
@@ -26,5 +26,6 @@ __all__ = [
     "Store",
     "StoreConflict",
     "TaskEngine",
+    "TaskRow",
     "same_json",
 ]

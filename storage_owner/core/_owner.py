@@ -706,8 +706,16 @@ class OwnerCore:
             self._task_waits.setdefault(request.task_id, []).append((peer, request.call_id))
 
     def _on_read_task_graph(self, peer: PeerId, request: ReadTaskGraph, now_ms: int) -> None:
-        nodes = tuple(self.tasks.graph())
-        self._reply(peer, TaskGraphReply(call_id=request.call_id, seq=self._head_seq, nodes=nodes))
+        if not 1 <= request.limit <= MAX_READ_LIMIT:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
+            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
+            return
+        nodes, more = self.tasks.graph(request.after_task_id, request.limit)
+        next_after = nodes[-1].task.task_id if more else None
+        reply = TaskGraphReply(
+            call_id=request.call_id, seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after
+        )
+        self._reply(peer, reply)
 
     def _on_release(self, peer: PeerId, request: Release, now_ms: int) -> None:
         try:

@@ -21,6 +21,20 @@ NO_CHANGE: Final = object()
 """Passed as a checkpoint: keep the stored one."""
 
 
+TaskRow = tuple[Any, ...]
+"""The facts of a live task an owner needs to index it, in this order (the ``ROW_*`` indexes): task_id, kind,
+conversation_id, owner_task_id, status, abort, abandon_on_restart. Building a :class:`TaskRecord` costs more than
+reading these, so an owner loading many live tasks reads whole records only for the tasks it must settle and
+builds the others' when it first needs them."""
+ROW_TASK_ID: Final = 0
+ROW_KIND: Final = 1
+ROW_CONVERSATION_ID: Final = 2
+ROW_OWNER_TASK_ID: Final = 3
+ROW_STATUS: Final = 4
+ROW_ABORT: Final = 5
+ROW_ABANDON_ON_RESTART: Final = 6
+
+
 class StoreConflict(Exception):
     """A uniqueness rule of the database refused a write; ``record`` names the kind, ``key`` the clashing id."""
 
@@ -101,8 +115,13 @@ class Store(Protocol):
         """A stored task's ``(input, checkpoint)``."""
         ...
 
-    def live_tasks(self) -> Iterable[TaskRecord]:
-        """Every task that is not terminal."""
+    def live_task_rows(self) -> Iterable[TaskRow]:
+        """The facts (see :data:`TaskRow`) of every task that is not terminal, oldest first."""
+        ...
+
+    def live_tasks(self, *, unsettled_only: bool = False) -> Iterable[TaskRecord]:
+        """Every task that is not terminal, oldest first; with ``unsettled_only`` only those that are not plain
+        pending tasks (pending without an abort mark)."""
         ...
 
     def task_owned_conversations(self) -> list[tuple[str, str]]:

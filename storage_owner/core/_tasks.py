@@ -31,6 +31,7 @@ Rules (see ``SEMANTICS-NOTES.md``):
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
@@ -54,13 +55,18 @@ from protocol import (
 )
 
 from ._checks import Refusal, check_id, check_name, missing_conversation
-from ._ports import NO_CHANGE, Store, StoreConflict
+from ._ports import (
+    NO_CHANGE,
+    Store,
+    StoreConflict,
+)
 
 PeerId = int
 Mode = Literal["phase", "abort"]
 
 MAX_WAIT_ON: Final = 10_000
-DEFAULT_MAX_LEASES: Final = 64
+MAX_SETTLE_CHANGES: Final = 1000
+"""Task records one settling commit changes at most; what is left is settled by the next batch, at once."""
 MAX_UNTIL_MS: Final = (1 << 62) - 1
 ABORT: Final = "abort"
 RESTART: Final = "restart"
@@ -99,6 +105,66 @@ class SettleResult:
     """Tasks that became terminal in this batch (requests included), for ``wait_task`` replies."""
 
 
+class _LiveTasks(dict[str, TaskRecord]):
+    """Live task records by id. The plain pending tasks found at start are only listed (:attr:`unread`) until a
+    record is first needed, then read from the store: most of them are not looked at before they are leased."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self._store = store
+        self.unread: set[str] = set()
+
+    def __missing__(self, task_id: str) -> TaskRecord:
+        record = self._read(task_id)
+        if record is None:
+            raise KeyError(task_id)
+        return record
+
+    def get(self, task_id: str, default: None = None) -> TaskRecord | None:  # type: ignore[override]
+        record = dict.get(self, task_id)
+        if record is None and self.unread:
+            record = self._read(task_id)
+        return record
+
+    def __contains__(self, task_id: object) -> bool:
+        return dict.__contains__(self, task_id) or task_id in self.unread
+
+    def __len__(self) -> int:
+        return dict.__len__(self) + len(self.unread)
+
+    def pop(self, task_id: str, default: None = None) -> TaskRecord | None:  # type: ignore[override]
+        self.unread.discard(task_id)
+        return dict.pop(self, task_id, default)
+
+    def values(self) -> Any:
+        self._read_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._read_all()
+        return dict.items(self)
+
+    def __iter__(self) -> Any:
+        self._read_all()
+        return dict.__iter__(self)
+
+    def _read(self, task_id: str) -> TaskRecord | None:
+        if task_id not in self.unread:
+            return None
+        self.unread.discard(task_id)
+        record = self._store.task(task_id)
+        assert record is not None, f"live task {task_id} is not stored"
+        dict.__setitem__(self, task_id, record)
+        return record
+
+    def _read_all(self) -> None:
+        if self.unread:
+            for record in self._store.live_tasks():
+                if record.task_id in self.unread:
+                    dict.__setitem__(self, record.task_id, record)
+            self.unread.clear()
+
+
 class TaskEngine:
     """The live tasks of one store and the workers that run them. See the module docstring."""
 
@@ -108,7 +174,11 @@ class TaskEngine:
         self._orphan_blocked = orphan_blocked
         """Whether an aborted task that no attached worker can run ends ``orphaned`` now. An owner that just
         started turns this on only once its workers had time to attach, so a restart orphans nothing."""
-        self._tasks: dict[str, TaskRecord] = {}
+        self._tasks = _LiveTasks(store)
+        self._was_running: list[str] = []
+        """Tasks stored ``running`` when this owner started: their phases were cut off."""
+        self._abandoned: list[str] = []
+        """Live ``abandon_on_restart`` tasks found when this owner started."""
         self._children: dict[str, set[str]] = {}
         """Live tasks by their owner task."""
         self._conversation_tasks: dict[str, set[str]] = {}
@@ -150,34 +220,37 @@ class TaskEngine:
 
     def _load(self, store: Store) -> None:
         """Index every live task. The stored state was settled by the batch that wrote it, so a plain pending task
-        needs only a worker, a sleeping one only its deadline; the rest are reconciled by the first settle (which
-        also counts the restart of every task that was running). Written for speed: an owner restarting with many
-        live tasks leases nothing until this is done."""
-        tasks = self._tasks
+        needs only a worker (its record is read when first needed), a sleeping one only its deadline; the rest are
+        reconciled by the first settle, which also counts the restart of every task that was running. Written for
+        speed: an owner restarting with many live tasks leases nothing until this is done."""
+        unread = self._tasks.unread
         children = self._children
         conversation_tasks = self._conversation_tasks
         ready = self._ready
-        dirty = self._dirty
-        for record in store.live_tasks():
-            task_id = record.task_id
-            tasks[task_id] = record
-            owner = record.owner_task_id
+        for task_id, kind, conversation_id, owner, status, abort, abandon_on_restart in store.live_task_rows():
             if owner is not None:
                 children.setdefault(owner, set()).add(task_id)
             else:
-                conversation_tasks.setdefault(record.conversation_id, set()).add(task_id)
+                conversation_tasks.setdefault(conversation_id, set()).add(task_id)
+            if abandon_on_restart:
+                self._abandoned.append(task_id)
+            if status == "pending" and abort is None:
+                unread.add(task_id)
+                ready.setdefault(kind, {})[task_id] = None
+        for record in store.live_tasks(unsettled_only=True):
+            task_id = record.task_id
+            dict.__setitem__(self._tasks, task_id, record)
             status = record.status
-            if status == "pending" and record.abort is None:
-                ready.setdefault(record.kind, {})[task_id] = None
-                continue
-            if status == "waiting":
+            if status == "running":
+                self._was_running.append(task_id)
+            elif status == "waiting":
                 for other in record.on:
                     self._waiters.setdefault(other, set()).add(task_id)
             elif status == "sleeping" and record.until_ms is not None:
                 self._sleepers.append((record.until_ms, task_id))
                 if record.abort is None:
                     continue
-            dirty[task_id] = None
+            self._dirty[task_id] = None
         heapq.heapify(self._sleepers)
         self._place = bool(ready)
 
@@ -194,9 +267,14 @@ class TaskEngine:
     def live_count(self) -> int:
         return len(self._tasks)
 
-    def graph(self) -> list[TaskNode]:
+    def graph(self, after_task_id: str | None = None, limit: int | None = None) -> tuple[list[TaskNode], bool]:
+        """Live tasks in id order after ``after_task_id``, at most ``limit``, and whether more follow."""
+        task_ids = sorted(self._tasks)
+        start = 0 if after_task_id is None else bisect.bisect_right(task_ids, after_task_id)
+        end = len(task_ids) if limit is None else min(len(task_ids), start + limit)
         nodes = []
-        for task_id, record in self._tasks.items():
+        for task_id in task_ids[start:end]:
+            record = self._tasks[task_id]
             blocked = self._blocked_reason(record) if self._is_blocked(record) else None
             lease = self._leases.get(task_id)
             worker = None if lease is None else self._workers.get(lease.peer)
@@ -208,7 +286,7 @@ class TaskEngine:
                     leased_to=None if worker is None else worker.name,
                 )
             )
-        return nodes
+        return nodes, end < len(task_ids)
 
     def orphan_blocked_now(self) -> None:
         """From now on an aborted task that no attached worker can run ends ``orphaned``."""
@@ -221,7 +299,7 @@ class TaskEngine:
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
-        if self._recovering or self._dirty or self._cut_off or self._released:
+        if self._recovering or self._dirty or self._finalize or self._cut_off or self._released:
             return True
         if self._place and self._ready and self._has_capacity():
             return True
@@ -363,7 +441,9 @@ class TaskEngine:
                 f"{where}: a task's state is set only by a commit under that task's own lease",
             )
         record = self._tasks[write.task_id]
-        current = self._leases[write.task_id]
+        current = self._leases.get(write.task_id)
+        if current is None:  # an earlier write of this commit ended the phase already
+            raise Refusal(ErrorCode.INVALID, f"{where}: a commit holds at most one new state of its task")
         common: dict[str, Any] = {
             "version": current.version,
             "restarts": 0,
@@ -472,7 +552,7 @@ class TaskEngine:
             queue = self._blocked.pop(kind, None)
             if queue:
                 self._ready.setdefault(kind, {}).update(queue)
-                self._place = True
+        self._place = True
 
     def peer_left(self, peer: PeerId) -> None:
         """A connection ended: every lease it held is cut off (settled in the next batch)."""
@@ -509,7 +589,7 @@ class TaskEngine:
         self._changed = {}
         if self._recovering:
             self._recover()
-        for task_id, epoch, counts in self._cut_off:
+        for task_id, epoch, counts in self._cut_off:  # at most the leases of the workers that left
             self._phase_cut_off(task_id, epoch, counts=counts)
         self._cut_off.clear()
         for task_id, _ in self._released:
@@ -522,7 +602,8 @@ class TaskEngine:
             self._check_fail_fast(task_id)
         self._fail_fast_checks.clear()
         self._reconcile_all()
-        if self._place:
+        if self._place and not self._settling_left():
+            # Only once everything is settled: a cascade cut short must reach a task before it may start a phase.
             self._grant_leases(now_ms)
             self._reconcile_all()  # an orphaned abort may have ended something
         ended = list(self._ended.values())
@@ -531,15 +612,25 @@ class TaskEngine:
         self._changed = {}
         return SettleResult(records=changed, ended=ended)
 
+    def _full(self) -> bool:
+        """Whether this settling commit holds as many changes as one commit should (the rest waits for the next
+        batch: no commit grows past about a megabyte, and no batch holds up the commit loop for long)."""
+        return len(self._changed) >= MAX_SETTLE_CHANGES
+
+    def _settling_left(self) -> bool:
+        return self._recovering or bool(self._dirty or self._finalize)
+
     def _recover(self) -> None:
-        """After an owner start: running phases were cut off; abandon_on_restart work is marked for abort."""
-        self._recovering = False
-        for record in list(self._tasks.values()):
-            if record.status == "running":
-                self._phase_cut_off(record.task_id, record.epoch, counts=True)
-        for record in list(self._tasks.values()):
-            if record.abandon_on_restart and record.abort is None and record.status != "terminal":
-                self._change(record, abort=RESTART)
+        """After an owner start: running phases were cut off; abandon_on_restart work is marked for abort. Written
+        over as many settling commits as it takes; nothing is leased before it is done."""
+        while self._was_running and not self._full():
+            task_id = self._was_running.pop()
+            self._phase_cut_off(task_id, self._tasks[task_id].epoch, counts=True)
+        while self._abandoned and not self._full():
+            abandoned = self._tasks.get(self._abandoned.pop())
+            if abandoned is not None and abandoned.abort is None:
+                self._change(abandoned, abort=RESTART)
+        self._recovering = bool(self._was_running or self._abandoned)
 
     def _phase_cut_off(self, task_id: str, epoch: int, *, counts: bool) -> None:
         """A phase stopped without committing; it counts a restart unless it had been cancelled for an abort."""
@@ -562,14 +653,14 @@ class TaskEngine:
 
     def _wake_sleepers(self, now_ms: int) -> None:
         sleepers = self._sleepers
-        while sleepers and sleepers[0][0] <= now_ms:
+        while sleepers and sleepers[0][0] <= now_ms and not self._full():
             until_ms, task_id = heapq.heappop(sleepers)
             record = self._tasks.get(task_id)
             if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
                 self._change(record, status="pending", until_ms=None)
 
     def _reconcile_all(self) -> None:
-        while self._dirty or self._finalize:
+        while (self._dirty or self._finalize) and not self._full():
             while self._finalize:
                 task_id = next(iter(self._finalize))
                 self._after_end(self._finalize.pop(task_id))
@@ -651,6 +742,9 @@ class TaskEngine:
                         self._dirty[task_id] = None  # orphaned (or left waiting) by the reconcile that follows
                 continue
             while queue:
+                if self._full():
+                    self._place = True  # the next batch grants the rest
+                    return
                 task_id = next(iter(queue))
                 record = self._tasks.get(task_id)
                 if record is None or not self._runnable(record):
@@ -658,8 +752,7 @@ class TaskEngine:
                     continue
                 choice = self._choose_worker(record)
                 if choice is None:
-                    self._place = True  # every worker able to run it is busy: it stays first in line
-                    break
+                    break  # every worker able to run it is busy: it stays first in line until a lease ends
                 del queue[task_id]
                 if isinstance(choice, Blocked):
                     self._blocked.setdefault(kind, {})[task_id] = None
@@ -909,9 +1002,10 @@ class TaskEngine:
     def _require_owner(self, owner_task_id: str, where: str) -> TaskRecord:
         owner = self._tasks.get(owner_task_id)
         if owner is None:
-            stored = self._store.task(owner_task_id)
-            state = "does not exist" if stored is None else "is terminal"
-            raise Refusal(ErrorCode.CONFLICT, f"{where}: owner task {owner_task_id} {state}: it can own no new work")
+            if self._store.task(owner_task_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"{where}: owner task {owner_task_id} does not exist")
+            message = f"{where}: owner task {owner_task_id} is terminal: it can own no new work"
+            raise Refusal(ErrorCode.CONFLICT, message)
         if owner.status == "completing" or owner.abort is not None:
             raise Refusal(
                 ErrorCode.CONFLICT,

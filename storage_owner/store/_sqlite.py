@@ -27,7 +27,7 @@ from protocol import (
     TaskRecord,
     converter,
 )
-from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict
+from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict, TaskRow
 
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 
@@ -432,10 +432,20 @@ class SqliteStore:
         assert row is not None, f"task {task_id} is not stored"
         return _unpack(row[0]), _unpack(row[1])
 
-    def live_tasks(self) -> Iterator[TaskRecord]:
-        """Every task that is not terminal, oldest first."""
-        rows = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status != 'terminal' ORDER BY task_id")
+    def live_tasks(self, *, unsettled_only: bool = False) -> Iterator[TaskRecord]:
+        """Every task that is not terminal, oldest first; with ``unsettled_only`` not the plain pending ones."""
+        unsettled = " AND (status != 'pending' OR abort IS NOT NULL)" if unsettled_only else ""
+        rows = self._db.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status != 'terminal'{unsettled} ORDER BY task_id"
+        )
         return (_task_record(row) for row in rows)
+
+    def live_task_rows(self) -> Iterator[TaskRow]:
+        """The facts of every task that is not terminal (a :data:`~storage_owner.core.TaskRow`), oldest first."""
+        return self._db.execute(
+            "SELECT task_id, kind, conversation_id, owner_task_id, status, abort, abandon_on_restart FROM tasks "
+            "WHERE status != 'terminal' ORDER BY task_id"
+        )
 
     def task_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
