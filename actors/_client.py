@@ -180,6 +180,8 @@ class Client:
         re-announces itself (with the leases it still runs)."""
         self.on_lease: Callable[[Lease | CancelLease], None] | None = None
         """Receives the leases and cancellations the owner pushes to a worker."""
+        self.on_connection_lost: Callable[[], None] | None = None
+        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
 
     # ------------------------------------------------------------------------------------------- public API
 
@@ -569,6 +571,8 @@ class Client:
         while True:
             await self._serve(ws)
             self._connected = trio.Event()
+            if self.on_connection_lost is not None:
+                self.on_connection_lost()
             self._fail_in_flight(
                 ConnectionLost(
                     f"the connection to the owner ({self._describe_target()}) was lost before the reply arrived; "

@@ -42,6 +42,8 @@ RELEASE_TIMEOUT_S: Final = 10.0
 class _Running:
     lease: LeaseRef
     scope: trio.CancelScope
+    lost: bool = False
+    """The connection that held the lease ended: the owner has cut it off, there is nothing to release."""
 
 
 class Worker:
@@ -57,6 +59,13 @@ class Worker:
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
 
+    def on_connection_lost(self) -> None:
+        """Every lease belonged to the connection that ended (the owner cuts them all off): stop every phase now,
+        rather than let one carry on with effects that the owner will refuse to record."""
+        for running in self._running.values():
+            running.lost = True
+            running.scope.cancel(reason="the connection to the owner was lost, and the lease with it")
+
     def on_lease(self, frame: Lease | CancelLease) -> None:
         if isinstance(frame, CancelLease):
             running = self._running.get(frame.lease.task_id)
@@ -66,28 +75,28 @@ class Worker:
         running = self._running.get(frame.lease.task_id)
         if running is not None:
             running.scope.cancel(reason="the owner granted this task again")  # an older lease is void
-        scope = trio.CancelScope()
-        self._running[frame.lease.task_id] = _Running(lease=frame.lease, scope=scope)
-        self._nursery.start_soon(self._run, frame, scope)
+        running = _Running(lease=frame.lease, scope=trio.CancelScope())
+        self._running[frame.lease.task_id] = running
+        self._nursery.start_soon(self._run, frame, running)
 
-    async def _run(self, lease: Lease, scope: trio.CancelScope) -> None:
+    async def _run(self, lease: Lease, running: _Running) -> None:
         task_id = lease.lease.task_id
         definition = self.app.tasks.get(lease.kind)
+        scope = running.scope
         try:
             with scope:
                 if definition is None:  # never leased to us unless announced; handled all the same
                     await self._release(lease, migration_error=f"this worker has no task kind {lease.kind}")
                     return
                 await self._run_phase(lease, definition)
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and not running.lost:
                 await self._release(lease)
         except StaleLease as exc:
             self._log(f"tether worker: task {task_id}: {exc}")
         except (TetherError, OSError) as exc:
             self._log(f"tether worker: task {task_id}: gave the lease up: {type(exc).__name__}: {exc}")
         finally:
-            running = self._running.get(task_id)
-            if running is not None and running.scope is scope:
+            if self._running.get(task_id) is running:
                 del self._running[task_id]
 
     async def _run_phase(self, lease: Lease, definition: TaskDefinition) -> None:
@@ -198,6 +207,7 @@ async def serve(
                     )
 
                 client.on_lease = worker.on_lease
+                client.on_connection_lost = worker.on_connection_lost
                 client.announcement = announcement  # re-sent by the client after every reconnection
                 await client.announce(announcement())
                 if not started:

@@ -165,7 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the owner drops a peer silent for S seconds (default 10)",
     )
     up.add_argument(
-        "--max-restarts", type=_count, default=5, metavar="R", help="give up after more than R restarts ... (default 5)"
+        "--max-restarts",
+        type=_count,
+        default=10,
+        metavar="R",
+        help="give up after more than R restarts ... (default 10)",
     )
     up.add_argument(
         "--restart-window", type=_seconds, default=60.0, metavar="T", help="... within T seconds (default 60)"

@@ -74,7 +74,7 @@ class SupervisorConfig:
     sync: str = "normal"
     clock: str = "wall"
     heartbeat_timeout_s: float = 10.0
-    max_restarts: int = 5
+    max_restarts: int = 10
     restart_window_s: float = 60.0
     stop_timeout_s: float = 10.0
 

@@ -49,12 +49,16 @@ class Bank:
         return cls(os.environ.get(BANK_ENV, "tether-demo-bank.jsonl"))
 
     def charge(self, card: str, amount: int, key: str) -> dict[str, Any]:
-        """Charge once per ``key``: a repeated key returns the first receipt. Raises :class:`Declined`."""
+        """Charge once per ``key``: a repeated key returns the first receipt. Raises :class:`Declined` for a
+        declined card, or a key that was voided (refunded before anything was charged under it)."""
         with self._open() as (ledger, file):
             for line in ledger:
                 if line["op"] == "charge" and line["key"] == key:
                     _record(file, {"op": "charge_repeat", "key": key, "card": card})
                     return {"receipt": line["receipt"], "repeat": True}
+                if line["op"] == "void" and line["key"] == key:
+                    _record(file, {"op": "charge_voided", "key": key, "card": card})
+                    raise Declined(f"the charge of card {card} was voided by a refund")
             if card in DECLINED_CARDS:
                 _record(file, {"op": "declined", "key": key, "card": card})
                 raise Declined(f"card {card} was declined")
@@ -63,14 +67,19 @@ class Bank:
             return {"receipt": receipt, "repeat": False}
 
     def refund(self, key: str) -> bool:
-        """Refund the charge made under ``key``, once; ``False`` if nothing was charged (or already refunded)."""
+        """Refund the charge made under ``key``, once; ``False`` if there was none (or it was refunded already).
+
+        A key refunded before anything was charged under it is voided: a charge that arrives later (from a phase
+        that kept running on a worker cut off from the owner) is declined, as payment APIs do with a cancelled
+        idempotency key, so nothing stays charged after its payment was aborted.
+        """
         with self._open() as (ledger, file):
             charged = any(line["op"] == "charge" and line["key"] == key for line in ledger)
-            refunded = any(line["op"] == "refund" and line["key"] == key for line in ledger)
-            if not charged or refunded:
+            settled = any(line["op"] in ("refund", "void") and line["key"] == key for line in ledger)
+            if settled:
                 return False
-            _record(file, {"op": "refund", "key": key})
-            return True
+            _record(file, {"op": "refund" if charged else "void", "key": key})
+            return charged
 
     def ledger(self) -> list[dict[str, Any]]:
         """Every call recorded so far, oldest first."""

@@ -9,9 +9,10 @@ so that a test can see from outside what ran where (worker processes share nothi
   then advances; it completes after the last. ``TASK.runs`` as above, plus the checkpoint ``n``.
 - ``faults.steady`` advances through ``steps`` checkpoints of ``step_s`` each and completes.
 - ``faults.stall`` on its first run writes ``TASK.started`` (the worker's pid), then, shielded from cancellation
-  (a lost lease cannot stop it), waits for ``TASK.go`` and commits its completion: under a lease that was given to
-  another worker meanwhile, that commit must be refused; ``TASK.stale`` records the refusal, ``TASK.landed`` a
-  commit that was accepted. Any later run completes at once with its own pid.
+  (a lost lease cannot stop it), waits for ``TASK.go`` and commits its completion with an entry in its
+  conversation: under a lease that was given to another worker meanwhile, that commit must be refused whole;
+  ``TASK.stale`` records the refusal, ``TASK.landed`` a commit that was accepted. Any later run commits the same
+  at once, with its own pid.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CRASH: Final = "faults.crash"
 PROGRESS: Final = "faults.progress"
 STEADY: Final = "faults.steady"
 STALL: Final = "faults.stall"
+STALL_ENTRY: Final = "faults.stall.done"
+"""The entry a ``faults.stall`` run appends to its conversation in the commit that completes it."""
 POLL_S: Final = 0.02
 STALL_LIMIT_S: Final = 60.0
 """A stalled first run gives up waiting for its go file after this long (a bound on its shield)."""
@@ -90,7 +93,9 @@ async def _stall(rt: actors.Phase) -> None:
     directory = rt.input["dir"]
     started = task_file(directory, rt.task_id, "started")
     if started.exists():
-        await rt.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": False})
+        async with rt.commit() as tx:
+            tx.append(rt.conversation_id, kind=STALL_ENTRY, data={"pid": os.getpid(), "late": False})
+            tx.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": False})
         return
     started.write_text(str(os.getpid()), encoding="utf-8")
     go = task_file(directory, rt.task_id, "go")
@@ -99,7 +104,9 @@ async def _stall(rt: actors.Phase) -> None:
         while not go.exists():  # noqa: ASYNC110 - the test writes the file
             await trio.sleep(POLL_S)
         try:
-            await rt.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": True})
+            async with rt.commit() as tx:
+                tx.append(rt.conversation_id, kind=STALL_ENTRY, data={"pid": os.getpid(), "late": True})
+                tx.complete({"pid": os.getpid(), "restarts": rt.restarts, "epoch": rt.lease.epoch, "late": True})
         except actors.StaleLease as exc:
             refusal = {"code": exc.code, "message": str(exc)}
             task_file(directory, rt.task_id, "stale").write_text(json.dumps(refusal), encoding="utf-8")

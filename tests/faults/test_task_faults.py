@@ -1,7 +1,7 @@
 """Task faults with real processes under ``tether up``: the demo checkout with a declined card, an aborted checkout
 and a worker SIGKILLed while payments run; a phase that kills its own worker every time (restart limit) or once
 per checkpoint (progress resets the count); a SIGSTOPped worker whose lease goes to another worker and whose late
-commit is refused.
+commit is refused, and whose late payment charge is declined: its abort handler voided the key.
 
 The demo's fake bank is a ledger file under an exclusive ``flock``. Holding that lock from the test parks every
 payment that reached the bank inside its charge (a worker thread, which a cancellation cannot interrupt), and
@@ -41,6 +41,8 @@ SLOW_S: Final = 30.0
 """A payment delay no test waits out: a payment this slow ends only by being aborted."""
 STEADY_STEPS: Final = 50
 """Checkpoints of the tasks that run next to a crash loop (0.05 s each)."""
+PAUSED_DELAY_S: Final = 2.0
+"""The delay of payments whose worker is stopped: longer than the heartbeat timeout (1 s) that cuts its lease."""
 POLL_S: Final = 0.02
 WAIT_S: Final = 20.0
 
@@ -480,6 +482,7 @@ async def test_a_sigstopped_worker_loses_its_lease_and_its_late_commit_is_refuse
 
                 await until(late_commit_answered, "an answer to the stopped worker's late commit")
                 after_late = await client.task(task_id)
+                entries = await client.entries(after_late.conversation_id)
             back = await up.wait_status(
                 lambda status: all_up(2)(status) and {w["pid"] for w in supervised(status)} == set(workers),
                 "the stopped worker attached again",
@@ -492,6 +495,57 @@ async def test_a_sigstopped_worker_loses_its_lease_and_its_late_commit_is_refuse
     # Completed by the other worker, under the second lease, on a re-run after one cut-off.
     assert ended.outcome == outcome("completed", {"pid": other_pid, "restarts": 1, "epoch": 2, "late": False}), ended
     assert ended.epoch == 2
-    # The refused commit changed nothing.
+    # The refused commit changed nothing: neither the task nor its conversation (its entry was not written).
     assert after_late == ended
+    written = [entry.data for entry in entries if entry.kind == _task_apps.STALL_ENTRY]
+    assert written == [JsonValue({"pid": other_pid, "late": False})], entries
     assert [worker["restarts"] for worker in supervised(back)] == [0, 0]
+
+
+async def test_a_payment_paused_past_its_lease_does_not_charge_after_the_checkout_was_aborted(
+    db_path: str, tmp_path: Path, bank: Bank
+) -> None:
+    """The demo's promise under a paused worker: a payment whose worker is stopped while it waits out its delay is
+    aborted (its lease is cut off by the heartbeat, its abort handler refunds nothing on the other worker), and the
+    checkout ends aborted. When the stopped worker runs again, its phase's delay is over: it must not leave a charge
+    nobody refunds."""
+    cards: list[Any] = [{"card": card, "delay_s": PAUSED_DELAY_S} for card in CARDS[:2]]
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2", "--heartbeat-timeout", "1") as up:
+            before = await up.wait_status(all_up(2), "owner and two attached workers")
+            async with actors.connect(db=db_path) as client:
+                checkout_id = await client.create_task("shop.checkout", {"cards": cards})
+                created_s = trio.current_time()
+
+                async def both_running() -> bool:
+                    nodes = await task_graph_payments(client)
+                    return sum(node.task.status == "running" for node in nodes.values()) == 2
+
+                await until(both_running, "two running payments")
+                nodes = await task_graph_payments(client)
+                stopped_name = min(str(node.leased_to) for node in nodes.values())
+                stopped_pid = worker_named(before, stopped_name)["pid"]
+                os.kill(stopped_pid, signal.SIGSTOP)
+                try:
+                    assert await client.abort_task(checkout_id) is True
+                    checkout = await client.wait_for_task(checkout_id)
+                    # Keep it stopped until its payments' delay is over.
+                    await trio.sleep_until(created_s + PAUSED_DELAY_S + 0.3)
+                finally:
+                    os.kill(stopped_pid, signal.SIGCONT)
+                await up.wait_status(lambda status: worker_named(status, stopped_name)["attached"], "it is back")
+                payments = await payments_of(client, checkout_id)
+                ended = {payment_id: await client.task(payment_id) for payment_id in payments}
+
+                # Give the phase that ran again time to act: a charge it makes shows up at once.
+                with trio.move_on_after(3):
+                    while not Ledger(bank.ledger()).cards("charge"):  # noqa: ASYNC110 - another process writes it
+                        await trio.sleep(POLL_S)
+            await stop(up)
+
+    assert checkout.outcome == outcome("aborted", {"payments": dict.fromkeys(payments, "aborted")})
+    for payment_id, record in ended.items():
+        assert record.outcome == outcome("aborted", {"card": payments[payment_id], "refunded": False})
+    bank_ledger = ledger(bank)
+    unrefunded = sorted(set(bank_ledger.cards("charge")) - set(bank_ledger.cards("refund")))
+    assert unrefunded == [], f"charged after their payment was aborted, never refunded: {bank_ledger.lines}"
