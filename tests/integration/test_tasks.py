@@ -96,6 +96,16 @@ def runs_of(log: Path, task_id: str) -> list[str]:
     return [line["run"] for line in read_runs(log) if line["task"] == task_id]
 
 
+async def ran(log: Path, task_id: str, runs: list[str]) -> None:
+    """Wait until exactly ``runs`` of ``task_id`` were logged (a phase logs before it commits: poll the file)."""
+
+    async def read() -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return runs_of(log, task_id)
+
+    await eventually(read, lambda found: found == runs)
+
+
 def owned_by(graph: actors.TaskGraph, owner_task_id: str) -> list[str]:
     return [task_id for task_id, node in graph.nodes.items() if node.task.owner_task_id == owner_task_id]
 
@@ -202,25 +212,36 @@ async def test_a_task_is_blocked_missing_task_while_no_worker_at_all_is_attached
     with trio.fail_after(20):
         async with actors.connect(db=owner.db) as client:
             task_id = await client.create_task("tt.late")
-            graph = await client.task_graph()
+            graph = await eventually(client.task_graph, lambda graph: graph.nodes[task_id].blocked is not None)
             node = graph.nodes[task_id]
             assert node.task.status == "pending"
             assert node.blocked == "missing_task"
 
 
-async def test_aborting_a_blocked_task_orphans_it(owner: OwnerProcess) -> None:
-    with trio.fail_after(20):
-        async with actors.connect(db=owner.db) as client, trio.open_nursery() as nursery:
-            await start_worker(nursery, _task_apps.app, owner.db, "main")
-            task_id = await client.create_task("tt.nobody")
-            await eventually(client.task_graph, lambda graph: graph.nodes[task_id].blocked == "missing_task")
-            assert await client.abort_task(task_id)
-            done = await client.wait_for_task(task_id)  # once the owner's orphan grace (2 s after start) is over
-            assert done.outcome is not None
-            assert (done.outcome.status, done.outcome.reason) == ("orphaned", "missing_task")
-            assert done.outcome.error is not None and "tt.nobody" in done.outcome.error
-            assert task_id not in (await client.task_graph()).nodes
-            nursery.cancel_scope.cancel(reason="the test is over")
+async def test_aborting_a_blocked_task_orphans_it_once_the_owner_grace_is_over(db_path: str) -> None:
+    owner = OwnerProcess(db_path)
+    await owner.start()
+    started_s = trio.current_time()  # the owner's grace began after its runtime file appeared, not before
+    try:
+        with trio.fail_after(20):
+            async with actors.connect(db=db_path) as client, trio.open_nursery() as nursery:
+                await start_worker(nursery, _task_apps.app, db_path, "main")
+                task_id = await client.create_task("tt.nobody")
+                await eventually(client.task_graph, lambda graph: graph.nodes[task_id].blocked == "missing_task")
+                assert await client.abort_task(task_id)
+                node = (await client.task_graph()).nodes[task_id]
+                assert trio.current_time() - started_s < ORPHAN_GRACE_S, "too slow: the orphan grace was over"
+                assert (node.task.status, node.task.abort, node.blocked) == ("pending", "abort", "missing_task")
+
+                done = await client.wait_for_task(task_id)
+                assert trio.current_time() - started_s >= ORPHAN_GRACE_S - 0.1  # not orphaned within the grace
+                assert done.outcome is not None
+                assert (done.outcome.status, done.outcome.reason) == ("orphaned", "missing_task")
+                assert done.outcome.error is not None and "tt.nobody" in done.outcome.error
+                assert task_id not in (await client.task_graph()).nodes
+                nursery.cancel_scope.cancel(reason="the test is over")
+    finally:
+        await owner.close()
 
 
 async def test_versions_too_old_migrated_and_failed_migrations(manual_owner: OwnerProcess, tmp_path: Path) -> None:
@@ -243,6 +264,7 @@ async def test_versions_too_old_migrated_and_failed_migrations(manual_owner: Own
             graph = await eventually(client.task_graph, lambda graph: graph.nodes[too_new].blocked is not None)
             node = graph.nodes[too_new]
             assert (node.blocked, node.task.status, node.task.version) == ("task_too_old", "pending", 3)
+            assert node.blocked_detail is not None and "version 3" in node.blocked_detail
 
             await stop_worker(client, v1, "v1")
             for task_id in tasks.values():
@@ -385,6 +407,12 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
             abandoned = await client.create_task("tt.parent", task_input, abandon_on_restart=True)
             normal = await client.create_task("tt.parent", task_input)
             abandoned_blocked = await client.create_task("tt.nobody", abandon_on_restart=True)
+            await start_worker(nursery, _task_apps.hang_app, db, "hanger")
+            abandoned_running = await client.create_task("tt.hang", {"log": str(log)}, abandon_on_restart=True)
+            normal_running = await client.create_task("tt.hang", {"log": str(log)})
+            for task_id in (abandoned_running, normal_running):
+                await task_in(client, task_id, "running")
+                await ran(log, task_id, ["start"])
             [abandoned_child] = (await task_in(client, abandoned, "waiting")).on
             [normal_child] = (await task_in(client, normal, "waiting")).on
             await task_in(client, abandoned_child, "sleeping")
@@ -400,9 +428,17 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
             assert child_record.outcome == aborted({"abort": "restart"}, reason="restart")
             assert runs_of(log, abandoned) == ["start", "abort"]
             assert runs_of(log, abandoned_child) == ["start", "abort"]
+            # Running when the owner died: cut off, then aborted (tt.hang has no abort handler).
+            done = await client.wait_for_task(abandoned_running)
+            assert done.outcome == aborted(None, reason="restart")
+            assert runs_of(log, abandoned_running) == ["start"]
+            # A normal task running then just runs its phase again, one restart counted.
+            await ran(log, normal_running, ["start", "start"])
+            record = await client.task(normal_running)
+            assert (record.status, record.abort, record.restarts) == ("running", None, 1)
 
             record = await client.task(normal)
-            assert (record.status, record.abort) == ("waiting", None)
+            assert (record.status, record.abort, record.restarts) == ("waiting", None, 0)
             record = await client.task(normal_child)
             assert (record.status, record.abort) == ("sleeping", None)
             await attached(client, "main")
@@ -474,7 +510,7 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
             [child] = (await task_in(client, parent, "waiting")).on
             await task_in(client, child, "sleeping")
             await task_in(client, hung, "running")
-            await eventually(trio.lowlevel.checkpoint, lambda _: runs_of(log, hung) == ["start"])
+            await ran(log, hung, ["start"])
             await stop_worker(client, hang_worker, "hanger")  # its phase was cut off: one restart
             graph = await eventually(
                 client.task_graph,
@@ -551,7 +587,8 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
             assert unknown in error
             nursery.cancel_scope.cancel(reason="the owner stops next")
 
-        assert await manual_owner.stop() == 0
+        # No owner: SIGKILLed, its runtime file left behind naming a port nobody listens on.
+        await manual_owner.kill()
         result = await run_tether("tasks", "--db", db, "--json")
         assert result.returncode == 0, result.stderr
         data = json.loads(result.stdout)
@@ -563,3 +600,22 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
         lines = nonblank_lines(result.stdout)
         assert lines[1].startswith("(no owner is running")
         assert f"  tt.hang {hung[-8:]}, pending, restarts 1/5" in lines
+
+        # A new owner shows the task blocked again (no worker attached), and orphans it when aborted.
+        await manual_owner.start()
+        result = await run_tether("tasks", "--db", db, "--json")
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert data["source"] == "owner"
+        [task] = data["tasks"]
+        assert (task["task_id"], task["status"], task["restarts"], task["blocked"]) == (
+            hung,
+            "pending",
+            1,
+            "missing_task",
+        )
+        result = await run_tether("abort", "--db", db, hung, "--wait", "10")
+        assert (result.returncode, nonblank_lines(result.stdout)) == (
+            0,
+            [f"task {hung}: marked for abort", f"task {hung}: orphaned (missing_task)"],
+        )
