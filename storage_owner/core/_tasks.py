@@ -440,10 +440,10 @@ class TaskEngine:
                 ErrorCode.NOT_ALLOWED,
                 f"{where}: a task's state is set only by a commit under that task's own lease",
             )
-        record = self._tasks[write.task_id]
         current = self._leases.get(write.task_id)
         if current is None:  # an earlier write of this commit ended the phase already
             raise Refusal(ErrorCode.INVALID, f"{where}: a commit holds at most one new state of its task")
+        record = self._tasks[write.task_id]
         common: dict[str, Any] = {
             "version": current.version,
             "restarts": 0,
