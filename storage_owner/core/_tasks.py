@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
 
@@ -65,6 +66,10 @@ PeerId = int
 Mode = Literal["phase", "abort"]
 
 MAX_WAIT_ON: Final = 10_000
+READY_LOOKAHEAD: Final = 64
+"""How far past tasks whose workers are busy the owner looks for one another (idle) worker could run: a task of a
+version only a busy worker has does not hold up the rest of its kind, without the whole queue being scanned."""
+READY_CHUNK: Final = 256
 MAX_SETTLE_CHANGES: Final = 1000
 """Task records one settling commit changes at most; what is left is settled by the next batch, at once."""
 MAX_UNTIL_MS: Final = (1 << 62) - 1
@@ -147,6 +152,12 @@ class _LiveTasks(dict[str, TaskRecord]):
     def __iter__(self) -> Any:
         self._read_all()
         return dict.__iter__(self)
+
+    def abort_mark(self, task_id: str) -> str | None:
+        """A live task's abort mark, without reading an unread record (those have none)."""
+        if task_id in self.unread:
+            return None
+        return dict.__getitem__(self, task_id).abort
 
     def _read(self, task_id: str) -> TaskRecord | None:
         if task_id not in self.unread:
@@ -294,12 +305,14 @@ class TaskEngine:
             self._orphan_blocked = True
             for queue in self._blocked.values():
                 for task_id in queue:
-                    if self._tasks[task_id].abort == ABORT:
+                    if self._tasks.abort_mark(task_id) == ABORT:
                         self._dirty[task_id] = None
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
         if self._recovering or self._dirty or self._finalize or self._cut_off or self._released:
+            return True
+        if self._fail_fast_checks:
             return True
         if self._place and self._ready and self._has_capacity():
             return True
@@ -506,7 +519,7 @@ class TaskEngine:
             other = self.record(task_id) if task_id != record.task_id else record
             if other is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"{where}.on[{index}]: task {task_id} does not exist")
-            if other.owner_task_id != record.task_id:
+            if self._owner_of(other) != record.task_id:  # directly, or through a conversation it owns
                 if chain is None:
                     chain = set(self._owner_chain(record.task_id))
                 if task_id == record.task_id or task_id in chain:
@@ -598,9 +611,9 @@ class TaskEngine:
                 self._change(record, status="pending")
         self._released.clear()
         self._wake_sleepers(now_ms)
-        for task_id in self._fail_fast_checks:
-            self._check_fail_fast(task_id)
-        self._fail_fast_checks.clear()
+        checks, self._fail_fast_checks = self._fail_fast_checks, {}
+        for task_id in checks:
+            self._check_fail_fast(task_id)  # one a full commit cuts short is listed again
         self._reconcile_all()
         if self._place and not self._settling_left():
             # Only once everything is settled: a cascade cut short must reach a task before it may start a phase.
@@ -679,7 +692,7 @@ class TaskEngine:
             if other not in self._tasks:
                 ended = self._store.task(other)
                 if ended is not None and ended.outcome is not None and ended.outcome.status != "completed":
-                    self._fail_fast(waiter.on)
+                    self._fail_fast(waiter)
                     return
 
     def _reconcile(self, record: TaskRecord) -> None:
@@ -726,6 +739,9 @@ class TaskEngine:
         for owned_id in self._owned_ordinary(record.task_id):
             owned = self._tasks[owned_id]
             if owned.abort is None or (reason == ABORT and owned.abort == RESTART):
+                if self._full():
+                    self._dirty[record.task_id] = None  # the next settling commit marks the rest
+                    return
                 self._change(owned, abort=reason)
 
     def _grant_leases(self, now_ms: int) -> None:
@@ -738,21 +754,37 @@ class TaskEngine:
                 del self._ready[kind]  # nobody runs this kind: the whole queue is blocked at once
                 self._blocked.setdefault(kind, {}).update(queue)
                 for task_id in queue:
-                    if self._tasks[task_id].abort is not None:
+                    if self._tasks.abort_mark(task_id) is not None:
                         self._dirty[task_id] = None  # orphaned (or left waiting) by the reconcile that follows
                 continue
-            while queue:
+            if not self._has_capacity():
+                return  # every worker is busy: a lease that ends brings us back
+            self._grant_from(queue, kind, now_ms)
+            if not queue:
+                self._ready.pop(kind, None)
+
+    def _grant_from(self, queue: dict[str, None], kind: str, now_ms: int) -> None:
+        """Grant what can be granted from one kind's queue, in order. Tasks whose able workers are busy keep their
+        place; past ``READY_LOOKAHEAD`` of them the rest waits too (a queue is never scanned whole for nothing)."""
+        waiting = 0
+        while waiting <= READY_LOOKAHEAD:
+            chunk = list(itertools.islice(queue, waiting + READY_CHUNK))[waiting:]
+            if not chunk:
+                return
+            for task_id in chunk:
                 if self._full():
                     self._place = True  # the next batch grants the rest
                     return
-                task_id = next(iter(queue))
                 record = self._tasks.get(task_id)
                 if record is None or not self._runnable(record):
                     del queue[task_id]
                     continue
                 choice = self._choose_worker(record)
                 if choice is None:
-                    break  # every worker able to run it is busy: it stays first in line until a lease ends
+                    waiting += 1
+                    if waiting > READY_LOOKAHEAD:
+                        return
+                    continue
                 del queue[task_id]
                 if isinstance(choice, Blocked):
                     self._blocked.setdefault(kind, {})[task_id] = None
@@ -761,8 +793,6 @@ class TaskEngine:
                     continue
                 peer, capability = choice
                 self._grant(record, peer, capability, "phase" if record.abort is None else "abort", now_ms)
-            if not queue:
-                self._ready.pop(kind, None)
 
     def _grant(self, record: TaskRecord, peer: PeerId, capability: Capability, mode: Mode, now_ms: int) -> None:
         task_id = record.task_id
@@ -972,15 +1002,19 @@ class TaskEngine:
                 and outcome is not None
                 and outcome.status != "completed"
             ):
-                self._fail_fast(waiting.on)
+                self._fail_fast(waiting)
         for conversation_id in self._owned_conversations.pop(task_id, ()):
             self._conversation_owner.pop(conversation_id, None)
 
-    def _fail_fast(self, on: Iterable[str]) -> None:
-        """One of ``on`` did not complete: the others still live are marked for abort."""
-        for other in on:
+    def _fail_fast(self, waiter: TaskRecord) -> None:
+        """One of the tasks a ``fail_fast`` waiter waits on did not complete: the others still live are marked for
+        abort (those a full settling commit could not take, by the next one)."""
+        for other in waiter.on:
             record = self._tasks.get(other)
             if record is not None and record.abort != ABORT and record.status != "completing":
+                if self._full():
+                    self._fail_fast_checks[waiter.task_id] = None
+                    return
                 self._change(record, abort=ABORT)
 
     def _end_lease(self, task_id: str) -> None:
