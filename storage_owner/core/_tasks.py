@@ -257,6 +257,8 @@ class TaskEngine:
             elif status == "waiting":
                 for other in record.on:
                     self._waiters.setdefault(other, set()).add(task_id)
+                if record.policy == "fail_fast":
+                    self._fail_fast_checks[task_id] = None  # marks a cut-short settle had not written yet
             elif status == "sleeping" and record.until_ms is not None:
                 self._sleepers.append((record.until_ms, task_id))
                 if record.abort is None:
@@ -391,7 +393,9 @@ class TaskEngine:
             if self._store.conversation(conversation_id) is None:
                 raise missing_conversation(conversation_id)
             conversation_owner = self._conversation_owner.get(conversation_id)
-            if conversation_owner is not None:
+            if conversation_owner is not None and conversation_owner in self._tasks:
+                # A live owner must still be able to own new work; once it ended, the conversation is free and a
+                # task created in it is a top-level task.
                 self._require_owner(conversation_owner, where)
         else:
             raise Refusal(ErrorCode.INVALID, f"{where}: a task needs an owner: conversation_id or owner_task_id")
@@ -715,7 +719,7 @@ class TaskEngine:
                 self._emit(lease.peer, CancelLease(lease=LeaseRef(task_id=task_id, epoch=lease.epoch), reason=reason))
             return
         if status == "waiting" and not any(other in self._tasks for other in record.on):
-            record = self._change(record, status="pending")
+            record = self._change(record, status="pending", on=(), policy=None)
             status = "pending"
         if record.abort is not None:
             if self._owns_live_work(task_id):
@@ -918,6 +922,7 @@ class TaskEngine:
 
     def _finish(self, record: TaskRecord, outcome: TaskOutcome, **changes: Any) -> None:
         """End a task with ``outcome``, or hold it (``completing``) while it owns live ordinary work."""
+        changes |= {"on": (), "policy": None, "until_ms": None}
         if self._owns_live_work(record.task_id):
             self._change(record, status="completing", held=outcome, **changes)
         else:
