@@ -8,7 +8,8 @@
   (goal: under 2 s);
 - restart: with 100,000 live tasks stored (of a kind no worker runs, so they stay pending), SIGKILL the owner and
   time until a task that was running when it died is leased again (goal: under 1 s). The time is split into the
-  supervisor's part (until the new owner process started) and the owner's (loading, recovery, workers back).
+  supervisor's part with the new process's start-up (until the new owner started), the owner's (opening the
+  database and loading the live tasks, until it listens), and the workers' (reconnecting, to the first lease).
 
 Each figure is wall time on this machine, reported beside the in-process APSW baseline of
 ``bench/commit_throughput.py`` measured in the same run, so a noisy machine shows in both.
@@ -31,7 +32,7 @@ import trio
 from commit_throughput import baseline_commits_per_s
 
 import actors
-from protocol import read_runtime
+from protocol import read_runtime, runtime_path
 from runtime import stop_gracefully, tether_command
 
 HERE = Path(__file__).parent
@@ -95,12 +96,14 @@ async def _restart(client: actors.Client, db: str, live: int, note: Path) -> dic
         await trio.sleep(0.005)
     leased_at = float(note.read_text().split()[0])
     new = read_runtime(db)
+    listening_at = runtime_path(db).stat().st_mtime
     return {
         "live_tasks": live,
         "create_per_s": round(live / create_s),
         "restart_first_lease_s": round(leased_at - killed_at, 3),
         "until_new_owner_started_s": round(new.started_at_ms / 1000 - killed_at, 3),
-        "owner_start_to_first_lease_s": round(leased_at - new.started_at_ms / 1000, 3),
+        "owner_start_to_listening_s": round(listening_at - new.started_at_ms / 1000, 3),
+        "listening_to_first_lease_s": round(leased_at - listening_at, 3),
     }
 
 
@@ -165,8 +168,9 @@ def main() -> None:
         verdict = "met" if results["goals_met"][key] else "NOT met"
         print(f"{name:<8} {what:<52} {results[key]:>7.3f} s   goal < {GOALS_S[key]:g} s: {verdict}")
     print(
-        f"restart split: {results['until_new_owner_started_s']:.3f} s until the new owner started, "
-        f"{results['owner_start_to_first_lease_s']:.3f} s from its start to the first lease; "
+        f"restart split: {results['until_new_owner_started_s']:.3f} s until the new owner's process started, "
+        f"{results['owner_start_to_listening_s']:.3f} s until it listened (database opened, live tasks loaded), "
+        f"{results['listening_to_first_lease_s']:.3f} s until a worker was back and leased; "
         f"tasks created at {results['create_per_s']:,}/s"
     )
     sys.stdout.flush()

@@ -276,6 +276,8 @@ class OwnerServer:
         config = self.config
         self._store = SqliteStore.open(self.db, sync=config.sync)
         try:
+            # Before the first write: a WAL left by a killed owner would otherwise be checkpointed inside it.
+            self._checkpointer = self._store.use_background_checkpoints()
             self._store.record_owner(
                 pid=os.getpid(),
                 host=socket.gethostname(),
@@ -291,16 +293,14 @@ class OwnerServer:
             await self._serve(listeners, task_status)
         finally:
             remove_runtime(self.db, instance=self.instance)
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             self._store.close()
 
     async def _serve(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
-        self._checkpointer = self._store.use_background_checkpoints()
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                await self._listen_and_commit(nursery, listeners, task_status)
-        finally:
-            self._checkpointer.close()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._listen_and_commit(nursery, listeners, task_status)
 
     async def _listen_and_commit(
         self, nursery: trio.Nursery, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]

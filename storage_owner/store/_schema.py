@@ -70,8 +70,9 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UNIQUE (conversation_id, request_id)
     ) WITHOUT ROWID;
     """,
-    # 2: tasks, and conversations owned by a task. A task's scheduling facts are columns (the owner loads every
-    # live task at start, so that read must be cheap); its input and checkpoint are read only to grant a lease.
+    # 2: tasks, and conversations owned by a task. A task's scheduling facts are columns, and the live tasks' index
+    # covers what an owner reads of each at start (`live_task_rows`), so that read scans the index alone; input and
+    # checkpoint are read only to grant a lease.
     """
     ALTER TABLE conversations ADD COLUMN owner_task_id TEXT;
     CREATE TABLE tasks (
@@ -99,7 +100,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         input BLOB NOT NULL,
         checkpoint BLOB NOT NULL
     );
-    CREATE INDEX tasks_live ON tasks (task_id) WHERE status != 'terminal';
+    CREATE INDEX tasks_live ON tasks (task_id, kind, conversation_id, owner_task_id, status, abort, abandon_on_restart)
+        WHERE status != 'terminal';
     """,
 )
 
