@@ -619,3 +619,44 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
             0,
             [f"task {hung}: marked for abort", f"task {hung}: orphaned (missing_task)"],
         )
+
+
+async def test_the_watched_task_graph_follows_creation_waits_aborts_and_ends(
+    owner: OwnerProcess, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs.jsonl"
+    with trio.fail_after(30):
+        async with actors.connect(db=owner.db) as client, trio.open_nursery() as nursery:
+            await start_worker(nursery, _task_apps.app, owner.db, "main")
+            graphs: list[actors.TaskGraph] = []
+            parent_id: str | None = None
+            async for graph in client.watch_task_graph():
+                graphs.append(graph)
+                if parent_id is None:
+                    assert graph.nodes == {}  # nothing live before the test starts
+                    # The child sleeps past any wall-clock time this test sees (FAR_MS is for manual clocks).
+                    parent_id = await client.create_task("tt.parent", {"log": str(log), "child_until_ms": 1 << 50})
+                    continue
+                parent = graph.nodes.get(parent_id)
+                children = [node for node in graph.nodes.values() if node.task.owner_task_id == parent_id]
+                waiting = parent is not None and parent.task.status == "waiting" and parent.task.abort is None
+                if waiting and children and children[0].task.status == "sleeping":
+                    # The parent waits on its child, which the watch shows asleep under it: abort the parent.
+                    assert parent is not None and parent.task.on == (children[0].task.task_id,)
+                    await client.abort_task(parent_id)
+                if not graph.nodes:
+                    break
+            seqs = [graph.seq for graph in graphs]
+            assert seqs == sorted(seqs)
+            seen = [
+                (node.task.kind, node.task.status, node.task.abort) for graph in graphs for node in graph.nodes.values()
+            ]
+            assert ("tt.parent", "waiting", "abort") in seen  # the mark, committed before anything ended
+            assert any(kind == "tt.child" and abort == "abort" for kind, _, abort in seen)  # cascaded to the child
+            assert parent_id is not None
+            ended = await client.wait_for_task(parent_id)
+            assert ended.outcome is not None and ended.outcome.status == "aborted"
+            # Bottom-up: the child's abort handler ran, then its parent's.
+            aborts = [(run["kind"], run["run"]) for run in _task_apps.read_runs(log) if run["run"] == "abort"]
+            assert aborts == [("tt.child", "abort"), ("tt.parent", "abort")]
+            nursery.cancel_scope.cancel(reason="the test is over")
