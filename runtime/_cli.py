@@ -23,6 +23,8 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_SCHEMA_TOO_NEW: Final = 4
+MAX_LEASES: Final = 100_000
+"""The owner's limit on a worker's ``max_leases``."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -174,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--restart-window", type=_seconds, default=60.0, metavar="T", help="... within T seconds (default 60)"
     )
+    up.add_argument(
+        "--max-leases",
+        type=_positive,
+        default=64,
+        metavar="N",
+        help="task phases each worker runs at once (default 64)",
+    )
 
     worker = commands.add_parser(
         "worker",
@@ -194,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
+    worker.add_argument(
+        "--max-leases", type=_positive, default=64, metavar="N", help="run at most N task phases at once (default 64)"
+    )
 
     status = commands.add_parser(
         "status",
@@ -304,6 +316,7 @@ def _run_up(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_restarts=args.max_restarts,
         restart_window_s=args.restart_window,
+        max_leases=args.max_leases,
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
@@ -317,6 +330,8 @@ def _run_worker(args: argparse.Namespace) -> int:
 
     if args.url is not None and not args.token:
         raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
+    if args.max_leases > MAX_LEASES:
+        raise TetherError(f"--max-leases is at most {MAX_LEASES}, not {args.max_leases}")
     app = actors.load_app(args.app)
     target = args.db or args.url
 
@@ -325,7 +340,15 @@ def _run_worker(args: argparse.Namespace) -> int:
             if args.supervised:
                 nursery.start_soon(watch_parent, nursery.cancel_scope)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                serve = partial(actors.serve, app, db=args.db, url=args.url, token=args.token, name=args.name)
+                serve = partial(
+                    actors.serve,
+                    app,
+                    db=args.db,
+                    url=args.url,
+                    token=args.token,
+                    name=args.name,
+                    max_leases=args.max_leases,
+                )
                 await nursery.start(serve)
                 print(f"tether worker: {args.name or os.getpid()} serving {app.name} on {target}", flush=True)
                 async for _ in signals:

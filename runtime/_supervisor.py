@@ -76,6 +76,8 @@ class SupervisorConfig:
     heartbeat_timeout_s: float = 10.0
     max_restarts: int = 10
     restart_window_s: float = 60.0
+    max_leases: int = 64
+    """Phases each worker runs at once."""
     stop_timeout_s: float = 10.0
 
 
@@ -123,7 +125,17 @@ class Supervisor:
         )
         self.workers = [
             _Child(
-                f"worker-{index}", tether_command("worker", *common, "--app", config.app, "--name", f"worker-{index}")
+                f"worker-{index}",
+                tether_command(
+                    "worker",
+                    *common,
+                    "--app",
+                    config.app,
+                    "--name",
+                    f"worker-{index}",
+                    "--max-leases",
+                    str(config.max_leases),
+                ),
             )
             for index in range(1, config.workers + 1)
         ]
