@@ -5,7 +5,7 @@ How a commit flows::
     peer ──message──► _Connection.receive_loop ──decode──► OwnerServer.pending (one list for every peer)
                                                                  │
     OwnerServer._commit_loop: take what is pending (_batch_size) ◄┘
-        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per multi-write request) ; COMMIT
+        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per multi-write request); core.settle(); COMMIT
         core.take_output() ──encode──► each peer's send queue ──coalesce──► one message per send
                                                                            (acknowledgements go out only now)
 
