@@ -22,17 +22,10 @@ NO_CHANGE: Final = object()
 
 
 TaskRow = tuple[Any, ...]
-"""The facts of a live task an owner needs to index it, in this order (the ``ROW_*`` indexes): task_id, kind,
-conversation_id, owner_task_id, status, abort, abandon_on_restart. Building a :class:`TaskRecord` costs more than
-reading these, so an owner loading many live tasks reads whole records only for the tasks it must settle and
-builds the others' when it first needs them."""
-ROW_TASK_ID: Final = 0
-ROW_KIND: Final = 1
-ROW_CONVERSATION_ID: Final = 2
-ROW_OWNER_TASK_ID: Final = 3
-ROW_STATUS: Final = 4
-ROW_ABORT: Final = 5
-ROW_ABANDON_ON_RESTART: Final = 6
+"""The facts of a live task an owner needs to index it, in this order: task_id, kind, conversation_id,
+owner_task_id, status, abort, abandon_on_restart. Building a :class:`TaskRecord` costs more than reading these, so an
+owner loading many live tasks reads whole records only for the tasks it must settle and reads the others' when it
+first needs them."""
 
 
 class StoreConflict(Exception):

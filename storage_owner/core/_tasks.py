@@ -31,10 +31,9 @@ Rules (see ``SEMANTICS-NOTES.md``):
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Literal
 
 import attrs
@@ -110,70 +109,52 @@ class SettleResult:
     """Tasks that became terminal in this batch (requests included), for ``wait_task`` replies."""
 
 
-class _LiveTasks(dict[str, TaskRecord]):
+class _LiveTasks:
     """Live task records by id. The plain pending tasks found at start are only listed (:attr:`unread`) until a
-    record is first needed, then read from the store: most of them are not looked at before they are leased."""
+    record is first needed, then read from the store: most of them are not looked at before they are leased. Only
+    what the engine needs is here, so nothing can walk the records and miss the unread ones: :meth:`ids` lists
+    every live task without reading it."""
 
     def __init__(self, store: Store) -> None:
-        super().__init__()
         self._store = store
+        self._records: dict[str, TaskRecord] = {}
         self.unread: set[str] = set()
 
-    def __missing__(self, task_id: str) -> TaskRecord:
-        record = self._read(task_id)
+    def __getitem__(self, task_id: str) -> TaskRecord:
+        record = self.get(task_id)
         if record is None:
             raise KeyError(task_id)
         return record
 
-    def get(self, task_id: str, default: None = None) -> TaskRecord | None:  # type: ignore[override]
-        record = dict.get(self, task_id)
-        if record is None and self.unread:
-            record = self._read(task_id)
+    def get(self, task_id: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None and task_id in self.unread:
+            self.unread.discard(task_id)
+            record = self._store.task(task_id)
+            assert record is not None, f"live task {task_id} is not stored"
+            self._records[task_id] = record
         return record
 
-    def __contains__(self, task_id: object) -> bool:
-        return dict.__contains__(self, task_id) or task_id in self.unread
+    def __setitem__(self, task_id: str, record: TaskRecord) -> None:
+        self._records[task_id] = record
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._records or task_id in self.unread
 
     def __len__(self) -> int:
-        return dict.__len__(self) + len(self.unread)
+        return len(self._records) + len(self.unread)
 
-    def pop(self, task_id: str, default: None = None) -> TaskRecord | None:  # type: ignore[override]
+    def pop(self, task_id: str) -> None:
         self.unread.discard(task_id)
-        return dict.pop(self, task_id, default)
+        self._records.pop(task_id, None)
 
-    def values(self) -> Any:
-        self._read_all()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._read_all()
-        return dict.items(self)
-
-    def __iter__(self) -> Any:
-        self._read_all()
-        return dict.__iter__(self)
+    def ids(self) -> Iterator[str]:
+        """Every live task's id, reading no record."""
+        return itertools.chain(self._records, self.unread)
 
     def abort_mark(self, task_id: str) -> str | None:
         """A live task's abort mark, without reading an unread record (those have none)."""
-        if task_id in self.unread:
-            return None
-        return dict.__getitem__(self, task_id).abort
-
-    def _read(self, task_id: str) -> TaskRecord | None:
-        if task_id not in self.unread:
-            return None
-        self.unread.discard(task_id)
-        record = self._store.task(task_id)
-        assert record is not None, f"live task {task_id} is not stored"
-        dict.__setitem__(self, task_id, record)
-        return record
-
-    def _read_all(self) -> None:
-        if self.unread:
-            for record in self._store.live_tasks():
-                if record.task_id in self.unread:
-                    dict.__setitem__(self, record.task_id, record)
-            self.unread.clear()
+        return None if task_id in self.unread else self._records[task_id].abort
 
 
 class TaskEngine:
@@ -211,7 +192,7 @@ class TaskEngine:
         self._migration_failed: dict[tuple[str, int], str] = {}
         self._cut_off: list[tuple[str, int, bool]] = []
         """Leases of workers that left: (task id, epoch, whether the cut-off counts as a restart)."""
-        self._released: list[tuple[str, int]] = []
+        self._released: list[str] = []
         self._ended: dict[str, TaskRecord] = {}
         """Tasks that became terminal in this batch, for ``wait_task`` replies."""
         self._finalize: dict[str, TaskRecord] = {}
@@ -219,7 +200,6 @@ class TaskEngine:
         self._fail_fast_checks: dict[str, None] = {}
         """Tasks that began a ``fail_fast`` wait: settling checks the outcomes that were already decided."""
         self._place = True
-        self._recovering = True
         self._journal: list[Callable[[], None]] | None = None
         self._changed: dict[str, TaskRecord] = {}
         self._settle_seq = 0
@@ -250,7 +230,7 @@ class TaskEngine:
                 ready.setdefault(kind, {})[task_id] = None
         for record in store.live_tasks(unsettled_only=True):
             task_id = record.task_id
-            dict.__setitem__(self._tasks, task_id, record)
+            self._tasks[task_id] = record
             status = record.status
             if status == "running":
                 self._was_running.append(task_id)
@@ -282,13 +262,17 @@ class TaskEngine:
 
     def graph(self, after_task_id: str | None = None, limit: int | None = None) -> tuple[list[TaskNode], bool]:
         """Live tasks in id order after ``after_task_id``, at most ``limit``, and whether more follow."""
-        task_ids = sorted(self._tasks)
-        start = 0 if after_task_id is None else bisect.bisect_right(task_ids, after_task_id)
-        end = len(task_ids) if limit is None else min(len(task_ids), start + limit)
+        ids = self._tasks.ids()
+        if after_task_id is not None:
+            ids = (task_id for task_id in ids if task_id > after_task_id)
+        # The page's ids without sorting (or reading) every live task: a graph is read page by page.
+        page = sorted(ids) if limit is None else heapq.nsmallest(limit + 1, ids)
+        more = limit is not None and len(page) > limit
         nodes = []
-        for task_id in task_ids[start:end]:
+        for task_id in page[:limit]:
             record = self._tasks[task_id]
-            blocked = self._blocked_reason(record) if self._is_blocked(record) else None
+            # Derived here, from the workers attached now, for every task that waits only for a worker.
+            blocked = self._blocked_reason(record) if self._runnable(record) else None
             lease = self._leases.get(task_id)
             worker = None if lease is None else self._workers.get(lease.peer)
             nodes.append(
@@ -299,7 +283,7 @@ class TaskEngine:
                     leased_to=None if worker is None else worker.name,
                 )
             )
-        return nodes, end < len(task_ids)
+        return nodes, more
 
     def orphan_blocked_now(self) -> None:
         """From now on an aborted task that no attached worker can run ends ``orphaned``."""
@@ -354,17 +338,8 @@ class TaskEngine:
     # --------------------------------------------------------------------------------------------- requests
 
     def check_lease(self, peer: PeerId, lease: LeaseRef) -> None:
-        """Refuse a commit whose lease is not the current grant to ``peer``."""
-        current = self._leases.get(lease.task_id)
-        if current is None or current.epoch != lease.epoch or current.peer != peer:
-            record = self.record(lease.task_id)
-            now = "" if record is None else f" (the task is {_describe_state(record)}, at epoch {record.epoch})"
-            raise Refusal(
-                ErrorCode.STALE_LEASE,
-                f"the lease on task {lease.task_id} at epoch {lease.epoch} is no longer valid{now}; "
-                "nothing of this commit was written",
-            )
-        if current.cancelling:
+        """Refuse a commit whose lease is not the current grant to ``peer``, or whose phase is being cancelled."""
+        if self._current_lease(peer, lease).cancelling:
             raise Refusal(
                 ErrorCode.STALE_LEASE,
                 f"task {lease.task_id} is marked for abort: its phase is being cancelled and may not commit; "
@@ -583,19 +558,24 @@ class TaskEngine:
 
     def release(self, peer: PeerId, lease: LeaseRef, migration_error: str | None) -> None:
         """A worker gave a lease back: its cancelled phase stopped, or it could not migrate the task."""
-        self.check_lease_owner(peer, lease)
-        current = self._leases[lease.task_id]
+        current = self._current_lease(peer, lease)
         if migration_error is not None:
             self._migration_failed[(lease.task_id, current.version)] = migration_error
         self._end_lease(lease.task_id)
-        self._released.append((lease.task_id, lease.epoch))
+        self._released.append(lease.task_id)
 
-    def check_lease_owner(self, peer: PeerId, lease: LeaseRef) -> None:
+    def _current_lease(self, peer: PeerId, lease: LeaseRef) -> _Lease:
+        """The grant ``lease`` names, if it is current and ``peer``'s; refused as stale otherwise."""
         current = self._leases.get(lease.task_id)
         if current is None or current.epoch != lease.epoch or current.peer != peer:
+            record = self.record(lease.task_id)
+            now = "" if record is None else f" (the task is {_describe_state(record)}, at epoch {record.epoch})"
             raise Refusal(
-                ErrorCode.STALE_LEASE, f"the lease on task {lease.task_id} at epoch {lease.epoch} is no longer valid"
+                ErrorCode.STALE_LEASE,
+                f"the lease on task {lease.task_id} at epoch {lease.epoch} is no longer valid{now}; "
+                "nothing was written",
             )
+        return current
 
     # -------------------------------------------------------------------------------------------- settling
 
@@ -609,7 +589,7 @@ class TaskEngine:
         for task_id, epoch, counts in self._cut_off:  # at most the leases of the workers that left
             self._phase_cut_off(task_id, epoch, counts=counts)
         self._cut_off.clear()
-        for task_id, _ in self._released:
+        for task_id in self._released:
             record = self._tasks.get(task_id)
             if record is not None and record.status == "running":
                 self._change(record, status="pending")
@@ -634,6 +614,11 @@ class TaskEngine:
         batch: no commit grows past about a megabyte, and no batch holds up the commit loop for long)."""
         return len(self._changed) >= MAX_SETTLE_CHANGES
 
+    @property
+    def _recovering(self) -> bool:
+        """Whether the first settling commits after a start still have cut-off phases or abandoned tasks to write."""
+        return bool(self._was_running or self._abandoned)
+
     def _settling_left(self) -> bool:
         return self._recovering or bool(self._dirty or self._finalize)
 
@@ -647,7 +632,6 @@ class TaskEngine:
             abandoned = self._tasks.get(self._abandoned.pop())
             if abandoned is not None and abandoned.abort is None:
                 self._change(abandoned, abort=RESTART)
-        self._recovering = bool(self._was_running or self._abandoned)
 
     def _phase_cut_off(self, task_id: str, epoch: int, *, counts: bool) -> None:
         """A phase stopped without committing; it counts a restart unless it had been cancelled for an abort."""
@@ -740,7 +724,7 @@ class TaskEngine:
     def _cascade(self, record: TaskRecord, reason: str) -> None:
         """Mark the ordinary work ``record`` owns for abort with ``reason`` (an explicit abort replaces a restart
         mark; a restart mark reaches only unmarked work)."""
-        for owned_id in self._owned_ordinary(record.task_id):
+        for owned_id in list(self._owned_ordinary(record.task_id)):  # marking changes the sets walked
             owned = self._tasks[owned_id]
             if owned.abort is None or (reason == ABORT and owned.abort == RESTART):
                 if self._full():
@@ -953,7 +937,7 @@ class TaskEngine:
         if old is not None:
             self._unindex(old)
         if new is None or new.status == "terminal":
-            self._tasks.pop(task_id, None)
+            self._tasks.pop(task_id)
             if new is not None:
                 self._ended[task_id] = new
                 self._finalize[task_id] = new
@@ -1068,23 +1052,19 @@ class TaskEngine:
             record = self._tasks.get(owner)
         return chain
 
-    def _owned_ordinary(self, task_id: str) -> list[str]:
+    def _owned_ordinary(self, task_id: str) -> Iterator[str]:
         """Live tasks ``task_id`` owns, directly or through conversations it owns, that are not background."""
-        owned = [child for child in self._children.get(task_id, ()) if not self._tasks[child].background]
-        for conversation_id in self._owned_conversations.get(task_id, ()):
-            owned.extend(
-                task for task in self._conversation_tasks.get(conversation_id, ()) if not self._tasks[task].background
-            )
-        return owned
+        owned = itertools.chain(
+            self._children.get(task_id, ()),
+            *(
+                self._conversation_tasks.get(conversation, ())
+                for conversation in self._owned_conversations.get(task_id, ())
+            ),
+        )
+        return (owned_id for owned_id in owned if not self._tasks[owned_id].background)
 
     def _owns_live_work(self, task_id: str) -> bool:
-        children = self._children.get(task_id)
-        if children and any(not self._tasks[child].background for child in children):
-            return True
-        for conversation_id in self._owned_conversations.get(task_id, ()):
-            if any(not self._tasks[task].background for task in self._conversation_tasks.get(conversation_id, ())):
-                return True
-        return False
+        return next(self._owned_ordinary(task_id), None) is not None
 
 
 def _phase_of(checkpoint: JsonValue) -> str | None:
