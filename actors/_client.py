@@ -349,8 +349,7 @@ class Client:
 
     async def task(self, task_id: str) -> TaskRecord:
         """The task's record (live or terminal); :class:`~protocol.NotFound` if there is none."""
-        reply = await self._call(ReadTask(call_id=0, task_id=task_id), TaskReply)
-        return reply.task
+        return (await self.task_state(task_id)).task
 
     async def task_state(self, task_id: str) -> TaskReply:
         """The task's record with its input and current checkpoint."""
@@ -718,6 +717,9 @@ class Transaction:
     writes: list[Write] = attrs.Factory(list)
     seq: int | None = None
     results: tuple[int, ...] = ()
+    default_owner_task_id: str | None = None
+    """The owner of a task created with neither ``owner_task_id`` nor ``conversation_id`` (a phase's own task);
+    without one, such a task gets a new conversation of its own."""
 
     def create_task(
         self,
@@ -735,7 +737,10 @@ class Transaction:
         check_json(input, "input")
         task_id = task_id or new_id()
         if conversation_id is None and owner_task_id is None:
-            conversation_id = self.create_conversation()
+            if self.default_owner_task_id is not None:
+                owner_task_id = self.default_owner_task_id
+            else:
+                conversation_id = self.create_conversation()
         self.writes.append(
             CreateTask(
                 task_id=task_id,

@@ -35,35 +35,9 @@ class PhaseTransaction(Transaction):
     by this task by default, and the verbs that end the phase (at most one per commit)."""
 
     def __init__(self, phase: Phase) -> None:
-        super().__init__()
+        super().__init__(default_owner_task_id=phase.task_id)
         self._phase = phase
         self.ends_phase = False
-
-    def create_task(
-        self,
-        kind: str,
-        input: Any = None,
-        *,
-        conversation_id: str | None = None,
-        owner_task_id: str | None = None,
-        task_id: str | None = None,
-        version: int = 0,
-        background: bool = False,
-        abandon_on_restart: bool = False,
-    ) -> str:
-        """Create a task owned by this one (unless another owner or a conversation is named)."""
-        if owner_task_id is None and conversation_id is None:
-            owner_task_id = self._phase.task_id
-        return super().create_task(
-            kind,
-            input,
-            conversation_id=conversation_id,
-            owner_task_id=owner_task_id,
-            task_id=task_id,
-            version=version,
-            background=background,
-            abandon_on_restart=abandon_on_restart,
-        )
 
     def advance(self, checkpoint: Any) -> None:
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
@@ -101,6 +75,10 @@ class PhaseTransaction(Transaction):
     def aborted(self, result: Any = None) -> None:
         """End an abort handler: the task is ``aborted`` with ``result``."""
         self._end(TaskOutcome(status="aborted", result=_json(result)))
+
+    def fault(self, reason: str, error: str) -> None:
+        """End the task ``faulted`` (what the worker commits for a phase that raised or made no progress)."""
+        self._end(TaskOutcome(status="faulted", reason=reason, error=error))
 
     def _end(self, outcome: TaskOutcome) -> None:
         self._state(SetTaskState(task_id=self._phase.task_id, status="terminal", outcome=outcome))
@@ -221,7 +199,7 @@ class Phase:
     async def fault(self, reason: str, error: str) -> None:
         """End the task ``faulted`` (what the worker does when a phase raises or makes no progress)."""
         async with self.commit() as tx:
-            tx._end(TaskOutcome(status="faulted", reason=reason, error=error))
+            tx.fault(reason, error)
 
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task (``None`` while one is not terminal), in the order given."""
