@@ -51,7 +51,6 @@ from protocol import (
     Goodbye,
     HandshakeRefused,
     Hello,
-    JsonValue,
     Lease,
     Ok,
     Order,
@@ -89,12 +88,12 @@ from protocol import (
     Watching,
     Welcome,
     Write,
-    check_json,
     collapse_group,
     decode_frame,
     decode_message,
     encode_frame,
     error_for_code,
+    json_value,
     new_id,
     read_runtime,
     take_message,
@@ -187,8 +186,8 @@ class Client:
 
     async def create_conversation(self, conversation_id: str | None = None) -> str:
         """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable."""
-        conversation_id = conversation_id or new_id()
-        await self._commit((CreateConversation(conversation_id=conversation_id),))
+        async with self.commit() as tx:
+            conversation_id = tx.create_conversation(conversation_id)
         return conversation_id
 
     async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:
@@ -197,12 +196,10 @@ class Client:
         ``entry_id`` (a new UUIDv7 by default) makes a retry after :class:`ConnectionLost` safe: the owner
         refuses a second entry with the same id (:class:`~protocol.Duplicate`).
         """
-        check_json(data, "data")
-        write = AppendEntry(
-            conversation_id=conversation_id, entry_id=entry_id or new_id(), kind=kind, data=JsonValue(data)
-        )
-        committed = await self._commit((write,))
-        return committed.seq
+        async with self.commit() as tx:
+            tx.append(conversation_id, kind=kind, data=data, entry_id=entry_id)
+        assert tx.seq is not None
+        return tx.seq
 
     async def put_document(
         self,
@@ -217,15 +214,9 @@ class Client:
         With ``expected_version`` the write happens only if the document is at that version (0: absent);
         otherwise :class:`~protocol.Conflict` is raised and nothing changes.
         """
-        check_json(value, "value")
-        write = PutDocument(
-            conversation_id=conversation_id,
-            name=name,
-            value=JsonValue(value),
-            expected_version=expected_version,
-        )
-        committed = await self._commit((write,))
-        return committed.results[0]
+        async with self.commit() as tx:
+            tx.put_document(name, value, conversation_id=conversation_id, expected_version=expected_version)
+        return tx.results[0]
 
     @contextlib.asynccontextmanager
     async def commit(self) -> AsyncIterator[Transaction]:
@@ -236,7 +227,7 @@ class Client:
         tx = Transaction()
         yield tx
         if tx.writes:
-            committed = await self._commit(tuple(tx.writes))
+            committed = await self._call(Commit(call_id=0, writes=tuple(tx.writes)), Committed)
             tx.seq = committed.seq
             tx.results = committed.results
 
@@ -288,14 +279,13 @@ class Client:
         A repeat with the same kind and payload returns the original record (also after a restart); the same
         ``request_id`` with other content raises :class:`~protocol.Conflict`.
         """
-        check_json(payload, "payload")
         request = Submit(
             call_id=0,
             conversation_id=conversation_id,
             submission_id=submission_id or new_id(),
             request_id=request_id,
             kind=kind,
-            payload=JsonValue(payload),
+            payload=json_value(payload, "payload"),
         )
         reply = await self._call(request, Submitted)
         return reply.submission
@@ -445,9 +435,6 @@ class Client:
         return reply.now_ms
 
     # ----------------------------------------------------------------------------------------- requests
-
-    async def _commit(self, writes: tuple[Write, ...]) -> Committed:
-        return await self._call(Commit(call_id=0, writes=writes), Committed)
 
     async def _call(self, request: Request, expected: type[R]) -> R:
         reply = await self._request(request)
@@ -734,7 +721,6 @@ class Transaction:
         abandon_on_restart: bool = False,
     ) -> str:
         """Create a task in this commit (see :meth:`Client.create_task`) and return its id."""
-        check_json(input, "input")
         task_id = task_id or new_id()
         if conversation_id is None and owner_task_id is None:
             if self.default_owner_task_id is not None:
@@ -746,7 +732,7 @@ class Transaction:
                 task_id=task_id,
                 kind=kind,
                 version=version,
-                input=JsonValue(input),
+                input=json_value(input, "input"),
                 conversation_id=conversation_id,
                 owner_task_id=owner_task_id,
                 background=background,
@@ -765,11 +751,11 @@ class Transaction:
         return conversation_id
 
     def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> str:
-        check_json(data, "data")
         entry_id = entry_id or new_id()
-        self.writes.append(
-            AppendEntry(conversation_id=conversation_id, entry_id=entry_id, kind=kind, data=JsonValue(data))
+        write = AppendEntry(
+            conversation_id=conversation_id, entry_id=entry_id, kind=kind, data=json_value(data, "data")
         )
+        self.writes.append(write)
         return entry_id
 
     def put_document(
@@ -780,12 +766,11 @@ class Transaction:
         conversation_id: str | None = None,
         expected_version: int | None = None,
     ) -> None:
-        check_json(value, "value")
         self.writes.append(
             PutDocument(
                 conversation_id=conversation_id,
                 name=name,
-                value=JsonValue(value),
+                value=json_value(value, "value"),
                 expected_version=expected_version,
             )
         )

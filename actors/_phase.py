@@ -14,13 +14,12 @@ from protocol import (
     Commit,
     Committed,
     ConnectionLost,
-    JsonValue,
     Lease,
     LeaseRef,
     SetTaskState,
     TaskOutcome,
     WaitPolicy,
-    check_json,
+    json_value,
 )
 
 from ._client import Client, Transaction
@@ -43,7 +42,7 @@ class PhaseTransaction(Transaction):
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
         if _canonical(checkpoint) == _canonical(self._phase.checkpoint):
             raise ValueError("advance() needs a new checkpoint: committing the same one is not progress")
-        self._state(SetTaskState(task_id=self._phase.task_id, status="running", checkpoint=_json(checkpoint)))
+        self._state(SetTaskState(task_id=self._phase.task_id, status="running", checkpoint=json_value(checkpoint)))
 
     def wait(self, *, on: Sequence[str], policy: WaitPolicy = "all_settled", checkpoint: Any) -> None:
         """Resume at ``checkpoint`` once every task of ``on`` is terminal. With ``fail_fast`` (tasks this one
@@ -52,7 +51,7 @@ class PhaseTransaction(Transaction):
             SetTaskState(
                 task_id=self._phase.task_id,
                 status="waiting",
-                checkpoint=_json(checkpoint),
+                checkpoint=json_value(checkpoint),
                 on=tuple(on),
                 policy=policy,
             )
@@ -62,19 +61,19 @@ class PhaseTransaction(Transaction):
         """Resume at ``checkpoint`` once the owner's clock reaches ``until_ms``. The deadline is stored."""
         self._state(
             SetTaskState(
-                task_id=self._phase.task_id, status="sleeping", checkpoint=_json(checkpoint), until_ms=until_ms
+                task_id=self._phase.task_id, status="sleeping", checkpoint=json_value(checkpoint), until_ms=until_ms
             )
         )
 
     def complete(self, result: Any = None) -> None:
-        self._end(TaskOutcome(status="completed", result=_json(result)))
+        self._end(TaskOutcome(status="completed", result=json_value(result)))
 
     def fail(self, message: str) -> None:
         self._end(TaskOutcome(status="failed", error=str(message)))
 
     def aborted(self, result: Any = None) -> None:
         """End an abort handler: the task is ``aborted`` with ``result``."""
-        self._end(TaskOutcome(status="aborted", result=_json(result)))
+        self._end(TaskOutcome(status="aborted", result=json_value(result)))
 
     def fault(self, reason: str, error: str) -> None:
         """End the task ``faulted`` (what the worker commits for a phase that raised or made no progress)."""
@@ -204,11 +203,6 @@ class Phase:
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task (``None`` while one is not terminal), in the order given."""
         return await self.client.outcomes(task_ids)
-
-
-def _json(value: Any) -> JsonValue:
-    check_json(value)
-    return JsonValue(value)
 
 
 def _canonical(value: Any) -> str:

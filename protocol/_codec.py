@@ -59,6 +59,12 @@ def check_json(value: object, where: str = "$") -> None:
     _check_json(value, where, 0)
 
 
+def json_value(value: object, where: str = "$") -> JsonValue:
+    """``value`` as an application value for a frame, once :func:`check_json` accepted it."""
+    check_json(value, where)
+    return JsonValue(value)
+
+
 def _check_json(value: object, where: str, depth: int) -> None:
     if value is None or isinstance(value, bool | str):
         return
