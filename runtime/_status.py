@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -16,6 +17,7 @@ from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_v
 from ._supervisor import read_state, supervisor_lock_path
 
 STATUS_TIMEOUT_S: Final = 5.0
+T = TypeVar("T")
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -34,11 +36,16 @@ def _size_bytes(db: str) -> int:
     return sum(os.path.getsize(path) for path in (db, db + "-wal") if os.path.exists(path))
 
 
-async def _attached_peers(db: str) -> list[actors.PeerInfo] | None:
-    try:
+def ask_owner(db: str, name: str, question: Callable[[actors.Client], Awaitable[T]]) -> T | None:
+    """Ask the owner of ``db`` something as a reader named ``name``; ``None`` if no owner answers in time."""
+
+    async def ask() -> T:
         with trio.fail_after(STATUS_TIMEOUT_S):
-            async with actors.connect(db=db, role="reader", name="tether-status", reconnect=False) as client:
-                return await client.peers()
+            async with actors.connect(db=db, role="reader", name=name, reconnect=False) as client:
+                return await question(client)
+
+    try:
+        return trio.run(ask)
     except (TetherError, trio.TooSlowError):
         return None
 
@@ -56,7 +63,7 @@ def collect_status(db: str) -> dict[str, Any]:
     owner_alive = is_owned(db)
     state = read_state(db)
     supervisor_alive = state is not None and lock_is_held(supervisor_lock_path(db))
-    peers = trio.run(_attached_peers, db) if owner_alive else None
+    peers = ask_owner(db, "tether-status", actors.Client.peers) if owner_alive else None
     # A worker counts once it announced itself (until then its pid is unknown to the owner).
     worker_peers = [peer for peer in peers or [] if peer.role == "worker" and peer.announced]
     attached_pids = {peer.pid for peer in worker_peers}

@@ -12,6 +12,8 @@ import actors
 from protocol import OwnerUnavailable, TaskNode, TaskOutcome, TaskRecord, TetherError
 from storage_owner.store import SqliteStore
 
+from ._status import ask_owner
+
 CONNECT_TIMEOUT_S: Final = 5.0
 SHORT_ID: Final = 8
 
@@ -99,12 +101,6 @@ def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
     return lines
 
 
-async def _graph_from_owner(db: str) -> actors.TaskGraph:
-    with trio.fail_after(CONNECT_TIMEOUT_S):
-        async with actors.connect(db=db, role="reader", name="tether-tasks", reconnect=False) as client:
-            return await client.task_graph()
-
-
 def _graph_from_database(db: str) -> actors.TaskGraph:
     """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown)."""
     connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
@@ -124,10 +120,8 @@ def read_graph(db: str) -> tuple[actors.TaskGraph, str]:
     db = os.path.abspath(db)
     if not os.path.exists(db):
         raise OwnerUnavailable(f"there is no database at {db}")
-    try:
-        return trio.run(_graph_from_owner, db), "owner"
-    except (OwnerUnavailable, trio.TooSlowError):
-        return _graph_from_database(db), "database"
+    graph = ask_owner(db, "tether-tasks", actors.Client.task_graph)
+    return (graph, "owner") if graph is not None else (_graph_from_database(db), "database")
 
 
 def format_tasks(db: str, graph: actors.TaskGraph, source: str) -> str:
