@@ -677,11 +677,11 @@ class TaskEngine:
         if waiter is None or waiter.status != "waiting" or waiter.policy != "fail_fast":
             return
         for other in waiter.on:
-            if other not in self._tasks:
-                ended = self._store.task(other)
-                if ended is not None and ended.outcome is not None and ended.outcome.status != "completed":
-                    self._fail_fast(waiter)
-                    return
+            decided = self._tasks.get(other) or self._store.task(other)
+            outcome = None if decided is None else _decided(decided)
+            if outcome is not None and outcome.status != "completed":
+                self._fail_fast(waiter)
+                return
 
     def _reconcile(self, record: TaskRecord) -> None:
         task_id = record.task_id
@@ -694,6 +694,7 @@ class TaskEngine:
                 self._finish(record, record.held)
             elif record.held.status != "completed":
                 self._cascade(record, ABORT)
+                self._signal_fail_fast(record)
             return
         if status == "running":
             lease = self._leases.get(task_id)
@@ -983,17 +984,20 @@ class TaskEngine:
         _discard_id(self._blocked, record.kind, task_id)
         for waiter in self._waiters.get(task_id, ()):
             self._dirty[waiter] = None
-            waiting = self._tasks.get(waiter)
-            outcome = record.outcome
-            if (
-                waiting is not None
-                and waiting.policy == "fail_fast"
-                and outcome is not None
-                and outcome.status != "completed"
-            ):
-                self._fail_fast(waiting)
+        self._signal_fail_fast(record)
         for conversation_id in self._owned_conversations.pop(task_id, ()):
             self._conversation_owner.pop(conversation_id, None)
+
+    def _signal_fail_fast(self, record: TaskRecord) -> None:
+        """``record`` decided an outcome (it is terminal or ``completing``): one other than ``completed`` makes its
+        ``fail_fast`` waiters mark the others they wait on, at once (not when its own work has ended)."""
+        outcome = _decided(record)
+        if outcome is None or outcome.status == "completed":
+            return
+        for waiter in self._waiters.get(record.task_id, ()):
+            waiting = self._tasks.get(waiter)
+            if waiting is not None and waiting.policy == "fail_fast":
+                self._fail_fast(waiting)
 
     def _fail_fast(self, waiter: TaskRecord) -> None:
         """One of the tasks a ``fail_fast`` waiter waits on did not complete: the others still live are marked for
@@ -1073,6 +1077,11 @@ def _phase_of(checkpoint: JsonValue) -> str | None:
         if isinstance(phase, str):
             return phase
     return None
+
+
+def _decided(record: TaskRecord) -> TaskOutcome | None:
+    """The outcome a task decided: its final one, or the one it holds while ``completing``."""
+    return record.outcome if record.status == "terminal" else record.held
 
 
 def _describe_state(record: TaskRecord) -> str:

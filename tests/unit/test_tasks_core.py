@@ -1666,3 +1666,34 @@ def test_fail_fast_marks_cut_short_by_an_owner_restart_are_derived_again(sim: Ow
     returning = sim.worker(max_leases=5_000)  # attaches in the batch that recovers
     assert all(sim.task(kid.task_id).abort == "abort" for kid in kids[1:])
     assert [lease.lease.task_id for lease in returning.granted if lease.mode == "phase"] == []
+
+
+def test_fail_fast_marks_the_others_once_a_task_decides_to_fail_while_its_own_work_still_runs(sim: OwnerSim) -> None:
+    """A task that decided ``failed`` but is ``completing`` (its owned work is still being aborted) is the fail_fast
+    signal: its siblings are marked at once, not when its own work ends."""
+    worker = sim.worker()
+    parent = sim.create_task()
+    first, second = child(parent), child(parent)
+    worker.ok(parent, first, second, waiting(parent, [first.task_id, second.task_id], "fail_fast"))
+    grandchild = child(first.task_id)
+    worker.ok(first.task_id, grandchild)
+    reply = worker.ok(first.task_id, failed(first.task_id))
+    record = sim.task(first.task_id)
+    assert (record.status, record.held) == ("completing", TaskOutcome(status="failed", error="boom"))
+    assert sim.task(grandchild.task_id).abort == "abort"  # the held failure aborts its own work
+    assert sim.task(second.task_id).abort == "abort"
+    assert sim.task(second.task_id).seq == reply.seq + 1
+    assert second.task_id in worker.cancelled
+
+
+def test_fail_fast_begun_over_a_task_already_completing_with_a_failure_marks_the_others(sim: OwnerSim) -> None:
+    worker = sim.worker()
+    parent = sim.create_task()
+    first, second = child(parent), child(parent)
+    worker.ok(parent, first, second)
+    grandchild = child(first.task_id)
+    worker.ok(first.task_id, grandchild)
+    worker.ok(first.task_id, failed(first.task_id))
+    assert sim.status(first.task_id) == "completing"
+    worker.ok(parent, waiting(parent, [first.task_id, second.task_id], "fail_fast"))
+    assert sim.task(second.task_id).abort == "abort"
