@@ -11,13 +11,14 @@ from ._owner import (
     PeerId,
 )
 from ._ports import NO_CHANGE, LoggedCommit, Store, StoreConflict, TaskRow
-from ._tasks import TaskEngine
+from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 __all__ = [
     "CATCH_UP_PAGE",
     "MAX_READ_LIMIT",
     "MAX_WRITES_PER_COMMIT",
     "NO_CHANGE",
+    "ORPHAN_GRACE_MS",
     "BatchEffects",
     "LoggedCommit",
     "Output",

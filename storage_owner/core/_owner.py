@@ -100,7 +100,7 @@ from ._checks import (
     same_json,
 )
 from ._ports import LoggedCommit, Store, StoreConflict
-from ._tasks import TaskEngine
+from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 PeerId = int
 Output = tuple[PeerId, Frame]
@@ -166,7 +166,7 @@ class OwnerCore:
         token: str,
         instance: str,
         clock: Literal["wall", "manual"] = "wall",
-        orphan_blocked: bool = True,
+        orphan_grace_ms: int = ORPHAN_GRACE_MS,
     ) -> None:
         self._store = store
         self._token = token
@@ -178,7 +178,7 @@ class OwnerCore:
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
-        self.tasks = TaskEngine(store, self._reply, orphan_blocked=orphan_blocked)
+        self.tasks = TaskEngine(store, self._reply, orphan_grace_ms=orphan_grace_ms)
         self._task_waits: dict[str, list[tuple[PeerId, int]]] = {}
         """``wait_task`` calls by task id, answered when the task ends."""
         self._next_positions: dict[str, int] = {}

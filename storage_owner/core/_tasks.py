@@ -72,6 +72,11 @@ READY_CHUNK: Final = 256
 MAX_SETTLE_CHANGES: Final = 1000
 """Task records one settling commit changes at most; what is left is settled by the next batch, at once."""
 MAX_UNTIL_MS: Final = (1 << 62) - 1
+ORPHAN_GRACE_MS: Final = 2_000
+"""How long, on the owner's clock, a task marked for abort that no attached worker can run waits for one before it
+ends ``orphaned``: after the owner starts (its workers are still reconnecting), and after the last worker that ran
+its kind left (a supervisor restarts a crashed worker within a second or two), so a restart does not skip the
+abort handler, the compensation."""
 ABORT: Final = "abort"
 RESTART: Final = "restart"
 PHASE_OUTCOMES: Final = frozenset({"completed", "failed", "faulted"})
@@ -160,12 +165,20 @@ class _LiveTasks:
 class TaskEngine:
     """The live tasks of one store and the workers that run them. See the module docstring."""
 
-    def __init__(self, store: Store, emit: Callable[[PeerId, Frame], None], *, orphan_blocked: bool = True) -> None:
+    def __init__(
+        self, store: Store, emit: Callable[[PeerId, Frame], None], *, orphan_grace_ms: int = ORPHAN_GRACE_MS
+    ) -> None:
         self._store = store
         self._emit = emit
-        self._orphan_blocked = orphan_blocked
-        """Whether an aborted task that no attached worker can run ends ``orphaned`` now. An owner that just
-        started turns this on only once its workers had time to attach, so a restart orphans nothing."""
+        self._orphan_grace_ms = orphan_grace_ms
+        self._started_grace_until_ms: int | None = None
+        """The end of the grace after this owner started (set by the first call that tells the time)."""
+        self._kind_grace_until_ms: dict[str, int] = {}
+        """The end of the grace after a worker that ran the kind left."""
+        self._kinds_left: set[str] = set()
+        """Task kinds of workers that left since the last settle (their grace starts at its ``now_ms``)."""
+        self._orphans_due: dict[str, int] = {}
+        """Tasks marked for abort that no attached worker can run, by the end of the grace they wait out."""
         self._tasks = _LiveTasks(store)
         self._was_running: list[str] = []
         """Tasks stored ``running`` when this owner started: their phases were cut off."""
@@ -285,18 +298,20 @@ class TaskEngine:
             )
         return nodes, more
 
-    def orphan_blocked_now(self) -> None:
-        """From now on an aborted task that no attached worker can run ends ``orphaned``."""
-        if not self._orphan_blocked:
-            self._orphan_blocked = True
-            for queue in self._blocked.values():
-                for task_id in queue:
-                    if self._tasks.abort_mark(task_id) == ABORT:
-                        self._dirty[task_id] = None
+    def _clock_seen(self, now_ms: int) -> None:
+        """The first time the engine learns the time, the owner's start grace begins."""
+        if self._started_grace_until_ms is None:
+            self._started_grace_until_ms = now_ms + self._orphan_grace_ms
+
+    def _orphan_grace_until_ms(self, kind: str) -> int:
+        """When a task of ``kind`` marked for abort that no attached worker can run may end ``orphaned``."""
+        started = self._started_grace_until_ms
+        return max(started if started is not None else 0, self._kind_grace_until_ms.get(kind, 0))
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
-        if self._recovering or self._dirty or self._finalize or self._cut_off or self._released:
+        self._clock_seen(now_ms)
+        if self._recovering or self._dirty or self._finalize or self._cut_off or self._released or self._kinds_left:
             return True
         if self._fail_fast_checks:
             return True
@@ -306,15 +321,16 @@ class TaskEngine:
         return deadline is not None and deadline <= now_ms
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest stored sleep deadline, for the shell's timer."""
+        """The earliest stored sleep deadline or end of an orphan grace, for the shell's timer."""
+        orphan_ms = min(self._orphans_due.values(), default=None)
         sleepers = self._sleepers
         while sleepers:
             until_ms, task_id = sleepers[0]
             record = self._tasks.get(task_id)
             if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
-                return until_ms
+                return until_ms if orphan_ms is None else min(until_ms, orphan_ms)
             heapq.heappop(sleepers)
-        return None
+        return orphan_ms
 
     # -------------------------------------------------------------------------------------- request journal
 
@@ -554,6 +570,8 @@ class TaskEngine:
         for task_id in sorted(worker.leases):
             lease = self._leases.pop(task_id)
             self._cut_off.append((task_id, lease.epoch, not lease.cancelling))
+        if self._orphan_grace_ms:
+            self._kinds_left.update(worker.capabilities)
         self._place = True
 
     def release(self, peer: PeerId, lease: LeaseRef, migration_error: str | None) -> None:
@@ -584,6 +602,11 @@ class TaskEngine:
         self._settle_seq = seq
         self._now_ms = now_ms
         self._changed = {}
+        self._clock_seen(now_ms)
+        for kind in self._kinds_left:
+            self._kind_grace_until_ms[kind] = now_ms + self._orphan_grace_ms
+        self._kinds_left.clear()
+        self._end_orphan_graces(now_ms)
         if self._recovering:
             self._recover()
         for task_id, epoch, counts in self._cut_off:  # at most the leases of the workers that left
@@ -652,6 +675,16 @@ class TaskEngine:
         else:
             self._change(record, status="pending", restarts=restarts)
 
+    def _end_orphan_graces(self, now_ms: int) -> None:
+        """Tasks whose orphan grace is over are reconciled again: orphaned if still nobody can run them."""
+        due = [task_id for task_id, until_ms in self._orphans_due.items() if until_ms <= now_ms]
+        for task_id in due:
+            del self._orphans_due[task_id]
+            if task_id in self._tasks:
+                self._dirty[task_id] = None
+        for kind in [kind for kind, until_ms in self._kind_grace_until_ms.items() if until_ms <= now_ms]:
+            del self._kind_grace_until_ms[kind]
+
     def _wake_sleepers(self, now_ms: int) -> None:
         sleepers = self._sleepers
         while sleepers and sleepers[0][0] <= now_ms and not self._full():
@@ -713,11 +746,17 @@ class TaskEngine:
             blocked = self._blocked_reason(record)
             if blocked is None:
                 self._make_ready(record)
-            elif record.abort == ABORT and self._orphan_blocked:
-                outcome = TaskOutcome(status="orphaned", reason=blocked.reason, error=blocked.detail)
-                self._finish(record, outcome)
-            else:
+            elif record.abort != ABORT:
                 self._block(record)  # a restart mark waits for a worker, so its abort handler can clean up
+            else:
+                grace_until_ms = self._orphan_grace_until_ms(record.kind)
+                if self._now_ms >= grace_until_ms:
+                    self._orphans_due.pop(task_id, None)
+                    outcome = TaskOutcome(status="orphaned", reason=blocked.reason, error=blocked.detail)
+                    self._finish(record, outcome)
+                else:  # a worker that can run it may still (re)attach: the grace's end settles it again
+                    self._block(record)
+                    self._orphans_due[task_id] = grace_until_ms
             return
         if status == "pending" and not self._is_blocked(record):
             self._make_ready(record)

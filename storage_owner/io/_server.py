@@ -51,7 +51,7 @@ from protocol import (
     take_message,
     write_runtime,
 )
-from storage_owner.core import Output, OwnerCore, PeerId
+from storage_owner.core import ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
     SCHEMA_VERSION,
@@ -81,9 +81,6 @@ grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
-ORPHAN_GRACE_S: Final = 2.0
-"""After it starts, the owner waits this long for workers to attach before it decides that an aborted task's code
-cannot run (and orphans it): a restarted owner must not orphan work whose workers are still reconnecting."""
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +103,9 @@ class OwnerConfig:
     something every quarter of it."""
     storage_error_at_commit: int | None = None
     """Fault injection: fail the k-th writing COMMIT with a storage error (the owner fails closed)."""
+    orphan_grace_ms: int = ORPHAN_GRACE_MS
+    """How long (on the owner's clock) a task marked for abort that no attached worker can run waits for one, after
+    the owner starts and after the last worker of its kind left, before it ends ``orphaned``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -287,7 +287,11 @@ class OwnerServer:
             )
             with storage_errors("reading the commit log head"):
                 self.core = OwnerCore(
-                    self._store, token=self.token, instance=self.instance, clock=config.clock, orphan_blocked=False
+                    self._store,
+                    token=self.token,
+                    instance=self.instance,
+                    clock=config.clock,
+                    orphan_grace_ms=config.orphan_grace_ms,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)
@@ -324,7 +328,6 @@ class OwnerServer:
         )
         task_status.started(self.url)
         nursery.start_soon(self._drop_silent_peers)
-        nursery.start_soon(self._orphan_after_grace)
         try:
             await self._commit_loop()
         finally:
@@ -435,11 +438,6 @@ class OwnerServer:
                     connection.scope.cancel(reason="silent past the heartbeat timeout")
 
     # ---------------------------------------------------------------------------------------- commit loop
-
-    async def _orphan_after_grace(self) -> None:
-        await trio.sleep(ORPHAN_GRACE_S)
-        self.core.tasks.orphan_blocked_now()
-        self.work.set()
 
     async def _commit_loop(self) -> None:
         core = self.core

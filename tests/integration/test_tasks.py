@@ -24,7 +24,7 @@ import trio.testing
 import actors
 from protocol import JsonValue
 from runtime import stop_gracefully, tether_command
-from storage_owner.io._server import ORPHAN_GRACE_S
+from storage_owner.core import ORPHAN_GRACE_MS
 from tests.conftest import OwnerProcess
 from tests.integration import _task_apps
 from tests.integration._task_apps import FAR_MS, VERSIONED_KINDS, read_runs
@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 APPS: Final = "tests.integration._task_apps"
 POLL_S: Final = 0.02
+ORPHAN_GRACE_S: Final = ORPHAN_GRACE_MS / 1000
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -218,30 +219,29 @@ async def test_a_task_is_blocked_missing_task_while_no_worker_at_all_is_attached
             assert node.blocked == "missing_task"
 
 
-async def test_aborting_a_blocked_task_orphans_it_once_the_owner_grace_is_over(db_path: str) -> None:
-    owner = OwnerProcess(db_path)
-    await owner.start()
-    started_s = trio.current_time()  # the owner's grace began after its runtime file appeared, not before
-    try:
-        with trio.fail_after(20):
-            async with actors.connect(db=db_path) as client, trio.open_nursery() as nursery:
-                await start_worker(nursery, _task_apps.app, db_path, "main")
-                task_id = await client.create_task("tt.nobody")
-                await eventually(client.task_graph, lambda graph: graph.nodes[task_id].blocked == "missing_task")
-                assert await client.abort_task(task_id)
-                node = (await client.task_graph()).nodes[task_id]
-                assert trio.current_time() - started_s < ORPHAN_GRACE_S, "too slow: the orphan grace was over"
-                assert (node.task.status, node.task.abort, node.blocked) == ("pending", "abort", "missing_task")
+async def test_aborting_a_blocked_task_orphans_it_once_the_owner_grace_is_over(manual_owner: OwnerProcess) -> None:
+    """The grace runs on the owner's clock: a manual clock that does not move keeps the task waiting for a worker;
+    advancing it to the grace's end orphans the task (the owner wakes for that end itself)."""
+    db_path = manual_owner.db
+    with trio.fail_after(20):
+        async with actors.connect(db=db_path) as client, trio.open_nursery() as nursery:
+            started_ms = (await client.ping()).now_ms  # the clock has not moved since the owner started
+            await start_worker(nursery, _task_apps.app, db_path, "main")
+            task_id = await client.create_task("tt.nobody")
+            await eventually(client.task_graph, lambda graph: graph.nodes[task_id].blocked == "missing_task")
+            assert await client.abort_task(task_id)
+            await client.advance_clock(ORPHAN_GRACE_MS - 1)
+            node = (await client.task_graph()).nodes[task_id]
+            assert (node.task.status, node.task.abort, node.blocked) == ("pending", "abort", "missing_task")
 
-                done = await client.wait_for_task(task_id)
-                assert trio.current_time() - started_s >= ORPHAN_GRACE_S - 0.1  # not orphaned within the grace
-                assert done.outcome is not None
-                assert (done.outcome.status, done.outcome.reason) == ("orphaned", "missing_task")
-                assert done.outcome.error is not None and "tt.nobody" in done.outcome.error
-                assert task_id not in (await client.task_graph()).nodes
-                nursery.cancel_scope.cancel(reason="the test is over")
-    finally:
-        await owner.close()
+            assert await client.advance_clock(1) == started_ms + ORPHAN_GRACE_MS
+            done = await client.wait_for_task(task_id)
+            assert done.outcome is not None
+            assert (done.outcome.status, done.outcome.reason) == ("orphaned", "missing_task")
+            assert done.outcome.error is not None and "tt.nobody" in done.outcome.error
+            assert done.updated_at_ms == started_ms + ORPHAN_GRACE_MS
+            assert task_id not in (await client.task_graph()).nodes
+            nursery.cancel_scope.cancel(reason="the test is over")
 
 
 async def test_versions_too_old_migrated_and_failed_migrations(manual_owner: OwnerProcess, tmp_path: Path) -> None:
@@ -420,7 +420,6 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
 
             await manual_owner.kill()
             await manual_owner.start()
-            restarted_s = trio.current_time()
 
             done = await client.wait_for_task(abandoned)
             assert done.outcome == aborted({"abort": "restart", "child": "aborted"}, reason="restart")
@@ -450,7 +449,7 @@ async def test_abandon_on_restart_aborts_a_live_task_and_its_child_after_an_owne
 
             # Abandoned work nobody can run waits for a worker (its abort handler may still clean up), even once the
             # owner's orphan grace is over; an explicit abort replaces the restart mark and orphans it.
-            await trio.sleep_until(restarted_s + ORPHAN_GRACE_S + 0.3)
+            await client.advance_clock(ORPHAN_GRACE_MS)
             node = (await client.task_graph()).nodes[abandoned_blocked]
             assert (node.task.status, node.task.abort, node.blocked) == ("pending", "restart", "missing_task")
             assert await client.abort_task(abandoned_blocked)

@@ -58,6 +58,7 @@ INSTANCE = "01890a5d-0000-7000-8000-00000000abcd"
 START_MS = 1_700_000_000_000
 KIND = "demo.job"
 MAX_DRAIN_BATCHES = 100
+GRACE_MS = 2_000
 
 FrameT = TypeVar("FrameT")
 
@@ -212,12 +213,12 @@ class OwnerSim:
     """One OwnerCore over one SqliteStore, driven like the shell: every batch settles, and batches run while the
     core says it needs settling (as the commit loop does)."""
 
-    def __init__(self, path: Path, *, clock: Literal["wall", "manual"] = "wall", orphan_blocked: bool = True) -> None:
+    def __init__(self, path: Path, *, clock: Literal["wall", "manual"] = "wall", orphan_grace_ms: int = 0) -> None:
         self.path = path
         self.clock: Literal["wall", "manual"] = clock
         self._peer_ids = itertools.count(1)
         self.store = SqliteStore.open(str(path))
-        self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=clock, orphan_blocked=orphan_blocked)
+        self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=clock, orphan_grace_ms=orphan_grace_ms)
         self.now_ms = START_MS if clock == "wall" else self.core.stored_clock_ms()
         self.workers: dict[PeerId, Worker] = {}
         self.granted: list[Lease] = []
@@ -233,7 +234,7 @@ class OwnerSim:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def restart(self, *, orphan_blocked: bool = True, settle: bool = True) -> None:
+    def restart(self, *, orphan_grace_ms: int = 0, settle: bool = True) -> None:
         """A new owner process on the same database: every peer of the old one is gone."""
         for worker in list(self.workers.values()):
             worker.gone = True
@@ -243,7 +244,7 @@ class OwnerSim:
         self.store.close()
         self.store = SqliteStore.open(str(self.path))
         self.core = OwnerCore(
-            self.store, token=TOKEN, instance=INSTANCE, clock=self.clock, orphan_blocked=orphan_blocked
+            self.store, token=TOKEN, instance=INSTANCE, clock=self.clock, orphan_grace_ms=orphan_grace_ms
         )
         if self.clock == "manual":
             self.now_ms = self.core.stored_clock_ms()
@@ -1221,7 +1222,7 @@ def test_abandon_on_restart_marks_cascade_only_to_unmarked_work(sim: OwnerSim) -
 def test_a_restart_marked_task_nobody_can_run_waits_until_an_explicit_abort(sim: OwnerSim) -> None:
     sim.worker()
     task_id = sim.create_task(abandon_on_restart=True)
-    sim.restart(orphan_blocked=True)
+    sim.restart()
     record = sim.task(task_id)
     assert (record.status, record.abort, record.restarts) == ("pending", "restart", 1)
     node = sim.graph()[task_id]
@@ -1359,10 +1360,9 @@ def test_a_blocked_owner_is_orphaned_only_after_its_work_ended(sim: OwnerSim) ->
     assert sim.outcome(parent).status == "orphaned"
 
 
-def test_without_orphan_blocked_an_aborted_blocked_task_waits_for_a_worker_or_orphan_blocked_now(
-    tmp_path: Path,
-) -> None:
-    sim = OwnerSim(tmp_path / "grace.db", orphan_blocked=False)
+def test_after_the_owner_starts_an_aborted_blocked_task_waits_the_grace_for_a_worker(tmp_path: Path) -> None:
+    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+    started_ms = sim.now_ms
     try:
         lost = sim.create_task()
         rescued = sim.create_task("rescue.kind")
@@ -1373,6 +1373,7 @@ def test_without_orphan_blocked_an_aborted_blocked_task_waits_for_a_worker_or_or
             assert (record.status, record.abort) == ("pending", "abort")
             assert blocked(sim, task_id)[0] == "missing_task"
         assert not sim.core.needs_settle(sim.now_ms)
+        assert sim.core.next_deadline_ms() == started_ms + GRACE_MS
         sim.worker(["other.kind"])
         assert sim.status(lost) == "pending"
         # A worker that attaches within the grace runs the abort handler.
@@ -1380,10 +1381,10 @@ def test_without_orphan_blocked_an_aborted_blocked_task_waits_for_a_worker_or_or
         assert rescuer.lease(rescued).mode == "abort"
         rescuer.ok(rescued, aborted(rescued))
         assert sim.outcome(rescued).status == "aborted"
-        # The grace is over: what nobody can run is orphaned.
-        sim.core.tasks.orphan_blocked_now()
-        assert sim.core.needs_settle(sim.now_ms)
-        sim.batch()
+        # The grace is over on the owner's clock: what nobody can run is orphaned.
+        assert not sim.core.needs_settle(started_ms + GRACE_MS - 1)
+        assert sim.core.needs_settle(started_ms + GRACE_MS)
+        sim.batch(now_ms=started_ms + GRACE_MS)
         assert sim.outcome(lost) == TaskOutcome(
             status="orphaned", reason="missing_task", error=f"no attached worker has task kind {KIND}"
         )
@@ -1662,7 +1663,7 @@ def test_fail_fast_marks_cut_short_by_an_owner_restart_are_derived_again(sim: Ow
     end = Commit(call_id=call(), writes=(failed(first),), lease=worker.lease(first).lease)
     sim.batch((worker.peer, end), drain=False)  # the owner dies before the batch that would mark the rest
     assert sum(sim.task(kid.task_id).abort == "abort" for kid in kids) < len(kids) - 1
-    sim.restart(settle=False, orphan_blocked=False)
+    sim.restart(settle=False, orphan_grace_ms=GRACE_MS)
     returning = sim.worker(max_leases=5_000)  # attaches in the batch that recovers
     assert all(sim.task(kid.task_id).abort == "abort" for kid in kids[1:])
     assert [lease.lease.task_id for lease in returning.granted if lease.mode == "phase"] == []
@@ -1697,3 +1698,51 @@ def test_fail_fast_begun_over_a_task_already_completing_with_a_failure_marks_the
     assert sim.status(first.task_id) == "completing"
     worker.ok(parent, waiting(parent, [first.task_id, second.task_id], "fail_fast"))
     assert sim.task(second.task_id).abort == "abort"
+
+
+def test_a_marked_task_whose_only_able_worker_died_waits_the_grace_for_a_restarted_worker(tmp_path: Path) -> None:
+    """The last worker able to run a task marked for abort dies before its phase stopped: the task is not orphaned
+    at once (its abort handler, the compensation, would never run) but within the grace, on the owner's clock, a
+    restarted worker runs the handler."""
+    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+    try:
+        sim.batch(now_ms=sim.now_ms + GRACE_MS)  # the owner's own start grace is over
+        worker = sim.worker()
+        task_id = sim.create_task()
+        assert worker.holds(task_id)
+        sim.abort(task_id)
+        assert task_id in worker.cancelled
+        worker.leave()
+        left_ms = sim.now_ms
+        record = sim.task(task_id)
+        assert (record.status, record.abort, record.outcome) == ("pending", "abort", None)
+        assert sim.core.next_deadline_ms() == left_ms + GRACE_MS
+        sim.batch(now_ms=left_ms + GRACE_MS - 1)
+        assert sim.status(task_id) == "pending"
+        restarted = sim.worker()
+        assert restarted.lease(task_id).mode == "abort"
+        restarted.ok(task_id, aborted(task_id))
+        assert sim.outcome(task_id).status == "aborted"
+    finally:
+        sim.close()
+
+
+def test_a_marked_task_nobody_came_back_for_is_orphaned_when_the_grace_ends_on_the_owner_clock(
+    tmp_path: Path,
+) -> None:
+    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+    try:
+        sim.batch(now_ms=sim.now_ms + GRACE_MS)
+        worker = sim.worker()
+        task_id = sim.create_task()
+        sim.abort(task_id)
+        worker.leave()
+        left_ms = sim.now_ms
+        assert not sim.core.needs_settle(left_ms + GRACE_MS - 1)
+        assert sim.core.needs_settle(left_ms + GRACE_MS)  # the shell wakes for the grace's end
+        sim.batch(now_ms=left_ms + GRACE_MS)
+        assert sim.outcome(task_id) == TaskOutcome(
+            status="orphaned", reason="missing_task", error=f"no attached worker has task kind {KIND}"
+        )
+    finally:
+        sim.close()

@@ -42,7 +42,7 @@ from protocol import (
     TaskRecord,
     Write,
 )
-from storage_owner.core import Output
+from storage_owner.core import ORPHAN_GRACE_MS, Output
 from tests.unit.test_tasks_core import (
     KIND,
     OwnerSim,
@@ -422,7 +422,6 @@ class TaskMachine(RuleBasedStateMachine):
     @rule(by_ms=st.integers(min_value=1, max_value=2_000))
     def advance_the_clock(self, by_ms: int) -> None:
         """Time passes: due sleepers wake, and a restarted owner's grace for its workers to attach is over."""
-        self.sim.core.tasks.orphan_blocked_now()
         self.sim.batch(now_ms=self.sim.now_ms + by_ms)
         deadline = self.sim.core.next_deadline_ms()
         assert deadline is None or deadline > self.sim.now_ms, "a due sleeper was left sleeping"
@@ -431,7 +430,7 @@ class TaskMachine(RuleBasedStateMachine):
     def restart_the_owner(self, workers: int, grace: bool) -> None:
         """A new owner on the same database; with ``grace`` it orphans nothing until its workers had time to
         attach (as the real owner does for its first seconds)."""
-        self.sim.restart(orphan_blocked=not grace)
+        self.sim.restart(orphan_grace_ms=ORPHAN_GRACE_MS if grace else 0)
         for _ in range(workers):
             self.add_worker(2)
 
