@@ -1,39 +1,45 @@
-"""The task engine, sans-IO: the task state machine, the ownership graph, bottom-up abort, restart counting,
-sleeps, and leases of phases to workers.
+"""The task engine's transitions, sans-IO: the task state machine, the request handlers that change a task, and
+settling. Its two helpers open alone: :mod:`._task_records` (the live records, the indexes derived from them, the
+undo journal) and :mod:`._task_placement` (workers, leases, the ready and blocked queues, blocked reasons).
 
-The engine keeps every live task's record in memory (a terminal task leaves memory with the commit that ends it;
-its row stays in the store) and derives every index from those records, so undoing a refused request is putting
-back the records it replaced.
+The task state machine is :data:`TRANSITIONS`, ``(status, event) -> status``, checked on every save of a task's
+record (an illegal transition raises :class:`IllegalTransition`: a bug, never bad input). Its rules:
 
-Two kinds of change reach it:
+1. ``grant``: a runnable task is leased to a worker and its phase runs. A task marked for abort is runnable
+   (its abort handler then runs) from ``pending``, ``waiting`` or ``sleeping`` once its owned ordinary work is
+   terminal; an unmarked one only from ``pending``.
+2. A phase ends by committing its next state under its lease: ``advance`` (``pending`` at a new checkpoint, also a
+   wait on nothing), ``wait``, ``sleep``, ``end`` (terminal) or ``hold`` (``completing``: it decided its outcome
+   while it owns live ordinary work).
+3. ``stop``: a phase stops without committing (released after a cancel, its worker cut off, the owner restarted);
+   the task is ``pending`` again (a restart counted unless it was cancelled). At its restart limit it ends
+   (``end`` or ``hold``, ``faulted`` / ``restart_limit``) instead.
+4. ``resume``: a waiter whose tasks are all terminal is ``pending``; ``wake``: a sleeper whose deadline passed is.
+5. ``end`` from ``completing``: a task holding an outcome becomes terminal once its owned ordinary work is.
+6. ``end`` from ``pending``, ``waiting`` or ``sleeping``: a task marked for abort that no attached worker can run
+   (past the orphan grace) ends ``orphaned``.
+7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
+8. Nothing leaves ``terminal``; a task is created ``pending``.
+
+Two kinds of change reach the engine:
 
 - **Requests** (inside a request's savepoint): ``create_task``, ``abort_task``, ``set_state`` apply the request's
   own change, nothing else, and mark the tasks they touched *dirty*.
 - **Settling** (once per batch, after its requests): :meth:`TaskEngine.settle` reconciles every dirty task until
   nothing changes: cascades abort marks down the ownership graph, ends ``completing`` tasks whose owned work is
-  terminal, resumes waiters and due sleepers, counts restarts of cut-off phases, and grants leases on runnable
-  tasks to workers that can run them. Everything settling changed is one commit, logged after the requests'.
+  terminal, resumes waiters and due sleepers, counts restarts of cut-off phases, orphans what nobody can run, and
+  grants leases on runnable tasks to workers that can run them. Everything settling changed is one commit (within
+  a :class:`ChangeBudget`), logged after the requests'.
 
-Rules (see ``SEMANTICS-NOTES.md``):
-
-1. Nothing becomes terminal while it owns live *ordinary* work (work below a ``background`` task is not ordinary).
-2. An abort mark is committed first; it cascades to owned ordinary work in the settling commit; a running phase
-   is cancelled and must be released (joined) before the task's abort handler is leased, which happens only once
-   its owned ordinary work is terminal. A task whose code cannot run then ends ``orphaned`` with the blocked
-   reason; a ``restart`` mark leaves it waiting for a worker instead.
-3. Whether a task is blocked (``missing_task``, ``task_too_old``, ``migration_failed``) is derived from the attached
-   workers, never stored.
-4. Every phase cut off (worker gone, owner restarted) counts one restart; a new committed state resets the count;
-   at the limit the task ends ``faulted`` / ``restart_limit``.
-5. A lease is valid for one epoch; the epoch grows with every grant and is stored, so no owner ever grants the same
-   epoch twice.
+docs/tasks.md states the behaviour (and quotes the table); ``SEMANTICS-NOTES.md`` in the design folder (outside this
+repository) lists the rules it follows.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -52,6 +58,7 @@ from protocol import (
     TaskNode,
     TaskOutcome,
     TaskRecord,
+    TaskStatus,
 )
 
 from ._checks import Refusal, check_id, check_name, missing_conversation
@@ -80,6 +87,52 @@ abort handler, the compensation."""
 ABORT: Final = "abort"
 RESTART: Final = "restart"
 PHASE_OUTCOMES: Final = frozenset({"completed", "failed", "faulted"})
+
+TaskEvent = Literal["grant", "advance", "wait", "sleep", "end", "hold", "stop", "resume", "wake", "mark"]
+
+TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
+    ("pending", "grant"): "running",  # 1
+    ("waiting", "grant"): "running",  # 1 (an abort handler)
+    ("sleeping", "grant"): "running",  # 1 (an abort handler)
+    ("running", "advance"): "pending",  # 2
+    ("running", "wait"): "waiting",  # 2
+    ("running", "sleep"): "sleeping",  # 2
+    ("running", "end"): "terminal",  # 2, 3
+    ("running", "hold"): "completing",  # 2, 3
+    ("running", "stop"): "pending",  # 3
+    ("waiting", "resume"): "pending",  # 4
+    ("sleeping", "wake"): "pending",  # 4
+    ("completing", "end"): "terminal",  # 5
+    ("pending", "end"): "terminal",  # 6
+    ("waiting", "end"): "terminal",  # 6
+    ("sleeping", "end"): "terminal",  # 6
+    ("pending", "mark"): "pending",  # 7
+    ("running", "mark"): "running",  # 7
+    ("waiting", "mark"): "waiting",  # 7
+    ("sleeping", "mark"): "sleeping",  # 7
+    ("completing", "mark"): "completing",  # 7
+}
+"""The task state machine; see the module docstring for the rules each row follows."""
+
+
+class IllegalTransition(Exception):
+    """A save that the transition table forbids: a bug in the engine. Raised, not asserted, so it holds under
+    ``python -O``; never caught in the core (the owner fails closed and restarts from the last commit)."""
+
+    def __init__(self, task_id: str, status: str, event: str, to: str) -> None:
+        super().__init__(f"task {task_id}: no transition from {status} on {event} to {to}")
+        self.task_id = task_id
+        self.status = status
+        self.event = event
+        self.to = to
+
+
+def check_transition(old: TaskRecord, event: TaskEvent, new: TaskRecord) -> None:
+    """Raise :class:`IllegalTransition` unless the table lets ``event`` take ``old`` to ``new`` (a dict lookup)."""
+    if TRANSITIONS.get((old.status, event)) != new.status:
+        raise IllegalTransition(old.task_id, old.status, event, new.status)
+
+
 ABORT_OUTCOMES: Final = frozenset({"aborted", "faulted"})
 
 
@@ -438,7 +491,7 @@ class TaskEngine:
         if record.abort == ABORT:
             return record, 0
         marked = attrs.evolve(record, abort=ABORT, seq=seq, updated_at_ms=now_ms)
-        self._save(marked)
+        self._save(record, marked, "mark")
         return marked, 1
 
     def set_state(self, write: SetTaskState, lease: LeaseRef | None, seq: int, now_ms: int, where: str) -> TaskRecord:
@@ -464,7 +517,9 @@ class TaskEngine:
         if current.mode == "abort" and write.status != "terminal":
             raise Refusal(ErrorCode.INVALID, f"{where}: an abort handler ends only with an aborted or faulted outcome")
         checkpoint: object = write.checkpoint
+        event: TaskEvent
         if write.status == "running":
+            event = "advance"
             changed = attrs.evolve(record, status="pending", phase=_phase_of(write.checkpoint), **common)
         elif write.status == "waiting":
             on = self._check_wait(record, write, where)
@@ -473,6 +528,7 @@ class TaskEngine:
                 if write.policy == "fail_fast":
                     self._fail_fast_checks[record.task_id] = None
                     self._undo(lambda: self._fail_fast_checks.pop(record.task_id, None))
+            event = "wait" if on else "advance"
             changed = attrs.evolve(
                 record, status="waiting" if on else "pending", phase=_phase_of(write.checkpoint), **common
             )
@@ -480,6 +536,7 @@ class TaskEngine:
             if write.until_ms is None or not 0 <= write.until_ms <= MAX_UNTIL_MS:
                 raise Refusal(ErrorCode.INVALID, f"{where}.until_ms must be a time in ms on the owner's clock")
             common["until_ms"] = write.until_ms
+            event = "sleep"
             changed = attrs.evolve(record, status="sleeping", phase=_phase_of(write.checkpoint), **common)
         else:
             outcome = write.outcome
@@ -495,11 +552,13 @@ class TaskEngine:
                 outcome = attrs.evolve(outcome, reason=RESTART)
             checkpoint = NO_CHANGE
             if self._owns_live_work(record.task_id):
+                event = "hold"
                 changed = attrs.evolve(record, status="completing", held=outcome, **common)
             else:
+                event = "end"
                 changed = attrs.evolve(record, status="terminal", outcome=outcome, **common)
         self._end_lease(write.task_id)
-        self._save(changed, checkpoint=checkpoint)
+        self._save(record, changed, event, checkpoint=checkpoint)
         return changed
 
     def _check_wait(self, record: TaskRecord, write: SetTaskState, where: str) -> tuple[str, ...]:
@@ -615,7 +674,7 @@ class TaskEngine:
         for task_id in self._released:
             record = self._tasks.get(task_id)
             if record is not None and record.status == "running":
-                self._change(record, status="pending")
+                self._change(record, "stop", status="pending")
         self._released.clear()
         self._wake_sleepers(now_ms)
         checks, self._fail_fast_checks = self._fail_fast_checks, {}
@@ -654,7 +713,7 @@ class TaskEngine:
         while self._abandoned and not self._full():
             abandoned = self._tasks.get(self._abandoned.pop())
             if abandoned is not None and abandoned.abort is None:
-                self._change(abandoned, abort=RESTART)
+                self._change(abandoned, "mark", abort=RESTART)
 
     def _phase_cut_off(self, task_id: str, epoch: int, *, counts: bool) -> None:
         """A phase stopped without committing; it counts a restart unless it had been cancelled for an abort."""
@@ -662,7 +721,7 @@ class TaskEngine:
         if record is None or record.status != "running" or record.epoch != epoch:
             return
         if not counts:
-            self._change(record, status="pending")
+            self._change(record, "stop", status="pending")
             return
         restarts = record.restarts + 1
         if restarts >= record.restart_limit:
@@ -673,7 +732,7 @@ class TaskEngine:
             )
             self._finish(record, outcome, restarts=restarts)
         else:
-            self._change(record, status="pending", restarts=restarts)
+            self._change(record, "stop", status="pending", restarts=restarts)
 
     def _end_orphan_graces(self, now_ms: int) -> None:
         """Tasks whose orphan grace is over are reconciled again: orphaned if still nobody can run them."""
@@ -691,7 +750,7 @@ class TaskEngine:
             until_ms, task_id = heapq.heappop(sleepers)
             record = self._tasks.get(task_id)
             if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
-                self._change(record, status="pending", until_ms=None)
+                self._change(record, "wake", status="pending", until_ms=None)
 
     def _reconcile_all(self) -> None:
         while (self._dirty or self._finalize) and not self._full():
@@ -737,7 +796,7 @@ class TaskEngine:
                 self._emit(lease.peer, CancelLease(lease=LeaseRef(task_id=task_id, epoch=lease.epoch), reason=reason))
             return
         if status == "waiting" and not any(other in self._tasks for other in record.on):
-            record = self._change(record, status="pending", on=(), policy=None)
+            record = self._change(record, "resume", status="pending", on=(), policy=None)
             status = "pending"
         if record.abort is not None:
             if self._owns_live_work(task_id):
@@ -770,7 +829,7 @@ class TaskEngine:
                 if self._full():
                     self._dirty[record.task_id] = None  # the next settling commit marks the rest
                     return
-                self._change(owned, abort=reason)
+                self._change(owned, "mark", abort=reason)
 
     def _grant_leases(self, now_ms: int) -> None:
         """Lease ready tasks, oldest first per kind, to the least busy worker able to run each; move those no
@@ -828,6 +887,7 @@ class TaskEngine:
         version = record.version or capability.version
         record = self._change(
             record,
+            "grant",
             status="running",
             epoch=epoch,
             version=version,
@@ -948,18 +1008,20 @@ class TaskEngine:
         """End a task with ``outcome``, or hold it (``completing``) while it owns live ordinary work."""
         changes |= {"on": (), "policy": None, "until_ms": None}
         if self._owns_live_work(record.task_id):
-            self._change(record, status="completing", held=outcome, **changes)
+            self._change(record, "hold", status="completing", held=outcome, **changes)
         else:
-            self._change(record, status="terminal", outcome=outcome, held=None, **changes)
+            self._change(record, "end", status="terminal", outcome=outcome, held=None, **changes)
 
-    def _change(self, record: TaskRecord, **changes: Any) -> TaskRecord:
+    def _change(self, record: TaskRecord, event: TaskEvent, **changes: Any) -> TaskRecord:
         """A change made while settling: saved, logged with the settling commit, and reconciled again."""
         changed = attrs.evolve(record, seq=self._settle_seq, updated_at_ms=self._now_ms, **changes)
-        self._save(changed)
+        self._save(record, changed, event)
         self._changed[changed.task_id] = changed
         return changed
 
-    def _save(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+    def _save(self, old: TaskRecord, record: TaskRecord, event: TaskEvent, *, checkpoint: object = NO_CHANGE) -> None:
+        """Store a task's next record, which ``event`` made of ``old``: refused loudly if the table forbids it."""
+        check_transition(old, event, record)
         if checkpoint is NO_CHANGE:
             self._store.update_task(record)
         else:
@@ -1047,7 +1109,7 @@ class TaskEngine:
                 if self._full():
                     self._fail_fast_checks[waiter.task_id] = None
                     return
-                self._change(record, abort=ABORT)
+                self._change(record, "mark", abort=ABORT)
 
     def _end_lease(self, task_id: str) -> None:
         lease = self._leases.pop(task_id)

@@ -7,10 +7,12 @@ commits under their lease or ``Release`` frames.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import attrs
 import pytest
 
 from protocol import (
@@ -50,11 +52,17 @@ from protocol import (
     Write,
 )
 from storage_owner.core import Output, OwnerCore, PeerId
-from storage_owner.core._tasks import MAX_SETTLE_CHANGES
+from storage_owner.core._tasks import (
+    MAX_SETTLE_CHANGES,
+    TRANSITIONS,
+    IllegalTransition,
+    check_transition,
+)
 from storage_owner.store import SqliteStore
 
 TOKEN = "test-token"
 INSTANCE = "01890a5d-0000-7000-8000-00000000abcd"
+ROOT = Path(__file__).resolve().parents[2]
 START_MS = 1_700_000_000_000
 KIND = "demo.job"
 MAX_DRAIN_BATCHES = 100
@@ -1746,3 +1754,30 @@ def test_a_marked_task_nobody_came_back_for_is_orphaned_when_the_grace_ends_on_t
         )
     finally:
         sim.close()
+
+
+# ------------------------------------------------------------------------------------------ state machine table
+
+
+def test_the_transition_table_in_docs_tasks_md_is_the_engines() -> None:
+    text = (ROOT / "docs" / "tasks.md").read_text()
+    section = text.split("## The task state machine", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \| `(\w+)` \|", section, flags=re.MULTILINE)
+    assert len(rows) == len(set(rows))
+    assert {(status, event): to for status, event, to in rows} == TRANSITIONS
+
+
+def test_an_illegal_transition_raises_an_internal_error_even_under_optimisation(sim: OwnerSim) -> None:
+    task_id = sim.create_task()
+    record = sim.task(task_id)
+    running = attrs.evolve(record, status="running")
+    check_transition(record, "grant", running)
+    with pytest.raises(IllegalTransition):
+        check_transition(record, "wait", attrs.evolve(record, status="waiting"))  # only a running phase waits
+    ended = attrs.evolve(record, status="terminal")
+    for event in ("grant", "advance", "end", "mark", "stop", "resume", "wake"):
+        with pytest.raises(IllegalTransition):
+            check_transition(ended, event, attrs.evolve(ended, status="pending"))
+    with pytest.raises(IllegalTransition):  # a save through the engine is checked too
+        sim.core.tasks._save(record, attrs.evolve(record, status="sleeping"), "wake")
+    assert sim.task(task_id) == record
