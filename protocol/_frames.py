@@ -83,6 +83,13 @@ class SubmissionRecord:
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
 OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
 WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
+BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_failed"]
+"""Why no attached worker can run a task (derived from the attached workers, never stored)."""
+FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
+"""Why a task ended ``faulted``."""
+OutcomeReason: TypeAlias = FaultReason | BlockedReason | Literal["restart"]
+"""Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
+``restart`` for ``abandon_on_restart`` work aborted after a restart."""
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,265 @@
+"""The task engine's records, sans-IO: every live task's record, the indexes derived from those records, and the
+undo journal that puts them back when a request is refused.
+
+A terminal task leaves memory with the commit that ends it (its row stays in the store). Every index is derived
+from the live records and kept in step by :meth:`TaskRecords.put`, the one way a record changes in memory, so
+undoing a refused request is putting back the records it replaced. Nothing here decides anything: the transitions
+(:mod:`._tasks`) choose each next record, the placement (:mod:`._task_placement`) who runs it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+
+from protocol import TaskOutcome, TaskRecord
+
+from ._ports import Store
+
+
+class LiveTasks:
+    """Live task records by id. The plain pending tasks found at start are only listed (:attr:`unread`) until a
+    record is first needed, then read from the store: most of them are not looked at before they are leased. Only
+    what the engine needs is here, so nothing can walk the records and miss the unread ones: :meth:`ids` lists
+    every live task without reading it."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._records: dict[str, TaskRecord] = {}
+        self.unread: set[str] = set()
+
+    def __getitem__(self, task_id: str) -> TaskRecord:
+        record = self.get(task_id)
+        if record is None:
+            raise KeyError(task_id)
+        return record
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None and task_id in self.unread:
+            self.unread.discard(task_id)
+            record = self._store.task(task_id)
+            assert record is not None, f"live task {task_id} is not stored"
+            self._records[task_id] = record
+        return record
+
+    def __setitem__(self, task_id: str, record: TaskRecord) -> None:
+        self._records[task_id] = record
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._records or task_id in self.unread
+
+    def __len__(self) -> int:
+        return len(self._records) + len(self.unread)
+
+    def pop(self, task_id: str) -> None:
+        self.unread.discard(task_id)
+        self._records.pop(task_id, None)
+
+    def ids(self) -> Iterator[str]:
+        """Every live task's id, reading no record."""
+        return itertools.chain(self._records, self.unread)
+
+    def abort_mark(self, task_id: str) -> str | None:
+        """A live task's abort mark, without reading an unread record (those have none)."""
+        return None if task_id in self.unread else self._records[task_id].abort
+
+
+class TaskRecords:
+    """The live records of one store, their indexes, what changed since settling last looked, and the journal."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.tasks = LiveTasks(store)
+        self.children: dict[str, set[str]] = {}
+        """Live tasks by their owner task."""
+        self.conversation_tasks: dict[str, set[str]] = {}
+        """Live tasks owned directly by a conversation."""
+        self.conversation_owner: dict[str, str] = {}
+        """Conversations owned by a live task."""
+        self.owned_conversations: dict[str, set[str]] = {}
+        self.waiters: dict[str, set[str]] = {}
+        """Waiting tasks by each task they wait on."""
+        self.sleepers: list[tuple[int, str]] = []
+        """A heap of (until_ms, task id); entries of tasks that no longer sleep until then are skipped."""
+        self.dirty: dict[str, None] = {}
+        """Tasks settling must reconcile again (their record, or something they depend on, changed)."""
+        self.ended: dict[str, TaskRecord] = {}
+        """Tasks that became terminal in this batch, for ``wait_task`` replies."""
+        self.finalize: dict[str, TaskRecord] = {}
+        """Tasks that became terminal and whose owner, waiters and conversations settling has not yet revisited."""
+        self._journal: list[Callable[[], None]] | None = None
+        for conversation_id, owner in store.task_owned_conversations():
+            self.conversation_owner[conversation_id] = owner
+            self.owned_conversations.setdefault(owner, set()).add(conversation_id)
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        """A live task's record."""
+        return self.tasks.get(task_id)
+
+    def record(self, task_id: str) -> TaskRecord | None:
+        """A task's record, live or terminal."""
+        return self.tasks.get(task_id) or self.store.task(task_id)
+
+    # -------------------------------------------------------------------------------------- request journal
+
+    def begin(self) -> None:
+        """Start journaling changes to memory, for :meth:`rollback` if the request is refused."""
+        self._journal = []
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self) -> None:
+        journal, self._journal = self._journal, None
+        assert journal is not None
+        for undo in reversed(journal):
+            undo()
+
+    def undo(self, action: Callable[[], None]) -> None:
+        """Journal ``action`` to be run if the current request is refused (nothing outside a request)."""
+        if self._journal is not None:
+            self._journal.append(action)
+
+    # ------------------------------------------------------------------------------------------ changes
+
+    def put(self, record: TaskRecord) -> None:
+        """Replace a task's record in memory (journaled), keeping every index in step."""
+        task_id = record.task_id
+        old = self.tasks.get(task_id)
+        self._set(task_id, old, record)
+        self.undo(lambda: self._set(task_id, record, old))
+
+    def _set(self, task_id: str, old: TaskRecord | None, new: TaskRecord | None) -> None:
+        if old is not None:
+            self._unindex(old)
+        if new is None or new.status == "terminal":
+            self.tasks.pop(task_id)
+            if new is not None:
+                self.ended[task_id] = new
+                self.finalize[task_id] = new
+        else:
+            self.tasks[task_id] = new
+            self._index(new)
+            if old is not None and old.status == "terminal":  # undoing an end
+                self.ended.pop(task_id, None)
+                self.finalize.pop(task_id, None)
+        self.dirty[task_id] = None
+
+    def _index(self, record: TaskRecord) -> None:
+        if record.owner_task_id is not None:
+            self.children.setdefault(record.owner_task_id, set()).add(record.task_id)
+        else:
+            self.conversation_tasks.setdefault(record.conversation_id, set()).add(record.task_id)
+        if record.status == "waiting":
+            for other in record.on:
+                self.waiters.setdefault(other, set()).add(record.task_id)
+        if record.status == "sleeping" and record.until_ms is not None:
+            heapq.heappush(self.sleepers, (record.until_ms, record.task_id))
+        self.touch_owner(record)
+
+    def _unindex(self, record: TaskRecord) -> None:
+        if record.owner_task_id is not None:
+            discard(self.children, record.owner_task_id, record.task_id)
+        else:
+            discard(self.conversation_tasks, record.conversation_id, record.task_id)
+        if record.status == "waiting":
+            for other in record.on:
+                discard(self.waiters, other, record.task_id)
+
+    def touch_owner(self, record: TaskRecord) -> None:
+        owner = self.owner_of(record)
+        if owner is not None:
+            self.dirty[owner] = None
+
+    def conversation_created(self, conversation_id: str, owner_task_id: str) -> None:
+        self.conversation_owner[conversation_id] = owner_task_id
+        self.owned_conversations.setdefault(owner_task_id, set()).add(conversation_id)
+
+        def undo() -> None:
+            del self.conversation_owner[conversation_id]
+            self.owned_conversations[owner_task_id].discard(conversation_id)
+
+        self.undo(undo)
+
+    def forget_owned_conversations(self, task_id: str) -> None:
+        """A task ended: the conversations it owned are owned by nobody now."""
+        for conversation_id in self.owned_conversations.pop(task_id, ()):
+            self.conversation_owner.pop(conversation_id, None)
+
+    # -------------------------------------------------------------------------------------------- sleepers
+
+    def next_sleep_ms(self) -> int | None:
+        """The earliest deadline of a task that still sleeps until it (stale heap entries are dropped)."""
+        sleepers = self.sleepers
+        while sleepers:
+            until_ms, task_id = sleepers[0]
+            record = self.tasks.get(task_id)
+            if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
+                return until_ms
+            heapq.heappop(sleepers)
+        return None
+
+    def pop_due_sleeper(self, now_ms: int) -> TaskRecord | None:
+        """A task whose sleep is due at ``now_ms``, taken off the heap; ``None`` once there is none."""
+        sleepers = self.sleepers
+        while sleepers and sleepers[0][0] <= now_ms:
+            until_ms, task_id = heapq.heappop(sleepers)
+            record = self.tasks.get(task_id)
+            if record is not None and record.status == "sleeping" and record.until_ms == until_ms:
+                return record
+        return None
+
+    # ---------------------------------------------------------------------------------------------- graph
+
+    def owner_of(self, record: TaskRecord) -> str | None:
+        if record.owner_task_id is not None:
+            return record.owner_task_id
+        return self.conversation_owner.get(record.conversation_id)
+
+    def owner_chain(self, task_id: str) -> list[str]:
+        chain = []
+        record = self.tasks.get(task_id)
+        while record is not None:
+            owner = self.owner_of(record)
+            if owner is None or owner in chain:
+                break
+            chain.append(owner)
+            record = self.tasks.get(owner)
+        return chain
+
+    def owned_ordinary(self, task_id: str) -> Iterator[str]:
+        """Live tasks ``task_id`` owns, directly or through conversations it owns, that are not background."""
+        owned = itertools.chain(
+            self.children.get(task_id, ()),
+            *(
+                self.conversation_tasks.get(conversation, ())
+                for conversation in self.owned_conversations.get(task_id, ())
+            ),
+        )
+        return (owned_id for owned_id in owned if not self.tasks[owned_id].background)
+
+    def owns_live_work(self, task_id: str) -> bool:
+        return next(self.owned_ordinary(task_id), None) is not None
+
+
+def decided(record: TaskRecord) -> TaskOutcome | None:
+    """The outcome a task decided: its final one, or the one it holds while ``completing``."""
+    return record.outcome if record.status == "terminal" else record.held
+
+
+def describe_state(record: TaskRecord) -> str:
+    if record.status == "terminal" and record.outcome is not None:
+        return f"terminal ({record.outcome.status})"
+    if record.abort is not None:
+        return f"{record.status}, marked for abort"
+    return record.status
+
+
+def discard(index: dict[str, set[str]], key: str, value: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(value)
+        if not members:
+            del index[key]
