@@ -10,7 +10,7 @@ from ._owner import (
     OwnerCore,
     PeerId,
 )
-from ._ports import NO_CHANGE, LoggedCommit, Store, StoreConflict, TaskRow
+from ._ports import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, Store, StoreConflict, TaskRow
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MAX_WRITES_PER_COMMIT",
     "NO_CHANGE",
     "ORPHAN_GRACE_MS",
+    "TASK_ROW_FIELDS",
     "BatchEffects",
     "LoggedCommit",
     "Output",

@@ -15,17 +15,27 @@ from protocol import (
     Record,
     SubmissionRecord,
     TaskRecord,
+    TaskStatus,
 )
 
 NO_CHANGE: Final = object()
 """Passed as a checkpoint: keep the stored one."""
 
 
-TaskRow = tuple[Any, ...]
-"""The facts of a live task an owner needs to index it, in this order: task_id, kind, conversation_id,
-owner_task_id, status, abort, abandon_on_restart. Building a :class:`TaskRecord` costs more than reading these, so an
-owner loading many live tasks reads whole records only for the tasks it must settle and reads the others' when it
-first needs them."""
+TASK_ROW_FIELDS: Final = (
+    "task_id",
+    "kind",
+    "conversation_id",
+    "owner_task_id",
+    "status",
+    "abort",
+    "abandon_on_restart",
+)
+"""The :class:`TaskRecord` fields of a :data:`TaskRow`, in its order."""
+TaskRow = tuple[str, str, str, str | None, TaskStatus, str | None, bool]
+"""The facts of a live task an owner needs to index it: the fields :data:`TASK_ROW_FIELDS` names, as stored (a flag
+may read as 0 or 1). Building a :class:`TaskRecord` costs more than reading these, so an owner loading many live
+tasks reads whole records only for the tasks it must settle and reads the others' when it first needs them."""
 
 
 class StoreConflict(Exception):

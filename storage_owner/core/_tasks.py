@@ -195,6 +195,7 @@ class TaskEngine:
         children = self._records.children
         conversation_tasks = self._records.conversation_tasks
         ready = self._placement.ready
+        # The order of TASK_ROW_FIELDS.
         for task_id, kind, conversation_id, owner, status, abort, abandon_on_restart in store.live_task_rows():
             if owner is not None:
                 children.setdefault(owner, set()).add(task_id)

@@ -8,10 +8,11 @@ apsw errors are mapped at this boundary: a uniqueness violation becomes
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
 import apsw
+import attrs
 import msgpack
 
 from protocol import (
@@ -27,7 +28,7 @@ from protocol import (
     TaskRecord,
     converter,
 )
-from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict, TaskRow
+from storage_owner.core import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, StoreConflict, TaskRow
 
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 
@@ -43,10 +44,6 @@ _structure_records = converter.get_structure_hook(_RECORDS)
 _unstructure_records = converter.get_unstructure_hook(_RECORDS)
 _structure_outcome = converter.get_structure_hook(TaskOutcome)
 _unstructure_outcome = converter.get_unstructure_hook(TaskOutcome)
-_TASK_COLUMNS: Final = (
-    "task_id, kind, version, conversation_id, owner_task_id, background, abandon_on_restart, status, phase, on_ids, "
-    "policy, until_ms, abort, restarts, restart_limit, epoch, held, outcome, seq, created_at_ms, updated_at_ms"
-)
 
 
 def _pack(value: object) -> bytes:
@@ -407,8 +404,7 @@ class SqliteStore:
     def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
         try:
             self._db.execute(
-                f"INSERT INTO tasks ({_TASK_COLUMNS}, input, checkpoint) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _INSERT_TASK,
                 (*_task_row(record), _pack(input), _pack(checkpoint)),
             )
         except apsw.ConstraintError as exc:
@@ -443,95 +439,67 @@ class SqliteStore:
     def live_task_rows(self) -> Iterator[TaskRow]:
         """The facts of every task that is not terminal (a :data:`~storage_owner.core.TaskRow`), oldest first."""
         return self._db.execute(
-            "SELECT task_id, kind, conversation_id, owner_task_id, status, abort, abandon_on_restart FROM tasks "
-            "WHERE status != 'terminal' ORDER BY task_id"
+            f"SELECT {_LIVE_TASK_ROW_COLUMNS} FROM tasks WHERE status != 'terminal' ORDER BY task_id"
         )
 
     def task_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
 
 
-_UPDATE_TASK_SET: Final = ", ".join(f"{column.strip()} = ?" for column in _TASK_COLUMNS.split(",")[1:])
+# A task's columns in one place: they are TaskRecord's fields, in its order, named as its fields but for
+# _TASK_COLUMN_OF; _TASK_TO_COLUMN and _TASK_FROM_COLUMN say how a field that is not stored as it is converts (an
+# expression over "{0}"). The row <-> record functions are generated from these once, at import (as attrs generates
+# __init__), so reading and writing a task costs what hand-written functions would.
+_TASK_FIELDS: Final = tuple(field.name for field in attrs.fields(TaskRecord))
+_TASK_COLUMN_OF: Final = {"on": "on_ids"}
+_TASK_TO_COLUMN: Final = {
+    "on": "_pack(list({0})) if {0} else None",
+    "held": "None if {0} is None else _pack(_unstructure_outcome({0}))",
+    "outcome": "None if {0} is None else _pack(_unstructure_outcome({0}))",
+}
+_TASK_FROM_COLUMN: Final = {
+    "background": "{0} == 1",
+    "abandon_on_restart": "{0} == 1",
+    "on": "_NO_IDS if {0} is None else tuple(_unpack({0}))",
+    "held": "None if {0} is None else _structure_outcome(_unpack({0}), TaskOutcome)",
+    "outcome": "None if {0} is None else _structure_outcome(_unpack({0}), TaskOutcome)",
+}
+_TASK_COLUMNS: Final = ", ".join(_TASK_COLUMN_OF.get(name, name) for name in _TASK_FIELDS)
+_LIVE_TASK_ROW_COLUMNS: Final = ", ".join(_TASK_COLUMN_OF.get(name, name) for name in TASK_ROW_FIELDS)
+_INSERT_TASK: Final = (
+    f"INSERT INTO tasks ({_TASK_COLUMNS}, input, checkpoint) VALUES ({', '.join('?' * (len(_TASK_FIELDS) + 2))})"
+)
+_UPDATE_TASK_SET: Final = ", ".join(f"{_TASK_COLUMN_OF.get(name, name)} = ?" for name in _TASK_FIELDS[1:])
 _UPDATE_TASK: Final = f"UPDATE tasks SET {_UPDATE_TASK_SET} WHERE task_id = ?"
 _UPDATE_TASK_CHECKPOINT: Final = f"UPDATE tasks SET {_UPDATE_TASK_SET}, checkpoint = ? WHERE task_id = ?"
 
 
-def _task_row(record: TaskRecord) -> tuple[object, ...]:
-    return (
-        record.task_id,
-        record.kind,
-        record.version,
-        record.conversation_id,
-        record.owner_task_id,
-        record.background,
-        record.abandon_on_restart,
-        record.status,
-        record.phase,
-        _pack(list(record.on)) if record.on else None,
-        record.policy,
-        record.until_ms,
-        record.abort,
-        record.restarts,
-        record.restart_limit,
-        record.epoch,
-        None if record.held is None else _pack(_unstructure_outcome(record.held)),
-        None if record.outcome is None else _pack(_unstructure_outcome(record.outcome)),
-        record.seq,
-        record.created_at_ms,
-        record.updated_at_ms,
+def _task_codecs() -> tuple[Callable[[TaskRecord], tuple[object, ...]], Callable[[Any], TaskRecord]]:
+    """``(_task_row, _task_record)``: a record as the values of :data:`_TASK_COLUMNS`, and back."""
+    to_row = ", ".join(_TASK_TO_COLUMN.get(name, "{0}").format(f"record.{name}") for name in _TASK_FIELDS)
+    to_record = ", ".join(
+        f"{name}=" + _TASK_FROM_COLUMN.get(name, "{0}").format(f"row[{index}]")
+        for index, name in enumerate(_TASK_FIELDS)
     )
-
-
-def _task_record(row: Any) -> TaskRecord:
-    (
-        task_id,
-        kind,
-        version,
-        conversation_id,
-        owner_task_id,
-        background,
-        abandon_on_restart,
-        status,
-        phase,
-        on_ids,
-        policy,
-        until_ms,
-        abort,
-        restarts,
-        restart_limit,
-        epoch,
-        held,
-        outcome,
-        seq,
-        created_at_ms,
-        updated_at_ms,
-    ) = row
-    return TaskRecord(
-        task_id=task_id,
-        kind=kind,
-        version=version,
-        conversation_id=conversation_id,
-        owner_task_id=owner_task_id,
-        background=background == 1,
-        abandon_on_restart=abandon_on_restart == 1,
-        status=status,
-        phase=phase,
-        on=_NO_IDS if on_ids is None else tuple(_unpack(on_ids)),
-        policy=policy,
-        until_ms=until_ms,
-        abort=abort,
-        restarts=restarts,
-        restart_limit=restart_limit,
-        epoch=epoch,
-        held=None if held is None else _structure_outcome(_unpack(held), TaskOutcome),
-        outcome=None if outcome is None else _structure_outcome(_unpack(outcome), TaskOutcome),
-        seq=seq,
-        created_at_ms=created_at_ms,
-        updated_at_ms=updated_at_ms,
+    source = (
+        f"def _task_row(record):\n    return ({to_row},)\n\n"
+        f"def _task_record(row):\n    return TaskRecord({to_record})\n"
     )
+    namespace: dict[str, Any] = {
+        "TaskRecord": TaskRecord,
+        "TaskOutcome": TaskOutcome,
+        "_NO_IDS": _NO_IDS,
+        "_pack": _pack,
+        "_unpack": _unpack,
+        "_structure_outcome": _structure_outcome,
+        "_unstructure_outcome": _unstructure_outcome,
+    }
+    exec(compile(source, "<task codecs>", "exec"), namespace)
+    return namespace["_task_row"], namespace["_task_record"]
 
 
 _NO_IDS: Final[tuple[str, ...]] = ()
+_task_row, _task_record = _task_codecs()
 
 
 class Checkpointer:

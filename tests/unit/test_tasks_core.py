@@ -51,7 +51,7 @@ from protocol import (
     Welcome,
     Write,
 )
-from storage_owner.core import Output, OwnerCore, PeerId
+from storage_owner.core import TASK_ROW_FIELDS, Output, OwnerCore, PeerId
 from storage_owner.core._tasks import (
     MAX_SETTLE_CHANGES,
     TRANSITIONS,
@@ -1781,3 +1781,16 @@ def test_an_illegal_transition_raises_an_internal_error_even_under_optimisation(
     with pytest.raises(IllegalTransition):  # a save through the engine is checked too
         sim.core.tasks._save(record, attrs.evolve(record, status="sleeping"), "wake")
     assert sim.task(task_id) == record
+
+
+def test_a_live_task_row_is_its_records_task_row_fields(sim: OwnerSim) -> None:
+    worker = sim.worker()
+    parent = sim.create_task(abandon_on_restart=True)
+    kid = child(parent)
+    worker.ok(parent, kid, waiting(parent, [kid.task_id]))
+    sim.abort(kid.task_id)
+    rows = list(sim.store.live_task_rows())
+    assert len(rows) == 2
+    for row in rows:
+        record = sim.task(row[0])
+        assert row == tuple(getattr(record, name) for name in TASK_ROW_FIELDS)
