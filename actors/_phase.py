@@ -14,12 +14,14 @@ from protocol import (
     Commit,
     Committed,
     ConnectionLost,
+    FaultReason,
     Lease,
     LeaseRef,
     SetTaskState,
     TaskOutcome,
     WaitPolicy,
     json_value,
+    phase_of,
 )
 
 from ._client import Client, Transaction
@@ -75,7 +77,7 @@ class PhaseTransaction(Transaction):
         """End an abort handler: the task is ``aborted`` with ``result``."""
         self._end(TaskOutcome(status="aborted", result=json_value(result)))
 
-    def fault(self, reason: str, error: str) -> None:
+    def fault(self, reason: FaultReason, error: str) -> None:
         """End the task ``faulted`` (what the worker commits for a phase that raised or made no progress)."""
         self._end(TaskOutcome(status="faulted", reason=reason, error=error))
 
@@ -120,10 +122,7 @@ class Phase:
     @property
     def phase(self) -> str | None:
         """The name of the running phase (``checkpoint["phase"]``); ``None`` in an abort handler."""
-        if self.mode == "abort" or not isinstance(self.checkpoint, dict):
-            return None
-        phase = self.checkpoint.get("phase")
-        return phase if isinstance(phase, str) else None
+        return None if self.mode == "abort" else phase_of(self.checkpoint)
 
     def now_ms(self) -> int:
         """The owner's clock now, as best known here: the lease's time plus what elapsed since (a manual clock
@@ -195,7 +194,7 @@ class Phase:
         async with self.commit() as tx:
             tx.aborted(result)
 
-    async def fault(self, reason: str, error: str) -> None:
+    async def fault(self, reason: FaultReason, error: str) -> None:
         """End the task ``faulted`` (what the worker does when a phase raises or makes no progress)."""
         async with self.commit() as tx:
             tx.fault(reason, error)

@@ -116,6 +116,7 @@ from ._frames import (
     Watching,
     Welcome,
     Write,
+    phase_of,
 )
 from ._ids import is_id, new_id
 from ._runtime import (
@@ -250,6 +251,7 @@ __all__ = [
     "join_frames",
     "json_value",
     "new_id",
+    "phase_of",
     "read_runtime",
     "remove_runtime",
     "runtime_path",

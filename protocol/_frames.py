@@ -87,9 +87,18 @@ BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_fa
 """Why no attached worker can run a task (derived from the attached workers, never stored)."""
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
-OutcomeReason: TypeAlias = FaultReason | BlockedReason | Literal["restart"]
+OutcomeReason: TypeAlias = Literal[FaultReason, BlockedReason, "restart"]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart."""
+
+
+def phase_of(checkpoint: object) -> str | None:
+    """The phase a task's checkpoint names (``checkpoint["phase"]``), or ``None`` if it names none."""
+    if isinstance(checkpoint, dict):
+        phase = checkpoint.get("phase")
+        if isinstance(phase, str):
+            return phase
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -102,7 +111,7 @@ class TaskOutcome:
     """
 
     status: OutcomeStatus
-    reason: str | None = None
+    reason: OutcomeReason | None = None
     result: JsonValue = JsonValue(None)
     error: str | None = None
 
@@ -570,7 +579,7 @@ class TaskNode:
     ``task_too_old``, ``migration_failed``), with ``blocked_detail`` in words."""
 
     task: TaskRecord
-    blocked: str | None = None
+    blocked: BlockedReason | None = None
     blocked_detail: str | None = None
     leased_to: str | None = None
     """The name of the worker running it."""

@@ -31,8 +31,7 @@ Two kinds of change reach the engine:
   grants leases on runnable tasks to workers that can run them. Everything settling changed is one commit (within
   a :class:`ChangeBudget`), logged after the requests'.
 
-docs/tasks.md states the behaviour (and quotes the table); ``SEMANTICS-NOTES.md`` in the design folder (outside this
-repository) lists the rules it follows.
+``docs/tasks.md`` states the behaviour for users and quotes the table.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from protocol import (
     CreateTask,
     ErrorCode,
     Frame,
-    JsonValue,
     Lease,
     LeaseRef,
     SetTaskState,
@@ -58,6 +56,7 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     TaskStatus,
+    phase_of,
 )
 
 from ._checks import Refusal, check_id, check_name, no_conversation
@@ -416,7 +415,7 @@ class TaskEngine:
         event: TaskEvent
         if write.status == "running":
             event = "advance"
-            changed = attrs.evolve(record, status="pending", phase=_phase_of(write.checkpoint), **common)
+            changed = attrs.evolve(record, status="pending", phase=phase_of(write.checkpoint), **common)
         elif write.status == "waiting":
             on = self._check_wait(record, write, where)
             if on:
@@ -426,14 +425,14 @@ class TaskEngine:
                     self._records.undo(lambda: self._fail_fast_checks.pop(record.task_id, None))
             event = "wait" if on else "advance"
             changed = attrs.evolve(
-                record, status="waiting" if on else "pending", phase=_phase_of(write.checkpoint), **common
+                record, status="waiting" if on else "pending", phase=phase_of(write.checkpoint), **common
             )
         elif write.status == "sleeping":
             if write.until_ms is None or not 0 <= write.until_ms <= MAX_UNTIL_MS:
                 raise Refusal(ErrorCode.INVALID, f"{where}.until_ms must be a time in ms on the owner's clock")
             common["until_ms"] = write.until_ms
             event = "sleep"
-            changed = attrs.evolve(record, status="sleeping", phase=_phase_of(write.checkpoint), **common)
+            changed = attrs.evolve(record, status="sleeping", phase=phase_of(write.checkpoint), **common)
         else:
             outcome = write.outcome
             allowed = ABORT_OUTCOMES if current.mode == "abort" else PHASE_OUTCOMES
@@ -801,11 +800,3 @@ class TaskEngine:
                 f"{where}: owner task {owner_task_id} is {describe_state(owner)}: it can own no new work",
             )
         return owner
-
-
-def _phase_of(checkpoint: JsonValue) -> str | None:
-    if isinstance(checkpoint, dict):
-        phase = checkpoint.get("phase")
-        if isinstance(phase, str):
-            return phase
-    return None

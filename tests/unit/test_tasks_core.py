@@ -37,6 +37,7 @@ from protocol import (
     LeaseRef,
     Ok,
     OutcomesReply,
+    ProtocolError,
     ReadOutcomes,
     ReadTask,
     ReadTaskGraph,
@@ -50,6 +51,8 @@ from protocol import (
     WaitTask,
     Welcome,
     Write,
+    decode_frame,
+    encode_frame,
 )
 from storage_owner.core import TASK_ROW_FIELDS, Output, OwnerCore, PeerId
 from storage_owner.core._tasks import (
@@ -1794,3 +1797,37 @@ def test_a_live_task_row_is_its_records_task_row_fields(sim: OwnerSim) -> None:
     for row in rows:
         record = sim.task(row[0])
         assert row == tuple(getattr(record, name) for name in TASK_ROW_FIELDS)
+
+
+def test_outcome_and_blocked_reasons_are_closed_sets_on_the_wire() -> None:
+    """A fault reason outside ``FaultReason`` / ``OutcomeReason`` is a bad frame, as an unknown status is."""
+    good = SetTaskState(
+        task_id=fresh_id(), status="terminal", outcome=TaskOutcome(status="faulted", reason="no_progress")
+    )
+    commit = Commit(call_id=1, writes=(good,), lease=LeaseRef(task_id=good.task_id, epoch=1))
+    assert decode_frame(encode_frame(commit)) == commit
+    bogus = attrs.evolve(good, outcome=TaskOutcome(status="faulted", reason="bogus"))  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError):
+        decode_frame(encode_frame(attrs.evolve(commit, writes=(bogus,))))
+    node = TaskNode(task=sim_record(), blocked="missing_task")
+    reply = TaskGraphReply(call_id=1, seq=1, nodes=(node,))
+    assert decode_frame(encode_frame(reply)) == reply
+    with pytest.raises(ProtocolError):
+        decode_frame(encode_frame(attrs.evolve(reply, nodes=(attrs.evolve(node, blocked="busy"),))))  # type: ignore[arg-type]
+
+
+def sim_record() -> TaskRecord:
+    return TaskRecord(
+        task_id=fresh_id(),
+        kind=KIND,
+        version=1,
+        conversation_id=fresh_id(),
+        owner_task_id=None,
+        background=False,
+        abandon_on_restart=False,
+        status="pending",
+        phase=None,
+        seq=1,
+        created_at_ms=START_MS,
+        updated_at_ms=START_MS,
+    )
