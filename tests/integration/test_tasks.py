@@ -559,6 +559,7 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
 
             result = await run_tether("abort", "--db", db, nobody)
             assert (result.returncode, nonblank_lines(result.stdout)) == (0, [f"task {nobody}: marked for abort"])
+            await client.advance_clock(ORPHAN_GRACE_MS)  # the owner's orphan grace ends on its (manual) clock
             result = await run_tether("abort", "--db", db, nobody, "--wait", "10")
             assert (result.returncode, nonblank_lines(result.stdout)) == (
                 0,
@@ -613,6 +614,8 @@ async def test_tether_tasks_and_tether_abort(manual_owner: OwnerProcess, tmp_pat
             1,
             "missing_task",
         )
+        async with actors.connect(db=db) as client:
+            await client.advance_clock(ORPHAN_GRACE_MS)  # the new owner's orphan grace ends on its (manual) clock
         result = await run_tether("abort", "--db", db, hung, "--wait", "10")
         assert (result.returncode, nonblank_lines(result.stdout)) == (
             0,
