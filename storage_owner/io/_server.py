@@ -232,6 +232,8 @@ class OwnerServer:
             unhandled="the owner stopped before handling this request; nothing was written",
         )
         self._checkpointing = False
+        self._checkpoint_tail = False
+        """A background checkpoint finished: the commit loop copies the WAL's tail before its next batch."""
         self._checkpoint_mark = 0
         """WAL size (pages) when the last checkpoint started; the next starts once the WAL grew as much again."""
         self._nursery: trio.Nursery | None = None
@@ -451,6 +453,9 @@ class OwnerServer:
                 with trio.move_on_after(wait_s):
                     await self.work.wait()
             self.work = trio.Event()
+            if self._checkpoint_tail:
+                self._checkpoint_tail = False
+                self._store.finish_checkpoint()
             if self.pending or core.needs_settle(clock.now_ms()):
                 take = _batch_size(len(self.pending))
                 batch = self.pending[:take]
@@ -503,13 +508,15 @@ class OwnerServer:
         self._nursery.start_soon(self._checkpoint)
 
     async def _checkpoint(self) -> None:
-        """Copy the WAL back into the database on another thread, beside the commit loop."""
+        """Copy the WAL back into the database on another thread, beside the commit loop; the commit loop copies
+        the tail before its next batch (see ``SqliteStore.finish_checkpoint``)."""
         assert self._checkpointer is not None
         try:
-            with storage_errors("checkpointing"):
-                await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+            await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+            self._checkpoint_tail = True
         finally:
             self._checkpointing = False
+            self.work.set()
 
     def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
         """Answer the failed batch, and make the stop that follows answer every pending request the same way."""

@@ -137,6 +137,19 @@ class SqliteStore:
         self.wal_pages = pages
         return apsw.SQLITE_OK
 
+    def finish_checkpoint(self) -> None:
+        """Copy the WAL's tail (what was committed while a background checkpoint ran) into the database, between
+        transactions, so that the next transaction starts the WAL over from its beginning.
+
+        Under sustained writes a background checkpoint never sees the whole WAL copied: the commit loop appends
+        frames while it runs, and SQLite restarts the WAL only once every frame is in the database. Without this
+        the WAL grows without bound (and the database file stays empty) until the owner stops.
+        """
+        with storage_errors("checkpointing the WAL's tail"):
+            frames, copied = self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        if frames < 0 or copied < 0:
+            raise StorageError("storage failed while checkpointing the WAL's tail: SQLite did not run the checkpoint")
+
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
 
@@ -540,12 +553,27 @@ class Checkpointer:
     def __init__(self, path: str) -> None:
         with storage_errors(f"opening {path} for checkpoints"):
             self._db = apsw.Connection(path)
-            self._db.setbusytimeout(BUSY_TIMEOUT_MS)
+            try:
+                self._db.setbusytimeout(BUSY_TIMEOUT_MS)
+                # A connection that has read nothing does not know the database is in WAL mode, and SQLite answers
+                # its checkpoints with (-1, -1) without copying anything: read the journal mode first.
+                mode = self._db.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[index]
+            except BaseException:
+                self._db.close()
+                raise
+        if mode != "wal":
+            self._db.close()
+            raise StorageError(f"cannot checkpoint {path}: its journal mode is {mode!r}, not 'wal'")
 
     def checkpoint(self) -> tuple[int, int]:
-        """A passive checkpoint: never blocks the writer. Returns (WAL frames, frames checkpointed)."""
+        """A passive checkpoint: never blocks the writer. Returns (WAL frames, frames checkpointed).
+
+        Raises :class:`StorageError` if SQLite did not run it (it answers (-1, -1) instead of failing)."""
         with storage_errors("checkpointing the WAL"):
-            return self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            frames, copied = self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        if frames < 0 or copied < 0:
+            raise StorageError("storage failed while checkpointing the WAL: SQLite did not run the checkpoint")
+        return frames, copied
 
     def close(self) -> None:
         with storage_errors("closing the checkpoint connection"):
