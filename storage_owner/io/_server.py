@@ -5,7 +5,7 @@ How a commit flows::
     peer ──message──► _Connection.receive_loop ──decode──► OwnerServer.pending (one list for every peer)
                                                                  │
     OwnerServer._commit_loop: take what is pending (_batch_size) ◄┘
-        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per multi-write request); core.settle(); COMMIT
+        BEGIN IMMEDIATE; core.run_batch(frames)  (a savepoint per multi-write request; then the engine settles); COMMIT
         core.take_output() ──encode──► each peer's send queue ──coalesce──► one message per send
                                                                            (acknowledgements go out only now)
 
@@ -33,7 +33,6 @@ import trio
 import trio_websocket
 
 from protocol import (
-    MAX_MESSAGE_BYTES,
     WEBSOCKET_HARD_LIMIT_BYTES,
     BadFrame,
     Error,
@@ -293,7 +292,12 @@ class OwnerServer:
             )
             with storage_errors("reading the commit log head"):
                 self.core = OwnerCore(
-                    self._store, token=self.token, instance=self.instance, clock=config.clock, orphan_blocked=False
+                    self._store,
+                    token=self.token,
+                    instance=self.instance,
+                    clock=config.clock,
+                    heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / 4),
+                    orphan_blocked=False,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)
@@ -397,9 +401,7 @@ class OwnerServer:
                     await ws.aclose()
                     return None
                 assert isinstance(hello, Hello)
-                heartbeat_ms = int(self.config.heartbeat_timeout_s * 1000 / 4)
-                welcome = attrs.evolve(answer, max_message_bytes=MAX_MESSAGE_BYTES, heartbeat_ms=heartbeat_ms)
-                await ws.send_message(encode_frame(welcome))
+                await ws.send_message(encode_frame(answer))
                 peer = next(self._peer_ids)
                 connection = _Connection(self, peer, ws)
                 self._connections[peer] = connection
@@ -487,16 +489,12 @@ class OwnerServer:
             self._fail_closed(batch, exc)
 
     def _run_batch(self, batch: list[tuple[PeerId, Frame | BadFrame]]) -> None:
+        """One transaction: BEGIN, the core's batch, COMMIT; then what it produced goes out (never before)."""
         core = self.core
         store = self._store
-        now_ms = self._clock.now_ms()
-        head_before = core.head_seq
         with storage_errors("committing a batch"):
             store.begin()
-            for peer, frame in batch:
-                core.handle(peer, frame, now_ms)
-            core.settle(now_ms)
-            wrote = core.head_seq != head_before
+            wrote = core.run_batch(batch, self._clock.now_ms())
             if wrote:
                 self._writing_commits += 1
                 if self._writing_commits == self.config.kill_before_commit:
