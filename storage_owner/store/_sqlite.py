@@ -1,8 +1,14 @@
 """The SQLite store, through APSW. Every SQL string lives here, in the method that runs it.
 
-apsw errors are mapped at this boundary: a uniqueness violation becomes
-:class:`~storage_owner.core.StoreConflict` (the request is refused), anything else
-:class:`~protocol.StorageError` (the owner fails closed).
+apsw errors are mapped at this boundary, in two ways:
+
+- a uniqueness violation of an insert becomes :class:`~storage_owner.core.StoreConflict` right where the insert
+  runs (the core refuses the request; the transaction stays usable);
+- any other apsw error becomes :class:`~protocol.StorageError` (the owner fails closed) through
+  :func:`storage_errors`. The methods the core calls inside a batch let apsw errors through, and the shell wraps
+  the whole batch (and each catch-up turn) in ``storage_errors``; the methods the shell calls on their own (opening,
+  closing, recording the owner, checkpoints) map their own. A checkpoint SQLite did not run is a
+  ``StorageError`` too, though SQLite reports it with a result, not an error.
 """
 
 from __future__ import annotations
