@@ -151,10 +151,7 @@ class SqliteStore:
         frames while it runs, and SQLite restarts the WAL only once every frame is in the database. Without this
         the WAL grows without bound (and the database file stays empty) until the owner stops.
         """
-        with storage_errors("checkpointing the WAL's tail"):
-            frames, copied = self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-        if frames < 0 or copied < 0:
-            raise StorageError("storage failed while checkpointing the WAL's tail: SQLite did not run the checkpoint")
+        _passive_checkpoint(self._db, "checkpointing the WAL's tail")
 
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
@@ -553,6 +550,22 @@ def _task_record(row: Any) -> TaskRecord:
 _NO_IDS: Final[tuple[str, ...]] = ()
 
 
+def _passive_checkpoint(db: apsw.Connection, action: str) -> tuple[int, int] | None:
+    """Run a passive checkpoint on ``db``: (WAL frames, frames copied), or ``None`` if another connection was
+    checkpointing (SQLite answers SQLITE_BUSY at once; nothing is wrong, the next checkpoint copies the rest).
+
+    Raises :class:`StorageError` for any other failure, and if SQLite did not run it: it answers (-1, -1) instead
+    of failing when the connection is not in WAL mode."""
+    with storage_errors(action):
+        try:
+            frames, copied = db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return None
+    if frames < 0 or copied < 0:
+        raise StorageError(f"storage failed while {action}: SQLite did not run the checkpoint")
+    return frames, copied
+
+
 class Checkpointer:
     """A connection of its own that copies the WAL back into the database. Use from one thread at a time."""
 
@@ -571,15 +584,9 @@ class Checkpointer:
             self._db.close()
             raise StorageError(f"cannot checkpoint {path}: its journal mode is {mode!r}, not 'wal'")
 
-    def checkpoint(self) -> tuple[int, int]:
-        """A passive checkpoint: never blocks the writer. Returns (WAL frames, frames checkpointed).
-
-        Raises :class:`StorageError` if SQLite did not run it (it answers (-1, -1) instead of failing)."""
-        with storage_errors("checkpointing the WAL"):
-            frames, copied = self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-        if frames < 0 or copied < 0:
-            raise StorageError("storage failed while checkpointing the WAL: SQLite did not run the checkpoint")
-        return frames, copied
+    def checkpoint(self) -> tuple[int, int] | None:
+        """A passive checkpoint: never blocks the writer. See :func:`_passive_checkpoint`."""
+        return _passive_checkpoint(self._db, "checkpointing the WAL")
 
     def close(self) -> None:
         with storage_errors("closing the checkpoint connection"):

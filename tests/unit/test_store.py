@@ -802,6 +802,25 @@ def test_the_wal_starts_over_once_its_tail_is_copied_under_sustained_writes(stor
         checkpointer.close()
 
 
+class _Busy:
+    """A connection whose checkpoints meet another connection's checkpoint (SQLite answers SQLITE_BUSY at once)."""
+
+    def wal_checkpoint(self, **kwargs: object) -> tuple[int, int]:
+        raise apsw.BusyError("database is locked (another checkpoint runs)")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_checkpoint_that_meets_another_one_is_skipped_not_a_storage_error(store: SqliteStore) -> None:
+    checkpointer = store.use_background_checkpoints()
+    real, checkpointer._db = checkpointer._db, _Busy()  # type: ignore[assignment]
+    try:
+        assert checkpointer.checkpoint() is None
+    finally:
+        real.close()
+
+
 class _NotRun:
     """A connection whose checkpoints SQLite did not run (it answers (-1, -1), as on a connection not in WAL mode)."""
 
