@@ -136,7 +136,7 @@ _IDLE: Final = "idle"
 _RAN: Final = "ran"
 _BROKEN: Final = "broken"
 """The core's batch states: between batches, after :meth:`OwnerCore.run_batch` until its output is taken, and
-after a batch raised half-way (nothing is callable any more)."""
+after a batch or a catch-up turn raised half-way (nothing is callable any more)."""
 
 
 class BatchOrderError(Exception):
@@ -344,7 +344,8 @@ class OwnerCore:
         if state == expected:
             return
         if state == _BROKEN:
-            raise BatchOrderError(f"{call}() after a batch failed half-way: this core is unusable, start a new owner")
+            message = f"{call}() after a batch or a catch-up failed half-way: this core is unusable, start a new owner"
+            raise BatchOrderError(message)
         if state == _RAN:
             raise BatchOrderError(f"{call}() before take_output(): the last batch's output was never taken")
         raise BatchOrderError(f"{call}() without a batch: call run_batch() first")
@@ -392,6 +393,7 @@ class OwnerCore:
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
         self._expect_batch("catch_up", _IDLE)
+        self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
         out: list[Output] = []
         head = self._head_seq
         for key, watch in list(self._lagging.items()):
@@ -409,6 +411,7 @@ class OwnerCore:
                 del self._lagging[key]
                 watch.live = True
                 self._live.setdefault(watch.conversation_id, {})[key] = watch
+        self._batch_state = _IDLE
         return out
 
     # -------------------------------------------------------------------------------------------- requests

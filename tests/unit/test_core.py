@@ -1440,3 +1440,15 @@ def test_a_batch_that_raised_half_way_leaves_the_core_unusable(harness: Harness)
         with pytest.raises(BatchOrderError, match="failed half-way"):
             call_()
     harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close
+
+
+def test_a_catch_up_that_raised_half_way_leaves_the_core_unusable(harness: Harness) -> None:
+    peer = harness.connect()
+    new_conversation(harness, peer)
+    harness.request(peer, watch(1))
+    harness.store.close()  # the storage breaks under the catch-up
+    with pytest.raises(Exception, match="closed"):
+        harness.core.catch_up()
+    with pytest.raises(BatchOrderError, match="failed half-way"):
+        harness.core.run_batch([], harness.now_ms)
+    harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close
