@@ -4,8 +4,9 @@ A frame travels as a msgpack map whose ``type`` key holds the class's ``TYPE`` t
 Fields are msgpack-native: ``int``, ``str``, ``bool``, ``None``, tuples, nested frozen classes, and opaque
 JSON-like application values (:data:`JsonValue`). Times are integer milliseconds on the owner's clock.
 
-Requests carry a ``call_id`` chosen by the sender; the owner's reply carries the same ``call_id``. Events
-(``Change``, ``Goodbye``) are pushed by the owner without one.
+Requests carry a ``call_id`` chosen by the sender; the owner's reply carries the same ``call_id``. Events are
+pushed by the owner without one: ``Change`` (a watch's commit), ``Lease`` and ``CancelLease`` (to a worker) and
+``Goodbye`` (the connection ends). The handshake's ``Hello``, ``Welcome`` and ``Refused`` carry none either.
 """
 
 from __future__ import annotations

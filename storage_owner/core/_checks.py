@@ -10,8 +10,9 @@ MAX_NAME_CHARS: Final = 200
 
 
 class Refusal(Exception):
-    """Raised while applying a request to refuse it; becomes an ``Error`` reply, and the request's savepoint
-    (with everything it changed in memory) is rolled back."""
+    """Raised by a request handler (or the task engine under it) to refuse the request. The core turns it into the
+    ``Error`` reply in one place; a write handler rolls its savepoint back (with everything the request changed in
+    memory) on the way out."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)

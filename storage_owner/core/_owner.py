@@ -1,10 +1,11 @@
 """The storage owner's durable logic, sans-IO.
 
-The shell (``storage_owner.io``) feeds the core what happened: a peer said hello, a frame arrived, a peer went
-away. The core answers with frames to send, which the shell releases only after the transaction that produced
-them has committed. The core never reads the clock (``now_ms`` is handed in), never does I/O beyond calling the
-store it was given, and never raises on bad input: a bad request is answered with an ``Error`` frame and
-changes nothing.
+The shell (``storage_owner.io``) feeds the core what happened: a peer said hello, a batch of frames arrived
+(:meth:`OwnerCore.run_batch`, inside the transaction the shell opened), a peer went away. The core answers with
+frames to send, which the shell takes (:meth:`OwnerCore.take_output`) only after it committed that transaction; a
+batch call out of that order raises :class:`BatchOrderError`. The core never reads the clock (``now_ms`` is handed
+in), never does I/O beyond calling the store it was given, and never raises on bad input: a handler refuses a bad
+request by raising :class:`Refusal`, which becomes an ``Error`` reply in one place, and the request changes nothing.
 
 Rules:
 
@@ -25,12 +26,13 @@ Rules:
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
-from typing import Any, Final, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Literal, get_args
 
 import attrs
 
 from protocol import (
+    MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     AbortTask,
@@ -73,6 +75,7 @@ from protocol import (
     Record,
     Refused,
     Release,
+    Role,
     SetTaskState,
     SubmissionRecord,
     SubmissionReply,
@@ -105,7 +108,7 @@ from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 PeerId = int
 Output = tuple[PeerId, Frame]
 
-ROLES: Final = ("client", "worker", "reader")
+ROLES: Final[tuple[Role, ...]] = get_args(Role)
 WRITER_ROLES: Final = frozenset({"client", "worker"})
 MAX_WRITES_PER_COMMIT: Final = 10_000
 MAX_READ_LIMIT: Final = 1000
@@ -127,6 +130,17 @@ MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
 SUBMISSION_QUEUED: Final = "queued"
+DEFAULT_HEARTBEAT_MS: Final = 2_500
+"""How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
+_IDLE: Final = "idle"
+_RAN: Final = "ran"
+_BROKEN: Final = "broken"
+"""The core's batch states: between batches, after :meth:`OwnerCore.run_batch` until its output is taken, and
+after a batch or a catch-up turn raised half-way (nothing is callable any more)."""
+
+
+class BatchOrderError(Exception):
+    """The shell called the core's batch methods out of order (a bug in the caller, never bad input)."""
 
 
 @attrs.define(eq=False)
@@ -166,9 +180,12 @@ class OwnerCore:
         token: str,
         instance: str,
         clock: Literal["wall", "manual"] = "wall",
+        heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
     ) -> None:
         self._store = store
+        self._heartbeat_ms = heartbeat_ms
+        self._batch_state = _IDLE
         self._token = token
         self._instance = instance
         self._clock = clock
@@ -250,8 +267,8 @@ class OwnerCore:
             owner_instance=self._instance,
             head_seq=self._head_seq,
             clock=self._clock,
-            max_message_bytes=0,  # filled in by the shell, which owns the transport limits and liveness
-            heartbeat_ms=0,
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            heartbeat_ms=self._heartbeat_ms,
         )
 
     def attach(self, peer: PeerId, role: str, *, peer_name: str = "", now_ms: int = 0) -> None:
@@ -287,31 +304,31 @@ class OwnerCore:
 
     # --------------------------------------------------------------------------------------------- batches
 
-    def handle(self, peer: PeerId, frame: Frame | BadFrame, now_ms: int) -> None:
-        """Handle one frame from an attached peer, inside the shell's open transaction.
+    def run_batch(self, frames: Iterable[tuple[PeerId, Frame | BadFrame]], now_ms: int) -> bool:
+        """Handle one batch inside the shell's open transaction: each frame in order, then let the task engine
+        settle what they changed. Returns whether the batch wrote a commit (took a ``seq``).
 
-        The replies and events it produces wait in the core until :meth:`take_output`, which the shell calls
-        only after the transaction committed.
+        What the batch produced waits in the core: the shell commits the transaction, then calls
+        :meth:`take_output`; nothing leaves the core before. If this raises (a storage error), the core is broken:
+        the shell fails closed and every later batch call raises :class:`BatchOrderError`.
         """
-        state = self._peers.get(peer)
-        if state is None:
-            return  # the peer left while its frame waited for the batch: nobody can receive an answer
-        if isinstance(frame, BadFrame):
-            self._refuse(peer, frame.call_id, frame.code, frame.message)
-            return
-        handler = self._handlers.get(type(frame))
-        if handler is None:
-            call_id = getattr(frame, "call_id", None)
-            message = f"a peer may not send {frame.TYPE} frames to the owner"
-            self._refuse(peer, call_id, ErrorCode.PROTOCOL_VIOLATION, message)
-            return
-        if type(frame) in self._writes and state.role not in WRITER_ROLES:
-            message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
-            self._refuse(peer, getattr(frame, "call_id", None), ErrorCode.READ_ONLY, message)
-            return
-        if self._clock_ms is not None:
-            now_ms = max(now_ms, self._clock_ms)
-        handler(peer, frame, now_ms)
+        self._expect_batch("run_batch", _IDLE)
+        self._batch_state = _BROKEN  # until the batch got through whole
+        head_before = self._head_seq
+        for peer, frame in frames:
+            self._handle(peer, frame, now_ms)
+        self._settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms))
+        self._batch_state = _RAN
+        return self._head_seq != head_before
+
+    def take_output(self) -> tuple[list[Output], BatchEffects]:
+        """Everything the batch produced, in order, and its effects. Call only once its transaction committed."""
+        self._expect_batch("take_output", _RAN)
+        self._batch_state = _IDLE
+        out, self._out = self._out, []
+        effects = BatchEffects(clock_ms=self._clock_ms)
+        self._clock_ms = None
+        return out, effects
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether the task engine has work (cut-off leases, runnable tasks, due sleeps): run a batch for it."""
@@ -321,11 +338,43 @@ class OwnerCore:
         """The earliest sleep deadline on the owner's clock, for the shell's timer."""
         return self.tasks.next_deadline_ms()
 
-    def settle(self, now_ms: int) -> None:
+    def _expect_batch(self, call: str, expected: str) -> None:
+        """Refuse a batch call out of order (h11's "can't send data when our state is ERROR"): a shell bug."""
+        state = self._batch_state
+        if state == expected:
+            return
+        if state == _BROKEN:
+            message = f"{call}() after a batch or a catch-up failed half-way: this core is unusable, start a new owner"
+            raise BatchOrderError(message)
+        if state == _RAN:
+            raise BatchOrderError(f"{call}() before take_output(): the last batch's output was never taken")
+        raise BatchOrderError(f"{call}() without a batch: call run_batch() first")
+
+    def _handle(self, peer: PeerId, frame: Frame | BadFrame, now_ms: int) -> None:
+        """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
+        (a write handler has rolled its savepoint back on the way out)."""
+        state = self._peers.get(peer)
+        if state is None:
+            return  # the peer left while its frame waited for the batch: nobody can receive an answer
+        call_id = getattr(frame, "call_id", None)
+        try:
+            if isinstance(frame, BadFrame):
+                raise Refusal(frame.code, frame.message)
+            handler = self._handlers.get(type(frame))
+            if handler is None:
+                raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
+            if type(frame) in self._writes and state.role not in WRITER_ROLES:
+                message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
+                raise Refusal(ErrorCode.READ_ONLY, message)
+            if self._clock_ms is not None:
+                now_ms = max(now_ms, self._clock_ms)
+            handler(peer, frame, now_ms)
+        except Refusal as refusal:
+            self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
+
+    def _settle(self, now_ms: int) -> None:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
         more commit, and ``wait_task`` calls of tasks that ended are answered."""
-        if self._clock_ms is not None:
-            now_ms = max(now_ms, self._clock_ms)
         seq = self._head_seq + 1
         result = self.tasks.settle(seq, now_ms)
         if result.records:
@@ -341,15 +390,10 @@ class OwnerCore:
                 for peer, call_id in waits:
                     self._reply(peer, attrs.evolve(reply, call_id=call_id))
 
-    def take_output(self) -> tuple[list[Output], BatchEffects]:
-        """Everything the committed batch produced, in order, and its effects. Call only after COMMIT."""
-        out, self._out = self._out, []
-        effects = BatchEffects(clock_ms=self._clock_ms)
-        self._clock_ms = None
-        return out, effects
-
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
+        self._expect_batch("catch_up", _IDLE)
+        self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
         out: list[Output] = []
         head = self._head_seq
         for key, watch in list(self._lagging.items()):
@@ -367,6 +411,7 @@ class OwnerCore:
                 del self._lagging[key]
                 watch.live = True
                 self._live.setdefault(watch.conversation_id, {})[key] = watch
+        self._batch_state = _IDLE
         return out
 
     # -------------------------------------------------------------------------------------------- requests
@@ -375,8 +420,7 @@ class OwnerCore:
         count = len(request.writes)
         if not 1 <= count <= MAX_WRITES_PER_COMMIT:
             message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
-            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         seq = self._head_seq + 1
         records: list[Record] = []
         results: list[int] = []
@@ -384,13 +428,9 @@ class OwnerCore:
         positions: dict[str, int] = {}
         store = self._store
         if request.lease is not None:
-            try:
-                if self._peers[peer].role != "worker":
-                    raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
-                self.tasks.check_lease(peer, request.lease)
-            except Refusal as refusal:
-                self._refuse(peer, request.call_id, refusal.code, refusal.message)
-                return
+            if self._peers[peer].role != "worker":
+                raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
+            self.tasks.check_lease(peer, request.lease)
         guarded = count > 1
         if guarded:
             store.savepoint()
@@ -404,12 +444,11 @@ class OwnerCore:
                     touched.add(record.conversation_id)
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
-        except Refusal as refusal:
+        except Refusal:  # undo this request alone (rule 1), then let handle() answer it
             if guarded:
                 store.rollback_savepoint()
             self.tasks.rollback()
-            self._refuse(peer, request.call_id, refusal.code, refusal.message)
-            return
+            raise
         self.tasks.commit()
         if guarded:
             store.release_savepoint()
@@ -495,61 +534,54 @@ class OwnerCore:
         call_id = request.call_id
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
-            if existing.kind == request.kind and same_json(existing.payload, request.payload):
-                self._reply(peer, Submitted(call_id=call_id, submission=existing, created=False))
-            else:
+            if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
                 message = (
                     f"request id {request.request_id!r} was already used in this conversation for a different "
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
                 )
-                self._refuse(peer, call_id, ErrorCode.CONFLICT, message)
+                raise Refusal(ErrorCode.CONFLICT, message)
+            self._reply(peer, Submitted(call_id=call_id, submission=existing, created=False))
             return
         seq = self._head_seq + 1
         store = self._store
-        try:  # one fallible write, the first: no savepoint needed (rule 1)
-            check_id(request.conversation_id, "conversation_id")
-            check_id(request.submission_id, "submission_id")
-            check_name(request.kind, "kind")
-            if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
-                raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
-            if store.conversation(request.conversation_id) is None:
-                raise missing_conversation(request.conversation_id)
-            submission = SubmissionRecord(
-                submission_id=request.submission_id,
-                conversation_id=request.conversation_id,
-                request_id=request.request_id,
-                kind=request.kind,
-                payload=request.payload,
-                status=SUBMISSION_QUEUED,
-                seq=seq,
-                created_at_ms=now_ms,
-            )
-            try:
-                store.insert_submission(submission)
-            except StoreConflict as exc:
-                raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
-            touched = {request.conversation_id}
-            store.log_commit(logged, frozenset(touched))
-        except Refusal as refusal:
-            self._refuse(peer, call_id, refusal.code, refusal.message)
-            return
+        # One fallible write, the first: no savepoint needed (rule 1).
+        check_id(request.conversation_id, "conversation_id")
+        check_id(request.submission_id, "submission_id")
+        check_name(request.kind, "kind")
+        if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
+            raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
+        if store.conversation(request.conversation_id) is None:
+            raise missing_conversation(request.conversation_id)
+        submission = SubmissionRecord(
+            submission_id=request.submission_id,
+            conversation_id=request.conversation_id,
+            request_id=request.request_id,
+            kind=request.kind,
+            payload=request.payload,
+            status=SUBMISSION_QUEUED,
+            seq=seq,
+            created_at_ms=now_ms,
+        )
+        try:
+            store.insert_submission(submission)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
+        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
+        touched = {request.conversation_id}
+        store.log_commit(logged, frozenset(touched))
         self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
 
     def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
-            self._refuse(peer, request.call_id, ErrorCode.NOT_ALLOWED, message)
-            return
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
         if request.by_ms < 0:
             message = f"by_ms must not be negative (got {request.by_ms}); the clock never goes back"
-            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         new_ms = now_ms + request.by_ms
         if new_ms > MAX_CLOCK_MS:
             message = f"advancing by {request.by_ms} ms would take the clock past {MAX_CLOCK_MS} ms"
-            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
         self._clock_ms = new_ms
         self._reply(peer, ClockReply(call_id=request.call_id, now_ms=new_ms))
@@ -557,23 +589,19 @@ class OwnerCore:
     def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        else:
-            self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+        self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
 
     def _on_read_entries(self, peer: PeerId, request: ReadEntries, now_ms: int) -> None:
         call_id = request.call_id
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            self._refuse(peer, call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
             message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
-            self._refuse(peer, call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         if self._store.conversation(request.conversation_id) is None:
-            self._refuse(peer, call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-            return
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         entries, more = self._store.entry_page(
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
         )
@@ -583,15 +611,13 @@ class OwnerCore:
     def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(conversation_id))
-            return
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
         document = self._store.document(conversation_id, request.name)
         self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
 
     def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-            return
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         submission = self._store.submission(request.conversation_id, request.request_id)
         self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
 
@@ -600,18 +626,15 @@ class OwnerCore:
         state = self._peers[peer]
         if request.watch_id in state.watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
-            self._refuse(peer, call_id, ErrorCode.CONFLICT, message)
-            return
+            raise Refusal(ErrorCode.CONFLICT, message)
         if not 0 <= request.from_seq <= self._head_seq:
             message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
-            self._refuse(peer, call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         from_seq = request.from_seq
         if request.conversation_id is not None:
             conversation = self._store.conversation(request.conversation_id)
             if conversation is None:
-                self._refuse(peer, call_id, ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-                return
+                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
         watch = _Watch(
             peer=peer, watch_id=request.watch_id, conversation_id=request.conversation_id, delivered_seq=from_seq
@@ -628,30 +651,22 @@ class OwnerCore:
 
     def _on_announce(self, peer: PeerId, request: Announce, now_ms: int) -> None:
         state = self._peers[peer]
-        problem = None
         if state.role != "worker":
-            problem = (ErrorCode.NOT_ALLOWED, f"only workers announce capabilities; this connection is a {state.role}")
-        elif not 1 <= request.max_leases <= MAX_LEASES_PER_WORKER:
-            problem = (ErrorCode.INVALID, f"max_leases must be between 1 and {MAX_LEASES_PER_WORKER}")
-        elif len(request.capabilities) > MAX_CAPABILITIES:
-            problem = (ErrorCode.INVALID, f"a worker may announce at most {MAX_CAPABILITIES} capabilities")
-        else:
-            for index, capability in enumerate(request.capabilities):
-                if (
-                    not 1 <= len(capability.name) <= MAX_NAME_CHARS
-                    or capability.version < 1
-                    or capability.restart_limit < 1
-                ):
-                    problem = (
-                        ErrorCode.INVALID,
-                        f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
-                        f"restart_limit of 1 or more are required, not {capability.name!r} version "
-                        f"{capability.version} restart_limit {capability.restart_limit}",
-                    )
-                    break
-        if problem is not None:
-            self._refuse(peer, request.call_id, problem[0], problem[1])
-            return
+            message = f"only workers announce capabilities; this connection is a {state.role}"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        if not 1 <= request.max_leases <= MAX_LEASES_PER_WORKER:
+            raise Refusal(ErrorCode.INVALID, f"max_leases must be between 1 and {MAX_LEASES_PER_WORKER}")
+        if len(request.capabilities) > MAX_CAPABILITIES:
+            raise Refusal(ErrorCode.INVALID, f"a worker may announce at most {MAX_CAPABILITIES} capabilities")
+        for index, capability in enumerate(request.capabilities):
+            named = 1 <= len(capability.name) <= MAX_NAME_CHARS
+            if not named or capability.version < 1 or capability.restart_limit < 1:
+                raise Refusal(
+                    ErrorCode.INVALID,
+                    f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
+                    f"restart_limit of 1 or more are required, not {capability.name!r} version "
+                    f"{capability.version} restart_limit {capability.restart_limit}",
+                )
         state.announced = request
         self.tasks.worker_announced(
             peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
@@ -678,29 +693,26 @@ class OwnerCore:
     def _on_read_task(self, peer: PeerId, request: ReadTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        else:
-            self._reply(peer, self._task_reply(record, request.call_id))
+            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        self._reply(peer, self._task_reply(record, request.call_id))
 
     def _on_read_outcomes(self, peer: PeerId, request: ReadOutcomes, now_ms: int) -> None:
         if len(request.task_ids) > MAX_READ_LIMIT:
             message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
-            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         outcomes: list[TaskOutcome | None] = []
         for task_id in request.task_ids:
             record = self.tasks.record(task_id)
             if record is None:
-                self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(task_id))
-                return
+                raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
             outcomes.append(record.outcome if record.status == "terminal" else None)
         self._reply(peer, OutcomesReply(call_id=request.call_id, outcomes=tuple(outcomes)))
 
     def _on_wait_task(self, peer: PeerId, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
-            self._refuse(peer, request.call_id, ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        elif record.status == "terminal":
+            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        if record.status == "terminal":
             self._reply(peer, self._task_reply(record, request.call_id))
         else:
             self._task_waits.setdefault(request.task_id, []).append((peer, request.call_id))
@@ -708,8 +720,7 @@ class OwnerCore:
     def _on_read_task_graph(self, peer: PeerId, request: ReadTaskGraph, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            self._refuse(peer, request.call_id, ErrorCode.INVALID, message)
-            return
+            raise Refusal(ErrorCode.INVALID, message)
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
         next_after = nodes[-1].task.task_id if more else None
         reply = TaskGraphReply(
@@ -718,11 +729,7 @@ class OwnerCore:
         self._reply(peer, reply)
 
     def _on_release(self, peer: PeerId, request: Release, now_ms: int) -> None:
-        try:
-            self.tasks.release(peer, request.lease, request.migration_error)
-        except Refusal as refusal:
-            self._refuse(peer, request.call_id, refusal.code, refusal.message)
-            return
+        self.tasks.release(peer, request.lease, request.migration_error)
         self._reply(peer, Ok(call_id=request.call_id))
 
     def _task_reply(self, record: TaskRecord, call_id: int) -> TaskReply:
@@ -736,9 +743,6 @@ class OwnerCore:
 
     def _reply(self, peer: PeerId, frame: Frame) -> None:
         self._out.append((peer, frame))
-
-    def _refuse(self, peer: PeerId, call_id: int | None, code: ErrorCode, message: str) -> None:
-        self._reply(peer, Error(call_id=call_id, code=code, message=message))
 
     def _published(self, peer: PeerId, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
         """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""

@@ -5,13 +5,15 @@ How a commit flows::
     peer ──message──► _Connection.receive_loop ──decode──► OwnerServer.pending (one list for every peer)
                                                                  │
     OwnerServer._commit_loop: take what is pending (_batch_size) ◄┘
-        BEGIN IMMEDIATE; core.handle(each frame)  (a savepoint per multi-write request); core.settle(); COMMIT
+        BEGIN IMMEDIATE; core.run_batch(frames)  (a savepoint per multi-write request; then the engine settles); COMMIT
         core.take_output() ──encode──► each peer's send queue ──coalesce──► one message per send
                                                                            (acknowledgements go out only now)
 
 Everything between BEGIN and COMMIT is synchronous, so a COMMIT is never cancelled half-way, and nothing a batch
-produced is sent before its COMMIT returned. A storage error fails the owner closed: every request of the failed
-batch and every pending one gets a ``storage_failed`` error, and the owner exits non-zero.
+produced is sent before its COMMIT returned. A storage error fails the owner closed, wherever the commit loop meets
+it (a batch, a watch's catch-up, a checkpoint handed over from its thread): every request of the failed batch and
+every pending one gets a ``storage_failed`` error, every peer a ``storage_failed`` goodbye, and the owner stops with
+:class:`OwnerFailed` (``tether owner`` exits non-zero).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import trio
 import trio_websocket
 
 from protocol import (
-    MAX_MESSAGE_BYTES,
     WEBSOCKET_HARD_LIMIT_BYTES,
     BadFrame,
     Error,
@@ -117,8 +118,8 @@ class _Stop:
     unhandled: str
 
 
-class OwnerFailed(Exception):
-    """The owner stopped because its storage failed; the message says what happened."""
+class OwnerFailed(TetherError):
+    """The owner stopped because its storage failed (it failed closed); the message says what happened."""
 
 
 PEER_GONE: Final = (
@@ -232,6 +233,10 @@ class OwnerServer:
             unhandled="the owner stopped before handling this request; nothing was written",
         )
         self._checkpointing = False
+        self._checkpoint_tail = False
+        """A background checkpoint finished: the commit loop copies the WAL's tail before its next batch."""
+        self._storage_failed: StorageError | None = None
+        """A storage error met outside the commit loop (on the checkpoint thread), for the loop to fail closed on."""
         self._checkpoint_mark = 0
         """WAL size (pages) when the last checkpoint started; the next starts once the WAL grew as much again."""
         self._nursery: trio.Nursery | None = None
@@ -291,6 +296,7 @@ class OwnerServer:
                     token=self.token,
                     instance=self.instance,
                     clock=config.clock,
+                    heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / 4),
                     orphan_grace_ms=config.orphan_grace_ms,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
@@ -394,9 +400,7 @@ class OwnerServer:
                     await ws.aclose()
                     return None
                 assert isinstance(hello, Hello)
-                heartbeat_ms = int(self.config.heartbeat_timeout_s * 1000 / 4)
-                welcome = attrs.evolve(answer, max_message_bytes=MAX_MESSAGE_BYTES, heartbeat_ms=heartbeat_ms)
-                await ws.send_message(encode_frame(welcome))
+                await ws.send_message(encode_frame(answer))
                 peer = next(self._peer_ids)
                 connection = _Connection(self, peer, ws)
                 self._connections[peer] = connection
@@ -440,50 +444,60 @@ class OwnerServer:
     # ---------------------------------------------------------------------------------------- commit loop
 
     async def _commit_loop(self) -> None:
+        """Run batches, feed lagging watches and copy the WAL back, until cancelled or storage fails.
+
+        Every storage error met here (a batch, a watch's catch-up, a checkpoint on its thread) takes the one
+        fail-closed path: :meth:`_fail_closed`.
+        """
         core = self.core
         clock = self._clock
-        while True:
-            if not self.pending and not core.has_lagging_watches and not core.needs_settle(clock.now_ms()):
-                deadline_ms = core.next_deadline_ms()
-                wait_s = math.inf if deadline_ms is None else clock.seconds_until(deadline_ms)
-                with trio.move_on_after(wait_s):
-                    await self.work.wait()
-            self.work = trio.Event()
-            if self.pending or core.needs_settle(clock.now_ms()):
-                take = _batch_size(len(self.pending))
-                batch = self.pending[:take]
-                del self.pending[:take]
-                self._run_batch(batch)
-                self.space_available.set()
-                self.space_available = trio.Event()
-            if core.has_lagging_watches:
-                with storage_errors("reading the commit log for a watch"):
-                    self._dispatch(core.catch_up())
-            await trio.lowlevel.checkpoint()
-
-    def _run_batch(self, batch: list[tuple[PeerId, Frame | BadFrame]]) -> None:
-        core = self.core
-        store = self._store
-        now_ms = self._clock.now_ms()
-        head_before = core.head_seq
+        batch: list[tuple[PeerId, Frame | BadFrame]] = []
         try:
-            with storage_errors("committing a batch"):
-                store.begin()
-                for peer, frame in batch:
-                    core.handle(peer, frame, now_ms)
-                core.settle(now_ms)
-                wrote = core.head_seq != head_before
-                if wrote:
-                    self._writing_commits += 1
-                    if self._writing_commits == self.config.kill_before_commit:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    if self._writing_commits == self.config.storage_error_at_commit:
-                        raise StorageError(f"injected storage failure at writing commit {self._writing_commits}")
-                store.commit()
-                if wrote and self._writing_commits == self.config.kill_after_commit:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            while True:
+                if self._storage_failed is not None:
+                    raise self._storage_failed
+                if not self.pending and not core.has_lagging_watches and not core.needs_settle(clock.now_ms()):
+                    deadline_ms = core.next_deadline_ms()
+                    wait_s = math.inf if deadline_ms is None else clock.seconds_until(deadline_ms)
+                    with trio.move_on_after(wait_s):
+                        await self.work.wait()
+                self.work = trio.Event()
+                if self._storage_failed is not None:
+                    raise self._storage_failed
+                if self._checkpoint_tail:
+                    self._checkpoint_tail = False
+                    self._store.finish_checkpoint()
+                if self.pending or core.needs_settle(clock.now_ms()):
+                    take = _batch_size(len(self.pending))
+                    batch = self.pending[:take]
+                    del self.pending[:take]
+                    self._run_batch(batch)
+                    batch = []
+                    self.space_available.set()
+                    self.space_available = trio.Event()
+                if core.has_lagging_watches:
+                    with storage_errors("reading the commit log for a watch"):
+                        self._dispatch(core.catch_up())
+                await trio.lowlevel.checkpoint()
         except StorageError as exc:
             self._fail_closed(batch, exc)
+
+    def _run_batch(self, batch: list[tuple[PeerId, Frame | BadFrame]]) -> None:
+        """One transaction: BEGIN, the core's batch, COMMIT; then what it produced goes out (never before)."""
+        core = self.core
+        store = self._store
+        with storage_errors("committing a batch"):
+            store.begin()
+            wrote = core.run_batch(batch, self._clock.now_ms())
+            if wrote:
+                self._writing_commits += 1
+                if self._writing_commits == self.config.kill_before_commit:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if self._writing_commits == self.config.storage_error_at_commit:
+                    raise StorageError(f"injected storage failure at writing commit {self._writing_commits}")
+            store.commit()
+            if wrote and self._writing_commits == self.config.kill_after_commit:
+                os.kill(os.getpid(), signal.SIGKILL)
         out, effects = core.take_output()
         if effects.clock_ms is not None:
             self._clock.advance_to(effects.clock_ms)
@@ -501,22 +515,30 @@ class OwnerServer:
         self._nursery.start_soon(self._checkpoint)
 
     async def _checkpoint(self) -> None:
-        """Copy the WAL back into the database on another thread, beside the commit loop."""
+        """Copy the WAL back into the database on another thread, beside the commit loop; the commit loop copies
+        the tail before its next batch (see ``SqliteStore.finish_checkpoint``)."""
         assert self._checkpointer is not None
         try:
-            with storage_errors("checkpointing"):
-                await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+            await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+        except StorageError as exc:
+            self._storage_failed = exc
+        else:
+            self._checkpoint_tail = True
         finally:
             self._checkpointing = False
+            self.work.set()
 
     def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
-        """Answer the failed batch, and make the stop that follows answer every pending request the same way."""
-        self.log(f"tether owner: {exc}; failing closed: nothing of this batch was acknowledged")
+        """The one way a storage error stops the owner: answer the failed batch (if one was running) with
+        ``storage_failed``, make the stop that follows answer every pending request and say goodbye the same way,
+        and raise :class:`OwnerFailed`."""
+        self.log(f"tether owner: {exc}; failing closed: nothing uncommitted was acknowledged")
         unhandled = f"{exc}; nothing of this request was acknowledged, the owner is failing closed"
         self._stop = _Stop(code=ErrorCode.STORAGE_FAILED, reason=str(exc), unhandled=unhandled)
         self._refuse(batch, ErrorCode.STORAGE_FAILED, unhandled)
         with contextlib.suppress(Exception):  # the store is already broken; the rollback is a courtesy
-            self._store.rollback()
+            if self._store.in_transaction:  # not after a failed catch-up or checkpoint
+                self._store.rollback()
         raise OwnerFailed(str(exc)) from exc
 
     def _refuse(self, requests: list[tuple[PeerId, Frame | BadFrame]], code: ErrorCode, message: str) -> None:

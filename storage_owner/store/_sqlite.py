@@ -1,8 +1,14 @@
 """The SQLite store, through APSW. Every SQL string lives here, in the method that runs it.
 
-apsw errors are mapped at this boundary: a uniqueness violation becomes
-:class:`~storage_owner.core.StoreConflict` (the request is refused), anything else
-:class:`~protocol.StorageError` (the owner fails closed).
+apsw errors are mapped at this boundary, in two ways:
+
+- a uniqueness violation of an insert becomes :class:`~storage_owner.core.StoreConflict` right where the insert
+  runs (the core refuses the request; the transaction stays usable);
+- any other apsw error becomes :class:`~protocol.StorageError` (the owner fails closed) through
+  :func:`storage_errors`. The methods the core calls inside a batch let apsw errors through, and the shell wraps
+  the whole batch (and each catch-up turn) in ``storage_errors``; the methods the shell calls on their own (opening,
+  closing, recording the owner, checkpoints) map their own. A checkpoint SQLite did not run is a
+  ``StorageError`` too, though SQLite reports it with a result, not an error.
 """
 
 from __future__ import annotations
@@ -133,6 +139,16 @@ class SqliteStore:
     def _on_wal(self, _db: apsw.Connection, _name: str, pages: int) -> int:
         self.wal_pages = pages
         return apsw.SQLITE_OK
+
+    def finish_checkpoint(self) -> None:
+        """Copy the WAL's tail (what was committed while a background checkpoint ran) into the database, between
+        transactions, so that the next transaction starts the WAL over from its beginning.
+
+        Under sustained writes a background checkpoint never sees the whole WAL copied: the commit loop appends
+        frames while it runs, and SQLite restarts the WAL only once every frame is in the database. Without this
+        the WAL grows without bound (and the database file stays empty) until the owner stops.
+        """
+        _passive_checkpoint(self._db, "checkpointing the WAL's tail")
 
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
@@ -502,18 +518,43 @@ _NO_IDS: Final[tuple[str, ...]] = ()
 _task_row, _task_record = _task_codecs()
 
 
+def _passive_checkpoint(db: apsw.Connection, action: str) -> tuple[int, int] | None:
+    """Run a passive checkpoint on ``db``: (WAL frames, frames copied), or ``None`` if another connection was
+    checkpointing (SQLite answers SQLITE_BUSY at once; nothing is wrong, the next checkpoint copies the rest).
+
+    Raises :class:`StorageError` for any other failure, and if SQLite did not run it: it answers (-1, -1) instead
+    of failing when the connection is not in WAL mode."""
+    with storage_errors(action):
+        try:
+            frames, copied = db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return None
+    if frames < 0 or copied < 0:
+        raise StorageError(f"storage failed while {action}: SQLite did not run the checkpoint")
+    return frames, copied
+
+
 class Checkpointer:
     """A connection of its own that copies the WAL back into the database. Use from one thread at a time."""
 
     def __init__(self, path: str) -> None:
         with storage_errors(f"opening {path} for checkpoints"):
             self._db = apsw.Connection(path)
-            self._db.setbusytimeout(BUSY_TIMEOUT_MS)
+            try:
+                self._db.setbusytimeout(BUSY_TIMEOUT_MS)
+                # A connection that has read nothing does not know the database is in WAL mode, and SQLite answers
+                # its checkpoints with (-1, -1) without copying anything: read the journal mode first.
+                mode = self._db.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[index]
+            except BaseException:
+                self._db.close()
+                raise
+        if mode != "wal":
+            self._db.close()
+            raise StorageError(f"cannot checkpoint {path}: its journal mode is {mode!r}, not 'wal'")
 
-    def checkpoint(self) -> tuple[int, int]:
-        """A passive checkpoint: never blocks the writer. Returns (WAL frames, frames checkpointed)."""
-        with storage_errors("checkpointing the WAL"):
-            return self._db.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+    def checkpoint(self) -> tuple[int, int] | None:
+        """A passive checkpoint: never blocks the writer. See :func:`_passive_checkpoint`."""
+        return _passive_checkpoint(self._db, "checkpointing the WAL")
 
     def close(self) -> None:
         with storage_errors("closing the checkpoint connection"):

@@ -1,5 +1,5 @@
 """The owner's core, driven directly over a real SQLite store on a temp file, batch by batch, as the shell does:
-``store.begin(); core.handle(...); store.commit(); core.take_output()``, and ``core.catch_up()`` between batches.
+``store.begin(); core.run_batch(...); store.commit(); core.take_output()``, and ``core.catch_up()`` between batches.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from protocol import (
+    MAX_MESSAGE_BYTES,
     SUPPORTED_VERSIONS,
     AdvanceClock,
     AppendEntry,
@@ -53,8 +54,18 @@ from protocol import (
     Welcome,
     Write,
 )
-from storage_owner.core import CATCH_UP_PAGE, MAX_READ_LIMIT, MAX_WRITES_PER_COMMIT, Output, OwnerCore, PeerId
+from storage_owner.core import (
+    CATCH_UP_PAGE,
+    MAX_READ_LIMIT,
+    MAX_WRITES_PER_COMMIT,
+    BatchEffects,
+    BatchOrderError,
+    Output,
+    OwnerCore,
+    PeerId,
+)
 from storage_owner.core import _owner as owner_module
+from storage_owner.core._owner import DEFAULT_HEARTBEAT_MS
 from storage_owner.store import SqliteStore
 
 TOKEN = "test-token"
@@ -141,7 +152,7 @@ class Harness:
         self._peers = itertools.count(1)
         self.store = SqliteStore.open(str(path))
         self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=clock)
-        self.effects = self.core.take_output()[1]
+        self.effects = BatchEffects()
 
     def restart(self) -> None:
         """Close the store and start a new core on it, as a new owner process would."""
@@ -161,8 +172,7 @@ class Harness:
 
     def batch(self, *items: tuple[PeerId, Frame | BadFrame]) -> list[Output]:
         self.store.begin()
-        for peer, frame in items:
-            self.core.handle(peer, frame, self.now_ms)
+        self.core.run_batch(items, self.now_ms)
         self.store.commit()
         out, self.effects = self.core.take_output()
         return out
@@ -226,6 +236,19 @@ def test_good_hello_is_welcomed_with_the_head_seq(harness: Harness) -> None:
     assert answer.head_seq == 2
     assert answer.owner_instance == INSTANCE
     assert answer.clock == "wall"
+    assert answer.max_message_bytes == MAX_MESSAGE_BYTES  # the core builds the welcome whole
+    assert answer.heartbeat_ms == DEFAULT_HEARTBEAT_MS
+
+
+def test_the_welcome_tells_the_heartbeat_the_core_was_given(tmp_path: Path) -> None:
+    store = SqliteStore.open(str(tmp_path / "heartbeat.db"))
+    try:
+        core = OwnerCore(store, token=TOKEN, instance=INSTANCE, heartbeat_ms=1234)
+        answer = core.hello(Hello(protocol_version=SUPPORTED_VERSIONS[0], token=TOKEN, role="client"))
+        assert isinstance(answer, Welcome)
+        assert answer.heartbeat_ms == 1234
+    finally:
+        store.close()
 
 
 def test_hello_with_a_bad_token_is_refused(harness: Harness) -> None:
@@ -789,12 +812,7 @@ def test_frame_from_a_detached_peer_does_not_raise(harness: Harness, make: Any) 
     peer = harness.connect()
     harness.core.detach(peer)
     head = harness.core.head_seq
-    harness.store.begin()
-    try:
-        harness.core.handle(peer, make(), harness.now_ms)
-    finally:
-        harness.store.commit()
-    out, _ = harness.core.take_output()
+    out = harness.batch((peer, make()))
     assert out == []  # nobody is left to answer
     assert harness.core.head_seq == head  # and nothing was written for it
 
@@ -1384,3 +1402,53 @@ CoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_core_state_machine = CoreMachine.TestCase
+
+
+# ------------------------------------------------------------------------------------------ batch order
+
+
+def test_take_output_without_a_batch_is_refused(harness: Harness) -> None:
+    with pytest.raises(BatchOrderError, match="run_batch"):
+        harness.core.take_output()
+
+
+def test_a_second_batch_before_the_first_ones_output_was_taken_is_refused(harness: Harness) -> None:
+    peer = harness.connect()
+    harness.store.begin()
+    harness.core.run_batch([(peer, Ping(call_id=1))], harness.now_ms)
+    with pytest.raises(BatchOrderError, match="take_output"):
+        harness.core.run_batch([(peer, Ping(call_id=2))], harness.now_ms)
+    with pytest.raises(BatchOrderError, match="take_output"):
+        harness.core.catch_up()  # never inside a batch
+    harness.store.commit()
+    out, _ = harness.core.take_output()
+    assert [frame.call_id for _, frame in out if isinstance(frame, Pong)] == [1]  # the refused batch did nothing
+
+
+def test_a_batch_that_raised_half_way_leaves_the_core_unusable(harness: Harness) -> None:
+    peer = harness.connect()
+    conversation_id = new_conversation(harness, peer)
+    harness.store.begin()
+    harness.store.close()  # the storage breaks under the batch
+    with pytest.raises(Exception, match="closed"):
+        harness.core.run_batch([(peer, commit(append(conversation_id)))], harness.now_ms)
+    for call_ in (
+        harness.core.take_output,
+        harness.core.catch_up,
+        lambda: harness.core.run_batch([], harness.now_ms),
+    ):
+        with pytest.raises(BatchOrderError, match="failed half-way"):
+            call_()
+    harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close
+
+
+def test_a_catch_up_that_raised_half_way_leaves_the_core_unusable(harness: Harness) -> None:
+    peer = harness.connect()
+    new_conversation(harness, peer)
+    harness.request(peer, watch(1))
+    harness.store.close()  # the storage breaks under the catch-up
+    with pytest.raises(Exception, match="closed"):
+        harness.core.catch_up()
+    with pytest.raises(BatchOrderError, match="failed half-way"):
+        harness.core.run_batch([], harness.now_ms)
+    harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close

@@ -762,3 +762,80 @@ def test_task_owned_conversations_are_those_whose_owner_is_not_terminal(store: S
     assert store.task_owned_conversations() == [
         (conversation, owner) for conversation, owner in owned.items() if owner == completing.task_id
     ]
+
+
+# ------------------------------------------------------------------------------------------ WAL checkpoints
+
+
+def _append_commits(store: SqliteStore, conversation_id: str, count: int, first_position: int) -> None:
+    for position in range(first_position, first_position + count):
+        store.begin()
+        store.insert_entry(_entry(conversation_id, position))
+        store.commit()
+
+
+def test_a_background_checkpoint_copies_the_wal_into_the_database(store: SqliteStore, path: str) -> None:
+    checkpointer = store.use_background_checkpoints()
+    try:
+        _append_commits(store, _with_conversation(store), 200, 0)
+        size_before = os.path.getsize(path)
+        frames, copied = checkpointer.checkpoint()
+        assert frames == store.wal_pages > 0
+        assert copied == frames
+        assert os.path.getsize(path) > size_before
+    finally:
+        checkpointer.close()
+
+
+def test_the_wal_starts_over_once_its_tail_is_copied_under_sustained_writes(store: SqliteStore) -> None:
+    checkpointer = store.use_background_checkpoints()
+    conversation_id = _with_conversation(store)
+    try:
+        _append_commits(store, conversation_id, 200, 0)
+        checkpointer.checkpoint()
+        _append_commits(store, conversation_id, 50, 200)  # the commit loop went on while the checkpoint ran
+        grown = store.wal_pages
+        store.finish_checkpoint()
+        _append_commits(store, conversation_id, 1, 250)
+        assert store.wal_pages < 10 < grown  # the next transaction wrote at the start of the WAL again
+    finally:
+        checkpointer.close()
+
+
+class _Busy:
+    """A connection whose checkpoints meet another connection's checkpoint (SQLite answers SQLITE_BUSY at once)."""
+
+    def wal_checkpoint(self, **kwargs: object) -> tuple[int, int]:
+        raise apsw.BusyError("database is locked (another checkpoint runs)")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_checkpoint_that_meets_another_one_is_skipped_not_a_storage_error(store: SqliteStore) -> None:
+    checkpointer = store.use_background_checkpoints()
+    real, checkpointer._db = checkpointer._db, _Busy()  # type: ignore[assignment]
+    try:
+        assert checkpointer.checkpoint() is None
+    finally:
+        real.close()
+
+
+class _NotRun:
+    """A connection whose checkpoints SQLite did not run (it answers (-1, -1), as on a connection not in WAL mode)."""
+
+    def wal_checkpoint(self, **kwargs: object) -> tuple[int, int]:
+        return (-1, -1)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_checkpoint_sqlite_did_not_run_is_a_storage_error(store: SqliteStore) -> None:
+    checkpointer = store.use_background_checkpoints()
+    real, checkpointer._db = checkpointer._db, _NotRun()  # type: ignore[assignment]
+    try:
+        with pytest.raises(StorageError, match="did not run the checkpoint"):
+            checkpointer.checkpoint()
+    finally:
+        real.close()

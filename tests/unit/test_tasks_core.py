@@ -1,5 +1,5 @@
 """The task engine, sans-IO: OwnerCore over a real SqliteStore on a temp file, driven batch by batch as the shell
-drives it (``store.begin(); core.handle(...) for each frame; core.settle(now); store.commit(); core.take_output()``),
+drives it (``store.begin(); core.run_batch(frames, now); store.commit(); core.take_output()``),
 with workers simulated as peers that announce capabilities, take ``Lease`` / ``CancelLease`` events and answer with
 commits under their lease or ``Release`` frames.
 """
@@ -317,9 +317,7 @@ class OwnerSim:
 
     def _one_batch(self, items: Sequence[tuple[PeerId, Frame]]) -> list[Output]:
         self.store.begin()
-        for peer, frame in items:
-            self.core.handle(peer, frame, self.now_ms)
-        self.core.settle(self.now_ms)
+        self.core.run_batch(items, self.now_ms)
         self.store.commit()
         out, effects = self.core.take_output()
         if effects.clock_ms is not None:
