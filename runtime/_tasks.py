@@ -9,8 +9,8 @@ import apsw
 import trio
 
 import actors
-from protocol import OwnerUnavailable, TaskNode, TaskOutcome, TaskRecord, TetherError
-from storage_owner.store import SqliteStore
+from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskOutcome, TaskRecord, TetherError
+from storage_owner.store import SCHEMA_VERSION, SqliteStore
 
 from ._status import ask_owner
 
@@ -102,17 +102,32 @@ def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
 
 
 def _graph_from_database(db: str) -> actors.TaskGraph:
-    """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown)."""
-    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown).
+
+    Raises :class:`SchemaTooNew` for a database a newer engine wrote, and :class:`StorageError` for a file that
+    is not a Tether database; neither changes the file.
+    """
     try:
-        version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-        if version < 2:
-            return actors.TaskGraph(seq=0, nodes={})
-        store = SqliteStore(connection, db)
-        nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
-        return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
-    finally:
-        connection.close()
+        connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"database {db} has schema version {version}, newer than this engine's {SCHEMA_VERSION}; "
+                    "it was left untouched. Use the newer tether that wrote it."
+                )
+            if version < 2:
+                return actors.TaskGraph(seq=0, nodes={})
+            store = SqliteStore(connection, db)
+            nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
+            return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
+        finally:
+            connection.close()
+    except apsw.Error as exc:
+        raise StorageError(
+            f"cannot read the tasks of {db}: it is not a Tether database ({type(exc).__name__}: {exc}); "
+            "it was left untouched. Check the --db path."
+        ) from exc
 
 
 def read_graph(db: str) -> tuple[actors.TaskGraph, str]:

@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import apsw
+import attrs
 import pytest
 import trio
 
 import actors
-from protocol import read_runtime, runtime_path
+from protocol import read_runtime, runtime_path, write_private_json
 from runtime import tether_command
 from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
 from storage_owner.store import SCHEMA_VERSION
@@ -209,3 +210,38 @@ async def test_demo_exits_zero_even_when_a_writer_starts_late(tmp_path: Path) ->
             )
         assert result.returncode == EXIT_OK, result.stderr.decode(errors="replace")
         assert not runtime_path(db).exists(), "the demo must stop its owner cleanly"
+
+
+@pytest.mark.parametrize("command", ["status", "tasks"])
+async def test_status_and_tasks_fail_when_the_owner_refuses_the_token(owner: OwnerProcess, command: str) -> None:
+    # The runtime file names the running owner but with a token it does not accept: the owner must not look idle.
+    assert owner.info is not None
+    write_private_json(runtime_path(owner.db), attrs.asdict(attrs.evolve(owner.info, token="not-the-token")))
+    with trio.fail_after(20):
+        result = await run_tether(command, "--db", owner.db)
+    assert result.returncode == EXIT_FAILED
+    assert result.stdout == b""
+    assert len(stderr_lines(result)) == 1, stderr_lines(result)
+
+
+@pytest.mark.parametrize(
+    ("content", "exit_status"),
+    [("not-sqlite", EXIT_FAILED), ("another-app", EXIT_FAILED), ("newer-schema", EXIT_SCHEMA_TOO_NEW)],
+)
+async def test_tasks_on_a_file_that_is_not_a_tether_database_fails_with_one_line(
+    db_path: str, content: str, exit_status: int
+) -> None:
+    if content == "not-sqlite":
+        Path(db_path).write_bytes(b"a text file, not a database\n" * 64)
+    else:
+        db = apsw.Connection(db_path)
+        db.execute("CREATE TABLE other_things (x INTEGER)")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1 if content == 'newer-schema' else SCHEMA_VERSION}")
+        db.close()
+    before = Path(db_path).read_bytes()
+    with trio.fail_after(20):
+        result = await run_tether("tasks", "--db", db_path)
+    assert result.returncode == exit_status
+    assert result.stdout == b""
+    assert len(stderr_lines(result)) == 1, stderr_lines(result)
+    assert Path(db_path).read_bytes() == before
