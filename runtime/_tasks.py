@@ -9,7 +9,7 @@ import apsw
 import trio
 
 import actors
-from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskOutcome, TaskRecord, TetherError
+from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskRecord, TetherError, converter
 from storage_owner.store import SCHEMA_VERSION, SqliteStore
 
 from ._status import ask_owner
@@ -19,34 +19,15 @@ SHORT_ID: Final = 8
 
 
 def task_json(record: TaskRecord, node: TaskNode | None = None) -> dict[str, Any]:
-    """A task as ``tether tasks --json`` and the docs show it."""
+    """A task as ``tether tasks --json`` and the docs show it: the task record as the wire carries it (the one
+    converter unstructures it), with who owns it and what the running owner knows (blocked reason, worker)."""
     return {
-        "task_id": record.task_id,
-        "kind": record.kind,
-        "version": record.version,
-        "status": record.status,
+        **converter.unstructure(record),
         "owner": record.owner,
-        "conversation_id": record.conversation_id,
-        "phase": record.phase,
-        "background": record.background,
-        "abort": record.abort,
-        "on": list(record.on),
-        "policy": record.policy,
-        "until_ms": record.until_ms,
-        "restarts": record.restarts,
-        "restart_limit": record.restart_limit,
-        "held": _outcome_json(record.held),
-        "outcome": _outcome_json(record.outcome),
         "blocked": None if node is None else node.blocked,
         "blocked_detail": None if node is None else node.blocked_detail,
         "worker": None if node is None else node.leased_to,
     }
-
-
-def _outcome_json(outcome: TaskOutcome | None) -> dict[str, Any] | None:
-    if outcome is None:
-        return None
-    return {"status": outcome.status, "reason": outcome.reason, "result": outcome.result, "error": outcome.error}
 
 
 def describe_node(node: TaskNode) -> str:
