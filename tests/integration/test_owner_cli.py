@@ -29,6 +29,14 @@ async def run_tether(*args: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(tether_command(*args), capture_stdout=True, capture_stderr=True, check=False)
 
 
+def make_foreign_database(path: str, user_version: int) -> None:
+    """A SQLite database that Tether did not write: a table of its own, and ``user_version`` as given."""
+    db = apsw.Connection(path)
+    db.execute("CREATE TABLE other_things (x INTEGER)")
+    db.execute(f"PRAGMA user_version={user_version}")
+    db.close()
+
+
 def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
     return [line for line in result.stderr.decode(errors="replace").splitlines() if line.strip()]
 
@@ -109,10 +117,7 @@ async def test_signal_stops_cleanly_and_removes_the_runtime_file(db_path: str, s
 
 async def test_schema_too_new_is_refused_and_left_untouched(db_path: str) -> None:
     newer = SCHEMA_VERSION + 1
-    db = apsw.Connection(db_path)
-    db.execute("CREATE TABLE from_the_future (x INTEGER)")
-    db.execute(f"PRAGMA user_version={newer}")
-    db.close()
+    make_foreign_database(db_path, newer)
     before = Path(db_path).read_bytes()
     with trio.fail_after(20):
         result = await run_tether("owner", "--db", db_path)
@@ -234,10 +239,7 @@ async def test_tasks_on_a_file_that_is_not_a_tether_database_fails_with_one_line
     if content == "not-sqlite":
         Path(db_path).write_bytes(b"a text file, not a database\n" * 64)
     else:
-        db = apsw.Connection(db_path)
-        db.execute("CREATE TABLE other_things (x INTEGER)")
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1 if content == 'newer-schema' else SCHEMA_VERSION}")
-        db.close()
+        make_foreign_database(db_path, SCHEMA_VERSION + 1 if content == "newer-schema" else SCHEMA_VERSION)
     before = Path(db_path).read_bytes()
     with trio.fail_after(20):
         result = await run_tether("tasks", "--db", db_path)
