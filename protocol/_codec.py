@@ -3,7 +3,8 @@
 A WebSocket message holds either one frame (a msgpack map) or a batch (a msgpack array of maps). Decoding is
 strict: anything that is not exactly a known frame is reported with the field that was wrong, and never
 raises anything but :class:`~protocol.ProtocolError` (for the message as a whole) or yields a
-:class:`BadFrame` (for one frame of it).
+:class:`BadFrame` (for one frame of it). Only what the peer sent is blamed on the peer: an exception that no input
+could cause (a bug in a hook of ours) propagates instead of becoming a ``BadFrame``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,25 @@ def _strict_tuple_factory(tuple_type: Any, converter: cattrs.Converter) -> Calla
     return structure
 
 
+def _require_map(inner: Callable[[Any, Any], T]) -> Callable[[Any, Any], T]:
+    """``inner`` (a hook cattrs generated for a class or a tagged union) behind a check that the value is a map.
+
+    Generated hooks call ``.keys()`` or ``.copy()`` on whatever they get: a peer's wrong type would surface as an
+    ``AttributeError``, which is what a bug of ours raises, and a bug is never blamed on the peer.
+    """
+
+    def structure(value: object, cl: Any) -> T:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a map, got {type(value).__name__}")
+        return inner(value, cl)
+
+    return structure
+
+
+def _strict_attrs_factory(cls: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    return _require_map(converter.gen_structure_attrs_fromdict(cls))
+
+
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(int, _strict_int)
@@ -143,6 +163,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(JsonValue, _structure_json)
     converter.register_unstructure_hook(JsonValue, lambda value: value)
     converter.register_structure_hook_factory(is_sequence, _strict_tuple_factory)
+    converter.register_structure_hook_factory(attrs.has, _strict_attrs_factory)
     configure_tagged_union(
         Write,
         converter,
@@ -155,6 +176,8 @@ def _make_converter() -> cattrs.Converter:
         tag_name=RECORD_TAG_KEY,
         tag_generator=lambda cls: cls.RECORD,  # type: ignore[attr-defined]
     )
+    for union in (Write, Record):
+        converter.register_structure_hook(union, _require_map(converter.get_structure_hook(union)))
     return converter
 
 
@@ -315,9 +338,26 @@ def structure_frame(raw: object) -> Frame | BadFrame:
     del raw[FRAME_TAG_KEY]  # the map is ours: freshly decoded
     try:
         frame: Frame = _STRUCTURE[cls](raw, cls)
-    except Exception as exc:  # cattrs raises validation groups; anything else is a bug we still contain
+    except PEER_INPUT_ERRORS as exc:
+        if not _blames_peer(exc):
+            raise  # a bug of ours (a hook, the converter) that cattrs wrapped: never the peer's fault
         return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {describe(exc)}")
     return frame
+
+
+PEER_INPUT_ERRORS: Final = (TypeError, ValueError, KeyError, cattrs.errors.CattrsError)
+"""What structuring raises for input that does not fit a frame: a wrong type or value (our strict hooks, attrs
+validators), a missing field or unknown union tag (``KeyError``), an extra field or a value outside a ``Literal``
+(cattrs' own errors); with ``detailed_validation`` cattrs groups them under a :class:`cattrs.BaseValidationError`.
+"""
+
+
+def _blames_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` (and, for a cattrs group, every exception in it) is one that peer input causes."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return all(_blames_peer(inner) for inner in exc.exceptions)
+    # A type the converter has no hook for is our omission, whatever the peer sent.
+    return isinstance(exc, PEER_INPUT_ERRORS) and not isinstance(exc, cattrs.StructureHandlerNotFoundError)
 
 
 def describe(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -334,28 +334,17 @@ def _run_worker(args: argparse.Namespace) -> int:
         raise TetherError(f"--max-leases is at most {MAX_LEASES}, not {args.max_leases}")
     app = actors.load_app(args.app)
     target = args.db or args.url
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            if args.supervised:
-                nursery.start_soon(watch_parent, nursery.cancel_scope)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                serve = partial(
-                    actors.serve,
-                    app,
-                    db=args.db,
-                    url=args.url,
-                    token=args.token,
-                    name=args.name,
-                    max_leases=args.max_leases,
-                )
-                await nursery.start(serve)
-                print(f"tether worker: {args.name or os.getpid()} serving {app.name} on {target}", flush=True)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
-                    break
-
-    _run_trio(serve)
+    serve = partial(
+        actors.serve, app, db=args.db, url=args.url, token=args.token, name=args.name, max_leases=args.max_leases
+    )
+    _run_trio(
+        partial(
+            _serve_until_stopped,
+            serve,
+            supervised=args.supervised,
+            started=lambda _: f"tether worker: {args.name or os.getpid()} serving {app.name} on {target}",
+        )
+    )
     return EXIT_OK
 
 
@@ -388,6 +377,22 @@ def _abort(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _serve_until_stopped(
+    serve: Callable[..., Awaitable[object]], *, supervised: bool, started: Callable[[Any], str]
+) -> None:
+    """Start ``serve`` (a function for ``nursery.start``), print ``started(its value)``, and serve until SIGINT or
+    SIGTERM, or, for a ``--supervised`` child, until the supervisor is gone (see ``runtime._parent``)."""
+    async with trio.open_nursery() as nursery:
+        if supervised:
+            nursery.start_soon(watch_parent, nursery.cancel_scope)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            value = await nursery.start(serve)
+            print(started(value), flush=True)
+            async for _ in signals:
+                nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
+                break
+
+
 def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
     """``trio.run`` with the single-exception groups of the public boundary collapsed."""
     try:
@@ -417,23 +422,15 @@ def _run_owner(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
     )
     server = OwnerServer(config)
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            if args.supervised:
-                nursery.start_soon(watch_parent, nursery.cancel_scope)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                url = await nursery.start(server.run)
-                print(f"tether owner: {server.db} on {url} (pid {os.getpid()})", flush=True)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
-                    break
-
     try:
-        try:
-            trio.run(serve)
-        except BaseExceptionGroup as group:
-            raise collapse_group(group) from None
+        _run_trio(
+            partial(
+                _serve_until_stopped,
+                server.run,
+                supervised=args.supervised,
+                started=lambda url: f"tether owner: {server.db} on {url} (pid {os.getpid()})",
+            )
+        )
     except OwnerFailed as exc:
         return _fail(StorageError(f"the owner failed closed: {exc}"), EXIT_FAILED)
     return EXIT_OK

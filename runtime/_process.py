@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from typing import Final
 
 import trio
@@ -44,7 +45,11 @@ async def start_owner(
 
 
 async def wait_for_owner(db: str, process: trio.Process, *, timeout_s: float = OWNER_START_TIMEOUT_S) -> RuntimeInfo:
-    """Wait until the runtime file of ``db`` names ``process``."""
+    """Wait until the runtime file of ``db`` names ``process``; a checkpoint.
+
+    Raises :class:`OwnerUnavailable` if the process exits first or ``timeout_s`` passes (the process is left as
+    it is: ``process.returncode`` tells which happened).
+    """
     with trio.move_on_after(timeout_s):
         while True:
             if process.poll() is not None:
@@ -73,13 +78,20 @@ async def kill_and_reap(process: trio.Process, sig: int = signal.SIGKILL) -> int
     return status
 
 
-async def stop_gracefully(process: trio.Process, *, timeout_s: float = 10.0) -> int:
-    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status."""
+async def stop_gracefully(
+    process: trio.Process, *, timeout_s: float = 10.0, on_kill: Callable[[], object] | None = None
+) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status. Shielded: reaping always completes.
+
+    ``on_kill`` is called, if given, when the process outlived ``timeout_s`` and is about to be killed.
+    """
     with trio.CancelScope(shield=True):
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.terminate()
         with trio.move_on_after(timeout_s):
             await process.wait()
+        if process.returncode is None and on_kill is not None:
+            on_kill()
         status = await kill_and_reap(process)
     return status

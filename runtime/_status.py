@@ -11,7 +11,7 @@ from typing import Any, Final, TypeVar
 import trio
 
 import actors
-from protocol import OwnerUnavailable, RuntimeInfo, TetherError, read_runtime
+from protocol import ConnectionLost, OwnerUnavailable, RuntimeInfo, TetherError, read_runtime
 from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_version
 
 from ._supervisor import read_state, supervisor_lock_path
@@ -37,7 +37,11 @@ def _size_bytes(db: str) -> int:
 
 
 def ask_owner(db: str, name: str, question: Callable[[actors.Client], Awaitable[T]]) -> T | None:
-    """Ask the owner of ``db`` something as a reader named ``name``; ``None`` if no owner answers in time."""
+    """Ask the owner of ``db`` something as a reader named ``name``; ``None`` if no owner answers in time.
+
+    Only an absent or silent owner is ``None``: an owner that refuses us (a wrong token, another protocol
+    version) or fails the request raises, since showing it as idle would hide the problem.
+    """
 
     async def ask() -> T:
         with trio.fail_after(STATUS_TIMEOUT_S):
@@ -46,7 +50,7 @@ def ask_owner(db: str, name: str, question: Callable[[actors.Client], Awaitable[
 
     try:
         return trio.run(ask)
-    except (TetherError, trio.TooSlowError):
+    except (OwnerUnavailable, ConnectionLost, trio.TooSlowError):
         return None
 
 

@@ -28,11 +28,11 @@ from typing import Any, Final
 import attrs
 import trio
 
-from protocol import OwnerAlreadyRunning, OwnerUnavailable, TetherError, read_runtime, write_private_json
+from protocol import OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
 from storage_owner.store import is_owned
 
 from ._parent import PARENT_HEARTBEAT_S
-from ._process import POLL_INTERVAL_S, tether_command
+from ._process import stop_gracefully, tether_command, wait_for_owner
 
 STATE_SUFFIX: Final = ".supervisor.json"
 LOCK_SUFFIX: Final = ".supervisor.lock"
@@ -273,22 +273,17 @@ class Supervisor:
     async def _wait_owner_ready(self) -> None:
         """Wait until the owner published its runtime file; if it dies first, its exit is handled as a crash."""
         owner = self.owner
-        with trio.move_on_after(OWNER_READY_TIMEOUT_S):
-            while owner.running:
-                try:
-                    info = read_runtime(self.db)
-                except OwnerUnavailable:
-                    info = None
-                if info is not None and info.pid == owner.pid:
-                    self.url = info.url
-                    self._say(f"  {'owner':<10}listening on {info.url}")
-                    return
-                await trio.sleep(POLL_INTERVAL_S)
-            return  # it died: _watch_child reports the exit and _supervise restarts it
-        self._say(f"  owner     did not listen within {OWNER_READY_TIMEOUT_S:g} s; killing it")
-        with contextlib.suppress(ProcessLookupError):
-            assert owner.process is not None
-            owner.process.kill()
+        assert owner.process is not None
+        try:
+            info = await wait_for_owner(self.db, owner.process, timeout_s=OWNER_READY_TIMEOUT_S)
+        except OwnerUnavailable:
+            if owner.running:
+                self._say(f"  owner     did not listen within {OWNER_READY_TIMEOUT_S:g} s; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    owner.process.kill()
+            return  # it died (or was killed): _watch_child reports the exit and _supervise restarts it
+        self.url = info.url
+        self._say(f"  {'owner':<10}listening on {info.url}")
 
     async def _feed_heartbeats(self) -> None:
         """A byte on every child's stdin each second: a child whose pipe ends or falls silent stops itself."""
@@ -314,16 +309,12 @@ class Supervisor:
         process = child.process
         if process is None:
             return
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            with trio.move_on_after(self.config.stop_timeout_s):
-                await process.wait()
-            if process.returncode is None:
-                self._say(f"  {child.name:<10}did not stop within {self.config.stop_timeout_s:g} s; killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-        await process.wait()
+        timeout_s = self.config.stop_timeout_s
+        await stop_gracefully(
+            process,
+            timeout_s=timeout_s,
+            on_kill=lambda: self._say(f"  {child.name:<10}did not stop within {timeout_s:g} s; killing it"),
+        )
         if process.stdin is not None:
             with contextlib.suppress(Exception):
                 await process.stdin.aclose()

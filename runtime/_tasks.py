@@ -9,8 +9,8 @@ import apsw
 import trio
 
 import actors
-from protocol import OwnerUnavailable, TaskNode, TaskOutcome, TaskRecord, TetherError
-from storage_owner.store import SqliteStore
+from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskRecord, TetherError, converter
+from storage_owner.store import SCHEMA_VERSION, SqliteStore
 
 from ._status import ask_owner
 
@@ -19,34 +19,15 @@ SHORT_ID: Final = 8
 
 
 def task_json(record: TaskRecord, node: TaskNode | None = None) -> dict[str, Any]:
-    """A task as ``tether tasks --json`` and the docs show it."""
+    """A task as ``tether tasks --json`` and the docs show it: the task record as the wire carries it (the one
+    converter unstructures it), with who owns it and what the running owner knows (blocked reason, worker)."""
     return {
-        "task_id": record.task_id,
-        "kind": record.kind,
-        "version": record.version,
-        "status": record.status,
+        **converter.unstructure(record),
         "owner": record.owner,
-        "conversation_id": record.conversation_id,
-        "phase": record.phase,
-        "background": record.background,
-        "abort": record.abort,
-        "on": list(record.on),
-        "policy": record.policy,
-        "until_ms": record.until_ms,
-        "restarts": record.restarts,
-        "restart_limit": record.restart_limit,
-        "held": _outcome_json(record.held),
-        "outcome": _outcome_json(record.outcome),
         "blocked": None if node is None else node.blocked,
         "blocked_detail": None if node is None else node.blocked_detail,
         "worker": None if node is None else node.leased_to,
     }
-
-
-def _outcome_json(outcome: TaskOutcome | None) -> dict[str, Any] | None:
-    if outcome is None:
-        return None
-    return {"status": outcome.status, "reason": outcome.reason, "result": outcome.result, "error": outcome.error}
 
 
 def describe_node(node: TaskNode) -> str:
@@ -102,17 +83,32 @@ def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
 
 
 def _graph_from_database(db: str) -> actors.TaskGraph:
-    """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown)."""
-    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown).
+
+    Raises :class:`SchemaTooNew` for a database a newer engine wrote, and :class:`StorageError` for a file that
+    is not a Tether database; neither changes the file.
+    """
     try:
-        version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-        if version < 2:
-            return actors.TaskGraph(seq=0, nodes={})
-        store = SqliteStore(connection, db)
-        nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
-        return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
-    finally:
-        connection.close()
+        connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"database {db} has schema version {version}, newer than this engine's {SCHEMA_VERSION}; "
+                    "it was left untouched. Use the newer tether that wrote it."
+                )
+            if version < 2:
+                return actors.TaskGraph(seq=0, nodes={})
+            store = SqliteStore(connection, db)
+            nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
+            return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
+        finally:
+            connection.close()
+    except apsw.Error as exc:
+        raise StorageError(
+            f"cannot read the tasks of {db}: it is not a Tether database ({type(exc).__name__}: {exc}); "
+            "it was left untouched. Check the --db path."
+        ) from exc
 
 
 def read_graph(db: str) -> tuple[actors.TaskGraph, str]:

@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import apsw
+import attrs
 import pytest
 import trio
 
 import actors
-from protocol import read_runtime, runtime_path
+from protocol import read_runtime, runtime_path, write_private_json
 from runtime import tether_command
 from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
 from storage_owner.store import SCHEMA_VERSION
@@ -26,6 +27,14 @@ from tests.conftest import OwnerProcess
 async def run_tether(*args: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``tether ARGS`` to completion and capture its output."""
     return await trio.run_process(tether_command(*args), capture_stdout=True, capture_stderr=True, check=False)
+
+
+def make_foreign_database(path: str, user_version: int) -> None:
+    """A SQLite database that Tether did not write: a table of its own, and ``user_version`` as given."""
+    db = apsw.Connection(path)
+    db.execute("CREATE TABLE other_things (x INTEGER)")
+    db.execute(f"PRAGMA user_version={user_version}")
+    db.close()
 
 
 def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
@@ -108,10 +117,7 @@ async def test_signal_stops_cleanly_and_removes_the_runtime_file(db_path: str, s
 
 async def test_schema_too_new_is_refused_and_left_untouched(db_path: str) -> None:
     newer = SCHEMA_VERSION + 1
-    db = apsw.Connection(db_path)
-    db.execute("CREATE TABLE from_the_future (x INTEGER)")
-    db.execute(f"PRAGMA user_version={newer}")
-    db.close()
+    make_foreign_database(db_path, newer)
     before = Path(db_path).read_bytes()
     with trio.fail_after(20):
         result = await run_tether("owner", "--db", db_path)
@@ -209,3 +215,35 @@ async def test_demo_exits_zero_even_when_a_writer_starts_late(tmp_path: Path) ->
             )
         assert result.returncode == EXIT_OK, result.stderr.decode(errors="replace")
         assert not runtime_path(db).exists(), "the demo must stop its owner cleanly"
+
+
+@pytest.mark.parametrize("command", ["status", "tasks"])
+async def test_status_and_tasks_fail_when_the_owner_refuses_the_token(owner: OwnerProcess, command: str) -> None:
+    # The runtime file names the running owner but with a token it does not accept: the owner must not look idle.
+    assert owner.info is not None
+    write_private_json(runtime_path(owner.db), attrs.asdict(attrs.evolve(owner.info, token="not-the-token")))
+    with trio.fail_after(20):
+        result = await run_tether(command, "--db", owner.db)
+    assert result.returncode == EXIT_FAILED
+    assert result.stdout == b""
+    assert len(stderr_lines(result)) == 1, stderr_lines(result)
+
+
+@pytest.mark.parametrize(
+    ("content", "exit_status"),
+    [("not-sqlite", EXIT_FAILED), ("another-app", EXIT_FAILED), ("newer-schema", EXIT_SCHEMA_TOO_NEW)],
+)
+async def test_tasks_on_a_file_that_is_not_a_tether_database_fails_with_one_line(
+    db_path: str, content: str, exit_status: int
+) -> None:
+    if content == "not-sqlite":
+        Path(db_path).write_bytes(b"a text file, not a database\n" * 64)
+    else:
+        make_foreign_database(db_path, SCHEMA_VERSION + 1 if content == "newer-schema" else SCHEMA_VERSION)
+    before = Path(db_path).read_bytes()
+    with trio.fail_after(20):
+        result = await run_tether("tasks", "--db", db_path)
+    assert result.returncode == exit_status
+    assert result.stdout == b""
+    assert len(stderr_lines(result)) == 1, stderr_lines(result)
+    assert Path(db_path).read_bytes() == before

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -17,6 +19,7 @@ import trio
 
 import actors
 from protocol import Capability, runtime_path
+from runtime import kill_and_reap, stop_gracefully
 from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK
 from runtime._supervisor import state_path
 from tests.conftest import OwnerProcess
@@ -221,3 +224,24 @@ async def test_every_command_has_help() -> None:
         assert result.returncode == EXIT_OK, (args, result.stderr)
         assert result.stdout.decode().startswith("usage: tether"), (args, result.stdout)
     assert len(results) == len(commands)
+
+
+SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
+IGNORES_SIGTERM = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + SLEEPER
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+async def test_stop_gracefully_kills_only_what_outlives_sigterm_and_says_so(ignores_sigterm: bool) -> None:
+    # The supervisor stops its children this way: a child that ignores SIGTERM is killed after the timeout.
+    script = IGNORES_SIGTERM if ignores_sigterm else SLEEPER
+    killed: list[bool] = []
+    with trio.fail_after(20):
+        process = await trio.lowlevel.open_process([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        try:
+            assert process.stdout is not None
+            assert await process.stdout.receive_some(16) == b"ready\n"
+            status = await stop_gracefully(process, timeout_s=0.5, on_kill=lambda: killed.append(True))
+        finally:
+            await kill_and_reap(process)
+    assert status == (-signal.SIGKILL if ignores_sigterm else -signal.SIGTERM)
+    assert killed == ([True] if ignores_sigterm else [])

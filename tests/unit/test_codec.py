@@ -6,6 +6,7 @@ import math
 from typing import Any, Literal
 
 import attrs
+import cattrs
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -78,6 +79,7 @@ from protocol import (
     Watch,
     Watching,
     Welcome,
+    _codec,
     check_json,
     decode_frame,
     decode_message,
@@ -1381,3 +1383,34 @@ def test_a_dropped_required_field_is_always_reported(frame: Frame, data: st.Data
     del value[key]
     decoded = _bad(value)
     assert f"$.{key}" in decoded.message
+
+
+# Only what the peer sent may become a BadFrame: a bug in a hook of ours must not be blamed on the peer.
+
+
+class _HookBug(Exception):
+    """What a broken hook raises: no peer input could cause it."""
+
+
+def _broken_str(value: object, _: object) -> str:
+    raise _HookBug("a bug in the str hook")
+
+
+def test_a_bug_in_a_hook_propagates_instead_of_blaming_the_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    broken.register_structure_hook(str, _broken_str)
+    # The hook of Hello as the one converter would build it, but with a broken field hook under it.
+    monkeypatch.setitem(_codec._STRUCTURE, Hello, broken.get_structure_hook(Hello))
+    hello = {"type": "hello", "protocol_version": PROTOCOL_VERSION, "token": "t", "role": "client"}
+    with pytest.raises(cattrs.BaseValidationError) as caught:
+        decode_message(_pack(hello))
+    assert caught.group_contains(_HookBug)
+
+
+def test_a_bug_raised_outside_a_validation_group_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(value: object, cls: object) -> object:
+        raise _HookBug("a bug in the Ping hook")
+
+    monkeypatch.setitem(_codec._STRUCTURE, Ping, broken)
+    with pytest.raises(_HookBug):
+        decode_message(_pack({"type": "ping", "call_id": 1}))
