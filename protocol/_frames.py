@@ -37,6 +37,8 @@ class ConversationRecord:
     entry_count: int
     owner_task_id: str | None = None
     """The task that owns it (a subagent's transcript), if any: aborting that task aborts its tasks."""
+    agent: str | None = None
+    """The agent its ``input`` submissions start runs of (bound at creation, never changed)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +81,60 @@ class SubmissionRecord:
     status: str
     seq: int
     created_at_ms: int
+    run_id: str | None = None
+    """The run an ``input`` submission to an agent's conversation admitted."""
+
+
+RunStatus: TypeAlias = Literal[
+    "queued", "retry_wait", "pending", "running", "waiting", "needs_attention", "completed", "failed", "cancelled"
+]
+"""A run's status, derived by the owner from its task and the tasks it owns (see docs/runs.md)."""
+RUN_ACTIVE: tuple[str, ...] = ("retry_wait", "pending", "running", "waiting", "needs_attention")
+"""Statuses of a conversation's active run (at most one; its successors are ``queued``)."""
+RUN_TERMINAL: tuple[str, ...] = ("completed", "failed", "cancelled")
+
+
+@attrs.frozen(kw_only=True)
+class RunUsage:
+    """Tokens and cost accounted to a run (or an operation, a conversation, a model); ``cost`` ``None``: unknown."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunAnswer:
+    """A completed run's answer: the final assistant entry's ``seq`` and its text."""
+
+    seq: int
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """A run of an agent in a conversation: admitted by an ``input`` submission, run by its task (kind
+    ``agent:<agent>``, ``task_id`` ``None`` while queued). ``status`` is derived, never set independently."""
+
+    RECORD: ClassVar[str] = "run"
+    run_id: str
+    conversation_id: str
+    agent: str
+    version: int
+    """The agent version its task is bound to (0 until a worker first runs it)."""
+    status: RunStatus
+    reason: str | None = None
+    operation_id: str | None = None
+    """The operation the run is blocked on (``needs_attention`` / ``waiting``), if any."""
+    answer: RunAnswer | None = None
+    usage: RunUsage = RunUsage()
+    submission_id: str
+    task_id: str | None = None
+    seq: int
+    created_at_ms: int
+    updated_at_ms: int
 
 
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
@@ -162,7 +218,7 @@ class TaskRecord:
         return {"conversation": self.conversation_id}
 
 
-Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord
+Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord | RunRecord
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
 
@@ -206,6 +262,8 @@ class CreateConversation:
     OP: ClassVar[str] = "create_conversation"
     conversation_id: str
     owner_task_id: str | None = None
+    agent: str | None = None
+    """Bind the conversation to an agent: its ``input`` submissions start runs of it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -345,6 +403,8 @@ class Submit:
     request_id: str
     kind: str
     payload: JsonValue
+    when_busy: Literal["follow_up", "reject"] = "follow_up"
+    """For an ``input`` to an agent's conversation with an active run: queue a run after it, or refuse."""
 
 
 @attrs.frozen(kw_only=True)
@@ -485,6 +545,43 @@ class AdvanceClock:
     by_ms: int
 
 
+@attrs.frozen(kw_only=True)
+class ReadRun:
+    TYPE: ClassVar[str] = "read_run"
+    call_id: int
+    run_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ReadRuns:
+    """A page of runs in run id order after ``after_run_id``, of one conversation and/or one status."""
+
+    TYPE: ClassVar[str] = "read_runs"
+    call_id: int
+    conversation_id: str | None = None
+    status: str | None = None
+    after_run_id: str | None = None
+    limit: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class WaitRun:
+    """Answered with a ``RunReply`` once the run is completed, failed, cancelled or needs_attention."""
+
+    TYPE: ClassVar[str] = "wait_run"
+    call_id: int
+    run_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CancelRun:
+    """End a queued run ``cancelled`` at once; abort an active run's task (it ends ``cancelled`` once terminal)."""
+
+    TYPE: ClassVar[str] = "cancel_run"
+    call_id: int
+    run_id: str
+
+
 # -------------------------------------------------------------------------------------------------- replies
 
 
@@ -598,6 +695,21 @@ class TaskGraphReply:
 
 
 @attrs.frozen(kw_only=True)
+class RunReply:
+    TYPE: ClassVar[str] = "run"
+    call_id: int
+    run: RunRecord
+
+
+@attrs.frozen(kw_only=True)
+class RunsReply:
+    TYPE: ClassVar[str] = "runs"
+    call_id: int
+    runs: tuple[RunRecord, ...]
+    next_after_run_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
     call_id: int
@@ -701,6 +813,10 @@ Request: TypeAlias = (
     | WaitTask
     | ReadTaskGraph
     | Release
+    | ReadRun
+    | ReadRuns
+    | WaitRun
+    | CancelRun
 )
 Reply: TypeAlias = (
     Committed
@@ -717,6 +833,8 @@ Reply: TypeAlias = (
     | TaskReply
     | OutcomesReply
     | TaskGraphReply
+    | RunReply
+    | RunsReply
     | Error
 )
 Event: TypeAlias = Change | Goodbye | Lease | CancelLease
@@ -740,6 +858,10 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     WaitTask,
     ReadTaskGraph,
     Release,
+    ReadRun,
+    ReadRuns,
+    WaitRun,
+    CancelRun,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -756,9 +878,18 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     TaskReply,
     OutcomesReply,
     TaskGraphReply,
+    RunReply,
+    RunsReply,
     Error,
 )
 EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye, Lease, CancelLease)
 FRAME_TYPES: tuple[type[Any], ...] = (Hello, Welcome, Refused, *REQUEST_TYPES, *REPLY_TYPES, *EVENT_TYPES)
 WRITE_TYPES: tuple[type[Any], ...] = (CreateConversation, AppendEntry, PutDocument, CreateTask, AbortTask, SetTaskState)
-RECORD_TYPES: tuple[type[Any], ...] = (ConversationRecord, EntryRecord, DocumentRecord, SubmissionRecord, TaskRecord)
+RECORD_TYPES: tuple[type[Any], ...] = (
+    ConversationRecord,
+    EntryRecord,
+    DocumentRecord,
+    SubmissionRecord,
+    TaskRecord,
+    RunRecord,
+)

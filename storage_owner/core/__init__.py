@@ -12,10 +12,12 @@ from ._owner import (
     PeerId,
 )
 from ._ports import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, Store, StoreConflict, TaskRow
+from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, run_status
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 __all__ = [
     "CATCH_UP_PAGE",
+    "DEFAULT_MAX_CONCURRENT_RUNS",
     "MAX_READ_LIMIT",
     "MAX_WRITES_PER_COMMIT",
     "NO_CHANGE",
@@ -31,5 +33,6 @@ __all__ = [
     "StoreConflict",
     "TaskEngine",
     "TaskRow",
+    "run_status",
     "same_json",
 ]

@@ -40,6 +40,7 @@ from protocol import (
     Announce,
     AppendEntry,
     BadFrame,
+    CancelRun,
     Change,
     ClockReply,
     Commit,
@@ -69,6 +70,8 @@ from protocol import (
     ReadEntries,
     ReadOutcomes,
     ReadPeers,
+    ReadRun,
+    ReadRuns,
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
@@ -76,6 +79,9 @@ from protocol import (
     Refused,
     Release,
     Role,
+    RunRecord,
+    RunReply,
+    RunsReply,
     SetTaskState,
     SubmissionRecord,
     SubmissionReply,
@@ -86,6 +92,7 @@ from protocol import (
     TaskRecord,
     TaskReply,
     Unwatch,
+    WaitRun,
     WaitTask,
     Watch,
     Watching,
@@ -103,6 +110,7 @@ from ._checks import (
     same_json,
 )
 from ._ports import LoggedCommit, Store, StoreConflict
+from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 PeerId = int
@@ -130,6 +138,9 @@ MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
 SUBMISSION_QUEUED: Final = "queued"
+INPUT_KIND: Final = "input"
+"""The submission kind that starts a run in a conversation bound to an agent."""
+MAX_INPUT_BYTES: Final = 1 << 20
 DEFAULT_HEARTBEAT_MS: Final = 2_500
 """How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
 _IDLE: Final = "idle"
@@ -182,6 +193,7 @@ class OwnerCore:
         clock: Literal["wall", "manual"] = "wall",
         heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS,
     ) -> None:
         self._store = store
         self._heartbeat_ms = heartbeat_ms
@@ -196,6 +208,9 @@ class OwnerCore:
         self._out: list[Output] = []
         self._clock_ms: int | None = None
         self.tasks = TaskEngine(store, self._reply, orphan_grace_ms=orphan_grace_ms)
+        self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
+        self._run_waits: dict[str, list[tuple[PeerId, int]]] = {}
+        """``wait_run`` calls by run id, answered when the run is terminal or needs attention."""
         self._task_waits: dict[str, list[tuple[PeerId, int]]] = {}
         """``wait_task`` calls by task id, answered when the task ends."""
         self._next_positions: dict[str, int] = {}
@@ -218,8 +233,12 @@ class OwnerCore:
             WaitTask: self._on_wait_task,
             ReadTaskGraph: self._on_read_task_graph,
             Release: self._on_release,
+            ReadRun: self._on_read_run,
+            ReadRuns: self._on_read_runs,
+            WaitRun: self._on_wait_run,
+            CancelRun: self._on_cancel_run,
         }
-        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock, Release})
+        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock, Release, CancelRun})
 
     # ------------------------------------------------------------------------------------------ inspection
 
@@ -284,10 +303,13 @@ class OwnerCore:
         for watch in state.watches.values():
             self._drop_watch(watch)
         self.tasks.peer_left(peer)
-        for task_id, waits in list(self._task_waits.items()):
-            waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
-            if not waits:
-                del self._task_waits[task_id]
+        if state.announced is not None:
+            self.runs.workers_changed()
+        for waits_by_id in (self._task_waits, self._run_waits):
+            for key, waits in list(waits_by_id.items()):
+                waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
+                if not waits:
+                    del waits_by_id[key]
 
     def set_congested(self, peer: PeerId, congested: bool) -> None:
         """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
@@ -332,7 +354,7 @@ class OwnerCore:
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether the task engine has work (cut-off leases, runnable tasks, due sleeps): run a batch for it."""
-        return self.tasks.needs_settle(now_ms)
+        return self.tasks.needs_settle(now_ms) or self.runs.needs_settle()
 
     def next_deadline_ms(self) -> int | None:
         """The earliest sleep deadline on the owner's clock, for the shell's timer."""
@@ -376,13 +398,31 @@ class OwnerCore:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
         more commit, and ``wait_task`` calls of tasks that ended are answered."""
         seq = self._head_seq + 1
+        runs = self.runs
+        changed_runs: dict[str, RunRecord] = {}
+        admitted: list[Record] = []
+        if runs.live:  # nothing here for a store without runs: a plain commit costs what it did
+            runs.refresh(seq, now_ms, changed_runs)  # what this batch's requests changed
+            for conversation_id in runs.admit(seq, now_ms, changed_runs, admitted):
+                self._next_positions.pop(conversation_id, None)
         result = self.tasks.settle(seq, now_ms)
-        if result.records:
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(result.records))
-            touched = {record.conversation_id for record in result.records}
+        if runs.live or changed_runs:
+            runs.tasks_changed(result.records)
+            runs.refresh(seq, now_ms, changed_runs)
+        records: list[Record] = list(admitted)
+        if admitted:
+            settled = {record.task_id for record in result.records}
+            records = [r for r in admitted if not (isinstance(r, TaskRecord) and r.task_id in settled)]
+        records += result.records
+        records += changed_runs.values()
+        if records:
+            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
+            touched = {record.conversation_id for record in records if record.conversation_id is not None}
             self._store.log_commit(logged, frozenset(touched))
             self._head_seq = seq
             self._fan_out(logged, touched)
+        for run in changed_runs.values():
+            self._answer_run_waits(run)
         for record in result.ended:
             waits = self._task_waits.pop(record.task_id, None)
             if waits:
@@ -452,6 +492,8 @@ class OwnerCore:
         self.tasks.commit()
         if guarded:
             store.release_savepoint()
+        if self.runs.live:
+            self.runs.tasks_changed(records)
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
         self._next_positions.update(positions)
@@ -513,6 +555,8 @@ class OwnerCore:
             return document, document.version
         assert isinstance(write, CreateConversation), write
         check_id(write.conversation_id, f"{where}.conversation_id")
+        if write.agent is not None:
+            check_name(write.agent, f"{where}.agent")
         if write.owner_task_id is not None:
             self.tasks.check_conversation_owner(write.owner_task_id, where)
         conversation = ConversationRecord(
@@ -521,6 +565,7 @@ class OwnerCore:
             seq=seq,
             entry_count=0,
             owner_task_id=write.owner_task_id,
+            agent=write.agent,
         )
         try:
             self._store.insert_conversation(conversation)
@@ -550,8 +595,12 @@ class OwnerCore:
         check_name(request.kind, "kind")
         if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
             raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
-        if store.conversation(request.conversation_id) is None:
+        conversation = store.conversation(request.conversation_id)
+        if conversation is None:
             raise missing_conversation(request.conversation_id)
+        run: RunRecord | None = None
+        if request.kind == INPUT_KIND:
+            run = self._new_run(request, conversation, seq, now_ms)
         submission = SubmissionRecord(
             submission_id=request.submission_id,
             conversation_id=request.conversation_id,
@@ -561,15 +610,113 @@ class OwnerCore:
             status=SUBMISSION_QUEUED,
             seq=seq,
             created_at_ms=now_ms,
+            run_id=None if run is None else run.run_id,
         )
         try:
             store.insert_submission(submission)
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
+        records: tuple[Record, ...] = (submission,)
+        if run is not None:
+            # Cannot clash: a run is named after its submission, whose id the insert above found unused.
+            store.insert_run(run, request.payload)
+            self.runs.created(run)
+            records = (submission, run)
+        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=records)
         touched = {request.conversation_id}
         store.log_commit(logged, frozenset(touched))
         self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
+
+    def _new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
+        """The queued run an ``input`` submission admits (checked here, stored by the caller). A run takes its
+        submission's id (see ``_runs``)."""
+        if conversation.agent is None:
+            message = (
+                f"conversation {conversation.conversation_id} is not bound to an agent, so an input has no run to "
+                "start; bind one with create_conversation(agent=...), or submit another kind; nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        payload = request.payload
+        if not isinstance(payload, str) or not 1 <= len(payload.encode()) <= MAX_INPUT_BYTES:
+            raise Refusal(ErrorCode.INVALID, f"an input's payload is a text of 1 byte to {MAX_INPUT_BYTES} bytes")
+        if request.when_busy not in ("follow_up", "reject"):
+            raise Refusal(ErrorCode.INVALID, f"when_busy must be follow_up or reject, not {request.when_busy!r}")
+        active = self.runs.active_run(conversation.conversation_id)
+        if request.when_busy == "reject" and active is not None:
+            message = (
+                f"conversation {conversation.conversation_id} has an active run ({active.run_id}, {active.status}) "
+                "and this submission asked to be refused while busy; nothing was written. Submit with "
+                "when_busy='follow_up' to queue a run after it, or wait for it"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        return RunRecord(
+            run_id=request.submission_id,
+            conversation_id=conversation.conversation_id,
+            agent=conversation.agent,
+            version=0,
+            status="queued",
+            submission_id=request.submission_id,
+            seq=seq,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+
+    def _on_read_run(self, peer: PeerId, request: ReadRun, now_ms: int) -> None:
+        self._reply(peer, RunReply(call_id=request.call_id, run=self._require_run(request.run_id)))
+
+    def _on_read_runs(self, peer: PeerId, request: ReadRuns, now_ms: int) -> None:
+        if not 1 <= request.limit <= MAX_READ_LIMIT:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
+            raise Refusal(ErrorCode.INVALID, message)
+        runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
+        next_after = runs[-1].run_id if more else None
+        self._reply(peer, RunsReply(call_id=request.call_id, runs=tuple(runs), next_after_run_id=next_after))
+
+    def _on_wait_run(self, peer: PeerId, request: WaitRun, now_ms: int) -> None:
+        run = self._require_run(request.run_id)
+        if run.status in SETTLED:
+            self._reply(peer, RunReply(call_id=request.call_id, run=run))
+        else:
+            self._run_waits.setdefault(run.run_id, []).append((peer, request.call_id))
+
+    def _on_cancel_run(self, peer: PeerId, request: CancelRun, now_ms: int) -> None:
+        """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
+        engine) and ends ``cancelled`` once that is terminal. Cancelling a cancelled run again is a no-op; a run that
+        ended otherwise is a ``conflict``."""
+        run = self._require_run(request.run_id)
+        if run.status in TERMINAL:
+            if run.status == "cancelled":
+                self._reply(peer, RunReply(call_id=request.call_id, run=run))
+                return
+            raise Refusal(ErrorCode.CONFLICT, f"run {run.run_id} already ended {run.status}: nothing to cancel")
+        seq = self._head_seq + 1
+        record: Record
+        if run.task_id is None:
+            run = attrs.evolve(run, status="cancelled", reason="cancelled", seq=seq, updated_at_ms=now_ms)
+            self.runs.put(run)
+            record = run
+        else:
+            self.tasks.begin()
+            record, _ = self.tasks.abort_task(AbortTask(task_id=run.task_id), seq, now_ms, "run")
+            self.tasks.commit()
+            self.runs.tasks_changed((record,))
+        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
+        touched = {run.conversation_id}
+        self._store.log_commit(logged, frozenset(touched))
+        self._published(peer, RunReply(call_id=request.call_id, run=run), logged, touched)
+        if run.status == "cancelled":
+            self._answer_run_waits(run)
+
+    def _require_run(self, run_id: str) -> RunRecord:
+        run = self.runs.live.get(run_id) or self._store.run(run_id)
+        if run is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
+        return run
+
+    def _answer_run_waits(self, run: RunRecord) -> None:
+        if run.status in SETTLED:
+            for peer, call_id in self._run_waits.pop(run.run_id, ()):
+                self._reply(peer, RunReply(call_id=call_id, run=run))
 
     def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
@@ -668,6 +815,7 @@ class OwnerCore:
                     f"{capability.version} restart_limit {capability.restart_limit}",
                 )
         state.announced = request
+        self.runs.workers_changed()
         self.tasks.worker_announced(
             peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
         )

@@ -13,6 +13,7 @@ from protocol import (
     EntryRecord,
     Order,
     Record,
+    RunRecord,
     SubmissionRecord,
     TaskRecord,
     TaskStatus,
@@ -96,6 +97,26 @@ class Store(Protocol):
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None: ...
 
     def insert_submission(self, record: SubmissionRecord) -> None: ...
+
+    def insert_run(self, record: RunRecord, input: object) -> None: ...
+
+    def update_run(self, record: RunRecord) -> None: ...
+
+    def run(self, run_id: str) -> RunRecord | None: ...
+
+    def run_input(self, run_id: str) -> Any:
+        """The stored input (the submitted text) of a run."""
+        ...
+
+    def live_runs(self) -> list[RunRecord]:
+        """Every run that is not terminal, in creation (``seq``) order."""
+        ...
+
+    def run_page(
+        self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
+    ) -> tuple[list[RunRecord], bool]:
+        """A page of runs in run id order after ``after_run_id``, and whether more follow."""
+        ...
 
     def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
 

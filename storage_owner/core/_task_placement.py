@@ -29,6 +29,16 @@ READY_LOOKAHEAD: Final = 64
 """How far past tasks whose workers are busy the owner looks for one another (idle) worker could run: a task of a
 version only a busy worker has does not hold up the rest of its kind, without the whole queue being scanned."""
 READY_CHUNK: Final = 256
+EXTERNAL_PREFIX: Final = "tether."
+"""Task kinds no worker ever runs (approvals, attention): placement never leases them."""
+
+
+def task_kind(capability: Capability) -> str:
+    """The task kind a capability runs: a task kind by its name, an agent's runs as ``agent:<name>``, a tool's calls
+    as ``tool:<name>`` (so an agent's task is leased only to a worker announcing that agent)."""
+    if capability.kind == "task":
+        return capability.name
+    return f"{capability.kind}:{capability.name}"
 
 
 @attrs.define(eq=False)
@@ -73,9 +83,11 @@ class Placement:
     # ---------------------------------------------------------------------------------------------- workers
 
     def announce(self, peer: PeerId, name: str, capabilities: Iterable[Capability], max_leases: int) -> None:
-        """A worker (re)announced the task kinds it runs: what was blocked on them is ready again."""
+        """A worker (re)announced the task kinds it runs (see :func:`task_kind`): what was blocked on them is ready
+        again. Kinds under ``tether.`` are the owner's external tasks: no worker runs them."""
         worker = self.workers.get(peer)
-        tasks = {capability.name: capability for capability in capabilities if capability.kind == "task"}
+        tasks = {task_kind(capability): capability for capability in capabilities}
+        tasks = {kind: capability for kind, capability in tasks.items() if not kind.startswith(EXTERNAL_PREFIX)}
         if worker is None:
             self.workers[peer] = Worker(name=name, capabilities=tasks, max_leases=max_leases)
         else:

@@ -263,6 +263,24 @@ class TaskEngine:
             )
         return nodes, more
 
+    def blocked_reason_of(self, record: TaskRecord) -> str | None:
+        """Why no attached worker can run a runnable task now (``None``: one can, or it is not runnable)."""
+        if not self._placement.runnable(record):
+            return None
+        blocked = self._placement.blocked_reason(record)
+        return None if blocked is None else blocked.reason
+
+    def live_descendants(self, task_id: str) -> list[TaskRecord]:
+        """The live tasks ``task_id`` owns, directly or through tasks it owns (not through conversations)."""
+        found: list[TaskRecord] = []
+        stack = list(self._records.children.get(task_id, ()))
+        while stack:
+            record = self._tasks.get(stack.pop())
+            if record is not None:
+                found.append(record)
+                stack.extend(self._records.children.get(record.task_id, ()))
+        return found
+
     def _clock_seen(self, now_ms: int) -> None:
         """The first time the engine learns the time, the owner's start grace begins."""
         if self._started_grace_until_ms is None:

@@ -52,7 +52,7 @@ from protocol import (
     take_message,
     write_runtime,
 )
-from storage_owner.core import ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
+from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS, ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
     SCHEMA_VERSION,
@@ -107,6 +107,8 @@ class OwnerConfig:
     orphan_grace_ms: int = ORPHAN_GRACE_MS
     """How long (on the owner's clock) a task marked for abort that no attached worker can run waits for one, after
     the owner starts and after the last worker of its kind left, before it ends ``orphaned``."""
+    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
+    """Runs ``pending``, ``running`` or ``retry_wait`` at once, across conversations (see docs/runs.md)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -298,6 +300,7 @@ class OwnerServer:
                     clock=config.clock,
                     heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / 4),
                     orphan_grace_ms=config.orphan_grace_ms,
+                    max_concurrent_runs=config.max_concurrent_runs,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)

@@ -103,6 +103,32 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_live ON tasks (task_id, kind, conversation_id, owner_task_id, status, abort, abandon_on_restart)
         WHERE status != 'terminal';
     """,
+    # 3: agents. A conversation's agent, a submission's run, and the runs (a run's answer and usage are msgpack
+    # maps; its input text is kept beside the record, read only when the run is admitted). The live runs' index is
+    # what an owner reads at start; runs are read by conversation in run id order.
+    """
+    ALTER TABLE conversations ADD COLUMN agent TEXT;
+    ALTER TABLE submissions ADD COLUMN run_id TEXT;
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        operation_id TEXT,
+        answer BLOB,
+        usage BLOB NOT NULL,
+        submission_id TEXT NOT NULL,
+        task_id TEXT,
+        seq INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        input BLOB NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_live ON runs (seq) WHERE status NOT IN ('completed', 'failed', 'cancelled');
+    CREATE INDEX runs_by_conversation ON runs (conversation_id, run_id);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

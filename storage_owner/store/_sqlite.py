@@ -27,6 +27,9 @@ from protocol import (
     EntryRecord,
     Order,
     Record,
+    RunAnswer,
+    RunRecord,
+    RunUsage,
     SchemaTooNew,
     StorageError,
     SubmissionRecord,
@@ -241,8 +244,9 @@ class SqliteStore:
     def insert_conversation(self, record: ConversationRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO conversations (conversation_id, created_at_ms, seq, owner_task_id) VALUES (?, ?, ?, ?)",
-                (record.conversation_id, record.created_at_ms, record.seq, record.owner_task_id),
+                "INSERT INTO conversations (conversation_id, created_at_ms, seq, owner_task_id, agent) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (record.conversation_id, record.created_at_ms, record.seq, record.owner_task_id, record.agent),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("conversation", record.conversation_id) from exc
@@ -250,18 +254,19 @@ class SqliteStore:
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
         row = self._db.execute(
             "SELECT created_at_ms, seq, (SELECT COALESCE(MAX(position) + 1, 0) FROM entries "
-            "WHERE conversation_id = ?1), owner_task_id FROM conversations WHERE conversation_id = ?1",
+            "WHERE conversation_id = ?1), owner_task_id, agent FROM conversations WHERE conversation_id = ?1",
             (conversation_id,),
         ).fetchone()
         if row is None:
             return None
-        created_at_ms, seq, entry_count, owner_task_id = row
+        created_at_ms, seq, entry_count, owner_task_id, agent = row
         return ConversationRecord(
             conversation_id=conversation_id,
             created_at_ms=created_at_ms,
             seq=seq,
             entry_count=entry_count,
             owner_task_id=owner_task_id,
+            agent=agent,
         )
 
     def task_owned_conversations(self) -> list[tuple[str, str]]:
@@ -378,13 +383,13 @@ class SqliteStore:
 
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
         row = self._db.execute(
-            "SELECT submission_id, kind, payload, status, seq, created_at_ms FROM submissions "
+            "SELECT submission_id, kind, payload, status, seq, created_at_ms, run_id FROM submissions "
             "WHERE conversation_id = ? AND request_id = ?",
             (conversation_id, request_id),
         ).fetchone()
         if row is None:
             return None
-        submission_id, kind, payload, status, seq, created_at_ms = row
+        submission_id, kind, payload, status, seq, created_at_ms, run_id = row
         return SubmissionRecord(
             submission_id=submission_id,
             conversation_id=conversation_id,
@@ -394,13 +399,14 @@ class SqliteStore:
             status=status,
             seq=seq,
             created_at_ms=created_at_ms,
+            run_id=run_id,
         )
 
     def insert_submission(self, record: SubmissionRecord) -> None:
         try:
             self._db.execute(
                 "INSERT INTO submissions (submission_id, conversation_id, request_id, kind, payload, status, seq, "
-                "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.submission_id,
                     record.conversation_id,
@@ -410,10 +416,63 @@ class SqliteStore:
                     record.status,
                     record.seq,
                     record.created_at_ms,
+                    record.run_id,
                 ),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("submission", record.submission_id) from exc
+
+    # ----------------------------------------------------------------------------------------------- runs
+
+    def insert_run(self, record: RunRecord, input: object) -> None:
+        """Store a new run and its input (the submitted text, read back when the run is admitted)."""
+        try:
+            self._db.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}, input) VALUES ({', '.join('?' * (len(_RUN_FIELDS) + 1))})",
+                (*_run_row(record), _pack(input)),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("run", record.run_id) from exc
+
+    def update_run(self, record: RunRecord) -> None:
+        row = _run_row(record)
+        self._db.execute(_UPDATE_RUN, (*row[1:], row[0]))
+
+    def run(self, run_id: str) -> RunRecord | None:
+        row = self._db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else _run_record(row)
+
+    def run_input(self, run_id: str) -> Any:
+        row = self._db.execute("SELECT input FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        assert row is not None, f"run {run_id} is not stored"
+        return _unpack(row[0])
+
+    def live_runs(self) -> list[RunRecord]:
+        """Every run that is not terminal, in the order they were created (their ``seq``)."""
+        rows = self._db.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') "
+            "ORDER BY seq, run_id"
+        )
+        return [_run_record(row) for row in rows]
+
+    def run_page(
+        self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to ``limit`` runs in run id order after ``after_run_id``, filtered, and whether more follow."""
+        where = ["run_id > ?"]
+        args: list[object] = [after_run_id or ""]
+        if conversation_id is not None:
+            where.append("conversation_id = ?")
+            args.append(conversation_id)
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        rows = self._db.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} ORDER BY run_id LIMIT ?",
+            (*args, limit + 1),
+        ).fetchall()
+        page = [_run_record(row) for row in rows[:limit]]
+        return page, len(rows) > limit
 
     # ---------------------------------------------------------------------------------------------- tasks
 
@@ -460,6 +519,32 @@ class SqliteStore:
 
     def task_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
+
+
+# A run's columns: RunRecord's fields in its order; answer and usage are stored as msgpack maps.
+_RUN_FIELDS: Final = tuple(field.name for field in attrs.fields(RunRecord))
+_RUN_COLUMNS: Final = ", ".join(_RUN_FIELDS)
+_UPDATE_RUN: Final = f"UPDATE runs SET {', '.join(f'{name} = ?' for name in _RUN_FIELDS[1:])} WHERE run_id = ?"
+
+
+def _run_row(record: RunRecord) -> tuple[object, ...]:
+    values = []
+    for name in _RUN_FIELDS:
+        value = getattr(record, name)
+        if name == "answer":
+            value = None if value is None else _pack(attrs.asdict(value))
+        elif name == "usage":
+            value = _pack(attrs.asdict(value))
+        values.append(value)
+    return tuple(values)
+
+
+def _run_record(row: Any) -> RunRecord:
+    values = dict(zip(_RUN_FIELDS, row, strict=True))
+    answer = values["answer"]
+    values["answer"] = None if answer is None else RunAnswer(**_unpack(answer))
+    values["usage"] = RunUsage(**_unpack(values["usage"]))
+    return RunRecord(**values)
 
 
 # A task's columns in one place: they are TaskRecord's fields, in its order, named as its fields but for

@@ -1,0 +1,352 @@
+"""Runs of agents, sans-IO: what the owner decides and stores about them (docs/runs.md states it for users).
+
+A run is admitted by an ``input`` submission to a conversation bound to an agent, and run by a task of kind
+``agent:<agent>`` owned by its conversation; the task engine schedules, leases, restarts and aborts it and the tool
+tasks it owns, unchanged. This module adds what the engine does not know:
+
+1. **Queues.** A conversation has at most one active run (``pending``, ``running``, ``retry_wait``, ``waiting``,
+   ``needs_attention``); its other runs wait ``queued`` in creation order (FIFO).
+2. **Admission** (a settling step, once per batch): the queued run at the head of an idle conversation is admitted,
+   oldest first across conversations, while fewer than ``max_concurrent_runs`` runs are ``pending``, ``running``
+   or ``retry_wait`` (``waiting`` and ``needs_attention`` free global capacity but keep their conversation
+   blocked). Admission appends the user entry to the transcript (only now: a follow-up is not visible to the run
+   before it) and creates the run's task, in the settling commit.
+3. **Status** is derived by :func:`run_status` from the run's task and the live tasks it owns, and written to the
+   run's row in the commit that changed it; never set independently (a queued run's cancellation aside, which has
+   no task to derive from).
+4. Ids the owner mints are derived from the run id (uuid5), so a settle that runs again after a crash writes the
+   same ids, and no clock or randomness enters the core: a run's id is its submission's id (one id to correlate a
+   submit with its run), its n-th task is ``uuid5(run_id, "task/n")``, its user entry ``uuid5(run_id, "user")``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+from protocol import (
+    RUN_ACTIVE,
+    RUN_TERMINAL,
+    CreateTask,
+    EntryRecord,
+    JsonValue,
+    Record,
+    RunAnswer,
+    RunRecord,
+    RunStatus,
+    TaskRecord,
+)
+
+from ._checks import Refusal
+from ._ports import Store
+from ._tasks import TaskEngine
+
+DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
+AGENT_KIND_PREFIX: Final = "agent:"
+TOOL_KIND_PREFIX: Final = "tool:"
+EXTERNAL_KIND_PREFIX: Final = "tether."
+ATTENTION_KIND: Final = "tether.attention"
+APPROVAL_KIND: Final = "tether.approval"
+USER_ENTRY_KIND: Final = "tether.user"
+BUSY: Final = frozenset({"pending", "running", "retry_wait"})
+"""Statuses that take global capacity (``max_concurrent_runs``)."""
+ACTIVE: Final = frozenset(RUN_ACTIVE)
+TERMINAL: Final = frozenset(RUN_TERMINAL)
+SETTLED: Final = frozenset({*RUN_TERMINAL, "needs_attention"})
+"""Statuses that answer ``wait_run``."""
+_RUN_IDS: Final = uuid.UUID("9f1c3c1e-5a0e-4c43-9a53-0e5f2f1d7a10")
+
+
+def run_task_id(run_id: str, attempt: int) -> str:
+    """The id of a run's ``attempt``-th task (1 for its admission, more after ``retry_run``)."""
+    return str(uuid.uuid5(_RUN_IDS, f"{run_id}/task/{attempt}"))
+
+
+def user_entry_id(run_id: str) -> str:
+    return str(uuid.uuid5(_RUN_IDS, f"{run_id}/user"))
+
+
+@attrs.frozen
+class Derived:
+    status: RunStatus
+    reason: str | None = None
+    operation_id: str | None = None
+
+
+def run_status(
+    task: TaskRecord | None,
+    *,
+    blocked: str | None = None,
+    attention: str | None = None,
+    approval: str | None = None,
+) -> Derived:
+    """A run's status, from its task (``None``: not admitted yet) and what it owns. Rules, first match wins:
+
+    ====================================  =========================================  ===============================
+    run task                              what else                                  run status (reason)
+    ====================================  =========================================  ===============================
+    none                                                                             ``queued``
+    terminal ``completed``                                                           ``completed``
+    terminal ``aborted`` (or marked                                                  ``cancelled``
+    ``abort`` and terminal otherwise)
+    terminal otherwise                                                               ``failed`` (outcome's reason,
+                                                                                     else its status)
+    ``sleeping``                                                                     ``retry_wait``
+    ``running``, ``completing``                                                      ``running``
+    ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
+                                          ``migration_failed``                       (``agent_version_missing``)
+    ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
+    ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
+                                                                                     (``tool_interrupted``, its op)
+    ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
+    ``waiting``                           otherwise (its tools run)                  ``running``
+    ====================================  =========================================  ===============================
+
+    ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
+    ``approval`` the operation ids of the live external tasks it owns (transitively), if any.
+    """
+    if task is None:
+        return Derived("queued")
+    status = task.status
+    if status == "terminal":
+        outcome = task.outcome
+        assert outcome is not None
+        if outcome.status == "completed":
+            return Derived("completed")
+        if outcome.status == "aborted" or task.abort == "abort":
+            return Derived("cancelled")
+        return Derived("failed", outcome.reason or outcome.status)
+    if status == "sleeping":
+        return Derived("retry_wait")
+    if status in ("running", "completing"):
+        return Derived("running")
+    if status == "pending":
+        if blocked in ("task_too_old", "migration_failed"):
+            return Derived("needs_attention", "agent_version_missing")
+        return Derived("pending")
+    if attention is not None:
+        return Derived("needs_attention", "tool_interrupted", attention)
+    if approval is not None:
+        return Derived("waiting", None, approval)
+    return Derived("running")
+
+
+def answer_of(task: TaskRecord) -> RunAnswer | None:
+    """A completed run's answer: its task's result ``{"text": ...}``, at the seq of the commit that completed it
+    (the commit that also appended the final assistant entry)."""
+    outcome = task.outcome
+    if task.status != "terminal" or outcome is None or outcome.status != "completed":
+        return None
+    result = outcome.result
+    if isinstance(result, dict) and isinstance(result.get("text"), str):
+        return RunAnswer(seq=task.seq, text=result["text"])
+    return None
+
+
+class Runs:
+    """The live runs of one store, their conversations' queues, and admission. See the module docstring."""
+
+    def __init__(self, store: Store, tasks: TaskEngine, *, max_concurrent_runs: int) -> None:
+        self._store = store
+        self._tasks = tasks
+        self.max_concurrent_runs = max_concurrent_runs
+        self.live: dict[str, RunRecord] = {}
+        """Runs that are not terminal, by id."""
+        self._queues: dict[str, list[str]] = {}
+        """Each conversation's live runs in creation order: the first may be active, the rest are queued."""
+        self._by_task: dict[str, str] = {}
+        """The live run of each run task."""
+        self._dirty: dict[str, None] = {}
+        """Runs whose status settling derives again."""
+        self._admit_due = False
+        for record in store.live_runs():
+            self._add(record)
+            if record.status != "queued":
+                self._dirty[record.run_id] = None
+        self._admit_due = bool(self.live)
+
+    # ------------------------------------------------------------------------------------------ inspection
+
+    def needs_settle(self) -> bool:
+        """Whether settling has runs to derive again, or a queued run it may admit now."""
+        if self._dirty:
+            return True
+        if not self._admit_due or not self._has_capacity():
+            return False
+        return any(self.live[queue[0]].status == "queued" for queue in self._queues.values())
+
+    def active_run(self, conversation_id: str) -> RunRecord | None:
+        """The conversation's run that is not terminal and first in its queue, if any (queued included)."""
+        queue = self._queues.get(conversation_id)
+        return None if not queue else self.live[queue[0]]
+
+    def run_of_task(self, record: TaskRecord) -> str | None:
+        """The live run a task belongs to: its run task, or a tool / external task it owns (transitively)."""
+        run_id = self._by_task.get(record.task_id)
+        if run_id is not None or not record.kind.startswith((TOOL_KIND_PREFIX, EXTERNAL_KIND_PREFIX)):
+            return run_id
+        owner = record.owner_task_id
+        while owner is not None:
+            run_id = self._by_task.get(owner)
+            if run_id is not None:
+                return run_id
+            owner_record = self._tasks.record(owner)
+            owner = None if owner_record is None else owner_record.owner_task_id
+        return None
+
+    # ---------------------------------------------------------------------------------------------- changes
+
+    def created(self, record: RunRecord) -> None:
+        """A submission created a queued run (in the request's commit)."""
+        self._add(record)
+        self._admit_due = True
+
+    def tasks_changed(self, records: Iterable[Record]) -> None:
+        """Task records a commit or a settle changed: their runs' statuses are derived again."""
+        for record in records:
+            if isinstance(record, TaskRecord):
+                run_id = self.run_of_task(record)
+                if run_id is not None:
+                    self._dirty[run_id] = None
+
+    def workers_changed(self) -> None:
+        """Workers came or went: a pending run's blocked reason may have changed."""
+        for run in self.live.values():
+            if run.status in ("pending", "needs_attention"):
+                self._dirty[run.run_id] = None
+
+    def put(self, record: RunRecord) -> None:
+        """Store a run's next record and keep the indexes in step (a terminal run leaves memory)."""
+        self._store.update_run(record)
+        old = self.live.get(record.run_id)
+        if record.status in TERMINAL:
+            self.live.pop(record.run_id, None)
+            queue = self._queues.get(record.conversation_id, [])
+            if record.run_id in queue:
+                queue.remove(record.run_id)
+                if not queue:
+                    del self._queues[record.conversation_id]
+            if record.task_id is not None:
+                self._by_task.pop(record.task_id, None)
+            self._admit_due = True
+        else:
+            self.live[record.run_id] = record
+            if record.task_id is not None:
+                if old is not None and old.task_id is not None and old.task_id != record.task_id:
+                    self._by_task.pop(old.task_id, None)
+                self._by_task[record.task_id] = record.run_id
+            if old is not None and old.status in BUSY and record.status not in BUSY:
+                self._admit_due = True
+
+    def _add(self, record: RunRecord) -> None:
+        self.live[record.run_id] = record
+        self._queues.setdefault(record.conversation_id, []).append(record.run_id)
+        if record.task_id is not None:
+            self._by_task[record.task_id] = record.run_id
+
+    # --------------------------------------------------------------------------------------------- settling
+
+    def refresh(self, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
+        """Derive the status of every dirty run again; a run whose record changes is stored and put in ``changed``."""
+        dirty, self._dirty = self._dirty, {}
+        for run_id in dirty:
+            run = self.live.get(run_id)
+            if run is None or run.task_id is None:
+                continue
+            task = self._tasks.record(run.task_id)
+            assert task is not None, f"run {run_id}'s task {run.task_id} is not stored"
+            derived = self._derive(task)
+            new = attrs.evolve(
+                run,
+                status=derived.status,
+                reason=derived.reason,
+                operation_id=derived.operation_id,
+                version=task.version,
+                answer=answer_of(task) or run.answer,
+            )
+            if new != run:
+                new = attrs.evolve(new, seq=seq, updated_at_ms=now_ms)
+                self.put(new)
+                changed[run_id] = new
+
+    def _derive(self, task: TaskRecord) -> Derived:
+        blocked = None
+        attention = approval = None
+        if task.status == "pending":
+            blocked = self._tasks.blocked_reason_of(task)
+        elif task.status == "waiting":
+            for owned in self._tasks.live_descendants(task.task_id):
+                if owned.kind == ATTENTION_KIND and attention is None:
+                    attention = self._operation_of(owned)
+                elif owned.kind == APPROVAL_KIND and approval is None:
+                    approval = self._operation_of(owned)
+        return run_status(task, blocked=blocked, attention=attention, approval=approval)
+
+    def _operation_of(self, external: TaskRecord) -> str:
+        """The operation an external task is about (its input's ``operation_id``)."""
+        input_value, _ = self._store.task_data(external.task_id)
+        if isinstance(input_value, dict) and isinstance(input_value.get("operation_id"), str):
+            return str(input_value["operation_id"])
+        return external.task_id
+
+    def _has_capacity(self) -> bool:
+        return sum(1 for run in self.live.values() if run.status in BUSY) < self.max_concurrent_runs
+
+    def admit(self, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]) -> set[str]:
+        """Admit queued runs at the head of idle conversations, oldest first, within global capacity (rule 2).
+        Appends their user entries and task records to ``records``; returns the conversations whose transcript
+        grew."""
+        grown: set[str] = set()
+        if not self._admit_due:
+            return grown
+        self._admit_due = False
+        busy = sum(1 for run in self.live.values() if run.status in BUSY)
+        heads = [self.live[queue[0]] for queue in self._queues.values()]
+        heads = sorted((run for run in heads if run.status == "queued"), key=lambda run: (run.seq, run.run_id))
+        for run in heads:
+            if busy >= self.max_concurrent_runs:
+                self._admit_due = True  # capacity frees later: a run leaving a busy status sets it again
+                break
+            self._admit_one(run, seq, now_ms, changed, records)
+            grown.add(run.conversation_id)
+            busy += 1
+        return grown
+
+    def _admit_one(
+        self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]
+    ) -> None:
+        task_id = run_task_id(run.run_id, 1)
+        write = CreateTask(
+            task_id=task_id,
+            kind=AGENT_KIND_PREFIX + run.agent,
+            input=JsonValue({"run_id": run.run_id}),
+            conversation_id=run.conversation_id,
+        )
+        try:
+            task = self._tasks.create_task(write, seq, now_ms, f"run {run.run_id}")
+        except Refusal:  # the conversation's owner task can own no new work: the run cannot start
+            new = attrs.evolve(run, status="failed", reason="not_admitted", seq=seq, updated_at_ms=now_ms)
+            self.put(new)
+            changed[run.run_id] = new
+            return
+        store = self._store
+        position = store.next_entry_position(run.conversation_id)
+        assert position is not None
+        entry = EntryRecord(
+            entry_id=user_entry_id(run.run_id),
+            conversation_id=run.conversation_id,
+            position=position,
+            seq=seq,
+            kind=USER_ENTRY_KIND,
+            data=JsonValue({"text": store.run_input(run.run_id), "run_id": run.run_id}),
+            created_at_ms=now_ms,
+        )
+        store.insert_entry(entry)
+        records.append(entry)
+        records.append(task)
+        new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
+        self.put(new)
+        changed[run.run_id] = new

@@ -1,0 +1,430 @@
+"""Runs of agents in the owner core, sans-IO: submissions admit runs, queues and admission, derived statuses,
+placement by agent, cancel. Driven batch by batch through ``OwnerCore.run_batch`` (the drivers of
+test_tasks_core), with explicit ``now_ms``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import (
+    AbortTask,
+    Announce,
+    CancelRun,
+    Capability,
+    Commit,
+    Committed,
+    CreateConversation,
+    CreateTask,
+    EntriesReply,
+    ErrorCode,
+    Hello,
+    JsonValue,
+    Ok,
+    ReadEntries,
+    ReadRun,
+    ReadRuns,
+    Refused,
+    RunAnswer,
+    RunRecord,
+    RunReply,
+    RunsReply,
+    SetTaskState,
+    Submit,
+    Submitted,
+    TaskOutcome,
+    TaskRecord,
+    WaitRun,
+)
+from storage_owner.core._runs import Derived, run_status, run_task_id, user_entry_id
+from tests.unit.test_tasks_core import (
+    TOKEN,
+    OwnerSim,
+    Worker,
+    aborted,
+    call,
+    completed,
+    error_code,
+    expect,
+    fresh_id,
+    reply_to,
+)
+
+AGENT = "support"
+
+
+class RunSim(OwnerSim):
+    """An :class:`OwnerSim` with agent workers, conversations bound to an agent and run requests."""
+
+    def __init__(self, path: Path, *, max_concurrent_runs: int = 64, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.max_concurrent_runs = max_concurrent_runs
+        self.core.runs.max_concurrent_runs = max_concurrent_runs
+
+    def restart(self, **kwargs: Any) -> None:
+        super().restart(settle=False, **kwargs)
+        self.core.runs.max_concurrent_runs = self.max_concurrent_runs
+        self.batch()
+
+    def agent_worker(self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64) -> Worker:
+        worker = self.attach_worker()
+        capability = Capability(kind="agent", name=agent, version=version)
+        announce = Announce(
+            call_id=call(), pid=1000, host="test", app="tests", capabilities=(capability,), max_leases=max_leases
+        )
+        expect(self.request(worker.peer, announce), Ok)
+        return worker
+
+    def agent_conversation(self, agent: str | None = AGENT) -> str:
+        conversation_id = fresh_id()
+        expect(self.commit(CreateConversation(conversation_id=conversation_id, agent=agent)), Committed)
+        return conversation_id
+
+    def submit_frame(self, conversation_id: str, text: Any = "hello", **fields: Any) -> Submit:
+        fields.setdefault("request_id", f"r-{fresh_id()}")
+        fields.setdefault("kind", "input")
+        return Submit(
+            call_id=call(),
+            conversation_id=conversation_id,
+            submission_id=fields.pop("submission_id", fresh_id()),
+            payload=JsonValue(text),
+            **fields,
+        )
+
+    def submit(self, conversation_id: str, text: Any = "hello", **fields: Any) -> Any:
+        return self.request(self.client, self.submit_frame(conversation_id, text, **fields))
+
+    def start_run(self, conversation_id: str, text: str = "hello", **fields: Any) -> str:
+        submitted = expect(self.submit(conversation_id, text, **fields), Submitted)
+        assert submitted.created and submitted.submission.run_id is not None
+        return submitted.submission.run_id
+
+    def run(self, run_id: str) -> RunRecord:
+        stored = expect(self.request(self.client, ReadRun(call_id=call(), run_id=run_id)), RunReply).run
+        assert self.store.run(run_id) == stored
+        return stored
+
+    def entries(self, conversation_id: str) -> list[tuple[str, Any]]:
+        request = ReadEntries(call_id=call(), conversation_id=conversation_id, order="asc", cursor=None, limit=100)
+        reply = expect(self.request(self.client, request), EntriesReply)
+        return [(entry.kind, entry.data) for entry in reply.entries]
+
+    def statuses(self, *run_ids: str) -> list[str]:
+        return [self.run(run_id).status for run_id in run_ids]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[RunSim]:
+    opened = RunSim(tmp_path / "runs.db")
+    yield opened
+    opened.close()
+
+
+def finish(worker: Worker, run: RunRecord, text: str = "done") -> Committed:
+    assert run.task_id is not None
+    return worker.ok(run.task_id, completed(run.task_id, {"text": text}))
+
+
+# ------------------------------------------------------------------------------------------- run_status
+
+
+def _task(status: str, **fields: Any) -> TaskRecord:
+    return TaskRecord(
+        task_id=fresh_id(),
+        kind=f"agent:{AGENT}",
+        version=1,
+        conversation_id=fresh_id(),
+        owner_task_id=None,
+        background=False,
+        abandon_on_restart=False,
+        status=status,  # type: ignore[arg-type]
+        phase=None,
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+        **fields,
+    )
+
+
+@pytest.mark.parametrize(
+    ("task", "kwargs", "expected"),
+    [
+        (None, {}, Derived("queued")),
+        (_task("terminal", outcome=TaskOutcome(status="completed")), {}, Derived("completed")),
+        (_task("terminal", outcome=TaskOutcome(status="aborted")), {}, Derived("cancelled")),
+        (_task("terminal", abort="abort", outcome=TaskOutcome(status="orphaned")), {}, Derived("cancelled")),
+        (_task("terminal", outcome=TaskOutcome(status="failed")), {}, Derived("failed", "failed")),
+        (
+            _task("terminal", outcome=TaskOutcome(status="faulted", reason="restart_limit")),
+            {},
+            Derived("failed", "restart_limit"),
+        ),
+        (_task("sleeping", until_ms=5), {}, Derived("retry_wait")),
+        (_task("running"), {}, Derived("running")),
+        (_task("completing", held=TaskOutcome(status="completed")), {}, Derived("running")),
+        (_task("pending"), {}, Derived("pending")),
+        (_task("pending"), {"blocked": "missing_task"}, Derived("pending")),
+        (_task("pending"), {"blocked": "task_too_old"}, Derived("needs_attention", "agent_version_missing")),
+        (_task("pending"), {"blocked": "migration_failed"}, Derived("needs_attention", "agent_version_missing")),
+        (_task("waiting"), {}, Derived("running")),
+        (_task("waiting"), {"approval": "op-1"}, Derived("waiting", None, "op-1")),
+        (
+            _task("waiting"),
+            {"attention": "op-2", "approval": "op-1"},
+            Derived("needs_attention", "tool_interrupted", "op-2"),
+        ),
+    ],
+)
+def test_run_status_follows_its_table(task: TaskRecord | None, kwargs: dict[str, Any], expected: Derived) -> None:
+    assert run_status(task, **kwargs) == expected
+
+
+# ---------------------------------------------------------------------------------------------- submit
+
+
+def test_version_2_peers_are_refused_at_hello(sim: RunSim) -> None:
+    answer = sim.core.hello(Hello(protocol_version=2, token=TOKEN, role="client"))
+    assert isinstance(answer, Refused) and answer.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_input_needs_a_conversation_bound_to_an_agent_and_a_text(sim: RunSim) -> None:
+    plain = sim.agent_conversation(agent=None)
+    head = sim.core.head_seq
+    assert error_code(sim.submit(plain)) == ErrorCode.INVALID
+    bound = sim.agent_conversation()
+    head = sim.core.head_seq
+    assert error_code(sim.submit(bound, {"not": "text"})) == ErrorCode.INVALID
+    assert error_code(sim.submit(bound, "")) == ErrorCode.INVALID
+    assert sim.core.head_seq == head
+    # Other kinds keep today's behaviour, with no run.
+    other = expect(sim.submit(plain, {"q": 1}, kind="prompt"), Submitted)
+    assert other.created and other.submission.run_id is None
+    assert expect(sim.request(sim.client, ReadRuns(call_id=call())), RunsReply).runs == ()
+
+
+def test_a_submission_admits_a_run_and_its_user_entry_at_once(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id, "what is 2+2?")
+    run = sim.run(run_id)
+    # No worker runs the agent: the run is admitted and pending, its task owned by the conversation.
+    assert (run.status, run.agent, run.version, run.task_id) == ("pending", AGENT, 0, run_task_id(run_id, 1))
+    task = sim.task(run_task_id(run_id, 1))
+    assert (task.kind, task.conversation_id, task.owner_task_id) == (f"agent:{AGENT}", conversation_id, None)
+    assert sim.store.task_data(task.task_id)[0] == {"run_id": run_id}
+    assert sim.graph()[task.task_id].blocked == "missing_task"
+    assert sim.entries(conversation_id) == [("tether.user", {"text": "what is 2+2?", "run_id": run_id})]
+    assert sim.store.entry_page(conversation_id, "asc", None, 1)[0][0].entry_id == user_entry_id(run_id)
+
+
+def test_request_id_dedupe_survives_a_restart_and_refuses_other_content(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = expect(sim.submit(conversation_id, "hi", request_id="r1"), Submitted)
+    sim.restart()
+    head = sim.core.head_seq
+    again = expect(sim.submit(conversation_id, "hi", request_id="r1", when_busy="reject"), Submitted)
+    assert not again.created and again.submission == first.submission
+    assert error_code(sim.submit(conversation_id, "other", request_id="r1")) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    assert len(expect(sim.request(sim.client, ReadRuns(call_id=call())), RunsReply).runs) == 1
+
+
+def test_reject_refuses_while_a_run_is_active_and_writes_nothing(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    head = sim.core.head_seq
+    assert error_code(sim.submit(conversation_id, "again", when_busy="reject")) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    worker = sim.agent_worker()
+    finish(worker, sim.run(first))
+    assert sim.run(first).status == "completed"
+    assert sim.start_run(conversation_id, "now", when_busy="reject")
+
+
+def test_follow_ups_run_in_order_and_see_only_what_came_before(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    worker = sim.agent_worker()
+    runs = [sim.start_run(conversation_id, f"message {n}") for n in range(3)]
+    assert sim.statuses(*runs) == ["running", "queued", "queued"]
+    # The follow-ups' user entries are not in the transcript before their run is admitted.
+    assert [data["text"] for _, data in sim.entries(conversation_id)] == ["message 0"]
+    finish(worker, sim.run(runs[0]), "first answer")
+    done = sim.run(runs[0])
+    assert done.status == "completed"
+    assert done.answer == RunAnswer(seq=sim.task(run_task_id(runs[0], 1)).seq, text="first answer")
+    assert sim.statuses(*runs) == ["completed", "running", "queued"]
+    assert [data["text"] for _, data in sim.entries(conversation_id)] == ["message 0", "message 1"]
+    finish(worker, sim.run(runs[1]))
+    finish(worker, sim.run(runs[2]))
+    assert sim.statuses(*runs) == ["completed"] * 3
+
+
+def test_max_concurrent_runs_keeps_a_third_conversation_queued(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "cap.db", max_concurrent_runs=2)
+    try:
+        worker = sim.agent_worker()
+        runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
+        assert sim.statuses(*runs) == ["running", "running", "queued"]
+        # A run that waits frees global capacity (its conversation stays blocked).
+        first = sim.run(runs[0])
+        assert first.task_id is not None
+        tool_id = fresh_id()
+        worker.ok(
+            first.task_id,
+            CreateTask(task_id=tool_id, kind="tether.approval", owner_task_id=first.task_id),
+            SetTaskState(task_id=first.task_id, status="waiting", on=(tool_id,)),
+        )
+        assert sim.statuses(*runs) == ["waiting", "running", "running"]
+        sim.restart()
+        assert sim.statuses(*runs) == ["waiting", "pending", "pending"]
+    finally:
+        sim.close()
+
+
+def test_max_concurrent_runs_admits_the_next_when_one_completes(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "cap2.db", max_concurrent_runs=2)
+    try:
+        worker = sim.agent_worker()
+        runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
+        assert sim.statuses(*runs) == ["running", "running", "queued"]
+        finish(worker, sim.run(runs[1]))
+        assert sim.statuses(*runs) == ["running", "completed", "running"]
+    finally:
+        sim.close()
+
+
+# ------------------------------------------------------------------------------------------- placement
+
+
+def test_an_agent_task_is_leased_only_to_a_worker_announcing_that_agent(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    task_id = run_task_id(run_id, 1)
+    plain = sim.worker(kinds=(AGENT, f"agent:{AGENT}x"))  # a task kind of the same name is not the agent
+    other_agent = sim.agent_worker("billing")
+    assert not plain.holds(task_id) and not other_agent.holds(task_id)
+    assert sim.run(run_id).status == "pending"
+    agent = sim.agent_worker(version=3)
+    assert agent.holds(task_id)
+    run = sim.run(run_id)
+    assert (run.status, run.version) == ("running", 3)
+
+
+def test_a_missing_agent_version_needs_attention_until_a_worker_has_it(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    task_id = run_task_id(run_id, 1)
+    v2 = sim.agent_worker(version=2)
+    v2.ok(task_id, SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"phase": "turn"})))
+    v2.leave()
+    # No worker for the agent at all: pending, as any task while workers come back.
+    assert sim.run(run_id).status == "pending"
+    v1 = sim.agent_worker(version=1)
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("needs_attention", "agent_version_missing")
+    assert not v1.holds(task_id)
+    wait = WaitRun(call_id=call(), run_id=run_id)
+    assert expect(sim.request(sim.client, wait), RunReply).run == run
+    v2 = sim.agent_worker(version=2)
+    assert v2.holds(task_id)
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("running", None)
+
+
+# ---------------------------------------------------------------------------------------------- cancel
+
+
+def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    third = sim.start_run(conversation_id)
+    reply = expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=second)), RunReply)
+    assert reply.run.status == "cancelled"
+    assert sim.statuses(first, second, third) == ["pending", "cancelled", "queued"]
+    # Again: a no-op.
+    head = sim.core.head_seq
+    assert expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=second)), RunReply).run == reply.run
+    assert sim.core.head_seq == head
+    worker = sim.agent_worker()
+    finish(worker, sim.run(first))
+    assert sim.statuses(first, second, third) == ["completed", "cancelled", "running"]
+    assert [data["run_id"] for _, data in sim.entries(conversation_id)] == [first, third]
+
+
+def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    worker = sim.agent_worker()
+    tools = sim.worker(kinds=("tool:lookup",))
+    task_id = run_task_id(first, 1)
+    tool_id = fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(task_id=tool_id, kind="tool:lookup", owner_task_id=task_id),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
+    )
+    assert tools.holds(tool_id)
+    assert sim.run(first).status == "running"
+    reply = expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=first)), RunReply)
+    assert reply.run.status == "running"  # its task is marked; it ends cancelled once that is terminal
+    assert tool_id in tools.cancelled
+    expect(tools.release(tool_id), Ok)
+    assert tools.lease(tool_id).mode == "abort"  # the tool's abort handler first
+    tools.ok(tool_id, aborted(tool_id))
+    assert worker.lease(task_id).mode == "abort"  # then the run's
+    assert sim.run(first).status == "running"
+    worker.ok(task_id, aborted(task_id))
+    assert sim.statuses(first, second) == ["cancelled", "running"]
+
+
+def test_cancel_a_completed_run_is_a_conflict(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    finish(sim.agent_worker(), sim.run(run_id))
+    head = sim.core.head_seq
+    assert error_code(sim.request(sim.client, CancelRun(call_id=call(), run_id=run_id))) == ErrorCode.CONFLICT
+    assert error_code(sim.request(sim.client, CancelRun(call_id=call(), run_id=fresh_id()))) == ErrorCode.NOT_FOUND
+    assert sim.core.head_seq == head
+
+
+def test_wait_run_is_answered_when_the_run_completes(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    worker = sim.agent_worker()
+    wait = WaitRun(call_id=call(), run_id=run_id)
+    out = sim.batch((sim.client, wait))
+    assert not [frame for peer, frame in out if peer == sim.client]
+    task_id = run_task_id(run_id, 1)
+    out = sim.batch((worker.peer, _commit(worker, task_id)))
+    answered = reply_to(out, sim.client, wait)
+    assert expect(answered, RunReply).run.status == "completed"
+
+
+def _commit(worker: Worker, task_id: str) -> Any:
+    return Commit(call_id=call(), writes=(completed(task_id, {"text": "ok"}),), lease=worker.lease(task_id).lease)
+
+
+def test_read_runs_pages_by_conversation_and_status(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    runs = sorted(sim.start_run(conversation_id) for _ in range(3))
+    sim.start_run(sim.agent_conversation())
+    page = expect(
+        sim.request(sim.client, ReadRuns(call_id=call(), conversation_id=conversation_id, limit=2)), RunsReply
+    )
+    assert [run.run_id for run in page.runs] == runs[:2] and page.next_after_run_id == runs[1]
+    rest = ReadRuns(call_id=call(), conversation_id=conversation_id, after_run_id=runs[1], limit=2)
+    assert [run.run_id for run in expect(sim.request(sim.client, rest), RunsReply).runs] == runs[2:]
+    queued = expect(sim.request(sim.client, ReadRuns(call_id=call(), status="queued")), RunsReply)
+    assert len(queued.runs) == 2
+
+
+def test_an_aborted_run_task_nobody_runs_cancels_the_run(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    sim.commit(AbortTask(task_id=run_task_id(run_id, 1)))  # no worker, no grace: it ends orphaned
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("cancelled", None)
