@@ -137,6 +137,64 @@ class RunRecord:
     updated_at_ms: int
 
 
+@attrs.frozen(kw_only=True)
+class Retry:
+    """A model request's retry policy: at most ``attempts`` attempts, the n-th retry after
+    :func:`retry_delay_ms` (``first_delay_ms * multiplier ** (n - 1)``, at most ``max_delay_ms``; no jitter, so a
+    restarted owner computes the same deadline)."""
+
+    attempts: int = 4
+    first_delay_ms: int = 500
+    max_delay_ms: int = 30_000
+    multiplier: float = 2.0
+
+
+def retry_delay_ms(retry: Retry, attempt: int) -> int:
+    """How long to wait after failed attempt ``attempt`` (from 1) before the next: shared by workers (a retryable
+    model error they commit) and the owner (a model request cut off)."""
+    delay = retry.first_delay_ms * retry.multiplier ** max(attempt - 1, 0)
+    return int(min(delay, retry.max_delay_ms))
+
+
+OperationKind: TypeAlias = Literal["model", "tool"]
+RecoveryPolicy: TypeAlias = Literal["manual", "safe", "idempotent"]
+OperationStatus: TypeAlias = Literal["started", "completed", "failed", "interrupted", "resolved"]
+
+
+@attrs.frozen(kw_only=True)
+class OperationRecord:
+    """One model request or tool call of a run, in the operation journal: its intent (``started``) and then its
+    result. ``tool_call_id`` is the model's id of the tool call (named so to keep clear of the requests'
+    ``call_id``); ``conversation_id`` is the run's, so a watch of the conversation sees the journal."""
+
+    RECORD: ClassVar[str] = "operation"
+    operation_id: str
+    run_id: str
+    conversation_id: str
+    task_id: str
+    """The task whose lease wrote the intent."""
+    kind: OperationKind
+    name: str
+    version: int
+    tool_call_id: str | None = None
+    turn: int
+    attempt: int
+    policy: RecoveryPolicy | None = None
+    retry: Retry | None = None
+    arguments: JsonValue = JsonValue(None)
+    digest: str
+    status: OperationStatus
+    result: JsonValue = JsonValue(None)
+    is_error: bool = False
+    error: str | None = None
+    usage: RunUsage | None = None
+    resolved_by: str | None = None
+    resolved_at_ms: int | None = None
+    seq: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
 OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
 WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
@@ -144,9 +202,10 @@ BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_fa
 """Why no attached worker can run a task (derived from the attached workers, never stored)."""
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
-OutcomeReason: TypeAlias = Literal[FaultReason, BlockedReason, "restart"]
+OutcomeReason: TypeAlias = Literal[FaultReason, BlockedReason, "restart", "model_retries_exhausted"]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
-``restart`` for ``abandon_on_restart`` work aborted after a restart."""
+``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
+model request was cut off past its last attempt."""
 
 
 def phase_of(checkpoint: object) -> str | None:
@@ -218,7 +277,9 @@ class TaskRecord:
         return {"conversation": self.conversation_id}
 
 
-Record: TypeAlias = ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord | RunRecord
+Record: TypeAlias = (
+    ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord | RunRecord | OperationRecord
+)
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
 
@@ -330,7 +391,50 @@ class SetTaskState:
     outcome: TaskOutcome | None = None
 
 
-Write: TypeAlias = CreateConversation | AppendEntry | PutDocument | CreateTask | AbortTask | SetTaskState
+@attrs.frozen(kw_only=True)
+class StartOperation:
+    """Commit an operation's intent (attempt ``attempt``), under the lease of the run's task (a model request) or of
+    a tool task of the run (a tool call). The policy and retry of the first intent are kept."""
+
+    OP: ClassVar[str] = "start_operation"
+    operation_id: str
+    run_id: str
+    kind: OperationKind
+    name: str
+    version: int
+    turn: int
+    attempt: int
+    digest: str
+    tool_call_id: str | None = None
+    policy: RecoveryPolicy | None = None
+    retry: Retry | None = None
+    arguments: JsonValue = JsonValue(None)
+
+
+@attrs.frozen(kw_only=True)
+class FinishOperation:
+    """Commit an operation's result (``completed``) or error (``failed``), once, under the lease that started it;
+    ``usage`` is added to the run's, its conversation's and its model's usage."""
+
+    OP: ClassVar[str] = "finish_operation"
+    operation_id: str
+    status: Literal["completed", "failed"]
+    result: JsonValue = JsonValue(None)
+    is_error: bool = False
+    error: str | None = None
+    usage: RunUsage | None = None
+
+
+Write: TypeAlias = (
+    CreateConversation
+    | AppendEntry
+    | PutDocument
+    | CreateTask
+    | AbortTask
+    | SetTaskState
+    | StartOperation
+    | FinishOperation
+)
 """One write of a ``Commit``; tagged by ``op`` on the wire."""
 
 # ------------------------------------------------------------------------------------------------ handshake
@@ -582,6 +686,26 @@ class CancelRun:
     run_id: str
 
 
+@attrs.frozen(kw_only=True)
+class ReadOperations:
+    """A run's operation journal, oldest first; ``cursor`` is how many were read already (the journal only grows)."""
+
+    TYPE: ClassVar[str] = "read_operations"
+    call_id: int
+    run_id: str
+    cursor: int = 0
+    limit: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class ReadUsage:
+    """Usage per conversation (``conversation_id``) or, when ``None``, of every model."""
+
+    TYPE: ClassVar[str] = "read_usage"
+    call_id: int
+    conversation_id: str | None = None
+
+
 # -------------------------------------------------------------------------------------------------- replies
 
 
@@ -710,6 +834,30 @@ class RunsReply:
 
 
 @attrs.frozen(kw_only=True)
+class OperationsReply:
+    TYPE: ClassVar[str] = "operations"
+    call_id: int
+    operations: tuple[OperationRecord, ...]
+    next_cursor: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class UsageTotal:
+    """Usage accounted to one conversation or one model (``key``)."""
+
+    scope: Literal["conversation", "model"]
+    key: str
+    usage: RunUsage
+
+
+@attrs.frozen(kw_only=True)
+class UsageReply:
+    TYPE: ClassVar[str] = "usage"
+    call_id: int
+    totals: tuple[UsageTotal, ...]
+
+
+@attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
     call_id: int
@@ -817,6 +965,8 @@ Request: TypeAlias = (
     | ReadRuns
     | WaitRun
     | CancelRun
+    | ReadOperations
+    | ReadUsage
 )
 Reply: TypeAlias = (
     Committed
@@ -835,6 +985,8 @@ Reply: TypeAlias = (
     | TaskGraphReply
     | RunReply
     | RunsReply
+    | OperationsReply
+    | UsageReply
     | Error
 )
 Event: TypeAlias = Change | Goodbye | Lease | CancelLease
@@ -862,6 +1014,8 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadRuns,
     WaitRun,
     CancelRun,
+    ReadOperations,
+    ReadUsage,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -880,11 +1034,22 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     TaskGraphReply,
     RunReply,
     RunsReply,
+    OperationsReply,
+    UsageReply,
     Error,
 )
 EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye, Lease, CancelLease)
 FRAME_TYPES: tuple[type[Any], ...] = (Hello, Welcome, Refused, *REQUEST_TYPES, *REPLY_TYPES, *EVENT_TYPES)
-WRITE_TYPES: tuple[type[Any], ...] = (CreateConversation, AppendEntry, PutDocument, CreateTask, AbortTask, SetTaskState)
+WRITE_TYPES: tuple[type[Any], ...] = (
+    CreateConversation,
+    AppendEntry,
+    PutDocument,
+    CreateTask,
+    AbortTask,
+    SetTaskState,
+    StartOperation,
+    FinishOperation,
+)
 RECORD_TYPES: tuple[type[Any], ...] = (
     ConversationRecord,
     EntryRecord,
@@ -892,4 +1057,5 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     SubmissionRecord,
     TaskRecord,
     RunRecord,
+    OperationRecord,
 )

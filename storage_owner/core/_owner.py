@@ -55,10 +55,12 @@ from protocol import (
     EntryRecord,
     Error,
     ErrorCode,
+    FinishOperation,
     Frame,
     Hello,
     LeaseRef,
     Ok,
+    OperationsReply,
     OutcomesReply,
     PeerInfo,
     PeersReply,
@@ -68,6 +70,7 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadOperations,
     ReadOutcomes,
     ReadPeers,
     ReadRun,
@@ -75,6 +78,7 @@ from protocol import (
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
+    ReadUsage,
     Record,
     Refused,
     Release,
@@ -83,6 +87,7 @@ from protocol import (
     RunReply,
     RunsReply,
     SetTaskState,
+    StartOperation,
     SubmissionRecord,
     SubmissionReply,
     Submit,
@@ -92,6 +97,8 @@ from protocol import (
     TaskRecord,
     TaskReply,
     Unwatch,
+    UsageReply,
+    UsageTotal,
     WaitRun,
     WaitTask,
     Watch,
@@ -237,6 +244,8 @@ class OwnerCore:
             ReadRuns: self._on_read_runs,
             WaitRun: self._on_wait_run,
             CancelRun: self._on_cancel_run,
+            ReadOperations: self._on_read_operations,
+            ReadUsage: self._on_read_usage,
         }
         self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock, Release, CancelRun})
 
@@ -410,6 +419,9 @@ class OwnerCore:
             runs.tasks_changed(result.records)
             runs.refresh(seq, now_ms, changed_runs)
         records: list[Record] = list(admitted)
+        if runs.settle_records:
+            records += runs.settle_records
+            runs.settle_records = []
         if admitted:
             settled = {record.task_id for record in result.records}
             records = [r for r in admitted if not (isinstance(r, TaskRecord) and r.task_id in settled)]
@@ -475,13 +487,25 @@ class OwnerCore:
         if guarded:
             store.savepoint()
         self.tasks.begin()
+        runs_changed: dict[str, RunRecord] = {}
         try:
             for index, write in enumerate(request.writes):
-                record, result = self._apply(write, seq, now_ms, f"writes[{index}]", positions, request.lease)
+                where = f"writes[{index}]"
+                if isinstance(write, StartOperation):
+                    record: Record = self.runs.start_operation(write, request.lease, seq, now_ms, where)
+                    result = 0
+                elif isinstance(write, FinishOperation):
+                    record, run = self.runs.finish_operation(write, request.lease, seq, now_ms, where)
+                    result = 0
+                    if run is not None:
+                        runs_changed[run.run_id] = run
+                else:
+                    record, result = self._apply(write, seq, now_ms, where, positions, request.lease)
                 records.append(record)
                 results.append(result)
                 if record.conversation_id is not None:
                     touched.add(record.conversation_id)
+            records.extend(runs_changed.values())
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
         except Refusal:  # undo this request alone (rule 1), then let handle() answer it
@@ -706,6 +730,29 @@ class OwnerCore:
         self._published(peer, RunReply(call_id=request.call_id, run=run), logged, touched)
         if run.status == "cancelled":
             self._answer_run_waits(run)
+
+    def _on_read_operations(self, peer: PeerId, request: ReadOperations, now_ms: int) -> None:
+        if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT} and cursor 0 or more"
+            raise Refusal(ErrorCode.INVALID, message)
+        self._require_run(request.run_id)
+        operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
+        next_cursor = request.cursor + len(operations) if more else None
+        self._reply(
+            peer, OperationsReply(call_id=request.call_id, operations=tuple(operations), next_cursor=next_cursor)
+        )
+
+    def _on_read_usage(self, peer: PeerId, request: ReadUsage, now_ms: int) -> None:
+        if request.conversation_id is None:
+            totals = [
+                UsageTotal(scope="model", key=key, usage=usage) for key, usage in self._store.usage("model", None)
+            ]
+        else:
+            if self._store.conversation(request.conversation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+            found = self._store.usage("conversation", request.conversation_id)
+            totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
+        self._reply(peer, UsageReply(call_id=request.call_id, totals=tuple(totals)))
 
     def _require_run(self, run_id: str) -> RunRecord:
         run = self.runs.live.get(run_id) or self._store.run(run_id)

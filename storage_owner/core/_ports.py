@@ -11,9 +11,11 @@ from protocol import (
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
+    OperationRecord,
     Order,
     Record,
     RunRecord,
+    RunUsage,
     SubmissionRecord,
     TaskRecord,
     TaskStatus,
@@ -111,6 +113,22 @@ class Store(Protocol):
     def live_runs(self) -> list[RunRecord]:
         """Every run that is not terminal, in creation (``seq``) order."""
         ...
+
+    def insert_operation(self, record: OperationRecord) -> None: ...
+
+    def update_operation(self, record: OperationRecord) -> None: ...
+
+    def operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    def open_operations(self, task_id: str) -> list[OperationRecord]:
+        """The operations a task's lease started that have no result yet."""
+        ...
+
+    def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]: ...
+
+    def add_usage(self, scope: str, key: str, usage: RunUsage) -> None: ...
+
+    def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]: ...
 
     def run_page(
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int

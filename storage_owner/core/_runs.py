@@ -32,17 +32,26 @@ from protocol import (
     RUN_TERMINAL,
     CreateTask,
     EntryRecord,
+    ErrorCode,
+    FinishOperation,
     JsonValue,
+    LeaseRef,
+    OperationRecord,
     Record,
+    Retry,
     RunAnswer,
     RunRecord,
     RunStatus,
+    RunUsage,
+    StartOperation,
+    TaskOutcome,
     TaskRecord,
+    retry_delay_ms,
 )
 
-from ._checks import Refusal
+from ._checks import Refusal, check_id, check_name
 from ._ports import Store
-from ._tasks import TaskEngine
+from ._tasks import CutOffRule, TaskEngine
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 AGENT_KIND_PREFIX: Final = "agent:"
@@ -67,6 +76,33 @@ def run_task_id(run_id: str, attempt: int) -> str:
 
 def user_entry_id(run_id: str) -> str:
     return str(uuid.uuid5(_RUN_IDS, f"{run_id}/user"))
+
+
+def attention_task_id(operation_id: str, attempt: int) -> str:
+    """The ``tether.attention`` task the owner creates when attempt ``attempt`` of a manual tool call is cut off."""
+    return str(uuid.uuid5(_RUN_IDS, f"{operation_id}/attention/{attempt}"))
+
+
+def has_result(op: OperationRecord) -> bool:
+    """Whether an operation's result is committed, so that no new intent may start it again: ``completed`` and
+    ``resolved`` always; ``failed`` for a tool (the error is its result, which the model sees) and for a model
+    request past its last attempt (a failed model attempt with attempts left is retried under the same id)."""
+    if op.status in ("completed", "resolved"):
+        return True
+    if op.status == "failed":
+        return op.kind == "tool" or op.attempt >= (op.retry or Retry()).attempts
+    return False
+
+
+def add_usage(total: RunUsage, more: RunUsage) -> RunUsage:
+    cost = total.cost if more.cost is None else (total.cost or 0.0) + more.cost
+    return RunUsage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cached_tokens=total.cached_tokens + more.cached_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cost=cost,
+    )
 
 
 @attrs.frozen
@@ -162,6 +198,9 @@ class Runs:
         self._dirty: dict[str, None] = {}
         """Runs whose status settling derives again."""
         self._admit_due = False
+        self.settle_records: list[Record] = []
+        """Operation records settling changed (cut-off operations), logged with the settling commit."""
+        tasks.cut_off_hook = self.cut_off
         for record in store.live_runs():
             self._add(record)
             if record.status != "queued":
@@ -240,6 +279,16 @@ class Runs:
                 self._by_task[record.task_id] = record.run_id
             if old is not None and old.status in BUSY and record.status not in BUSY:
                 self._admit_due = True
+
+    def put_in_request(self, record: RunRecord) -> None:
+        """:meth:`put` inside a request: put back in memory if the request is refused (the store rolls back)."""
+        old = self.live.get(record.run_id)
+        assert old is not None
+        self.put(record)
+        self._tasks.on_rollback(lambda: self._restore(old))
+
+    def _restore(self, record: RunRecord) -> None:
+        self.live[record.run_id] = record
 
     def _add(self, record: RunRecord) -> None:
         self.live[record.run_id] = record
@@ -350,3 +399,183 @@ class Runs:
         new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
         self.put(new)
         changed[run.run_id] = new
+
+    # ------------------------------------------------------------------------------------ operation journal
+
+    def _writer(self, run_id: str, lease: LeaseRef | None, where: str) -> tuple[RunRecord, TaskRecord]:
+        """The live run and the task whose lease writes its journal (its run task, or a tool task it owns)."""
+        if lease is None:
+            message = f"{where}: the operation journal is written only under the lease of the run's task or its tools"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        check_id(run_id, f"{where}.run_id")
+        run = self.live.get(run_id)
+        if run is None:
+            if self._store.run(run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"{where}: run {run_id} does not exist")
+            raise Refusal(ErrorCode.CONFLICT, f"{where}: run {run_id} has ended; its journal takes no new writes")
+        task = self._tasks.live(lease.task_id)
+        if task is None or self.run_of_task(task) != run_id:
+            raise Refusal(
+                ErrorCode.NOT_ALLOWED,
+                f"{where}: task {lease.task_id} is not run {run_id}'s task nor one of its tool tasks",
+            )
+        return run, task
+
+    def start_operation(
+        self, write: StartOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> OperationRecord:
+        """Commit an operation's intent. Refused (``conflict``) when its result is committed, when ``attempt`` is
+        not the next, for a manual tool call whose last attempt was interrupted (only ``resolve`` settles it), and
+        when it names another policy, retry or (tools) arguments than the first intent stored: those never change."""
+        run, task = self._writer(write.run_id, lease, where)
+        check_id(write.operation_id, f"{where}.operation_id")
+        check_name(write.name, f"{where}.name")
+        if write.kind not in ("model", "tool"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.kind must be model or tool, not {write.kind!r}")
+        if write.attempt < 1 or write.turn < 0 or write.version < 0:
+            raise Refusal(ErrorCode.INVALID, f"{where}: attempt must be 1 or more, turn and version 0 or more")
+        if write.kind == "tool":
+            if write.retry is not None or write.policy not in ("manual", "safe", "idempotent"):
+                message = f"{where}: a tool call names a policy (manual, safe or idempotent) and no retry"
+                raise Refusal(ErrorCode.INVALID, message)
+        elif write.policy is not None or write.tool_call_id is not None:
+            raise Refusal(ErrorCode.INVALID, f"{where}: a model request names a retry, no policy nor tool_call_id")
+        retry = write.retry if write.kind == "tool" else (write.retry or Retry())
+        if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
+            raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
+        existing = self._store.operation(write.operation_id)
+        what = f"{where}: operation {write.operation_id}"
+        if existing is None:
+            if write.attempt != 1:
+                raise Refusal(ErrorCode.CONFLICT, f"{what} has no attempt yet: the first is attempt 1")
+            record = OperationRecord(
+                operation_id=write.operation_id,
+                run_id=run.run_id,
+                conversation_id=run.conversation_id,
+                task_id=task.task_id,
+                kind=write.kind,
+                name=write.name,
+                version=write.version,
+                tool_call_id=write.tool_call_id,
+                turn=write.turn,
+                attempt=1,
+                policy=write.policy,
+                retry=retry,
+                arguments=write.arguments,
+                digest=write.digest,
+                status="started",
+                seq=seq,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+            )
+            self._store.insert_operation(record)
+            return record
+        if existing.run_id != run.run_id or existing.kind != write.kind or existing.name != write.name:
+            raise Refusal(ErrorCode.CONFLICT, f"{what} is another run's or another {existing.kind}'s")
+        if has_result(existing):
+            message = f"{what} already has its result ({existing.status}): use the committed result, never run it again"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if existing.status == "started":
+            raise Refusal(ErrorCode.CONFLICT, f"{what}: attempt {existing.attempt} is still open")
+        if existing.kind == "tool" and existing.policy == "manual":
+            message = f"{what} was interrupted under the manual policy: only resolve(operation_id, output) settles it"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if write.attempt != existing.attempt + 1:
+            message = f"{what}: the next attempt is {existing.attempt + 1}, not {write.attempt}"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if write.policy != existing.policy or (write.retry is not None and write.retry != existing.retry):
+            message = (
+                f"{what} was started under policy {existing.policy}, retry {existing.retry}: the stored policy wins "
+                "over a later registration; nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if existing.kind == "tool" and write.digest != existing.digest:
+            raise Refusal(ErrorCode.CONFLICT, f"{what}: a tool call's arguments never change between attempts")
+        record = attrs.evolve(
+            existing,
+            task_id=task.task_id,
+            turn=write.turn,
+            attempt=write.attempt,
+            digest=write.digest,
+            status="started",
+            error=None,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._store.update_operation(record)
+        return record
+
+    def finish_operation(
+        self, write: FinishOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> tuple[OperationRecord, RunRecord | None]:
+        """Commit an operation's result, once, under the lease that started it; its usage is added to the run's,
+        the conversation's and the model's, exactly once (a second result is a ``conflict``)."""
+        check_id(write.operation_id, f"{where}.operation_id")
+        op = self._store.operation(write.operation_id)
+        if op is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
+        run, _ = self._writer(op.run_id, lease, where)
+        if op.status != "started":
+            message = (
+                f"{where}: operation {op.operation_id} is {op.status}: its attempt {op.attempt} has no open intent"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        assert lease is not None
+        if lease.task_id != op.task_id:
+            message = f"{where}: operation {op.operation_id} was started under task {op.task_id}'s lease, not this one"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        if write.status not in ("completed", "failed"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
+        record = attrs.evolve(
+            op,
+            status=write.status,
+            result=write.result,
+            is_error=write.is_error,
+            error=write.error,
+            usage=write.usage,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._store.update_operation(record)
+        if write.usage is None:
+            return record, None
+        self._store.add_usage("conversation", run.conversation_id, write.usage)
+        if op.kind == "model":
+            self._store.add_usage("model", op.name, write.usage)
+        new = attrs.evolve(run, usage=add_usage(run.usage, write.usage), seq=seq, updated_at_ms=now_ms)
+        self.put_in_request(new)
+        return record, new
+
+    def cut_off(self, task: TaskRecord, seq: int, now_ms: int) -> CutOffRule | None:
+        """The engine's cut-off hook (its rule 9): the open operations of a run's task or tool task become
+        ``interrupted``, and the owner decides what the task does next:
+
+        - a model request with attempts left: ``backoff`` until now + :func:`retry_delay_ms` (``retry_wait``); past
+          its last attempt the task fails, reason ``model_retries_exhausted`` (a crash consumes an attempt);
+        - a ``manual`` tool call: the task waits on a new ``tether.attention`` task (``needs_attention``);
+        - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id.
+        """
+        if not task.kind.startswith((AGENT_KIND_PREFIX, TOOL_KIND_PREFIX)):
+            return None
+        rule: CutOffRule | None = None
+        for op in self._store.open_operations(task.task_id):
+            interrupted = attrs.evolve(op, status="interrupted", error="interrupted", seq=seq, updated_at_ms=now_ms)
+            self._store.update_operation(interrupted)
+            self.settle_records.append(interrupted)
+            if op.kind == "model":
+                retry = op.retry or Retry()
+                if op.attempt < retry.attempts:
+                    rule = CutOffRule("backoff", until_ms=now_ms + retry_delay_ms(retry, op.attempt))
+                else:
+                    error = f"the model request was interrupted at its last attempt ({op.attempt} of {retry.attempts})"
+                    outcome = TaskOutcome(status="failed", reason="model_retries_exhausted", error=error)
+                    rule = CutOffRule("fail", outcome=outcome)
+            elif op.policy == "manual":
+                attention = CreateTask(
+                    task_id=attention_task_id(op.operation_id, op.attempt),
+                    kind=ATTENTION_KIND,
+                    input=JsonValue({"operation_id": op.operation_id, "run_id": op.run_id}),
+                    owner_task_id=task.task_id,
+                )
+                rule = CutOffRule("attention", attention=attention)
+        return rule

@@ -20,6 +20,13 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
    (past the orphan grace) ends ``orphaned``.
 7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
 8. Nothing leaves ``terminal``; a task is created ``pending``.
+9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (a run's task, a tool task: see
+   :mod:`._runs`) ends as the hook decides instead: ``backoff`` (``sleeping`` until a deadline: a model request's
+   durable retry), ``interrupt`` (``waiting`` on a ``tether.attention`` task the owner creates: a manual tool call),
+   ``end`` / ``hold`` (``failed``: retries exhausted), or rule 3 as usual.
+10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
+    an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
+    requests (``resolve``, ``respond``).
 
 Two kinds of change reach the engine:
 
@@ -65,7 +72,7 @@ from ._ports import (
     Store,
     StoreConflict,
 )
-from ._task_placement import HeldLease, Mode, PeerId, Placement
+from ._task_placement import EXTERNAL_PREFIX, HeldLease, Mode, PeerId, Placement
 from ._task_records import TaskRecords, decided, describe_state
 
 MAX_WAIT_ON: Final = 10_000
@@ -82,7 +89,9 @@ RESTART: Final = "restart"
 PHASE_OUTCOMES: Final = frozenset({"completed", "failed", "faulted"})
 ABORT_OUTCOMES: Final = frozenset({"aborted", "faulted"})
 
-TaskEvent = Literal["grant", "advance", "wait", "sleep", "end", "hold", "stop", "resume", "wake", "mark"]
+TaskEvent = Literal[
+    "grant", "advance", "wait", "sleep", "end", "hold", "stop", "resume", "wake", "mark", "backoff", "interrupt"
+]
 
 TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
     ("pending", "grant"): "running",  # 1
@@ -105,8 +114,26 @@ TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
     ("waiting", "mark"): "waiting",  # 7
     ("sleeping", "mark"): "sleeping",  # 7
     ("completing", "mark"): "completing",  # 7
+    ("running", "backoff"): "sleeping",  # 9
+    ("running", "interrupt"): "waiting",  # 9
 }
 """The task state machine; see the module docstring for the rules each row follows."""
+
+
+@attrs.frozen
+class CutOffRule:
+    """What a cut-off phase becomes (rule 9): ``restart`` (rule 3), ``backoff`` (sleep until ``until_ms``), ``fail``
+    (end with ``outcome``) or ``attention`` (wait on the task ``attention`` creates)."""
+
+    action: Literal["restart", "backoff", "fail", "attention"]
+    until_ms: int | None = None
+    outcome: TaskOutcome | None = None
+    attention: CreateTask | None = None
+
+
+CutOffHook = Callable[[TaskRecord, int, int], CutOffRule | None]
+"""Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``;
+``None`` keeps rule 3."""
 
 
 class IllegalTransition(Exception):
@@ -183,6 +210,8 @@ class TaskEngine:
         self._released: list[str] = []
         self._fail_fast_checks: dict[str, None] = {}
         """Tasks that began a ``fail_fast`` wait: settling checks the outcomes that were already decided."""
+        self.cut_off_hook: CutOffHook | None = None
+        """Rule 9: set by the runs (``_runs``)."""
         self._load(store)
 
     def _load(self, store: Store) -> None:
@@ -204,7 +233,8 @@ class TaskEngine:
                 self._abandoned.append(task_id)
             if status == "pending" and abort is None:
                 unread.add(task_id)
-                ready.setdefault(kind, {})[task_id] = None
+                if not kind.startswith(EXTERNAL_PREFIX):
+                    ready.setdefault(kind, {})[task_id] = None
         waiters = self._records.waiters
         sleepers = self._records.sleepers
         dirty = self._records.dirty
@@ -252,7 +282,8 @@ class TaskEngine:
         for task_id in page[:limit]:
             record = self._tasks[task_id]
             # Derived here, from the workers attached now, for every task that waits only for a worker.
-            blocked = self._placement.blocked_reason(record) if self._placement.runnable(record) else None
+            runnable = self._placement.runnable(record) and not record.kind.startswith(EXTERNAL_PREFIX)  # rule 10
+            blocked = self._placement.blocked_reason(record) if runnable else None
             nodes.append(
                 TaskNode(
                     task=record,
@@ -262,6 +293,10 @@ class TaskEngine:
                 )
             )
         return nodes, more
+
+    def on_rollback(self, action: Callable[[], None]) -> None:
+        """Journal ``action`` to run if the current request is refused (for state kept beside the engine's)."""
+        self._records.undo(action)
 
     def blocked_reason_of(self, record: TaskRecord) -> str | None:
         """Why no attached worker can run a runnable task now (``None``: one can, or it is not runnable)."""
@@ -599,6 +634,11 @@ class TaskEngine:
         if not counts:
             self._change(record, "stop", status="pending")
             return
+        hook = self.cut_off_hook
+        rule = None if hook is None or record.abort is not None else hook(record, self._budget.seq, self._budget.now_ms)
+        if rule is not None and rule.action != "restart":
+            self._apply_cut_off_rule(record, rule)
+            return
         restarts = record.restarts + 1
         if restarts >= record.restart_limit:
             outcome = TaskOutcome(
@@ -609,6 +649,21 @@ class TaskEngine:
             self._finish(record, outcome, restarts=restarts)
         else:
             self._change(record, "stop", status="pending", restarts=restarts)
+
+    def _apply_cut_off_rule(self, record: TaskRecord, rule: CutOffRule) -> None:
+        """Rule 9: a cut-off phase ends as its family's hook decided."""
+        if rule.action == "backoff":
+            assert rule.until_ms is not None
+            self._change(record, "backoff", status="sleeping", until_ms=rule.until_ms, on=(), policy=None)
+        elif rule.action == "fail":
+            assert rule.outcome is not None
+            self._finish(record, rule.outcome)
+        else:
+            assert rule.attention is not None
+            attention = self.create_task(rule.attention, self._budget.seq, self._budget.now_ms, "cut-off")
+            self._budget.add(attention)
+            on = (attention.task_id,)
+            self._change(record, "interrupt", status="waiting", on=on, policy="all_settled", until_ms=None)
 
     def _end_orphan_graces(self, now_ms: int) -> None:
         """Tasks whose orphan grace is over are reconciled again: orphaned if still nobody can run them."""
@@ -653,6 +708,10 @@ class TaskEngine:
     def _reconcile(self, record: TaskRecord) -> None:
         task_id = record.task_id
         status = record.status
+        if record.kind.startswith(EXTERNAL_PREFIX):  # rule 10: nobody runs it; an abort ends it at once
+            if record.abort is not None:
+                self._finish(record, TaskOutcome(status="aborted"))
+            return
         if record.abort is not None:
             self._cascade(record, record.abort)
         if status == "completing":

@@ -105,7 +105,9 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """,
     # 3: agents. A conversation's agent, a submission's run, and the runs (a run's answer and usage are msgpack
     # maps; its input text is kept beside the record, read only when the run is admitted). The live runs' index is
-    # what an owner reads at start; runs are read by conversation in run id order.
+    # what an owner reads at start; runs are read by conversation in run id order. The operation journal keeps each
+    # record whole (msgpack) with the columns it is looked up by: a run's journal in order (`ordinal`), the open
+    # operation of a task (cut off, the owner decides what it becomes). Usage totals per conversation and per model.
     """
     ALTER TABLE conversations ADD COLUMN agent TEXT;
     ALTER TABLE submissions ADD COLUMN run_id TEXT;
@@ -128,6 +130,26 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE INDEX runs_live ON runs (seq) WHERE status NOT IN ('completed', 'failed', 'cancelled');
     CREATE INDEX runs_by_conversation ON runs (conversation_id, run_id);
+    CREATE TABLE operations (
+        operation_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record BLOB NOT NULL,
+        UNIQUE (run_id, ordinal)
+    ) WITHOUT ROWID;
+    CREATE INDEX operations_open ON operations (task_id) WHERE status = 'started';
+    CREATE TABLE usage (
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cost REAL,
+        PRIMARY KEY (scope, key)
+    ) WITHOUT ROWID;
     """,
 )
 

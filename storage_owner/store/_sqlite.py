@@ -25,6 +25,7 @@ from protocol import (
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
+    OperationRecord,
     Order,
     Record,
     RunAnswer,
@@ -52,6 +53,8 @@ _RECORDS = tuple[Record, ...]
 _structure_records = converter.get_structure_hook(_RECORDS)
 _unstructure_records = converter.get_unstructure_hook(_RECORDS)
 _structure_outcome = converter.get_structure_hook(TaskOutcome)
+_structure_operation = converter.get_structure_hook(OperationRecord)
+_unstructure_operation = converter.get_unstructure_hook(OperationRecord)
 _unstructure_outcome = converter.get_unstructure_hook(TaskOutcome)
 
 
@@ -61,6 +64,14 @@ def _pack(value: object) -> bytes:
 
 def _unpack(blob: bytes) -> Any:
     return msgpack.unpackb(blob, raw=False)
+
+
+def _pack_operation(record: OperationRecord) -> bytes:
+    return _pack(_unstructure_operation(record))
+
+
+def _unpack_operation(blob: bytes) -> OperationRecord:
+    return _structure_operation(_unpack(blob), OperationRecord)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
@@ -473,6 +484,76 @@ class SqliteStore:
         ).fetchall()
         page = [_run_record(row) for row in rows[:limit]]
         return page, len(rows) > limit
+
+    # ----------------------------------------------------------------------------------------- operations
+
+    def insert_operation(self, record: OperationRecord) -> None:
+        """Journal a new operation, after the run's others."""
+        try:
+            self._db.execute(
+                "INSERT INTO operations (operation_id, run_id, ordinal, task_id, status, record) VALUES "
+                "(?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM operations WHERE run_id = ?2), ?3, ?4, ?5)",
+                (record.operation_id, record.run_id, record.task_id, record.status, _pack_operation(record)),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("operation", record.operation_id) from exc
+
+    def update_operation(self, record: OperationRecord) -> None:
+        self._db.execute(
+            "UPDATE operations SET task_id = ?, status = ?, record = ? WHERE operation_id = ?",
+            (record.task_id, record.status, _pack_operation(record), record.operation_id),
+        )
+
+    def operation(self, operation_id: str) -> OperationRecord | None:
+        row = self._db.execute("SELECT record FROM operations WHERE operation_id = ?", (operation_id,)).fetchone()
+        return None if row is None else _unpack_operation(row[0])
+
+    def open_operations(self, task_id: str) -> list[OperationRecord]:
+        """The operations a task's lease started that have no result yet."""
+        rows = self._db.execute(
+            "SELECT record FROM operations WHERE task_id = ? AND status = 'started' ORDER BY ordinal", (task_id,)
+        )
+        return [_unpack_operation(row[0]) for row in rows]
+
+    def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]:
+        """A run's operations from the ``cursor``-th (oldest first), at most ``limit``, and whether more follow."""
+        rows = self._db.execute(
+            "SELECT record FROM operations WHERE run_id = ? AND ordinal >= ? ORDER BY ordinal LIMIT ?",
+            (run_id, cursor, limit + 1),
+        ).fetchall()
+        return [_unpack_operation(row[0]) for row in rows[:limit]], len(rows) > limit  # type: ignore[arg-type]
+
+    def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
+        self._db.execute(
+            "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, key) DO UPDATE SET "
+            "input_tokens = input_tokens + excluded.input_tokens, "
+            "output_tokens = output_tokens + excluded.output_tokens, "
+            "cached_tokens = cached_tokens + excluded.cached_tokens, "
+            "reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, "
+            "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END",
+            (
+                scope,
+                key,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cached_tokens,
+                usage.reasoning_tokens,
+                usage.cost,
+            ),
+        )
+
+    def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]:
+        """Usage totals of ``scope`` (``conversation`` or ``model``), of one ``key`` or all, by key."""
+        rows = self._db.execute(
+            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost FROM usage "
+            "WHERE scope = ?1 AND (?2 IS NULL OR key = ?2) ORDER BY key",
+            (scope, key),
+        )
+        return [
+            (key, RunUsage(input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost))
+            for key, i, o, c, r, cost in rows
+        ]
 
     # ---------------------------------------------------------------------------------------------- tasks
 

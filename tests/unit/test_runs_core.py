@@ -12,7 +12,9 @@ import pytest
 
 from protocol import (
     AbortTask,
+    AdvanceClock,
     Announce,
+    AppendEntry,
     CancelRun,
     Capability,
     Commit,
@@ -21,25 +23,37 @@ from protocol import (
     CreateTask,
     EntriesReply,
     ErrorCode,
+    FinishOperation,
     Hello,
     JsonValue,
+    LeaseRef,
     Ok,
+    OperationsReply,
     ReadEntries,
+    ReadOperations,
     ReadRun,
     ReadRuns,
+    ReadUsage,
     Refused,
+    Retry,
     RunAnswer,
     RunRecord,
     RunReply,
     RunsReply,
+    RunUsage,
     SetTaskState,
+    StartOperation,
     Submit,
     Submitted,
     TaskOutcome,
     TaskRecord,
+    UsageReply,
+    UsageTotal,
     WaitRun,
+    retry_delay_ms,
 )
-from storage_owner.core._runs import Derived, run_status, run_task_id, user_entry_id
+from storage_owner.core._checks import Refusal
+from storage_owner.core._runs import Derived, attention_task_id, run_status, run_task_id, user_entry_id
 from tests.unit.test_tasks_core import (
     TOKEN,
     OwnerSim,
@@ -428,3 +442,253 @@ def test_an_aborted_run_task_nobody_runs_cancels_the_run(sim: RunSim) -> None:
     sim.commit(AbortTask(task_id=run_task_id(run_id, 1)))  # no worker, no grace: it ends orphaned
     run = sim.run(run_id)
     assert (run.status, run.reason) == ("cancelled", None)
+
+
+# ------------------------------------------------------------------------------------ operation journal
+
+MODEL_RETRY = Retry(attempts=3, first_delay_ms=1_000, max_delay_ms=1_500, multiplier=2.0)
+
+
+def model_intent(run_id: str, operation_id: str, attempt: int = 1, retry: Retry | None = MODEL_RETRY) -> Any:
+    return StartOperation(
+        operation_id=operation_id,
+        run_id=run_id,
+        kind="model",
+        name="scripted",
+        version=1,
+        turn=0,
+        attempt=attempt,
+        digest="request-digest",
+        retry=retry,
+    )
+
+
+def tool_intent(run_id: str, operation_id: str, policy: Any, attempt: int = 1, digest: str = "args") -> Any:
+    return StartOperation(
+        operation_id=operation_id,
+        run_id=run_id,
+        kind="tool",
+        name="lookup",
+        version=1,
+        turn=1,
+        attempt=attempt,
+        digest=digest,
+        tool_call_id="call_1",
+        policy=policy,
+        arguments=JsonValue({"q": "x"}),
+    )
+
+
+def usage(n: int, cost: float | None = None) -> RunUsage:
+    return RunUsage(input_tokens=n, output_tokens=2 * n, cached_tokens=1, reasoning_tokens=0, cost=cost)
+
+
+def leased_run(sim: RunSim) -> tuple[str, str, Worker]:
+    """A run whose task is leased to an agent worker: (run id, task id, worker)."""
+    run_id = sim.start_run(sim.agent_conversation())
+    worker = sim.agent_worker()
+    task_id = run_task_id(run_id, 1)
+    assert worker.holds(task_id)
+    return run_id, task_id, worker
+
+
+def with_tool(sim: RunSim, worker: Worker, task_id: str) -> tuple[str, Worker]:
+    """The run task calls one tool: its tool task, leased to a tool worker."""
+    tools = sim.worker(kinds=("tool:lookup",))
+    tool_id = fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    assert tools.holds(tool_id)
+    return tool_id, tools
+
+
+def test_an_operation_takes_one_intent_per_attempt_and_one_result(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    head = sim.core.head_seq
+    assert error_code(worker.commit(task_id, model_intent(run_id, op, attempt=2))) == ErrorCode.CONFLICT  # from 1
+    assert error_code(sim.commit(model_intent(run_id, op))) == ErrorCode.NOT_ALLOWED  # only under a lease
+    assert sim.core.head_seq == head
+    worker.ok(task_id, model_intent(run_id, op))
+    assert error_code(worker.commit(task_id, model_intent(run_id, op, attempt=2))) == ErrorCode.CONFLICT  # open
+    finish = FinishOperation(operation_id=op, status="completed", result=JsonValue({"text": "hi"}), usage=usage(10))
+    entry = AppendEntry(
+        conversation_id=sim.run(run_id).conversation_id,
+        entry_id=fresh_id(),
+        kind="tether.assistant",
+        data=JsonValue({"text": "hi"}),
+    )
+    worker.ok(
+        task_id, entry, finish, SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"turn": 1}))
+    )
+    head = sim.core.head_seq
+    assert error_code(worker.commit(task_id, finish)) == ErrorCode.CONFLICT  # no second result
+    assert error_code(worker.commit(task_id, model_intent(run_id, op, attempt=2))) == ErrorCode.CONFLICT  # committed
+    assert sim.core.head_seq == head
+    run = sim.run(run_id)
+    assert run.usage == usage(10)
+    journal = expect(sim.request(sim.client, ReadOperations(call_id=call(), run_id=run_id)), OperationsReply)
+    [stored] = journal.operations
+    assert (stored.status, stored.attempt, stored.result, stored.usage, stored.task_id) == (
+        "completed",
+        1,
+        {"text": "hi"},
+        usage(10),
+        task_id,
+    )
+
+
+def test_usage_is_counted_once_per_operation_and_rolled_up(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    first, second = fresh_id(), fresh_id()
+    worker.ok(task_id, model_intent(run_id, first), model_intent(run_id, second))
+    worker.ok(task_id, FinishOperation(operation_id=first, status="completed", usage=usage(1, 0.5)))
+    worker.ok(task_id, FinishOperation(operation_id=second, status="failed", error="x", usage=usage(2)))
+    head = sim.core.head_seq
+    again = FinishOperation(operation_id=first, status="completed", usage=usage(1, 0.5))
+    assert error_code(worker.commit(task_id, again)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    total = RunUsage(input_tokens=3, output_tokens=6, cached_tokens=2, reasoning_tokens=0, cost=0.5)
+    assert sim.run(run_id).usage == total
+    by_conversation = ReadUsage(call_id=call(), conversation_id=conversation_id)
+    assert expect(sim.request(sim.client, by_conversation), UsageReply).totals == (
+        UsageTotal(scope="conversation", key=conversation_id, usage=total),
+    )
+    by_model = expect(sim.request(sim.client, ReadUsage(call_id=call())), UsageReply).totals
+    assert by_model == (UsageTotal(scope="model", key="scripted", usage=total),)
+    # A refused commit leaves the run's usage as it was (its request journal puts the record back).
+    bad = (FinishOperation(operation_id=first, status="completed", usage=usage(5)),)
+    assert error_code(worker.commit(task_id, *bad)) == ErrorCode.CONFLICT
+    assert sim.core.runs.live[run_id].usage == total
+
+
+def test_a_safe_or_idempotent_tool_cut_off_runs_again_under_the_same_operation(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "idempotent"))
+    tools.leave()
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.error) == ("interrupted", "interrupted")
+    task = sim.task(tool_id)
+    assert (task.status, task.restarts) == ("pending", 1)
+    again = sim.worker(kinds=("tool:lookup",))
+    assert again.holds(tool_id)
+    head = sim.core.head_seq
+    # The stored policy wins over a later registration; the arguments never change; no attempt is skipped.
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "safe", attempt=2))) == ErrorCode.CONFLICT
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "idempotent", 2, "other"))) == ErrorCode.CONFLICT
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "idempotent", attempt=3))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    again.ok(tool_id, tool_intent(run_id, op, "idempotent", attempt=2))
+    again.ok(tool_id, FinishOperation(operation_id=op, status="completed", result=JsonValue(7)), completed(tool_id, 7))
+    assert sim.run(run_id).status == "running"
+    assert worker.holds(task_id)  # the run's task resumes with the tool's result
+
+
+def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    tools.leave()
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.status == "interrupted"
+    tool = sim.task(tool_id)
+    attention_id = attention_task_id(op, 1)
+    assert (tool.status, tool.on, tool.restarts) == ("waiting", (attention_id,), 0)
+    attention = sim.task(attention_id)
+    assert (attention.kind, attention.owner_task_id, attention.status) == ("tether.attention", tool_id, "pending")
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_interrupted", op)
+    # Nobody runs the attention task, and it is not shown blocked.
+    sim.worker(kinds=("tool:lookup", "tether.attention"))
+    assert sim.task(attention_id).status == "pending" and sim.task(tool_id).status == "waiting"
+    assert sim.graph()[attention_id].blocked is None
+    wait = WaitRun(call_id=call(), run_id=run_id)
+    assert expect(sim.request(sim.client, wait), RunReply).run == run
+
+
+def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    tools.leave()
+    # The tool task now waits on attention, so no lease of it can commit; the rule holds below the lease check.
+    runs = sim.core.runs
+    lease = LeaseRef(task_id=tool_id, epoch=9)
+    with pytest.raises(Refusal) as refused:
+        runs.start_operation(tool_intent(run_id, op, "manual", attempt=2), lease, 99, sim.now_ms, "w")
+    assert refused.value.code == ErrorCode.CONFLICT and "resolve" in refused.value.message
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.status == "interrupted"
+
+
+def test_a_cut_off_model_request_backs_off_durably_and_fails_past_its_last_attempt(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "retry.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        worker.leave()
+        start_ms = sim.now_ms
+        task = sim.task(task_id)
+        assert (task.status, task.until_ms) == ("sleeping", start_ms + 1_000)
+        assert sim.run(run_id).status == "retry_wait"
+        stored = sim.store.operation(op)
+        assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 1)
+        # The deadline is on the owner's clock: it survives a restart of the core.
+        sim.restart()
+        assert sim.task(task_id).until_ms == start_ms + 1_000 and sim.run(run_id).status == "retry_wait"
+        worker = sim.agent_worker()
+        assert not worker.holds(task_id)
+        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=999))
+        assert not worker.holds(task_id)
+        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=1))
+        assert worker.holds(task_id) and sim.run(run_id).status == "running"
+        worker.ok(task_id, model_intent(run_id, op, attempt=2))
+        # An owner crash consumes an attempt too: 1_000 * 2 ms, within the 1_500 cap.
+        sim.restart()
+        assert sim.task(task_id).until_ms == sim.now_ms + 1_500
+        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=1_500))
+        worker = sim.agent_worker()
+        worker.ok(task_id, model_intent(run_id, op, attempt=3))
+        worker.leave()
+        run = sim.run(run_id)
+        assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
+        outcome = sim.outcome(task_id)
+        assert (outcome.status, outcome.reason) == ("failed", "model_retries_exhausted")
+        assert outcome.error is not None and "3 of 3" in outcome.error
+    finally:
+        sim.close()
+
+
+def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_operation(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "worker-retry.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        until_ms = sim.now_ms + retry_delay_ms(MODEL_RETRY, 1)
+        worker.ok(
+            task_id,
+            FinishOperation(operation_id=op, status="failed", error="rate limited", usage=usage(1)),
+            SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
+        )
+        assert sim.run(run_id).status == "retry_wait"
+        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=until_ms - sim.now_ms))
+        assert worker.holds(task_id)
+        worker.ok(task_id, model_intent(run_id, op, attempt=2))
+        assert sim.store.operation(op) is not None
+    finally:
+        sim.close()
+
+
+def test_retry_delay_is_exponential_capped_and_deterministic() -> None:
+    retry = Retry(attempts=5, first_delay_ms=500, max_delay_ms=3_000, multiplier=2.0)
+    assert [retry_delay_ms(retry, attempt) for attempt in range(1, 6)] == [500, 1_000, 2_000, 3_000, 3_000]
