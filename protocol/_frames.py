@@ -195,6 +195,35 @@ class OperationRecord:
     updated_at_ms: int
 
 
+@attrs.frozen(kw_only=True)
+class InteractionAnswer:
+    approve: bool
+    note: str | None
+    responded_by: str | None
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class InteractionRecord:
+    """A question a tool call asks a person (an approval of its exact arguments), bound to the call's operation.
+    ``task_id`` is the ``tether.approval`` task the tool task waits on; ``answer`` is set once, by ``respond``."""
+
+    RECORD: ClassVar[str] = "interaction"
+    interaction_id: str
+    run_id: str
+    conversation_id: str
+    operation_id: str
+    task_id: str
+    kind: Literal["approval", "question"]
+    status: Literal["open", "answered"]
+    args: JsonValue
+    digest: str
+    answer: InteractionAnswer | None = None
+    seq: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
 OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
 WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
@@ -278,7 +307,14 @@ class TaskRecord:
 
 
 Record: TypeAlias = (
-    ConversationRecord | EntryRecord | DocumentRecord | SubmissionRecord | TaskRecord | RunRecord | OperationRecord
+    ConversationRecord
+    | EntryRecord
+    | DocumentRecord
+    | SubmissionRecord
+    | TaskRecord
+    | RunRecord
+    | OperationRecord
+    | InteractionRecord
 )
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
@@ -425,6 +461,21 @@ class FinishOperation:
     usage: RunUsage | None = None
 
 
+@attrs.frozen(kw_only=True)
+class CreateInteraction:
+    """Ask for an approval of a tool call's exact arguments, under the tool task's lease: the owner creates the
+    ``tether.approval`` task :func:`approval_task_id` names (owned by the tool task), which the same commit's wait
+    names. Again for the same operation: the first is kept (result 0), so a replay never asks twice."""
+
+    OP: ClassVar[str] = "create_interaction"
+    interaction_id: str
+    operation_id: str
+    run_id: str
+    args: JsonValue
+    digest: str
+    kind: Literal["approval", "question"] = "approval"
+
+
 Write: TypeAlias = (
     CreateConversation
     | AppendEntry
@@ -434,6 +485,7 @@ Write: TypeAlias = (
     | SetTaskState
     | StartOperation
     | FinishOperation
+    | CreateInteraction
 )
 """One write of a ``Commit``; tagged by ``op`` on the wire."""
 
@@ -706,6 +758,51 @@ class ReadUsage:
     conversation_id: str | None = None
 
 
+@attrs.frozen(kw_only=True)
+class Resolve:
+    """Settle an interrupted manual tool call with ``output`` (its result the model sees); writers only."""
+
+    TYPE: ClassVar[str] = "resolve"
+    call_id: int
+    operation_id: str
+    output: JsonValue
+    resolved_by: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Respond:
+    """Answer an interaction, once (the same answer again is a no-op); writers only."""
+
+    TYPE: ClassVar[str] = "respond"
+    call_id: int
+    interaction_id: str
+    approve: bool
+    note: str | None = None
+    responded_by: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RetryRun:
+    """Re-attempt a ``failed`` run (a new task, same run) or a ``needs_attention`` one (a no-op: it resumes once
+    its cause is settled); writers only."""
+
+    TYPE: ClassVar[str] = "retry_run"
+    call_id: int
+    run_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ReadInteractions:
+    """A page of interactions in id order, of one status and/or one run."""
+
+    TYPE: ClassVar[str] = "read_interactions"
+    call_id: int
+    status: str | None = None
+    run_id: str | None = None
+    after_interaction_id: str | None = None
+    limit: int = 1000
+
+
 # -------------------------------------------------------------------------------------------------- replies
 
 
@@ -842,6 +939,28 @@ class OperationsReply:
 
 
 @attrs.frozen(kw_only=True)
+class OperationReply:
+    TYPE: ClassVar[str] = "operation"
+    call_id: int
+    operation: OperationRecord
+
+
+@attrs.frozen(kw_only=True)
+class InteractionReply:
+    TYPE: ClassVar[str] = "interaction"
+    call_id: int
+    interaction: InteractionRecord
+
+
+@attrs.frozen(kw_only=True)
+class InteractionsReply:
+    TYPE: ClassVar[str] = "interactions"
+    call_id: int
+    interactions: tuple[InteractionRecord, ...]
+    next_after_interaction_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class UsageTotal:
     """Usage accounted to one conversation or one model (``key``)."""
 
@@ -967,6 +1086,10 @@ Request: TypeAlias = (
     | CancelRun
     | ReadOperations
     | ReadUsage
+    | Resolve
+    | Respond
+    | RetryRun
+    | ReadInteractions
 )
 Reply: TypeAlias = (
     Committed
@@ -987,6 +1110,9 @@ Reply: TypeAlias = (
     | RunsReply
     | OperationsReply
     | UsageReply
+    | OperationReply
+    | InteractionReply
+    | InteractionsReply
     | Error
 )
 Event: TypeAlias = Change | Goodbye | Lease | CancelLease
@@ -1016,6 +1142,10 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     CancelRun,
     ReadOperations,
     ReadUsage,
+    Resolve,
+    Respond,
+    RetryRun,
+    ReadInteractions,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -1036,6 +1166,9 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     RunsReply,
     OperationsReply,
     UsageReply,
+    OperationReply,
+    InteractionReply,
+    InteractionsReply,
     Error,
 )
 EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye, Lease, CancelLease)
@@ -1049,6 +1182,7 @@ WRITE_TYPES: tuple[type[Any], ...] = (
     SetTaskState,
     StartOperation,
     FinishOperation,
+    CreateInteraction,
 )
 RECORD_TYPES: tuple[type[Any], ...] = (
     ConversationRecord,
@@ -1058,4 +1192,5 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     TaskRecord,
     RunRecord,
     OperationRecord,
+    InteractionRecord,
 )

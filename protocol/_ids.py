@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _POOL_IDS = 256
@@ -55,3 +56,12 @@ def new_id() -> str:
 def is_id(text: object) -> bool:
     """Whether ``text`` is a canonical lower-case UUID string (any version)."""
     return isinstance(text, str) and _CANONICAL.fullmatch(text) is not None
+
+
+_DERIVED = uuid.UUID("5b0e7c1a-4f7e-4d2b-9a51-2f4d7c9e1b30")
+
+
+def approval_task_id(operation_id: str) -> str:
+    """The id of the ``tether.approval`` task of a tool call's approval: derived from its operation id, so a
+    replayed worker waits on the same task (answered already, or not) and never asks twice."""
+    return str(uuid.uuid5(_DERIVED, f"{operation_id}/approval"))

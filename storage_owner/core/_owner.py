@@ -48,6 +48,7 @@ from protocol import (
     ConversationRecord,
     ConversationReply,
     CreateConversation,
+    CreateInteraction,
     CreateTask,
     DocumentRecord,
     DocumentReply,
@@ -58,8 +59,11 @@ from protocol import (
     FinishOperation,
     Frame,
     Hello,
+    InteractionReply,
+    InteractionsReply,
     LeaseRef,
     Ok,
+    OperationReply,
     OperationsReply,
     OutcomesReply,
     PeerInfo,
@@ -70,6 +74,7 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadInteractions,
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
@@ -82,6 +87,9 @@ from protocol import (
     Record,
     Refused,
     Release,
+    Resolve,
+    Respond,
+    RetryRun,
     Role,
     RunRecord,
     RunReply,
@@ -246,8 +254,14 @@ class OwnerCore:
             CancelRun: self._on_cancel_run,
             ReadOperations: self._on_read_operations,
             ReadUsage: self._on_read_usage,
+            Resolve: self._on_resolve,
+            Respond: self._on_respond,
+            RetryRun: self._on_retry_run,
+            ReadInteractions: self._on_read_interactions,
         }
-        self._writes: frozenset[type[Any]] = frozenset({Commit, Submit, AdvanceClock, Release, CancelRun})
+        self._writes: frozenset[type[Any]] = frozenset(
+            {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun}
+        )
 
     # ------------------------------------------------------------------------------------------ inspection
 
@@ -494,6 +508,8 @@ class OwnerCore:
                 if isinstance(write, StartOperation):
                     record: Record = self.runs.start_operation(write, request.lease, seq, now_ms, where)
                     result = 0
+                elif isinstance(write, CreateInteraction):
+                    record, result = self.runs.create_interaction(write, request.lease, seq, now_ms, where)
                 elif isinstance(write, FinishOperation):
                     record, run = self.runs.finish_operation(write, request.lease, seq, now_ms, where)
                     result = 0
@@ -753,6 +769,64 @@ class OwnerCore:
             found = self._store.usage("conversation", request.conversation_id)
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
         self._reply(peer, UsageReply(call_id=request.call_id, totals=tuple(totals)))
+
+    def _owner_decision(self, peer: PeerId, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]) -> None:
+        """Run one of the owner's decisions (resolve, respond, retry_run) as one commit, inside its own savepoint
+        and the engine's journal (a refusal undoes it whole); a decision that changed nothing takes no seq."""
+        seq = self._head_seq + 1
+        self._store.savepoint()
+        self.tasks.begin()
+        try:
+            reply, records = decide(seq)
+        except Refusal:
+            self._store.rollback_savepoint()
+            self.tasks.rollback()
+            raise
+        self.tasks.commit()
+        self._store.release_savepoint()
+        if not records:
+            self._reply(peer, reply)
+            return
+        self.runs.tasks_changed(records)
+        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
+        touched = {record.conversation_id for record in records if record.conversation_id is not None}
+        self._store.log_commit(logged, frozenset(touched))
+        self._published(peer, reply, logged, touched)
+
+    def _on_resolve(self, peer: PeerId, request: Resolve, now_ms: int) -> None:
+        def decide(seq: int) -> tuple[Frame, list[Record]]:
+            operation, records = self.runs.resolve(request, seq, now_ms)
+            return OperationReply(call_id=request.call_id, operation=operation), records
+
+        self._owner_decision(peer, now_ms, decide)
+
+    def _on_respond(self, peer: PeerId, request: Respond, now_ms: int) -> None:
+        def decide(seq: int) -> tuple[Frame, list[Record]]:
+            interaction, records = self.runs.respond(request, seq, now_ms)
+            return InteractionReply(call_id=request.call_id, interaction=interaction), records
+
+        self._owner_decision(peer, now_ms, decide)
+
+    def _on_retry_run(self, peer: PeerId, request: RetryRun, now_ms: int) -> None:
+        def decide(seq: int) -> tuple[Frame, list[Record]]:
+            run, records = self.runs.retry_run(request.run_id, seq, now_ms)
+            return RunReply(call_id=request.call_id, run=run), records
+
+        self._owner_decision(peer, now_ms, decide)
+
+    def _on_read_interactions(self, peer: PeerId, request: ReadInteractions, now_ms: int) -> None:
+        if not 1 <= request.limit <= MAX_READ_LIMIT:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
+            raise Refusal(ErrorCode.INVALID, message)
+        found, more = self._store.interaction_page(
+            request.status, request.run_id, request.after_interaction_id, request.limit
+        )
+        next_after = found[-1].interaction_id if more else None
+        interactions = tuple(found)
+        reply = InteractionsReply(
+            call_id=request.call_id, interactions=interactions, next_after_interaction_id=next_after
+        )
+        self._reply(peer, reply)
 
     def _require_run(self, run_id: str) -> RunRecord:
         run = self.runs.live.get(run_id) or self._store.run(run_id)

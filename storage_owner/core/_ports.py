@@ -11,6 +11,7 @@ from protocol import (
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
+    InteractionRecord,
     OperationRecord,
     Order,
     Record,
@@ -111,7 +112,7 @@ class Store(Protocol):
         ...
 
     def live_runs(self) -> list[RunRecord]:
-        """Every run that is not terminal, in creation (``seq``) order."""
+        """Every run that is not terminal, in creation order."""
         ...
 
     def insert_operation(self, record: OperationRecord) -> None: ...
@@ -126,9 +127,27 @@ class Store(Protocol):
 
     def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]: ...
 
+    def insert_interaction(self, record: InteractionRecord) -> None: ...
+
+    def update_interaction(self, record: InteractionRecord) -> None: ...
+
+    def interaction(self, interaction_id: str) -> InteractionRecord | None: ...
+
+    def operation_interaction(self, operation_id: str) -> InteractionRecord | None:
+        """The interaction bound to a tool call's operation, if one was asked."""
+        ...
+
+    def interaction_page(
+        self, status: str | None, run_id: str | None, after_interaction_id: str | None, limit: int
+    ) -> tuple[list[InteractionRecord], bool]: ...
+
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None: ...
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]: ...
+
+    def later_run_started(self, run_id: str) -> bool:
+        """Whether a run created after this one in its conversation has been admitted."""
+        ...
 
     def run_page(
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int

@@ -30,14 +30,19 @@ import attrs
 from protocol import (
     RUN_ACTIVE,
     RUN_TERMINAL,
+    CreateInteraction,
     CreateTask,
     EntryRecord,
     ErrorCode,
     FinishOperation,
+    InteractionAnswer,
+    InteractionRecord,
     JsonValue,
     LeaseRef,
     OperationRecord,
     Record,
+    Resolve,
+    Respond,
     Retry,
     RunAnswer,
     RunRecord,
@@ -46,11 +51,12 @@ from protocol import (
     StartOperation,
     TaskOutcome,
     TaskRecord,
+    approval_task_id,
     retry_delay_ms,
 )
 
-from ._checks import Refusal, check_id, check_name
-from ._ports import Store
+from ._checks import Refusal, check_id, check_name, same_json
+from ._ports import Store, StoreConflict
 from ._tasks import CutOffRule, TaskEngine
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
@@ -354,6 +360,7 @@ class Runs:
         self._admit_due = False
         busy = sum(1 for run in self.live.values() if run.status in BUSY)
         heads = [self.live[queue[0]] for queue in self._queues.values()]
+        # A queued run's seq is its creating commit's (nothing changes a queued run but its end).
         heads = sorted((run for run in heads if run.status == "queued"), key=lambda run: (run.seq, run.run_id))
         for run in heads:
             if busy >= self.max_concurrent_runs:
@@ -579,3 +586,171 @@ class Runs:
                 )
                 rule = CutOffRule("attention", attention=attention)
         return rule
+
+    # --------------------------------------------------------------------------------------- owner decisions
+
+    def create_interaction(
+        self, write: CreateInteraction, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> tuple[Record, int]:
+        """Ask for an approval under a tool task's lease: the interaction and its ``tether.approval`` task (owned by
+        the tool task, id :func:`approval_task_id`), which the same commit's wait names. Again for the same
+        operation: the first is kept and returned (result 0), so a replay never asks twice; other arguments than
+        the first's are a ``conflict`` (the approved arguments are the only ones ever executed)."""
+        run, task = self._writer(write.run_id, lease, where)
+        check_id(write.interaction_id, f"{where}.interaction_id")
+        check_id(write.operation_id, f"{where}.operation_id")
+        if not task.kind.startswith(TOOL_KIND_PREFIX):
+            raise Refusal(ErrorCode.NOT_ALLOWED, f"{where}: an interaction is asked under a tool task's lease")
+        if write.kind not in ("approval", "question"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.kind must be approval or question, not {write.kind!r}")
+        existing = self._store.operation_interaction(write.operation_id)
+        if existing is not None:
+            if existing.digest != write.digest or existing.run_id != run.run_id:
+                message = (
+                    f"{where}: operation {write.operation_id} already asked interaction {existing.interaction_id} "
+                    "about other arguments; nothing was written"
+                )
+                raise Refusal(ErrorCode.CONFLICT, message)
+            return existing, 0
+        approval = CreateTask(
+            task_id=approval_task_id(write.operation_id),
+            kind=APPROVAL_KIND,
+            input=JsonValue({"operation_id": write.operation_id, "interaction_id": write.interaction_id}),
+            owner_task_id=task.task_id,
+        )
+        approval_task = self._tasks.create_task(approval, seq, now_ms, where)
+        record = InteractionRecord(
+            interaction_id=write.interaction_id,
+            run_id=run.run_id,
+            conversation_id=run.conversation_id,
+            operation_id=write.operation_id,
+            task_id=approval_task.task_id,
+            kind=write.kind,
+            status="open",
+            args=write.args,
+            digest=write.digest,
+            seq=seq,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+        try:
+            self._store.insert_interaction(record)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: interaction id {exc.key} already exists") from exc
+        return record, 1
+
+    def respond(self, request: Respond, seq: int, now_ms: int) -> tuple[InteractionRecord, list[Record]]:
+        """Answer an interaction once: the approval task completes with ``{approve, note}`` and the tool task waiting
+        on it resumes. The same answer again changes nothing (no records); another answer is a ``conflict``."""
+        interaction = self._store.interaction(request.interaction_id)
+        if interaction is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"interaction {request.interaction_id} does not exist")
+        if interaction.answer is not None:
+            if interaction.answer.approve == request.approve and interaction.answer.note == request.note:
+                return interaction, []
+            message = (
+                f"interaction {interaction.interaction_id} was already answered (approve={interaction.answer.approve}, "
+                f"note={interaction.answer.note!r}); an answer is accepted once"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        task = self._tasks.live(interaction.task_id)
+        if task is None or task.status != "pending" or task.abort is not None:
+            message = f"interaction {interaction.interaction_id} is no longer awaited (its run was cancelled or ended)"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        answer = InteractionAnswer(
+            approve=request.approve, note=request.note, responded_by=request.responded_by, at_ms=now_ms
+        )
+        answered = attrs.evolve(interaction, status="answered", answer=answer, seq=seq, updated_at_ms=now_ms)
+        self._store.update_interaction(answered)
+        result = JsonValue({"approve": request.approve, "note": request.note})
+        ended = self._tasks.end_by_owner(task.task_id, TaskOutcome(status="completed", result=result), seq, now_ms)
+        return answered, [answered, ended]
+
+    def resolve(self, request: Resolve, seq: int, now_ms: int) -> tuple[OperationRecord, list[Record]]:
+        """Settle an interrupted manual tool call: the operation becomes ``resolved`` with the output (who and when
+        kept), its attention task and then its tool task complete (the output is the tool's result), and the run
+        continues. The same output again changes nothing; another output is a ``conflict``."""
+        check_id(request.operation_id, "operation_id")
+        op = self._store.operation(request.operation_id)
+        if op is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        if op.status == "resolved":
+            if same_json(op.result, request.output):
+                return op, []
+            raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id} was already resolved with another output")
+        attention_id = attention_task_id(op.operation_id, op.attempt)
+        attention = self._tasks.live(attention_id)
+        tool = self._tasks.live(op.task_id)
+        if op.status != "interrupted" or op.policy != "manual" or attention is None or tool is None:
+            message = (
+                f"operation {op.operation_id} is {op.status} ({op.kind}, policy {op.policy}): only an interrupted "
+                "manual tool call whose run needs attention is resolved"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if attention.abort is not None or tool.abort is not None or tool.status != "waiting":
+            raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id}'s run is being cancelled")
+        resolved = attrs.evolve(
+            op,
+            status="resolved",
+            result=request.output,
+            error=None,
+            resolved_by=request.resolved_by,
+            resolved_at_ms=now_ms,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._store.update_operation(resolved)
+        done = TaskOutcome(status="completed", result=JsonValue({"operation_id": op.operation_id}))
+        attention_ended = self._tasks.end_by_owner(attention_id, done, seq, now_ms)
+        records: list[Record] = [resolved, attention_ended]
+        if not any(self._tasks.live(other) is not None for other in tool.on):
+            outcome = TaskOutcome(status="completed", result=request.output)
+            records.append(self._tasks.end_by_owner(tool.task_id, outcome, seq, now_ms))
+        return resolved, records
+
+    def retry_run(self, run_id: str, seq: int, now_ms: int) -> tuple[RunRecord, list[Record]]:
+        """Re-attempt a run. ``needs_attention``: a no-op (it resumes by itself once a worker with the agent
+        version attaches, or once its tool call is resolved). ``failed``: refused once a later run of its
+        conversation has started; otherwise a new task (same run id, its bound version), the attempts of its
+        unfinished model requests reset (committed results stay), and the run is active again, first in its
+        conversation's queue."""
+        run = self.live.get(run_id) or self._store.run(run_id)
+        if run is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
+        if run.status == "needs_attention":
+            return run, []
+        if run.status != "failed":
+            message = f"run {run_id} is {run.status}: only a failed run, or one that needs attention, is retried"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if self._store.later_run_started(run_id):
+            message = f"a later run of conversation {run.conversation_id} has started: run {run_id} is not retried"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        attempt = 2
+        while self._tasks.record(run_task_id(run_id, attempt)) is not None:
+            attempt += 1
+        records: list[Record] = []
+        operations, _ = self._store.operation_page(run_id, 0, 1 << 30)
+        for op in operations:
+            if op.kind == "model" and op.status in ("started", "interrupted", "failed"):
+                reset = attrs.evolve(op, status="interrupted", attempt=0, seq=seq, updated_at_ms=now_ms)
+                self._store.update_operation(reset)
+                records.append(reset)
+        write = CreateTask(
+            task_id=run_task_id(run_id, attempt),
+            kind=AGENT_KIND_PREFIX + run.agent,
+            version=run.version,
+            input=JsonValue({"run_id": run_id}),
+            conversation_id=run.conversation_id,
+        )
+        task = self._tasks.create_task(write, seq, now_ms, "retry_run")
+        records.append(task)
+        new = attrs.evolve(
+            run, status="pending", reason=None, operation_id=None, task_id=task.task_id, seq=seq, updated_at_ms=now_ms
+        )
+        self._store.update_run(new)
+        self.live[run_id] = new
+        self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
+        self._by_task[task.task_id] = run_id
+        self._dirty[run_id] = None
+        records.append(new)
+        return new, records

@@ -26,7 +26,8 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
    ``end`` / ``hold`` (``failed``: retries exhausted), or rule 3 as usual.
 10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
     an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
-    requests (``resolve``, ``respond``).
+    requests (``resolve``, ``respond``: ``end`` from ``pending``), and ``resolve`` ends the tool task that waited on
+    one with the output a person gave (``end`` from ``waiting``, once it owns no live work).
 
 Two kinds of change reach the engine:
 
@@ -293,6 +294,24 @@ class TaskEngine:
                 )
             )
         return nodes, more
+
+    def end_by_owner(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> TaskRecord:
+        """Rule 10, inside a request: end a live ``pending`` external task, or a ``waiting`` task that owns no live
+        work, with ``outcome`` (the caller checked which it may end). Settling then resumes its waiters."""
+        record = self._tasks[task_id]
+        assert record.status in ("pending", "waiting") and not self._records.owns_live_work(task_id), record
+        changed = attrs.evolve(
+            record,
+            status="terminal",
+            outcome=outcome,
+            on=(),
+            policy=None,
+            until_ms=None,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._save(record, changed, "end")
+        return changed
 
     def on_rollback(self, action: Callable[[], None]) -> None:
         """Journal ``action`` to run if the current request is refused (for state kept beside the engine's)."""

@@ -105,9 +105,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """,
     # 3: agents. A conversation's agent, a submission's run, and the runs (a run's answer and usage are msgpack
     # maps; its input text is kept beside the record, read only when the run is admitted). The live runs' index is
-    # what an owner reads at start; runs are read by conversation in run id order. The operation journal keeps each
+    # what an owner reads at start; runs are read by conversation in run id order. `created_seq` (the creating
+    # commit; a record's `seq` is its last change) orders a conversation's runs. The operation journal keeps each
     # record whole (msgpack) with the columns it is looked up by: a run's journal in order (`ordinal`), the open
-    # operation of a task (cut off, the owner decides what it becomes). Usage totals per conversation and per model.
+    # operation of a task (cut off, the owner decides what it becomes). Interactions likewise, one per operation.
+    # Usage totals per conversation and per model.
     """
     ALTER TABLE conversations ADD COLUMN agent TEXT;
     ALTER TABLE submissions ADD COLUMN run_id TEXT;
@@ -126,9 +128,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         seq INTEGER NOT NULL,
         created_at_ms INTEGER NOT NULL,
         updated_at_ms INTEGER NOT NULL,
-        input BLOB NOT NULL
+        input BLOB NOT NULL,
+        created_seq INTEGER NOT NULL
     ) WITHOUT ROWID;
-    CREATE INDEX runs_live ON runs (seq) WHERE status NOT IN ('completed', 'failed', 'cancelled');
+    CREATE INDEX runs_live ON runs (created_seq) WHERE status NOT IN ('completed', 'failed', 'cancelled');
     CREATE INDEX runs_by_conversation ON runs (conversation_id, run_id);
     CREATE TABLE operations (
         operation_id TEXT PRIMARY KEY,
@@ -140,6 +143,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UNIQUE (run_id, ordinal)
     ) WITHOUT ROWID;
     CREATE INDEX operations_open ON operations (task_id) WHERE status = 'started';
+    CREATE TABLE interactions (
+        interaction_id TEXT PRIMARY KEY,
+        operation_id TEXT NOT NULL UNIQUE,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record BLOB NOT NULL
+    ) WITHOUT ROWID;
     CREATE TABLE usage (
         scope TEXT NOT NULL,
         key TEXT NOT NULL,

@@ -25,6 +25,7 @@ from protocol import (
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
+    InteractionRecord,
     OperationRecord,
     Order,
     Record,
@@ -55,6 +56,8 @@ _unstructure_records = converter.get_unstructure_hook(_RECORDS)
 _structure_outcome = converter.get_structure_hook(TaskOutcome)
 _structure_operation = converter.get_structure_hook(OperationRecord)
 _unstructure_operation = converter.get_unstructure_hook(OperationRecord)
+_structure_interaction = converter.get_structure_hook(InteractionRecord)
+_unstructure_interaction = converter.get_unstructure_hook(InteractionRecord)
 _unstructure_outcome = converter.get_unstructure_hook(TaskOutcome)
 
 
@@ -68,6 +71,14 @@ def _unpack(blob: bytes) -> Any:
 
 def _pack_operation(record: OperationRecord) -> bytes:
     return _pack(_unstructure_operation(record))
+
+
+def _pack_interaction(record: InteractionRecord) -> bytes:
+    return _pack(_unstructure_interaction(record))
+
+
+def _unpack_interaction(blob: bytes) -> InteractionRecord:
+    return _structure_interaction(_unpack(blob), InteractionRecord)  # type: ignore[no-any-return]
 
 
 def _unpack_operation(blob: bytes) -> OperationRecord:
@@ -439,8 +450,9 @@ class SqliteStore:
         """Store a new run and its input (the submitted text, read back when the run is admitted)."""
         try:
             self._db.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}, input) VALUES ({', '.join('?' * (len(_RUN_FIELDS) + 1))})",
-                (*_run_row(record), _pack(input)),
+                f"INSERT INTO runs ({_RUN_COLUMNS}, input, created_seq) "
+                f"VALUES ({', '.join('?' * (len(_RUN_FIELDS) + 2))})",
+                (*_run_row(record), _pack(input), record.seq),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("run", record.run_id) from exc
@@ -459,12 +471,22 @@ class SqliteStore:
         return _unpack(row[0])
 
     def live_runs(self) -> list[RunRecord]:
-        """Every run that is not terminal, in the order they were created (their ``seq``)."""
+        """Every run that is not terminal, in the order they were created."""
         rows = self._db.execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') "
-            "ORDER BY seq, run_id"
+            "ORDER BY created_seq"
         )
         return [_run_record(row) for row in rows]
+
+    def later_run_started(self, run_id: str) -> bool:
+        """Whether a run created after ``run_id`` in its conversation has been admitted (or ended after it was)."""
+        row = self._db.execute(
+            "SELECT EXISTS (SELECT 1 FROM runs AS later JOIN runs AS this ON this.run_id = ? "
+            "WHERE later.conversation_id = this.conversation_id AND later.created_seq > this.created_seq "
+            "AND later.task_id IS NOT NULL)",
+            (run_id,),
+        ).fetchone()
+        return bool(row[0])  # type: ignore[index]
 
     def run_page(
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
@@ -522,6 +544,42 @@ class SqliteStore:
             (run_id, cursor, limit + 1),
         ).fetchall()
         return [_unpack_operation(row[0]) for row in rows[:limit]], len(rows) > limit  # type: ignore[arg-type]
+
+    def insert_interaction(self, record: InteractionRecord) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO interactions (interaction_id, operation_id, run_id, status, record) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (record.interaction_id, record.operation_id, record.run_id, record.status, _pack_interaction(record)),
+            )
+        except apsw.ConstraintError as exc:
+            raise StoreConflict("interaction", record.interaction_id) from exc
+
+    def update_interaction(self, record: InteractionRecord) -> None:
+        self._db.execute(
+            "UPDATE interactions SET status = ?, record = ? WHERE interaction_id = ?",
+            (record.status, _pack_interaction(record), record.interaction_id),
+        )
+
+    def interaction(self, interaction_id: str) -> InteractionRecord | None:
+        row = self._db.execute("SELECT record FROM interactions WHERE interaction_id = ?", (interaction_id,)).fetchone()
+        return None if row is None else _unpack_interaction(row[0])
+
+    def operation_interaction(self, operation_id: str) -> InteractionRecord | None:
+        row = self._db.execute("SELECT record FROM interactions WHERE operation_id = ?", (operation_id,)).fetchone()
+        return None if row is None else _unpack_interaction(row[0])
+
+    def interaction_page(
+        self, status: str | None, run_id: str | None, after_interaction_id: str | None, limit: int
+    ) -> tuple[list[InteractionRecord], bool]:
+        """Up to ``limit`` interactions in id order after ``after_interaction_id``, filtered; whether more follow."""
+        rows = self._db.execute(
+            "SELECT record FROM interactions WHERE interaction_id > ?1 AND (?2 IS NULL OR status = ?2) "
+            "AND (?3 IS NULL OR run_id = ?3) ORDER BY interaction_id LIMIT ?4",
+            (after_interaction_id or "", status, run_id, limit + 1),
+        ).fetchall()
+        page = [_unpack_interaction(row[0]) for row in rows[:limit]]  # type: ignore[arg-type]
+        return page, len(rows) > limit
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         self._db.execute(

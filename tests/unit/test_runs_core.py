@@ -20,22 +20,30 @@ from protocol import (
     Commit,
     Committed,
     CreateConversation,
+    CreateInteraction,
     CreateTask,
     EntriesReply,
     ErrorCode,
     FinishOperation,
     Hello,
+    InteractionReply,
+    InteractionsReply,
     JsonValue,
     LeaseRef,
     Ok,
+    OperationReply,
     OperationsReply,
     ReadEntries,
+    ReadInteractions,
     ReadOperations,
     ReadRun,
     ReadRuns,
     ReadUsage,
     Refused,
+    Resolve,
+    Respond,
     Retry,
+    RetryRun,
     RunAnswer,
     RunRecord,
     RunReply,
@@ -50,6 +58,7 @@ from protocol import (
     UsageReply,
     UsageTotal,
     WaitRun,
+    approval_task_id,
     retry_delay_ms,
 )
 from storage_owner.core._checks import Refusal
@@ -63,6 +72,7 @@ from tests.unit.test_tasks_core import (
     completed,
     error_code,
     expect,
+    failed,
     fresh_id,
     reply_to,
 )
@@ -692,3 +702,185 @@ def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_oper
 def test_retry_delay_is_exponential_capped_and_deterministic() -> None:
     retry = Retry(attempts=5, first_delay_ms=500, max_delay_ms=3_000, multiplier=2.0)
     assert [retry_delay_ms(retry, attempt) for attempt in range(1, 6)] == [500, 1_000, 2_000, 3_000, 3_000]
+
+
+# ------------------------------------------------------------------------------ resolve, respond, retry_run
+
+
+def test_resolve_settles_an_interrupted_manual_tool_call_once(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    tools.leave()
+    assert sim.run(run_id).status == "needs_attention"
+    head = sim.core.head_seq
+    unknown = Resolve(call_id=call(), operation_id=fresh_id(), output=JsonValue(1))
+    assert error_code(sim.request(sim.client, unknown)) == ErrorCode.NOT_FOUND
+    assert sim.core.head_seq == head
+    resolve = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
+    resolved = expect(sim.request(sim.client, resolve), OperationReply).operation
+    assert (resolved.status, resolved.result, resolved.resolved_by, resolved.resolved_at_ms) == (
+        "resolved",
+        {"rows": 3},
+        "ops",
+        sim.now_ms,
+    )
+    assert sim.outcome(attention_task_id(op, 1)).status == "completed"
+    assert sim.outcome(tool_id) == TaskOutcome(status="completed", result=JsonValue({"rows": 3}))
+    assert worker.holds(task_id)  # the run continues with the output as the tool's result
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("running", None, None)
+    head = sim.core.head_seq
+    again = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
+    assert expect(sim.request(sim.client, again), OperationReply).operation == resolved
+    other = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 4}))
+    assert error_code(sim.request(sim.client, other)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    # A committed result is never resolved.
+    model_op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, model_op))
+    worker.ok(task_id, FinishOperation(operation_id=model_op, status="completed"))
+    not_interrupted = Resolve(call_id=call(), operation_id=model_op, output=JsonValue(0))
+    assert error_code(sim.request(sim.client, not_interrupted)) == ErrorCode.CONFLICT
+    assert sim.store.operation(model_op).status == "completed"  # type: ignore[union-attr]
+
+
+def ask(sim: RunSim, tools: Worker, tool_id: str, run_id: str, op: str, digest: str = "args") -> Any:
+    interaction = CreateInteraction(
+        interaction_id=fresh_id(), operation_id=op, run_id=run_id, args=JsonValue({"amount": 5}), digest=digest
+    )
+    wait = SetTaskState(
+        task_id=tool_id, status="waiting", on=(approval_task_id(op),), checkpoint=JsonValue({"phase": "approved"})
+    )
+    return tools.commit(tool_id, interaction, wait)
+
+
+def test_respond_is_accepted_once_survives_a_restart_and_a_replay_never_asks_again(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    asked = expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    assert asked.results[0] == 1
+    run = sim.run(run_id)
+    assert (run.status, run.operation_id) == ("waiting", op)
+    [interaction] = expect(
+        sim.request(sim.client, ReadInteractions(call_id=call(), status="open")), InteractionsReply
+    ).interactions
+    assert (interaction.operation_id, interaction.task_id, interaction.args) == (
+        op,
+        approval_task_id(op),
+        {"amount": 5},
+    )
+    assert sim.graph()[approval_task_id(op)].blocked is None
+    sim.restart()
+    tools = sim.worker(kinds=("tool:lookup",))
+    sim.agent_worker()
+    assert sim.run(run_id).status == "waiting"
+    head = sim.core.head_seq
+    unknown = Respond(call_id=call(), interaction_id=fresh_id(), approve=True)
+    assert error_code(sim.request(sim.client, unknown)) == ErrorCode.NOT_FOUND
+    assert sim.core.head_seq == head
+    respond = Respond(
+        call_id=call(), interaction_id=interaction.interaction_id, approve=True, note="ok", responded_by="me"
+    )
+    answered = expect(sim.request(sim.client, respond), InteractionReply).interaction
+    assert answered.status == "answered" and answered.answer is not None and answered.answer.approve
+    assert sim.outcome(approval_task_id(op)).result == {"approve": True, "note": "ok"}
+    assert tools.holds(tool_id)  # the tool task resumes
+    head = sim.core.head_seq
+    same = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=True, note="ok")
+    assert expect(sim.request(sim.client, same), InteractionReply).interaction == answered
+    different = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=False)
+    assert error_code(sim.request(sim.client, different)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    # A replayed tool phase asks again: the first interaction is kept, its (answered) task is waited on.
+    replay = expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    assert replay.results[0] == 0
+    assert tools.holds(tool_id)  # the wait on an ended task resumes at once
+    listed = expect(sim.request(sim.client, ReadInteractions(call_id=call(), run_id=run_id)), InteractionsReply)
+    assert listed.interactions == (answered,)
+    assert error_code(ask(sim, tools, tool_id, run_id, op, digest="other")) == ErrorCode.CONFLICT
+
+
+def test_a_cancelled_run_no_longer_awaits_its_interaction(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=run_id)), RunReply)
+    # The approval task ends aborted at once (no handler); the tool's and the run's abort handlers follow.
+    assert sim.outcome(approval_task_id(op)).status == "aborted"
+    interaction = sim.store.operation_interaction(op)
+    assert interaction is not None
+    respond = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=True)
+    assert error_code(sim.request(sim.client, respond)) == ErrorCode.CONFLICT
+    tools.ok(tool_id, aborted(tool_id))
+    worker.ok(task_id, aborted(task_id))
+    assert sim.run(run_id).status == "cancelled"
+
+
+def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_again(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    worker = sim.agent_worker(max_leases=1)
+    task_id = run_task_id(first, 1)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id=first, operation_id=op, retry=Retry(attempts=1)))
+    worker.leave()  # past its only attempt: the run fails
+    run = sim.run(first)
+    assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
+    retry = RetryRun(call_id=call(), run_id=first)
+    retried = expect(sim.request(sim.client, retry), RunReply).run
+    assert (retried.run_id, retried.status, retried.task_id) == (first, "pending", run_task_id(first, 2))
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 0)
+    second = sim.start_run(conversation_id)  # queued behind the retried run
+    worker = sim.agent_worker()
+    new_task = run_task_id(first, 2)
+    assert worker.holds(new_task) and sim.statuses(first, second) == ["running", "queued"]
+    worker.ok(new_task, model_intent(first, op, attempt=1, retry=None))  # attempts start over; the policy stays
+    finish(worker, sim.run(first))
+    assert sim.statuses(first, second) == ["completed", "running"]
+    head = sim.core.head_seq
+    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=first))) == ErrorCode.CONFLICT
+    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=fresh_id()))) == ErrorCode.NOT_FOUND
+    assert sim.core.head_seq == head
+
+
+def test_retry_run_is_refused_once_a_later_run_has_started(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    worker = sim.agent_worker()
+    task_id = run_task_id(first, 1)
+    worker.ok(task_id, failed(task_id))
+    assert sim.statuses(first, second) == ["failed", "running"]
+    head = sim.core.head_seq
+    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=first))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and sim.run(first).status == "failed"
+
+
+def test_retry_run_of_a_run_needing_attention_is_a_no_op(sim: RunSim) -> None:
+    run_id = sim.start_run(sim.agent_conversation())
+    task_id = run_task_id(run_id, 1)
+    v2 = sim.agent_worker(version=2)
+    v2.ok(task_id, SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"phase": "turn"})))
+    v2.leave()
+    sim.agent_worker(version=1)
+    run = sim.run(run_id)
+    assert run.reason == "agent_version_missing"
+    head = sim.core.head_seq
+    assert expect(sim.request(sim.client, RetryRun(call_id=call(), run_id=run_id)), RunReply).run == run
+    assert sim.core.head_seq == head
+
+
+def test_an_owner_restart_keeps_one_active_run_per_conversation(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    sim.agent_worker()  # the first run's record changes after the second was created
+    assert sim.statuses(first, second) == ["running", "queued"]
+    sim.restart()
+    assert sim.statuses(first, second) == ["pending", "queued"]
+    assert [data["run_id"] for _, data in sim.entries(conversation_id)] == [first]
