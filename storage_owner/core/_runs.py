@@ -516,7 +516,8 @@ class Runs:
         self, write: FinishOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
     ) -> tuple[OperationRecord, RunRecord | None]:
         """Commit an operation's result, once, under the lease that started it; its usage is added to the run's,
-        the conversation's and the model's, exactly once (a second result is a ``conflict``)."""
+        the conversation's and the model's, exactly once (a second result is a ``conflict``). An operation's own
+        ``usage`` sums its attempts', so a run's usage is the sum of its operations'."""
         check_id(write.operation_id, f"{where}.operation_id")
         op = self._store.operation(write.operation_id)
         if op is None:
@@ -539,7 +540,7 @@ class Runs:
             result=write.result,
             is_error=write.is_error,
             error=write.error,
-            usage=write.usage,
+            usage=op.usage if write.usage is None else add_usage(op.usage or RunUsage(), write.usage),
             seq=seq,
             updated_at_ms=now_ms,
         )

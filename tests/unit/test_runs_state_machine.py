@@ -1,0 +1,337 @@
+"""A Hypothesis state machine over the runs of agents in the owner core: random submissions (follow-up or reject),
+agent and tool workers that come and go, model and tool intents and results, approvals, resolve, respond, cancel,
+retry, clock moves and owner restarts, driven through OwnerCore over a real SqliteStore (the drivers of
+``test_runs_core.py``), with the rules checked against the store after every step:
+
+- a conversation never has two active runs (``pending``, ``running``, ``retry_wait``, ``waiting``,
+  ``needs_attention``);
+- admission never exceeds ``max_concurrent_runs``: the ``pending`` / ``running`` / ``retry_wait`` runs that never
+  waited are at most that many (a ``waiting`` or ``needs_attention`` run frees capacity; once it resumes it is not
+  queued again behind it, see docs/runs.md);
+- an operation's committed result (``completed``, ``resolved``, a tool's ``failed``) never changes: no second result,
+  and a new intent after it is refused (the machine checks every commit's answer against that rule);
+- a run that ended never changes again, and its usage is the sum of its operations' usage (counted once);
+- after a step the owner needs no other batch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from protocol import (
+    RUN_ACTIVE,
+    AdvanceClock,
+    CancelRun,
+    Committed,
+    CreateInteraction,
+    CreateTask,
+    Error,
+    FinishOperation,
+    JsonValue,
+    OperationRecord,
+    Resolve,
+    Respond,
+    Retry,
+    RetryRun,
+    RunRecord,
+    RunUsage,
+    SetTaskState,
+    StartOperation,
+    approval_task_id,
+)
+from storage_owner.core._runs import add_usage
+from tests.unit.test_runs_core import RunSim
+from tests.unit.test_tasks_core import aborted, call, completed, failed, fresh_id, restart_ids
+
+MAX_RUNS = 2
+CONVERSATIONS = 3
+RETRY = Retry(attempts=2, first_delay_ms=100, max_delay_ms=100, multiplier=1.0)
+BUSY = ("pending", "running", "retry_wait")
+picks = st.integers(min_value=0, max_value=1 << 16)
+
+
+def final(op: OperationRecord) -> bool:
+    """Whether an operation's result is committed for good (a model's exhausted failure may be retried by
+    ``retry_run``, which starts its attempts over)."""
+    return op.status in ("completed", "resolved") or (op.kind == "tool" and op.status == "failed")
+
+
+def may_start(op: OperationRecord | None) -> bool:
+    if op is None:
+        return True
+    if final(op) or op.status == "started":
+        return False
+    if op.kind == "model" and op.status == "failed" and op.attempt >= (op.retry or Retry()).attempts:
+        return False
+    return not (op.kind == "tool" and op.policy == "manual" and op.status == "interrupted")
+
+
+class RunMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        restart_ids()
+        self.directory = tempfile.mkdtemp(prefix="tether-runs-")
+        self.sim = RunSim(Path(self.directory) / "runs.db", clock="manual", max_concurrent_runs=MAX_RUNS)
+        self.conversations = [self.sim.agent_conversation() for _ in range(CONVERSATIONS)]
+        self.runs: list[str] = []
+        self.model_ops: dict[str, str] = {}
+        """The current model request of each run (a new one per turn)."""
+        self.tool_ops: dict[str, tuple[str, str]] = {}
+        """Each tool task's operation id and policy."""
+        self.results: dict[str, OperationRecord] = {}
+        """Operations whose committed result was seen: they must never change."""
+        self.ended: dict[str, RunRecord] = {}
+        self.waited: set[str] = set()
+        """Runs seen waiting or needing attention (they may resume past the admission bound)."""
+        self.sim.agent_worker()
+        self.sim.worker(kinds=("tool:lookup",))
+
+    def teardown(self) -> None:
+        self.sim.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ----------------------------------------------------------------------------------------- helpers
+
+    def leases(self, prefix: str, mode: str = "phase") -> list[tuple[Any, str]]:
+        found = []
+        for worker in self.sim.workers.values():
+            for task_id, lease in sorted(worker.leases.items()):
+                if lease.kind.startswith(prefix) and lease.mode == mode and task_id not in worker.cancelled:
+                    found.append((worker, task_id))
+        return found
+
+    def run_of(self, task_id: str) -> str:
+        task_input = self.sim.store.task_data(task_id)[0]
+        if isinstance(task_input, dict) and "run_id" in task_input:
+            return str(task_input["run_id"])
+        record = self.sim.store.task(task_id)
+        assert record is not None and record.owner_task_id is not None
+        return self.run_of(record.owner_task_id)
+
+    def expect_answer(self, reply: Any, allowed: bool) -> None:
+        if allowed:
+            assert isinstance(reply, Committed), reply
+        else:
+            assert isinstance(reply, Error) and reply.code == "conflict", reply
+
+    # ------------------------------------------------------------------------------------------- rules
+
+    @rule(conversation=picks, reject=st.booleans())
+    def submit(self, conversation: int, reject: bool) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        reply = self.sim.submit(conversation_id, "hello", when_busy="reject" if reject else "follow_up")
+        if isinstance(reply, Error):
+            assert reject and reply.code == "conflict", reply
+        else:
+            assert reply.submission.run_id is not None
+            self.runs.append(reply.submission.run_id)
+
+    @precondition(lambda self: self.leases("agent:"))
+    @rule(
+        step=st.sampled_from(["intent", "intent", "result", "tool", "tool", "tool", "complete", "fail"]),
+        which=picks,
+        policy=st.sampled_from(["manual", "safe", "idempotent"]),
+    )
+    def run_phase(self, step: str, which: int, policy: str) -> None:
+        leased = self.leases("agent:")
+        if not leased:
+            return
+        worker, task_id = leased[which % len(leased)]
+        run_id = self.run_of(task_id)
+        op_id = self.model_ops.setdefault(run_id, fresh_id())
+        stored = self.sim.store.operation(op_id)
+        if stored is None and step == "result":
+            step = "intent"
+        if step == "intent":
+            attempt = 1 if stored is None else stored.attempt + 1
+            intent = StartOperation(
+                operation_id=op_id,
+                run_id=run_id,
+                kind="model",
+                name="scripted",
+                version=1,
+                turn=0,
+                attempt=attempt,
+                digest="d",
+                retry=RETRY,
+            )
+            self.expect_answer(worker.commit(task_id, intent), may_start(stored))
+        elif step == "result":
+            assert stored is not None
+            allowed = stored.status == "started" and stored.task_id == task_id
+            result = FinishOperation(operation_id=op_id, status="completed", usage=RunUsage(input_tokens=1))
+            reply = worker.commit(task_id, result, SetTaskState(task_id=task_id, status="running"))
+            self.expect_answer(reply, allowed)
+            if allowed:
+                self.model_ops[run_id] = fresh_id()  # the next turn
+        elif step == "tool":
+            tool_id = fresh_id()
+            self.tool_ops[tool_id] = (fresh_id(), policy)
+            reply = worker.commit(
+                task_id,
+                CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
+                SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
+            )
+            assert isinstance(reply, Committed), reply
+        elif step == "complete":
+            assert isinstance(worker.commit(task_id, completed(task_id, {"text": "done"})), Committed)
+        else:
+            assert isinstance(worker.commit(task_id, failed(task_id)), Committed)
+
+    @precondition(lambda self: self.leases("tool:"))
+    @rule(step=st.sampled_from(["intent", "intent", "result", "ask", "complete"]), which=picks)
+    def tool_phase(self, step: str, which: int) -> None:
+        leased = self.leases("tool:")
+        if not leased:
+            return
+        worker, tool_id = leased[which % len(leased)]
+        op_id, policy = self.tool_ops[tool_id]
+        run_id = self.run_of(tool_id)
+        stored = self.sim.store.operation(op_id)
+        if stored is None and step == "result":
+            step = "intent"  # a result needs an intent first: spend the step on one
+        if step == "intent":
+            attempt = 1 if stored is None else stored.attempt + 1
+            intent = StartOperation(
+                operation_id=op_id,
+                run_id=run_id,
+                kind="tool",
+                name="lookup",
+                version=1,
+                turn=1,
+                attempt=attempt,
+                digest="args",
+                tool_call_id="c",
+                policy=policy,  # type: ignore[arg-type]
+            )
+            self.expect_answer(worker.commit(tool_id, intent), may_start(stored))
+        elif step == "result":
+            assert stored is not None
+            allowed = stored.status == "started" and stored.task_id == tool_id
+            result = FinishOperation(operation_id=op_id, status="completed", result=JsonValue(1))
+            self.expect_answer(worker.commit(tool_id, result, completed(tool_id, 1)), allowed)
+        elif step == "ask":
+            interaction = CreateInteraction(
+                interaction_id=fresh_id(), operation_id=op_id, run_id=run_id, args=JsonValue({}), digest="args"
+            )
+            wait = SetTaskState(task_id=tool_id, status="waiting", on=(approval_task_id(op_id),))
+            assert isinstance(worker.commit(tool_id, interaction, wait), Committed)
+        else:
+            assert isinstance(worker.commit(tool_id, completed(tool_id, None)), Committed)
+
+    @precondition(lambda self: self.leases("", mode="abort"))
+    @rule()
+    def abort_handlers_end(self) -> None:
+        for worker, task_id in self.leases("", mode="abort"):
+            if worker.holds(task_id):
+                worker.ok(task_id, aborted(task_id))
+
+    @precondition(lambda self: any(worker.cancelled for worker in self.sim.workers.values()))
+    @rule()
+    def cancelled_phases_stop(self) -> None:
+        for worker in list(self.sim.workers.values()):
+            for task_id in list(worker.cancelled):
+                if worker.holds(task_id):
+                    worker.release(task_id)
+
+    @rule(which=picks, approve=st.booleans())
+    def respond(self, which: int, approve: bool) -> None:
+        found, _ = self.sim.store.interaction_page("open", None, None, 100)
+        if found:
+            interaction = found[which % len(found)]
+            request = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=approve)
+            self.sim.request(self.sim.client, request)
+
+    @rule(which=picks)
+    def resolve(self, which: int) -> None:
+        candidates = []
+        for op_id, _ in self.tool_ops.values():
+            stored = self.sim.store.operation(op_id)
+            if stored is not None and stored.status == "interrupted":
+                candidates.append(op_id)
+        if candidates:
+            op_id = candidates[which % len(candidates)]
+            self.sim.request(self.sim.client, Resolve(call_id=call(), operation_id=op_id, output=JsonValue("ok")))
+
+    @rule(which=picks, retry=st.booleans())
+    def cancel_or_retry(self, which: int, retry: bool) -> None:
+        if not self.runs:
+            return
+        run_id = self.runs[which % len(self.runs)]
+        request = RetryRun(call_id=call(), run_id=run_id) if retry else CancelRun(call_id=call(), run_id=run_id)
+        reply = self.sim.request(self.sim.client, request)
+        if retry and not isinstance(reply, Error):
+            self.ended.pop(run_id, None)  # a failed run retried is active again
+
+    @rule(which=picks, agent=st.booleans())
+    def worker_leaves_or_joins(self, which: int, agent: bool) -> None:
+        workers = list(self.sim.workers.values())
+        if len(workers) > 1 and which % 2:
+            workers[which % len(workers)].leave()
+        elif len(workers) < 4:
+            if agent:
+                self.sim.agent_worker()
+            else:
+                self.sim.worker(kinds=("tool:lookup",))
+
+    @rule(by_ms=st.sampled_from([0, 50, 100, 1000]))
+    def clock_moves(self, by_ms: int) -> None:
+        self.sim.request(self.sim.client, AdvanceClock(call_id=call(), by_ms=by_ms))
+
+    @rule()
+    def owner_restarts(self) -> None:
+        self.sim.restart()
+        self.sim.agent_worker()
+        self.sim.worker(kinds=("tool:lookup",))
+
+    # ------------------------------------------------------------------------------------- invariants
+
+    @invariant()
+    def rules_hold(self) -> None:
+        store = self.sim.store
+        runs, _ = store.run_page(None, None, None, 1000)
+        active: dict[str, str] = {}
+        fresh_busy = 0
+        for run in runs:
+            if run.status in ("waiting", "needs_attention"):
+                self.waited.add(run.run_id)
+            if run.status in RUN_ACTIVE:
+                assert run.conversation_id not in active, (run, active[run.conversation_id])
+                active[run.conversation_id] = run.run_id
+            if run.status in BUSY and run.run_id not in self.waited:
+                fresh_busy += 1
+            if run.run_id in self.ended:
+                assert run == self.ended[run.run_id], (run, self.ended[run.run_id])
+            elif run.status in ("completed", "cancelled"):
+                self.ended[run.run_id] = run
+            operations, _ = store.operation_page(run.run_id, 0, 1000)
+            total = RunUsage()
+            for op in operations:
+                if op.usage is not None:
+                    total = add_usage(total, op.usage)
+                if op.operation_id in self.results:
+                    assert op == self.results[op.operation_id], (op, self.results[op.operation_id])
+                elif final(op):
+                    self.results[op.operation_id] = op
+            assert run.usage == total, (run.usage, total)
+        assert fresh_busy <= MAX_RUNS, fresh_busy
+
+    @invariant()
+    def the_owner_needs_no_more_batches(self) -> None:
+        assert not self.sim.core.needs_settle(self.sim.now_ms)
+
+
+RunMachine.TestCase.settings = settings(
+    max_examples=20,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_run_state_machine = RunMachine.TestCase
