@@ -732,7 +732,7 @@ class OwnerCore:
         seq = self._head_seq + 1
         record: Record
         if run.task_id is None:
-            run = attrs.evolve(run, status="cancelled", reason="cancelled", seq=seq, updated_at_ms=now_ms)
+            run = attrs.evolve(run, status="cancelled", seq=seq, updated_at_ms=now_ms)
             self.runs.put(run)
             record = run
         else:

@@ -366,7 +366,7 @@ def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
     second = sim.start_run(conversation_id)
     third = sim.start_run(conversation_id)
     reply = expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=second)), RunReply)
-    assert reply.run.status == "cancelled"
+    assert (reply.run.status, reply.run.reason) == ("cancelled", None)
     assert sim.statuses(first, second, third) == ["pending", "cancelled", "queued"]
     # Again: a no-op.
     head = sim.core.head_seq
