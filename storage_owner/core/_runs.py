@@ -196,7 +196,9 @@ class Runs:
         self._tasks = tasks
         self.max_concurrent_runs = max_concurrent_runs
         self.live: dict[str, RunRecord] = {}
-        """Runs that are not terminal, by id."""
+        """Runs that are not terminal, by id (changed only through ``_live_set`` / ``_live_pop``)."""
+        self._busy = 0
+        """How many live runs are ``pending``, ``running`` or ``retry_wait`` (global capacity taken)."""
         self._queues: dict[str, list[str]] = {}
         """Each conversation's live runs in creation order: the first may be active, the rest are queued."""
         self._by_task: dict[str, str] = {}
@@ -268,7 +270,7 @@ class Runs:
         self._store.update_run(record)
         old = self.live.get(record.run_id)
         if record.status in TERMINAL:
-            self.live.pop(record.run_id, None)
+            self._live_pop(record.run_id)
             queue = self._queues.get(record.conversation_id, [])
             if record.run_id in queue:
                 queue.remove(record.run_id)
@@ -278,7 +280,7 @@ class Runs:
                 self._by_task.pop(record.task_id, None)
             self._admit_due = True
         else:
-            self.live[record.run_id] = record
+            self._live_set(record)
             if record.task_id is not None:
                 if old is not None and old.task_id is not None and old.task_id != record.task_id:
                     self._by_task.pop(old.task_id, None)
@@ -294,10 +296,21 @@ class Runs:
         self._tasks.on_rollback(lambda: self._restore(old))
 
     def _restore(self, record: RunRecord) -> None:
+        self._live_set(record)
+
+    def _live_set(self, record: RunRecord) -> None:
+        """Every change of :attr:`live` goes through here and :meth:`_live_pop`, which keep the busy count."""
+        old = self.live.get(record.run_id)
+        self._busy += (record.status in BUSY) - (old is not None and old.status in BUSY)
         self.live[record.run_id] = record
 
+    def _live_pop(self, run_id: str) -> None:
+        old = self.live.pop(run_id, None)
+        if old is not None and old.status in BUSY:
+            self._busy -= 1
+
     def _add(self, record: RunRecord) -> None:
-        self.live[record.run_id] = record
+        self._live_set(record)
         self._queues.setdefault(record.conversation_id, []).append(record.run_id)
         if record.task_id is not None:
             self._by_task[record.task_id] = record.run_id
@@ -348,7 +361,7 @@ class Runs:
         return external.task_id
 
     def _has_capacity(self) -> bool:
-        return sum(1 for run in self.live.values() if run.status in BUSY) < self.max_concurrent_runs
+        return self._busy < self.max_concurrent_runs
 
     def admit(self, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]) -> set[str]:
         """Admit queued runs at the head of idle conversations, oldest first, within global capacity (rule 2).
@@ -358,7 +371,7 @@ class Runs:
         if not self._admit_due:
             return grown
         self._admit_due = False
-        busy = sum(1 for run in self.live.values() if run.status in BUSY)
+        busy = self._busy
         heads = [self.live[queue[0]] for queue in self._queues.values()]
         # A queued run's seq is its creating commit's (nothing changes a queued run but its end).
         heads = sorted((run for run in heads if run.status == "queued"), key=lambda run: (run.seq, run.run_id))
@@ -749,7 +762,7 @@ class Runs:
             run, status="pending", reason=None, operation_id=None, task_id=task.task_id, seq=seq, updated_at_ms=now_ms
         )
         self._store.update_run(new)
-        self.live[run_id] = new
+        self._live_set(new)
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
         self._by_task[task.task_id] = run_id
         self._dirty[run_id] = None

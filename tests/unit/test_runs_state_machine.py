@@ -322,6 +322,8 @@ class RunMachine(RuleBasedStateMachine):
                     self.results[op.operation_id] = op
             assert run.usage == total, (run.usage, total)
         assert fresh_busy <= MAX_RUNS, fresh_busy
+        live = self.sim.core.runs.live
+        assert self.sim.core.runs._busy == sum(1 for run in live.values() if run.status in BUSY)
 
     @invariant()
     def the_owner_needs_no_more_batches(self) -> None:
