@@ -576,11 +576,14 @@ def test_usage_is_counted_once_per_operation_and_rolled_up(sim: RunSim) -> None:
     assert sim.core.runs.live[run_id].usage == total
 
 
-def test_a_safe_or_idempotent_tool_cut_off_runs_again_under_the_same_operation(sim: RunSim) -> None:
+@pytest.mark.parametrize(("policy", "other"), [("safe", "idempotent"), ("idempotent", "safe")])
+def test_a_safe_or_idempotent_tool_cut_off_runs_again_under_the_same_operation(
+    sim: RunSim, policy: str, other: str
+) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
     op = fresh_id()
-    tools.ok(tool_id, tool_intent(run_id, op, "idempotent"))
+    tools.ok(tool_id, tool_intent(run_id, op, policy))
     tools.leave()
     stored = sim.store.operation(op)
     assert stored is not None and (stored.status, stored.error) == ("interrupted", "interrupted")
@@ -590,11 +593,11 @@ def test_a_safe_or_idempotent_tool_cut_off_runs_again_under_the_same_operation(s
     assert again.holds(tool_id)
     head = sim.core.head_seq
     # The stored policy wins over a later registration; the arguments never change; no attempt is skipped.
-    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "safe", attempt=2))) == ErrorCode.CONFLICT
-    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "idempotent", 2, "other"))) == ErrorCode.CONFLICT
-    assert error_code(again.commit(tool_id, tool_intent(run_id, op, "idempotent", attempt=3))) == ErrorCode.CONFLICT
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, other, attempt=2))) == ErrorCode.CONFLICT
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, policy, 2, "other"))) == ErrorCode.CONFLICT
+    assert error_code(again.commit(tool_id, tool_intent(run_id, op, policy, attempt=3))) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
-    again.ok(tool_id, tool_intent(run_id, op, "idempotent", attempt=2))
+    again.ok(tool_id, tool_intent(run_id, op, policy, attempt=2))
     again.ok(tool_id, FinishOperation(operation_id=op, status="completed", result=JsonValue(7)), completed(tool_id, 7))
     assert sim.run(run_id).status == "running"
     assert worker.holds(task_id)  # the run's task resumes with the tool's result
