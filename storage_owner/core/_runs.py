@@ -387,10 +387,15 @@ class Runs:
     def _admit_one(
         self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]
     ) -> None:
-        task_id = run_task_id(run.run_id, 1)
+        # Its n-th admission (after n - 1 retries): only the first appends the user entry.
+        attempt = 1
+        while self._tasks.record(run_task_id(run.run_id, attempt)) is not None:
+            attempt += 1
+        task_id = run_task_id(run.run_id, attempt)
         write = CreateTask(
             task_id=task_id,
             kind=AGENT_KIND_PREFIX + run.agent,
+            version=run.version,
             input=JsonValue({"run_id": run.run_id}),
             conversation_id=run.conversation_id,
         )
@@ -402,6 +407,12 @@ class Runs:
             changed[run.run_id] = new
             return
         store = self._store
+        records.append(task)
+        new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
+        self.put(new)
+        changed[run.run_id] = new
+        if attempt > 1:
+            return
         position = store.next_entry_position(run.conversation_id)
         assert position is not None
         entry = EntryRecord(
@@ -414,11 +425,7 @@ class Runs:
             created_at_ms=now_ms,
         )
         store.insert_entry(entry)
-        records.append(entry)
-        records.append(task)
-        new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
-        self.put(new)
-        changed[run.run_id] = new
+        records.insert(len(records) - 1, entry)
 
     # ------------------------------------------------------------------------------------ operation journal
 
@@ -725,9 +732,10 @@ class Runs:
     def retry_run(self, run_id: str, seq: int, now_ms: int) -> tuple[RunRecord, list[Record]]:
         """Re-attempt a run. ``needs_attention``: a no-op (it resumes by itself once a worker with the agent
         version attaches, or once its tool call is resolved). ``failed``: refused once a later run of its
-        conversation has started; otherwise a new task (same run id, its bound version), the attempts of its
-        unfinished model requests reset (committed results stay), and the run is active again, first in its
-        conversation's queue."""
+        conversation has started; otherwise the attempts of its unfinished model requests reset (committed results
+        stay) and the run is ``queued`` again at the head of its conversation's queue, which it blocks: admission
+        gives it a new task (same run id, its bound version, no second user entry) within ``max_concurrent_runs``,
+        like any run, so a retry never takes capacity the bound does not have."""
         run = self.live.get(run_id) or self._store.run(run_id)
         if run is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
@@ -739,9 +747,6 @@ class Runs:
         if self._store.later_run_started(run_id):
             message = f"a later run of conversation {run.conversation_id} has started: run {run_id} is not retried"
             raise Refusal(ErrorCode.CONFLICT, message)
-        attempt = 2
-        while self._tasks.record(run_task_id(run_id, attempt)) is not None:
-            attempt += 1
         records: list[Record] = []
         operations, _ = self._store.operation_page(run_id, 0, 1 << 30)
         for op in operations:
@@ -749,22 +754,12 @@ class Runs:
                 reset = attrs.evolve(op, status="interrupted", attempt=0, seq=seq, updated_at_ms=now_ms)
                 self._store.update_operation(reset)
                 records.append(reset)
-        write = CreateTask(
-            task_id=run_task_id(run_id, attempt),
-            kind=AGENT_KIND_PREFIX + run.agent,
-            version=run.version,
-            input=JsonValue({"run_id": run_id}),
-            conversation_id=run.conversation_id,
-        )
-        task = self._tasks.create_task(write, seq, now_ms, "retry_run")
-        records.append(task)
         new = attrs.evolve(
-            run, status="pending", reason=None, operation_id=None, task_id=task.task_id, seq=seq, updated_at_ms=now_ms
+            run, status="queued", reason=None, operation_id=None, task_id=None, seq=seq, updated_at_ms=now_ms
         )
         self._store.update_run(new)
         self._live_set(new)
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
-        self._by_task[task.task_id] = run_id
-        self._dirty[run_id] = None
+        self._admit_due = True
         records.append(new)
         return new, records

@@ -835,7 +835,11 @@ def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_aga
     assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
     retry = RetryRun(call_id=call(), run_id=first)
     retried = expect(sim.request(sim.client, retry), RunReply).run
-    assert (retried.run_id, retried.status, retried.task_id) == (first, "pending", run_task_id(first, 2))
+    assert (retried.run_id, retried.status, retried.task_id) == (first, "queued", None)
+    # Admitted again in the same batch (capacity allows), without a second user entry.
+    run = sim.run(first)
+    assert (run.status, run.task_id, run.reason) == ("pending", run_task_id(first, 2), None)
+    assert [data["run_id"] for _, data in sim.entries(conversation_id)] == [first]
     stored = sim.store.operation(op)
     assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 0)
     second = sim.start_run(conversation_id)  # queued behind the retried run
@@ -887,3 +891,21 @@ def test_an_owner_restart_keeps_one_active_run_per_conversation(sim: RunSim) -> 
     sim.restart()
     assert sim.statuses(first, second) == ["pending", "queued"]
     assert [data["run_id"] for _, data in sim.entries(conversation_id)] == [first]
+
+
+def test_a_retried_run_waits_for_capacity_like_any_run(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "retry-cap.db", max_concurrent_runs=2)
+    try:
+        runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
+        worker = sim.agent_worker()
+        assert sim.statuses(*runs) == ["running", "running", "queued"]
+        first_task = run_task_id(runs[0], 1)
+        worker.ok(first_task, failed(first_task))
+        assert sim.statuses(*runs) == ["failed", "running", "running"]
+        expect(sim.request(sim.client, RetryRun(call_id=call(), run_id=runs[0])), RunReply)
+        assert sim.statuses(*runs) == ["queued", "running", "running"]  # the bound holds
+        finish(worker, sim.run(runs[1]))
+        assert sim.statuses(*runs) == ["running", "completed", "running"]
+        assert worker.holds(run_task_id(runs[0], 2))
+    finally:
+        sim.close()
