@@ -355,6 +355,8 @@ class Client:
             try:
                 reply = await self._call(WaitTask(call_id=0, task_id=task_id), TaskReply)
             except ConnectionLost:
+                if not self._can_reconnect():
+                    raise  # closed, or reconnect=False: asking again would fail again at once, forever
                 continue
             return reply.task
 
@@ -449,6 +451,7 @@ class Client:
         call_id = next(self._call_ids)
         encoded = encode_frame(request, call_id=call_id)
         if len(encoded) > MAX_MESSAGE_BYTES:
+            await trio.lowlevel.checkpoint()  # a checkpoint on every path, failure included
             raise ProtocolError(
                 f"the {request.TYPE} request encodes to {len(encoded)} bytes, over the limit of "
                 f"{MAX_MESSAGE_BYTES}; nothing was sent"
@@ -473,9 +476,16 @@ class Client:
         self._outbox.append(encode_frame(request, call_id=call_id))
         self._outbox_ready.set()
 
+    def _can_reconnect(self) -> bool:
+        """Whether a call that failed with :class:`ConnectionLost` may succeed if made again."""
+        return self._reconnect and not self._closed and self._failure is None
+
     async def _wait_connected(self) -> None:
-        if self._failure is not None:
-            raise copy.copy(self._failure)
+        """Return once connected; raise why not. A checkpoint on every path (a failed client raises at once,
+        and a caller that retries in a loop must still be cancellable)."""
+        if self._failure is not None or self._closed:
+            await trio.lowlevel.checkpoint()
+            raise copy.copy(self._failure or self._closed_error())
         if self._connected.is_set():
             return
         with trio.move_on_after(self._reconnect_timeout_s):
@@ -672,8 +682,12 @@ class Client:
             waiter.reply = error
             waiter.event.set()
 
+    def _closed_error(self) -> ConnectionLost:
+        return ConnectionLost(f"the client of the owner ({self._describe_target()}) is closed")
+
     async def _aclose(self) -> None:
         self._closed = True
+        self._fail_in_flight(self._closed_error())
         ws = self._ws
         if ws is not None:
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
