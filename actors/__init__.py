@@ -27,6 +27,7 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     TetherError,
+    UsageError,
     new_id,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "TaskRecord",
     "TetherError",
     "Transaction",
+    "UsageError",
     "WatchStream",
     "connect",
     "load_app",

@@ -83,6 +83,7 @@ from protocol import (
     TaskReply,
     TetherError,
     Unwatch,
+    UsageError,
     WaitTask,
     Watch,
     Watching,
@@ -923,7 +924,7 @@ async def connect(
     refuses the token, version or role.
     """
     if (db is None) == (url is None):
-        raise ValueError("connect() needs exactly one of db=PATH or url=URL")
+        raise UsageError("connect() needs exactly one of db=PATH or url=URL")
     client = Client(
         db=None if db is None else os.fspath(db),
         url=url,

@@ -134,20 +134,28 @@ class Worker:
             await function(rt)
         except StaleLease:
             raise
-        except Exception as exc:
-            error = _describe(exc)
-            trace = "".join(traceback.format_exception(exc)).rstrip()
-            self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
-            if not rt.ended:
-                await rt.fault("phase_error", error)
-            return
         except BaseExceptionGroup as group:
+            # Before ``except Exception`` (an ExceptionGroup is an Exception): a phase whose own nursery raised
+            # a stale lease (or was cancelled) ends as that, not as a phase crash.
             collapsed = collapse_group(group)
             if isinstance(collapsed, trio.Cancelled | StaleLease):
                 raise collapsed from None
-            raise
+            if not isinstance(group, Exception):
+                raise
+            await self._phase_raised(rt, group)
+            return
+        except Exception as exc:
+            await self._phase_raised(rt, exc)
+            return
         if not rt.ended:
             await rt.fault("no_progress", f"phase {rt.phase!r} returned without committing a new state")
+
+    async def _phase_raised(self, rt: Phase, exc: Exception) -> None:
+        error = _describe(exc)
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
+        if not rt.ended:
+            await rt.fault("phase_error", error)
 
     async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
         request = Release(call_id=0, lease=lease.lease, migration_error=migration_error)

@@ -36,6 +36,7 @@ from ._errors import (
     StaleLease,
     StorageError,
     TetherError,
+    UsageError,
     collapse_group,
     error_for_code,
 )
@@ -225,6 +226,7 @@ __all__ = [
     "TaskStatus",
     "TetherError",
     "Unwatch",
+    "UsageError",
     "WaitPolicy",
     "WaitTask",
     "Watch",
