@@ -17,6 +17,7 @@ import trio
 from protocol import (
     Announce,
     CancelLease,
+    ConnectionLost,
     Lease,
     LeaseRef,
     Ok,
@@ -222,5 +223,8 @@ async def serve(
                     started = True
                     task_status.started(client)
                 await trio.sleep_forever()
-        except OwnerUnavailable:
-            continue  # the owner stayed away longer than a client waits for it: connect afresh, waiting again
+        except (OwnerUnavailable, ConnectionLost):
+            # OwnerUnavailable: the owner stayed away longer than a client waits for it. ConnectionLost: the owner
+            # went away during the first announcement (later ones are re-sent by the client itself). Either way,
+            # connect afresh, waiting for the next owner.
+            continue
