@@ -99,6 +99,7 @@ from protocol import (
     read_runtime,
     take_message,
 )
+from protocol.io import PEER_GONE  # handled by reconnecting, never raised
 
 R = TypeVar("R")
 
@@ -121,13 +122,6 @@ OUTCOMES_PAGE: Final = 1000
 WATCH_BUFFER_LIMIT: Final = 10_000
 """Changes a watch holds for a slow consumer before it stops receiving and re-reads from the log later."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
-CONNECTION_ENDED: Final = (
-    trio_websocket.ConnectionClosed,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    OSError,
-)
-"""What sending or receiving raises once the connection is gone: handled by reconnecting, never raised."""
 
 
 class _Waiter:
@@ -634,7 +628,7 @@ class Client:
         """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
         try:
             await self._send_queued(ws)
-        except CONNECTION_ENDED:
+        except PEER_GONE:
             connection_scope.cancel(reason="the connection broke while sending")
 
     async def _send_queued(self, ws: trio_websocket.WebSocketConnection) -> None:
@@ -649,7 +643,7 @@ class Client:
         while True:
             try:
                 message = await ws.get_message()
-            except CONNECTION_ENDED:
+            except PEER_GONE:
                 return
             self._last_heard_s = trio.current_time()
             try:

@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import socket
-import sys
 import traceback
 from collections.abc import Callable
 from typing import Final
@@ -15,6 +14,7 @@ import attrs
 import trio
 
 from protocol import (
+    DEFAULT_MAX_LEASES,
     Announce,
     CancelLease,
     ConnectionLost,
@@ -28,13 +28,12 @@ from protocol import (
     TetherError,
     collapse_group,
 )
+from protocol.io import log_stderr
 
 from ._app import App, TaskDefinition
 from ._client import Client, connect
 from ._phase import Phase
 
-MAX_LEASES: Final = 64
-"""Phases one worker runs at once."""
 MAX_ERROR_CHARS: Final = 4000
 RELEASE_TIMEOUT_S: Final = 10.0
 
@@ -171,10 +170,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
-def _log_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 async def serve(
     app: App,
     *,
@@ -182,8 +177,8 @@ async def serve(
     url: str | None = None,
     token: str | None = None,
     name: str = "",
-    max_leases: int = MAX_LEASES,
-    log: Callable[[str], None] = _log_stderr,
+    max_leases: int = DEFAULT_MAX_LEASES,
+    log: Callable[[str], None] = log_stderr,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until cancelled.

@@ -116,6 +116,7 @@ from ._frames import (
     Write,
 )
 from ._ids import is_id, new_id
+from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -134,10 +135,12 @@ from ._version import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
     "FRAME_TYPES",
     "MAX_BATCH_FRAMES",
     "MAX_JSON_DEPTH",
+    "MAX_LEASES_PER_WORKER",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",

@@ -13,7 +13,7 @@ from typing import Final
 
 import trio
 
-from protocol import OwnerAlreadyRunning, SchemaTooNew, StorageError, TetherError, collapse_group
+from protocol import MAX_LEASES_PER_WORKER, OwnerAlreadyRunning, SchemaTooNew, StorageError, TetherError, collapse_group
 
 from ._parent import watch_parent
 
@@ -23,8 +23,6 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_SCHEMA_TOO_NEW: Final = 4
-MAX_LEASES: Final = 100_000
-"""The owner's limit on a worker's ``max_leases``."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -330,8 +328,8 @@ def _run_worker(args: argparse.Namespace) -> int:
 
     if args.url is not None and not args.token:
         raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
-    if args.max_leases > MAX_LEASES:
-        raise TetherError(f"--max-leases is at most {MAX_LEASES}, not {args.max_leases}")
+    if args.max_leases > MAX_LEASES_PER_WORKER:
+        raise TetherError(f"--max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}")
     app = actors.load_app(args.app)
     target = args.db or args.url
 
