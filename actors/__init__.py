@@ -32,8 +32,9 @@ from protocol import (
 )
 
 from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, TaskGraph, Transaction, WatchStream, connect
+from ._client import Client, EntryPage, TaskGraph, Transaction, connect
 from ._phase import Phase, PhaseEnded, PhaseTransaction
+from ._watch import WatchStream
 from ._worker import serve
 
 __all__ = [

@@ -170,12 +170,12 @@ class Phase:
     async def _commit(self, tx: PhaseTransaction) -> Committed:
         request = Commit(call_id=0, writes=tuple(tx.writes), lease=self.lease)
         try:
-            return await self.client._call(request, Committed)
+            return await self.client.connection.call(request, Committed)
         except ConnectionLost:
             # The outcome is unknown, and the lease is gone either way: it belonged to the lost connection. Sending
             # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
             # this run like any late commit; what was applied before the loss stays applied.
-            return await self.client._call(request, Committed)
+            return await self.client.connection.call(request, Committed)
 
     async def advance(self, checkpoint: Any) -> None:
         async with self.commit() as tx:

@@ -162,7 +162,7 @@ class Worker:
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
             scope.shield = True
             # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
-            await self.client._call(request, Ok)
+            await self.client.connection.call(request, Ok)
 
 
 def _describe(exc: BaseException) -> str:
@@ -210,9 +210,9 @@ async def serve(
                         leases=worker.held(),
                     )
 
-                client.on_lease = worker.on_lease
-                client.on_connection_lost = worker.on_connection_lost
-                client.announcement = announcement  # re-sent by the client after every reconnection
+                client.connection.on_lease = worker.on_lease
+                client.connection.on_connection_lost = worker.on_connection_lost
+                client.connection.announcement = announcement  # re-sent by the connection after every reconnection
                 await client.announce(announcement())
                 if not started:
                     started = True

@@ -12,15 +12,16 @@ from actors._worker import Worker
 from protocol import Commit, Committed, Lease, LeaseRef, Ok, Release, Request, SetTaskState
 
 
-class FakeConnection:
-    """Answers every commit and release, and records what was sent."""
+class FakeClient:
+    """A client whose connection answers every commit and release, and records what was sent."""
 
     welcome = None
 
     def __init__(self) -> None:
+        self.connection = self
         self.sent: list[Request] = []
 
-    async def _call(self, request: Request, expected: type[Any]) -> Any:
+    async def call(self, request: Request, expected: type[Any]) -> Any:
         await trio.lowlevel.checkpoint()
         self.sent.append(request)
         if isinstance(request, Commit):
@@ -45,7 +46,7 @@ def lease(*, version: int = 1, checkpoint: Any = None, mode: str = "phase", epoc
 
 
 async def run_lease(app: actors.App, frame: Lease) -> list[Request]:
-    connection = FakeConnection()
+    connection = FakeClient()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             worker = Worker(app, connection, nursery, lambda line: None)  # type: ignore[arg-type]
