@@ -67,6 +67,7 @@ from protocol import (
     new_id,
 )
 
+from ._connection import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S  # re-exported: tests/faults/test_up_faults.py
 from ._connection import RECONNECT_TIMEOUT_S, Connection, open_connection
 from ._watch import WatchStream
 
