@@ -27,12 +27,14 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     TetherError,
+    UsageError,
     new_id,
 )
 
 from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, TaskGraph, Transaction, WatchStream, connect
+from ._client import Client, EntryPage, TaskGraph, Transaction, connect
 from ._phase import Phase, PhaseEnded, PhaseTransaction
+from ._watch import WatchStream
 from ._worker import serve
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "TaskRecord",
     "TetherError",
     "Transaction",
+    "UsageError",
     "WatchStream",
     "connect",
     "load_app",

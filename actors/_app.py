@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from protocol import Capability, TetherError
+from protocol import Capability, TetherError, UsageError
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -48,7 +48,7 @@ class App:
 
     def __init__(self, name: str) -> None:
         if not name:
-            raise ValueError("an App needs a name")
+            raise UsageError("an App needs a name")
         self.name = name
         self._tasks: dict[str, TaskDefinition] = {}
 
@@ -63,17 +63,18 @@ class App:
         migrate: Callable[[int, Any], Any] | None = None,
         restart_limit: int = DEFAULT_RESTART_LIMIT,
     ) -> TaskDefinition:
-        """Register a task kind. Raises ``ValueError`` (and registers nothing) if the definition is unusable."""
+        """Register a task kind. Raises :class:`~protocol.UsageError` (a ``ValueError``), registering nothing, if
+        the definition is unusable."""
         if not KIND_PATTERN.fullmatch(kind):
-            raise ValueError(f"task kind {kind!r} must be dotted identifiers, such as 'shop.checkout'")
+            raise UsageError(f"task kind {kind!r} must be dotted identifiers, such as 'shop.checkout'")
         if kind in self._tasks:
-            raise ValueError(f"task kind {kind!r} is already defined in app {self.name!r}")
+            raise UsageError(f"task kind {kind!r} is already defined in app {self.name!r}")
         if type(version) is not int or version < 1:
-            raise ValueError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
+            raise UsageError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
         if not phases:
-            raise ValueError(f"task kind {kind!r} needs at least one phase")
+            raise UsageError(f"task kind {kind!r} needs at least one phase")
         if restart_limit < 1:
-            raise ValueError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
+            raise UsageError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
         definition = TaskDefinition(
             kind=kind,
             version=version,

@@ -36,6 +36,7 @@ from ._errors import (
     StaleLease,
     StorageError,
     TetherError,
+    UsageError,
     collapse_group,
     error_for_code,
 )
@@ -119,6 +120,7 @@ from ._frames import (
     phase_of,
 )
 from ._ids import is_id, new_id
+from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -137,10 +139,12 @@ from ._version import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
     "FRAME_TYPES",
     "MAX_BATCH_FRAMES",
     "MAX_JSON_DEPTH",
+    "MAX_LEASES_PER_WORKER",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
@@ -232,6 +236,7 @@ __all__ = [
     "TaskStatus",
     "TetherError",
     "Unwatch",
+    "UsageError",
     "WaitPolicy",
     "WaitTask",
     "Watch",

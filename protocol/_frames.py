@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal, NewType, TypeAlias
 
 import attrs
 
+from ._limits import DEFAULT_MAX_LEASES
+
 JsonValue = NewType("JsonValue", object)
 """An application value: ``None``, ``bool``, ``int``, ``float``, ``str``, lists and str-keyed maps of them."""
 
@@ -416,7 +418,7 @@ class Announce:
     host: str
     app: str
     capabilities: tuple[Capability, ...]
-    max_leases: int = 64
+    max_leases: int = DEFAULT_MAX_LEASES
     """How many phases this worker runs at once."""
     leases: tuple[LeaseRef, ...] = ()
     """Leases whose phases still run here (after a reconnection): those no longer valid are cancelled."""

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, get_args
 import attrs
 
 from protocol import (
+    MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
@@ -125,7 +126,6 @@ READ_BUDGET_BYTES: Final = 512 << 10
 """A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
 WebSocket layer's hard limit however large the entries are."""
 MAX_CAPABILITIES: Final = 10_000
-MAX_LEASES_PER_WORKER: Final = 100_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""

@@ -24,7 +24,6 @@ import math
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -52,6 +51,7 @@ from protocol import (
     take_message,
     write_runtime,
 )
+from protocol.io import PEER_GONE, log_stderr
 from storage_owner.core import ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
@@ -120,16 +120,6 @@ class _Stop:
 
 class OwnerFailed(TetherError):
     """The owner stopped because its storage failed (it failed closed); the message says what happened."""
-
-
-PEER_GONE: Final = (
-    trio_websocket.ConnectionClosed,
-    trio_websocket.HandshakeError,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    OSError,
-)
-"""What a connection raises when its peer went away: the end of that connection, never of the owner."""
 
 
 class _Connection:
@@ -220,7 +210,7 @@ class OwnerServer:
         self.instance = new_id()
         self.token = config.token or os.urandom(24).hex()
         self.started_at_ms = WallClock().now_ms()
-        self.log = log or _log_stderr
+        self.log = log or log_stderr
         self.pending: list[tuple[PeerId, Frame | BadFrame]] = []
         self.work = trio.Event()
         self.space_available = trio.Event()
@@ -554,7 +544,3 @@ class OwnerServer:
         connection = self._connections.get(peer)
         if connection is not None:
             connection.enqueue(encode_frame(frame))
-
-
-def _log_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
