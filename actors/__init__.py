@@ -30,6 +30,7 @@ from protocol import (
     new_id,
 )
 
+from ._agents import AgentDefinition
 from ._app import App, AppLoadError, TaskDefinition, load_app
 from ._client import Client, EntryPage, TaskGraph, Transaction, WatchStream, connect
 from ._models import (
@@ -62,6 +63,7 @@ from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._worker import serve
 
 __all__ = [
+    "AgentDefinition",
     "App",
     "AppLoadError",
     "AssistantMessage",
