@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import pickle
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 import actors
 from actors import (
@@ -107,6 +111,35 @@ def test_arguments_that_are_not_a_json_object_are_kept_as_an_error_on_that_call(
     assert good == ToolCallRequest(call_id="good", name="refund", arguments={"order_id": "1"})
 
 
+JSON_OBJECTS = st.dictionaries(
+    st.text(max_size=5),
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=10,
+    ),
+    max_size=4,
+)
+
+
+@given(arguments=JSON_OBJECTS, text=st.text(max_size=30), data=st.data())
+def test_any_chunking_of_text_and_arguments_assembles_to_the_same_turn(
+    arguments: dict[str, Any], text: str, data: st.DataObject
+) -> None:
+    def chunks(whole: str) -> list[str]:
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(whole)), max_size=5)))
+        edges = [0, *cuts, len(whole)]
+        return [whole[a:b] for a, b in itertools.pairwise(edges)]
+
+    events: list[actors.StreamEvent] = [TextDelta(piece) for piece in chunks(text)]
+    events.append(ToolCallStart("c", "t"))
+    events += [ToolCallDelta("c", piece) for piece in chunks(json.dumps(arguments))]
+    events += [ToolCallEnd("c"), Finish("tool_calls")]
+    turn = assemble(events)
+    assert turn.text == text
+    assert turn.tool_calls == (ToolCallRequest(call_id="c", name="t", arguments=arguments),)
+
+
 def test_empty_arguments_are_an_empty_object() -> None:
     turn = assemble([ToolCallStart("c", "now"), ToolCallEnd("c"), Finish("tool_calls")])
     assert turn.tool_calls == (ToolCallRequest(call_id="c", name="now", arguments={}),)
@@ -204,6 +237,28 @@ def test_retry_caps_delays_and_honours_retry_after_as_a_capped_floor() -> None:
     assert retry.delay_ms(2, retry_after_ms=100) == 3000
     assert retry.delay_ms(1, retry_after_ms=60_000) == 5000
     assert Retry(attempts=2000, multiplier=10.0).delay_ms(1999) == 30_000
+
+
+@given(
+    attempts=st.integers(1, 50),
+    first_delay_ms=st.integers(0, 10_000),
+    extra_ms=st.integers(0, 100_000),
+    multiplier=st.floats(1.0, 10.0),
+    retry_after_ms=st.none() | st.integers(0, 200_000),
+)
+def test_retry_delays_never_shrink_stay_within_bounds_and_stop_at_the_last_attempt(
+    attempts: int, first_delay_ms: int, extra_ms: int, multiplier: float, retry_after_ms: int | None
+) -> None:
+    retry = Retry(
+        attempts=attempts, first_delay_ms=first_delay_ms, max_delay_ms=first_delay_ms + extra_ms, multiplier=multiplier
+    )
+    delays = [retry.delay_ms(attempt, retry_after_ms) for attempt in range(1, attempts + 3)]
+    assert delays[attempts - 1 :] == [None, None, None]
+    waits = [delay for delay in delays if delay is not None]
+    assert len(waits) == attempts - 1
+    assert waits == sorted(waits)
+    floor = min(max(first_delay_ms, retry_after_ms or 0), retry.max_delay_ms)
+    assert all(floor <= wait <= retry.max_delay_ms for wait in waits)
 
 
 def test_retry_with_one_attempt_never_retries() -> None:
