@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
 from protocol import Capability, TetherError, UsageError
+
+from ._agents import AgentDefinition, Catalog
+from ._models import DEFAULT_RETRY, Model, Retry
+from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -106,6 +111,99 @@ class App:
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, tasks={sorted(self._tasks)})"
+
+    # -- tools and agents (the agent layer's building blocks; actors/_agents.py holds the logic)
+
+    _catalog: Catalog  # made on first use, so __init__ stays as it is
+
+    def _agent_catalog(self) -> Catalog:
+        try:
+            return self._catalog
+        except AttributeError:
+            self._catalog = Catalog(self.name)
+            return self._catalog
+
+    def define_tool(
+        self,
+        name: str,
+        handler: ToolHandler,
+        *,
+        description: str,
+        parameters: Mapping[str, Any],
+        recovery: Recovery = "manual",
+        version: int = 1,
+        needs_approval: ApprovalPredicate | None = None,
+    ) -> ToolDefinition:
+        """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (and registers
+        nothing) if the definition is unusable, such as a ``parameters`` that is not a JSON Schema (draft 2020-12)."""
+        return self._agent_catalog().define_tool(
+            name,
+            handler,
+            description=description,
+            parameters=parameters,
+            recovery=recovery,
+            version=version,
+            needs_approval=needs_approval,
+        )
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        parameters: Mapping[str, Any],
+        recovery: Recovery = "manual",
+        version: int = 1,
+        needs_approval: ApprovalPredicate | None = None,
+    ) -> Callable[[ToolHandler], ToolHandler]:
+        """``@app.tool(description=..., parameters=...)`` on an ``async def``: :meth:`define_tool` with the
+        function's name (unless ``name`` is given) and its docstring as the description (unless given). Returns
+        the function unchanged."""
+
+        def register(handler: ToolHandler) -> ToolHandler:
+            self.define_tool(
+                name if name is not None else getattr(handler, "__name__", ""),
+                handler,
+                description=description if description is not None else inspect.getdoc(handler) or "",
+                parameters=parameters,
+                recovery=recovery,
+                version=version,
+                needs_approval=needs_approval,
+            )
+            return handler
+
+        return register
+
+    def define_agent(
+        self,
+        name: str,
+        *,
+        version: int,
+        model: Model,
+        instructions: str = "",
+        tools: Iterable[str | ToolDefinition] = (),
+        max_turns: int | None = None,
+        model_retry: Retry = DEFAULT_RETRY,
+    ) -> AgentDefinition:
+        """Register an agent; its ``tools`` must already be defined in this app. Raises
+        :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
+        return self._agent_catalog().define_agent(
+            name,
+            version=version,
+            model=model,
+            instructions=instructions,
+            tools=tools,
+            max_turns=max_turns,
+            model_retry=model_retry,
+        )
+
+    @property
+    def tools(self) -> Mapping[str, ToolDefinition]:
+        return dict(self._agent_catalog().tools)
+
+    @property
+    def agents(self) -> Mapping[str, AgentDefinition]:
+        return dict(self._agent_catalog().agents)
 
 
 def load_app(spec: str) -> App:
