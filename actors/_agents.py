@@ -4,14 +4,13 @@ agents that :class:`actors.App` delegates to."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from protocol import UsageError
 
 from ._models import DEFAULT_RETRY, Message, Model, ModelRequest, Retry
-from ._tools import TOOL_NAME_PATTERN, ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, ToolSpec, define_tool
+from ._tools import TOOL_NAME_PATTERN, ToolDefinition, ToolSpec
 
 AGENT_NAME_PATTERN = TOOL_NAME_PATTERN
 """Agent names follow the tool-name rule: a letter, then at most 63 letters, digits, ``_`` or ``-``."""
@@ -108,63 +107,3 @@ def define_agent(
         max_turns=max_turns,
         model_retry=model_retry,
     )
-
-
-class Catalog:
-    """An app's tools and agents, each name defined once. :class:`actors.App` delegates here."""
-
-    def __init__(self, app_name: str) -> None:
-        self.app_name = app_name
-        self.tools: dict[str, ToolDefinition] = {}
-        self.agents: dict[str, AgentDefinition] = {}
-
-    def define_tool(
-        self,
-        name: str,
-        handler: ToolHandler,
-        *,
-        description: str,
-        parameters: Mapping[str, Any],
-        recovery: Recovery = "manual",
-        version: int = 1,
-        needs_approval: ApprovalPredicate | None = None,
-    ) -> ToolDefinition:
-        if name in self.tools:
-            raise UsageError(f"tool {name!r} is already defined in app {self.app_name!r}")
-        definition = define_tool(
-            name,
-            handler,
-            description=description,
-            parameters=parameters,
-            recovery=recovery,
-            version=version,
-            needs_approval=needs_approval,
-        )
-        self.tools[name] = definition
-        return definition
-
-    def define_agent(
-        self,
-        name: str,
-        *,
-        version: int,
-        model: Model,
-        instructions: str = "",
-        tools: Iterable[str | ToolDefinition] = (),
-        max_turns: int | None = None,
-        model_retry: Retry = DEFAULT_RETRY,
-    ) -> AgentDefinition:
-        if name in self.agents:
-            raise UsageError(f"agent {name!r} is already defined in app {self.app_name!r}")
-        definition = define_agent(
-            name,
-            version=version,
-            model=model,
-            instructions=instructions,
-            tools=tools,
-            max_turns=max_turns,
-            model_retry=model_retry,
-            known_tools=self.tools,
-        )
-        self.agents[name] = definition
-        return definition

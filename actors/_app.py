@@ -12,9 +12,9 @@ import attrs
 
 from protocol import Capability, TetherError, UsageError
 
-from ._agents import AgentDefinition, Catalog
+from ._agents import AgentDefinition, define_agent
 from ._models import DEFAULT_RETRY, Model, Retry
-from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler
+from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, define_tool
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -45,7 +45,7 @@ class TaskDefinition:
 
 
 class App:
-    """A named set of task kinds (and, later, tools and agents), each with an explicit version.
+    """A named set of task kinds, tools and agents, each with an explicit version.
 
     A worker serving the app announces every definition to the owner, which schedules only work whose kind and
     version some attached worker has.
@@ -56,6 +56,8 @@ class App:
             raise UsageError("an App needs a name")
         self.name = name
         self._tasks: dict[str, TaskDefinition] = {}
+        self._tools: dict[str, ToolDefinition] = {}
+        self._agents: dict[str, AgentDefinition] = {}
 
     def define_task(
         self,
@@ -112,17 +114,6 @@ class App:
     def __repr__(self) -> str:
         return f"App({self.name!r}, tasks={sorted(self._tasks)})"
 
-    # -- tools and agents (the agent layer's building blocks; actors/_agents.py holds the logic)
-
-    _catalog: Catalog  # made on first use, so __init__ stays as it is
-
-    def _agent_catalog(self) -> Catalog:
-        try:
-            return self._catalog
-        except AttributeError:
-            self._catalog = Catalog(self.name)
-            return self._catalog
-
     def define_tool(
         self,
         name: str,
@@ -136,7 +127,9 @@ class App:
     ) -> ToolDefinition:
         """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (and registers
         nothing) if the definition is unusable, such as a ``parameters`` that is not a JSON Schema (draft 2020-12)."""
-        return self._agent_catalog().define_tool(
+        if name in self._tools:
+            raise UsageError(f"tool {name!r} is already defined in app {self.name!r}")
+        definition = define_tool(
             name,
             handler,
             description=description,
@@ -145,6 +138,8 @@ class App:
             version=version,
             needs_approval=needs_approval,
         )
+        self._tools[name] = definition
+        return definition
 
     def tool(
         self,
@@ -187,7 +182,9 @@ class App:
     ) -> AgentDefinition:
         """Register an agent; its ``tools`` must already be defined in this app. Raises
         :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
-        return self._agent_catalog().define_agent(
+        if name in self._agents:
+            raise UsageError(f"agent {name!r} is already defined in app {self.name!r}")
+        definition = define_agent(
             name,
             version=version,
             model=model,
@@ -195,15 +192,18 @@ class App:
             tools=tools,
             max_turns=max_turns,
             model_retry=model_retry,
+            known_tools=self._tools,
         )
+        self._agents[name] = definition
+        return definition
 
     @property
     def tools(self) -> Mapping[str, ToolDefinition]:
-        return dict(self._agent_catalog().tools)
+        return dict(self._tools)
 
     @property
     def agents(self) -> Mapping[str, AgentDefinition]:
-        return dict(self._agent_catalog().agents)
+        return dict(self._agents)
 
 
 def load_app(spec: str) -> App:
