@@ -1,5 +1,5 @@
-"""Agents: a named, versioned pairing of a model, instructions and tools, and the per-app catalogue of tools and
-agents that :class:`actors.App` delegates to."""
+"""Agents: a named, versioned pairing of a model, instructions and tools (:meth:`actors.App.define_agent` registers
+one)."""
 
 from __future__ import annotations
 
