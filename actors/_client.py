@@ -142,13 +142,13 @@ class Client:
         tx = Transaction()
         yield tx
         if tx.writes:
-            committed = await self.connection.call(Commit(call_id=0, writes=tuple(tx.writes)), Committed)
+            committed = await self.connection.call(Commit(writes=tuple(tx.writes)), Committed)
             tx.seq = committed.seq
             tx.results = committed.results
 
     async def conversation(self, conversation_id: str) -> ConversationRecord:
         """The conversation's record; :class:`~protocol.NotFound` if it does not exist."""
-        request = ReadConversation(call_id=0, conversation_id=conversation_id)
+        request = ReadConversation(conversation_id=conversation_id)
         reply = await self.connection.call(request, ConversationReply)
         return reply.conversation
 
@@ -161,7 +161,7 @@ class Client:
         limit: int = ENTRY_PAGE,
     ) -> EntryPage:
         """One page of entries. ``cursor`` is exclusive; pass the page's ``next_cursor`` to continue."""
-        request = ReadEntries(call_id=0, conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
+        request = ReadEntries(conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
         reply = await self.connection.call(request, EntriesReply)
         return EntryPage(entries=list(reply.entries), next_cursor=reply.next_cursor)
 
@@ -178,7 +178,7 @@ class Client:
 
     async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
         """The document's current record, or ``None`` if it was never written."""
-        request = ReadDocument(call_id=0, conversation_id=conversation_id, name=name)
+        request = ReadDocument(conversation_id=conversation_id, name=name)
         reply = await self.connection.call(request, DocumentReply)
         return reply.document
 
@@ -197,7 +197,6 @@ class Client:
         ``request_id`` with other content raises :class:`~protocol.Conflict`.
         """
         request = Submit(
-            call_id=0,
             conversation_id=conversation_id,
             submission_id=submission_id or new_id(),
             request_id=request_id,
@@ -209,7 +208,7 @@ class Client:
 
     async def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
         """The submission admitted under ``request_id`` in this conversation, or ``None``."""
-        request = ReadSubmission(call_id=0, conversation_id=conversation_id, request_id=request_id)
+        request = ReadSubmission(conversation_id=conversation_id, request_id=request_id)
         reply = await self.connection.call(request, SubmissionReply)
         return reply.submission
 
@@ -260,7 +259,7 @@ class Client:
 
     async def task_state(self, task_id: str) -> TaskReply:
         """The task's record with its input and current checkpoint."""
-        return await self.connection.call(ReadTask(call_id=0, task_id=task_id), TaskReply)
+        return await self.connection.call(ReadTask(task_id=task_id), TaskReply)
 
     async def wait_for_task(self, task_id: str) -> TaskRecord:
         """Return the task's record once it is terminal (``record.outcome`` says how it ended).
@@ -270,7 +269,7 @@ class Client:
         """
         while True:
             try:
-                reply = await self.connection.call(WaitTask(call_id=0, task_id=task_id), TaskReply)
+                reply = await self.connection.call(WaitTask(task_id=task_id), TaskReply)
             except ConnectionLost:
                 if not self.connection.can_reconnect():
                     raise  # closed, or reconnect=False: asking again would fail again at once, forever
@@ -292,17 +291,17 @@ class Client:
         outcomes: dict[str, TaskOutcome | None] = {}
         for start in range(0, len(task_ids), OUTCOMES_PAGE):
             page = tuple(task_ids[start : start + OUTCOMES_PAGE])
-            reply = await self.connection.call(ReadOutcomes(call_id=0, task_ids=page), OutcomesReply)
+            reply = await self.connection.call(ReadOutcomes(task_ids=page), OutcomesReply)
             outcomes.update(zip(page, reply.outcomes, strict=True))
         return outcomes
 
     async def task_graph(self) -> TaskGraph:
         """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
-        reply = await self.connection.call(ReadTaskGraph(call_id=0), TaskGraphReply)
+        reply = await self.connection.call(ReadTaskGraph(), TaskGraphReply)
         seq = reply.seq
         nodes = {node.task.task_id: node for node in reply.nodes}
         while reply.next_after_task_id is not None:  # later pages may be newer than the first: records carry seq
-            request = ReadTaskGraph(call_id=0, after_task_id=reply.next_after_task_id)
+            request = ReadTaskGraph(after_task_id=reply.next_after_task_id)
             reply = await self.connection.call(request, TaskGraphReply)
             nodes.update((node.task.task_id, node) for node in reply.nodes)
         return TaskGraph(seq=seq, nodes=nodes)
@@ -338,7 +337,7 @@ class Client:
 
     async def peers(self) -> list[PeerInfo]:
         """The connections attached to the owner: clients, readers and workers with what they announced."""
-        reply = await self.connection.call(ReadPeers(call_id=0), PeersReply)
+        reply = await self.connection.call(ReadPeers(), PeersReply)
         return list(reply.peers)
 
     async def announce(self, announcement: Announce) -> None:
@@ -347,11 +346,11 @@ class Client:
 
     async def ping(self) -> Pong:
         """A round trip to the owner: its clock and newest ``seq``."""
-        return await self.connection.call(Ping(call_id=0), Pong)
+        return await self.connection.call(Ping(), Pong)
 
     async def advance_clock(self, by_ms: int) -> int:
         """Move a manual owner clock forward and return its new time (owners run with ``--clock manual``)."""
-        reply = await self.connection.call(AdvanceClock(call_id=0, by_ms=by_ms), ClockReply)
+        reply = await self.connection.call(AdvanceClock(by_ms=by_ms), ClockReply)
         return reply.now_ms
 
 

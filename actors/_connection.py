@@ -154,7 +154,7 @@ class Connection:
         self._watches.pop(watch_id, None)
 
     async def call(self, request: Request, expected: type[R]) -> R:
-        """Send ``request`` (its ``call_id`` is replaced by a fresh one) and return its reply, an ``expected``.
+        """Send ``request`` (under a fresh ``call_id``, its envelope's) and return its reply, an ``expected``.
 
         Raises the error the owner answered with (see :func:`~protocol.error_for_code`), :class:`ConnectionLost`
         if the connection ended before the reply (the outcome is unknown) or the connection has failed for good
@@ -356,7 +356,7 @@ class Connection:
             if trio.current_time() - self._last_heard_s > 4 * interval_s:
                 connection_scope.cancel(reason="the owner went silent")
                 return
-            self.send_nowait(Ping(call_id=0))
+            self.send_nowait(Ping())
 
     async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
         """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
@@ -384,10 +384,10 @@ class Connection:
                 frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
             except ProtocolError:
                 return  # an owner we cannot understand: drop the connection and reconnect
-            for frame in frames:
-                self._deliver(frame)
+            for received in frames:
+                self._deliver(received.call_id, received.frame)
 
-    def _deliver(self, frame: Frame | BadFrame) -> None:
+    def _deliver(self, call_id: int | None, frame: Frame | BadFrame) -> None:
         if isinstance(frame, Change):
             watch = self._watches.get(frame.watch_id)
             if watch is not None:
@@ -399,7 +399,6 @@ class Connection:
             return
         if isinstance(frame, Goodbye | BadFrame):
             return  # the connection ends next; in-flight calls fail with ConnectionLost then
-        call_id = getattr(frame, "call_id", None)
         waiter = self._waiters.pop(call_id, None) if call_id is not None else None
         if waiter is not None:
             waiter.reply = frame

@@ -167,7 +167,7 @@ class Phase:
             self.ended = True
 
     async def _commit(self, tx: PhaseTransaction) -> Committed:
-        request = Commit(call_id=0, writes=tuple(tx.writes), lease=self.lease)
+        request = Commit(writes=tuple(tx.writes), lease=self.lease)
         try:
             return await self.client.connection.call(request, Committed)
         except ConnectionLost:

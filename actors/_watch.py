@@ -88,14 +88,14 @@ class WatchStream:
         self._drop_subscription()
         watch_id = self._connection.add_watch(self)
         self._watch_id = watch_id
-        return Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
+        return Watch(watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
 
     def _unsubscribe(self) -> None:
         """Forget the subscription and tell the owner, if it can be told."""
         watch_id = self._watch_id
         self._drop_subscription()
         if watch_id is not None and self._connection.is_up:
-            self._connection.send_nowait(Unwatch(call_id=0, watch_id=watch_id))
+            self._connection.send_nowait(Unwatch(watch_id=watch_id))
 
     def _drop_subscription(self) -> None:
         if self._watch_id is not None:

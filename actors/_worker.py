@@ -158,7 +158,7 @@ class Worker:
             await rt.fault("phase_error", error)
 
     async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
-        request = Release(call_id=0, lease=lease.lease, migration_error=migration_error)
+        request = Release(lease=lease.lease, migration_error=migration_error)
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
             scope.shield = True
             # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
@@ -201,7 +201,6 @@ async def serve(
 
                 def announcement(worker: Worker = worker) -> Announce:
                     return Announce(
-                        call_id=0,
                         pid=os.getpid(),
                         host=socket.gethostname(),
                         app=app.name,

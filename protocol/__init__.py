@@ -6,6 +6,7 @@ Both the storage owner and its peers speak only through this package.
 from ._codec import (
     MAX_JSON_DEPTH,
     BadFrame,
+    Received,
     check_json,
     converter,
     decode_frame,
@@ -212,6 +213,7 @@ __all__ = [
     "ReadSubmission",
     "ReadTask",
     "ReadTaskGraph",
+    "Received",
     "Record",
     "Refused",
     "Release",

@@ -4,7 +4,8 @@ A frame travels as a msgpack map whose ``type`` key holds the class's ``TYPE`` t
 Fields are msgpack-native: ``int``, ``str``, ``bool``, ``None``, tuples, nested frozen classes, and opaque
 JSON-like application values (:data:`JsonValue`). Times are integer milliseconds on the owner's clock.
 
-Requests carry a ``call_id`` chosen by the sender; the owner's reply carries the same ``call_id``. Events are
+Requests and replies carry a ``call_id`` in their envelope, not as a field of their class: the sender chooses it, the
+owner's reply carries the same one (see :func:`~protocol.encode_frame` and :class:`~protocol.Received`). Events are
 pushed by the owner without one: ``Change`` (a watch's commit), ``Lease`` and ``CancelLease`` (to a worker) and
 ``Goodbye`` (the connection ends). The handshake's ``Hello``, ``Welcome`` and ``Refused`` carry none either.
 """
@@ -323,7 +324,6 @@ class Commit:
     """
 
     TYPE: ClassVar[str] = "commit"
-    call_id: int
     writes: tuple[Write, ...]
     lease: LeaseRef | None = None
 
@@ -341,7 +341,6 @@ class Submit:
     """Admit a submission; a repeated ``request_id`` returns the original instead."""
 
     TYPE: ClassVar[str] = "submit"
-    call_id: int
     conversation_id: str
     submission_id: str
     request_id: str
@@ -352,7 +351,6 @@ class Submit:
 @attrs.frozen(kw_only=True)
 class ReadConversation:
     TYPE: ClassVar[str] = "read_conversation"
-    call_id: int
     conversation_id: str
 
 
@@ -361,7 +359,6 @@ class ReadEntries:
     """Read a page of entries. ``cursor`` is exclusive: positions after it (``asc``) or before it (``desc``)."""
 
     TYPE: ClassVar[str] = "read_entries"
-    call_id: int
     conversation_id: str
     order: Order
     cursor: int | None
@@ -371,7 +368,6 @@ class ReadEntries:
 @attrs.frozen(kw_only=True)
 class ReadDocument:
     TYPE: ClassVar[str] = "read_document"
-    call_id: int
     conversation_id: str | None
     name: str
 
@@ -379,7 +375,6 @@ class ReadDocument:
 @attrs.frozen(kw_only=True)
 class ReadSubmission:
     TYPE: ClassVar[str] = "read_submission"
-    call_id: int
     conversation_id: str
     request_id: str
 
@@ -389,7 +384,6 @@ class Watch:
     """Subscribe to every commit after ``from_seq`` touching ``conversation_id`` (``None``: every commit)."""
 
     TYPE: ClassVar[str] = "watch"
-    call_id: int
     watch_id: int
     conversation_id: str | None
     from_seq: int
@@ -398,14 +392,12 @@ class Watch:
 @attrs.frozen(kw_only=True)
 class Unwatch:
     TYPE: ClassVar[str] = "unwatch"
-    call_id: int
     watch_id: int
 
 
 @attrs.frozen(kw_only=True)
 class Ping:
     TYPE: ClassVar[str] = "ping"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
@@ -413,7 +405,6 @@ class Announce:
     """A worker says who it is and what it can run. Sent after every (re)connection; a later one replaces it."""
 
     TYPE: ClassVar[str] = "announce"
-    call_id: int
     pid: int
     host: str
     app: str
@@ -427,7 +418,6 @@ class Announce:
 @attrs.frozen(kw_only=True)
 class ReadTask:
     TYPE: ClassVar[str] = "read_task"
-    call_id: int
     task_id: str
 
 
@@ -436,7 +426,6 @@ class ReadOutcomes:
     """The outcomes of tasks (``None`` for a task that is not terminal yet)."""
 
     TYPE: ClassVar[str] = "read_outcomes"
-    call_id: int
     task_ids: tuple[str, ...]
 
 
@@ -445,7 +434,6 @@ class WaitTask:
     """Answered with a ``TaskReply`` once the task is terminal (at once if it already is)."""
 
     TYPE: ClassVar[str] = "wait_task"
-    call_id: int
     task_id: str
 
 
@@ -454,7 +442,6 @@ class ReadTaskGraph:
     """A page of the live tasks (by id, after ``after_task_id``), with the reason a pending one is blocked."""
 
     TYPE: ClassVar[str] = "read_task_graph"
-    call_id: int
     after_task_id: str | None = None
     limit: int = 1000
 
@@ -465,7 +452,6 @@ class Release:
     could not migrate the stored task (``migration_error``)."""
 
     TYPE: ClassVar[str] = "release"
-    call_id: int
     lease: LeaseRef
     migration_error: str | None = None
 
@@ -475,7 +461,6 @@ class ReadPeers:
     """List the attached connections (for ``tether status``)."""
 
     TYPE: ClassVar[str] = "read_peers"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
@@ -483,7 +468,6 @@ class AdvanceClock:
     """Move a manual clock forward (owners started with ``--clock manual`` only)."""
 
     TYPE: ClassVar[str] = "advance_clock"
-    call_id: int
     by_ms: int
 
 
@@ -496,7 +480,6 @@ class Committed:
     version, 1 for an abort that marked its task (0 if it was already marked or terminal), 0 otherwise."""
 
     TYPE: ClassVar[str] = "committed"
-    call_id: int
     seq: int
     committed_at_ms: int
     results: tuple[int, ...]
@@ -507,7 +490,6 @@ class Submitted:
     """``created`` is false when ``request_id`` was already used and ``submission`` is the original."""
 
     TYPE: ClassVar[str] = "submitted"
-    call_id: int
     submission: SubmissionRecord
     created: bool
 
@@ -515,7 +497,6 @@ class Submitted:
 @attrs.frozen(kw_only=True)
 class ConversationReply:
     TYPE: ClassVar[str] = "conversation"
-    call_id: int
     conversation: ConversationRecord
 
 
@@ -524,7 +505,6 @@ class EntriesReply:
     """``next_cursor`` continues the read in the same order; ``None`` when there is nothing further."""
 
     TYPE: ClassVar[str] = "entries"
-    call_id: int
     entries: tuple[EntryRecord, ...]
     next_cursor: int | None
 
@@ -532,14 +512,12 @@ class EntriesReply:
 @attrs.frozen(kw_only=True)
 class DocumentReply:
     TYPE: ClassVar[str] = "document"
-    call_id: int
     document: DocumentRecord | None
 
 
 @attrs.frozen(kw_only=True)
 class SubmissionReply:
     TYPE: ClassVar[str] = "submission"
-    call_id: int
     submission: SubmissionRecord | None
 
 
@@ -548,7 +526,6 @@ class Watching:
     """The watch is registered; every commit after ``from_seq`` will follow as ``Change`` events."""
 
     TYPE: ClassVar[str] = "watching"
-    call_id: int
     watch_id: int
     head_seq: int
 
@@ -556,14 +533,12 @@ class Watching:
 @attrs.frozen(kw_only=True)
 class PeersReply:
     TYPE: ClassVar[str] = "peers"
-    call_id: int
     peers: tuple[PeerInfo, ...]
 
 
 @attrs.frozen(kw_only=True)
 class TaskReply:
     TYPE: ClassVar[str] = "task"
-    call_id: int
     task: TaskRecord
     input: JsonValue
     checkpoint: JsonValue
@@ -572,7 +547,6 @@ class TaskReply:
 @attrs.frozen(kw_only=True)
 class OutcomesReply:
     TYPE: ClassVar[str] = "outcomes"
-    call_id: int
     outcomes: tuple[TaskOutcome | None, ...]
 
 
@@ -591,7 +565,6 @@ class TaskNode:
 @attrs.frozen(kw_only=True)
 class TaskGraphReply:
     TYPE: ClassVar[str] = "task_graph"
-    call_id: int
     seq: int
     """The page as of this commit; a watch from the first page's continues without gap."""
     nodes: tuple[TaskNode, ...]
@@ -602,13 +575,11 @@ class TaskGraphReply:
 @attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
 class Pong:
     TYPE: ClassVar[str] = "pong"
-    call_id: int
     now_ms: int
     head_seq: int
 
@@ -616,16 +587,15 @@ class Pong:
 @attrs.frozen(kw_only=True)
 class ClockReply:
     TYPE: ClassVar[str] = "clock"
-    call_id: int
     now_ms: int
 
 
 @attrs.frozen(kw_only=True)
 class Error:
-    """A request failed and changed nothing. ``call_id`` is ``None`` when the frame was too broken to read one."""
+    """A request failed and changed nothing. Its envelope's ``call_id`` is ``None`` when the frame was too broken to
+    read one."""
 
     TYPE: ClassVar[str] = "error"
-    call_id: int | None
     code: str
     message: str
 

@@ -73,6 +73,7 @@ from protocol import (
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
+    Received,
     Record,
     Refused,
     Release,
@@ -107,7 +108,8 @@ from ._ports import LoggedCommit, Store, StoreConflict
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 PeerId = int
-Output = tuple[PeerId, Frame]
+Output = tuple[PeerId, int | None, Frame]
+"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
 
 ROLES: Final[tuple[Role, ...]] = get_args(Role)
 WRITER_ROLES: Final = frozenset({"client", "worker"})
@@ -195,12 +197,12 @@ class OwnerCore:
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
-        self.tasks = TaskEngine(store, self._reply, orphan_grace_ms=orphan_grace_ms)
+        self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
         self._task_waits: dict[str, list[tuple[PeerId, int]]] = {}
         """``wait_task`` calls by task id, answered when the task ends."""
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
-        self._handlers: dict[type[Any], Callable[[PeerId, Any, int], None]] = {
+        self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
             Commit: self._on_commit,
             Submit: self._on_submit,
             ReadConversation: self._on_read_conversation,
@@ -304,7 +306,7 @@ class OwnerCore:
 
     # --------------------------------------------------------------------------------------------- batches
 
-    def run_batch(self, frames: Iterable[tuple[PeerId, Frame | BadFrame]], now_ms: int) -> bool:
+    def run_batch(self, frames: Iterable[tuple[PeerId, Received]], now_ms: int) -> bool:
         """Handle one batch inside the shell's open transaction: each frame in order, then let the task engine
         settle what they changed. Returns whether the batch wrote a commit (took a ``seq``).
 
@@ -315,8 +317,8 @@ class OwnerCore:
         self._expect_batch("run_batch", _IDLE)
         self._batch_state = _BROKEN  # until the batch got through whole
         head_before = self._head_seq
-        for peer, frame in frames:
-            self._handle(peer, frame, now_ms)
+        for peer, received in frames:
+            self._handle(peer, received.call_id, received.frame, now_ms)
         self._settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms))
         self._batch_state = _RAN
         return self._head_seq != head_before
@@ -350,27 +352,28 @@ class OwnerCore:
             raise BatchOrderError(f"{call}() before take_output(): the last batch's output was never taken")
         raise BatchOrderError(f"{call}() without a batch: call run_batch() first")
 
-    def _handle(self, peer: PeerId, frame: Frame | BadFrame, now_ms: int) -> None:
+    def _handle(self, peer: PeerId, call_id: int | None, frame: Frame | BadFrame, now_ms: int) -> None:
         """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
-        (a write handler has rolled its savepoint back on the way out)."""
+        (a write handler has rolled its savepoint back on the way out), addressed to ``call_id`` either way."""
         state = self._peers.get(peer)
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
-        call_id = getattr(frame, "call_id", None)
         try:
             if isinstance(frame, BadFrame):
                 raise Refusal(frame.code, frame.message)
             handler = self._handlers.get(type(frame))
             if handler is None:
                 raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
+            if call_id is None:  # the codec refuses this already; a core fed by hand must not answer nobody
+                raise Refusal(ErrorCode.BAD_FRAME, f"bad {frame.TYPE} frame: $.call_id: required field missing")
             if type(frame) in self._writes and state.role not in WRITER_ROLES:
                 message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
-            handler(peer, frame, now_ms)
+            handler(peer, call_id, frame, now_ms)
         except Refusal as refusal:
-            self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
+            self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
 
     def _settle(self, now_ms: int) -> None:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
@@ -386,9 +389,9 @@ class OwnerCore:
         for record in result.ended:
             waits = self._task_waits.pop(record.task_id, None)
             if waits:
-                reply = self._task_reply(record, 0)
+                reply = self._task_reply(record)
                 for peer, call_id in waits:
-                    self._reply(peer, attrs.evolve(reply, call_id=call_id))
+                    self._reply(peer, call_id, reply)
 
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
@@ -404,7 +407,7 @@ class OwnerCore:
             for commit in logged:
                 change = _change(watch, commit)
                 if change.records:
-                    out.append((watch.peer, change))
+                    out.append((watch.peer, None, change))
             watch.delivered_seq = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
             if watch.delivered_seq >= head:
                 # Nothing is being committed while we run, so the log has been read up to the head.
@@ -416,7 +419,7 @@ class OwnerCore:
 
     # -------------------------------------------------------------------------------------------- requests
 
-    def _on_commit(self, peer: PeerId, request: Commit, now_ms: int) -> None:
+    def _on_commit(self, peer: PeerId, call_id: int, request: Commit, now_ms: int) -> None:
         count = len(request.writes)
         if not 1 <= count <= MAX_WRITES_PER_COMMIT:
             message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
@@ -455,8 +458,8 @@ class OwnerCore:
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
         self._next_positions.update(positions)
-        committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
-        self._published(peer, committed, logged, touched)
+        committed = Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
+        self._published(peer, call_id, committed, logged, touched)
 
     def _apply(
         self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int], lease: LeaseRef | None
@@ -530,8 +533,7 @@ class OwnerCore:
             self.tasks.conversation_created(write.conversation_id, write.owner_task_id)
         return conversation, 0
 
-    def _on_submit(self, peer: PeerId, request: Submit, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_submit(self, peer: PeerId, call_id: int, request: Submit, now_ms: int) -> None:
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
             if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
@@ -540,7 +542,7 @@ class OwnerCore:
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
                 )
                 raise Refusal(ErrorCode.CONFLICT, message)
-            self._reply(peer, Submitted(call_id=call_id, submission=existing, created=False))
+            self._reply(peer, call_id, Submitted(submission=existing, created=False))
             return
         seq = self._head_seq + 1
         store = self._store
@@ -569,9 +571,9 @@ class OwnerCore:
         logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(submission,))
         touched = {request.conversation_id}
         store.log_commit(logged, frozenset(touched))
-        self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
+        self._published(peer, call_id, Submitted(submission=submission, created=True), logged, touched)
 
-    def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
+    def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
@@ -584,16 +586,15 @@ class OwnerCore:
             raise Refusal(ErrorCode.INVALID, message)
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
         self._clock_ms = new_ms
-        self._reply(peer, ClockReply(call_id=request.call_id, now_ms=new_ms))
+        self._reply(peer, call_id, ClockReply(now_ms=new_ms))
 
-    def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
+    def _on_read_conversation(self, peer: PeerId, call_id: int, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
+        self._reply(peer, call_id, ConversationReply(conversation=conversation))
 
-    def _on_read_entries(self, peer: PeerId, request: ReadEntries, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_read_entries(self, peer: PeerId, call_id: int, request: ReadEntries, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -606,23 +607,22 @@ class OwnerCore:
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
         )
         next_cursor = entries[-1].position if more else None
-        self._reply(peer, EntriesReply(call_id=call_id, entries=tuple(entries), next_cursor=next_cursor))
+        self._reply(peer, call_id, EntriesReply(entries=tuple(entries), next_cursor=next_cursor))
 
-    def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
+    def _on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
         document = self._store.document(conversation_id, request.name)
-        self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
+        self._reply(peer, call_id, DocumentReply(document=document))
 
-    def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
+    def _on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         submission = self._store.submission(request.conversation_id, request.request_id)
-        self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
+        self._reply(peer, call_id, SubmissionReply(submission=submission))
 
-    def _on_watch(self, peer: PeerId, request: Watch, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_watch(self, peer: PeerId, call_id: int, request: Watch, now_ms: int) -> None:
         state = self._peers[peer]
         if request.watch_id in state.watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
@@ -641,15 +641,15 @@ class OwnerCore:
         )
         state.watches[request.watch_id] = watch
         self._lagging[(peer, request.watch_id)] = watch
-        self._reply(peer, Watching(call_id=call_id, watch_id=request.watch_id, head_seq=self._head_seq))
+        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._head_seq))
 
-    def _on_unwatch(self, peer: PeerId, request: Unwatch, now_ms: int) -> None:
+    def _on_unwatch(self, peer: PeerId, call_id: int, request: Unwatch, now_ms: int) -> None:
         watch = self._peers[peer].watches.pop(request.watch_id, None)
         if watch is not None:
             self._drop_watch(watch)
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _on_announce(self, peer: PeerId, request: Announce, now_ms: int) -> None:
+    def _on_announce(self, peer: PeerId, call_id: int, request: Announce, now_ms: int) -> None:
         state = self._peers[peer]
         if state.role != "worker":
             message = f"only workers announce capabilities; this connection is a {state.role}"
@@ -671,9 +671,9 @@ class OwnerCore:
         self.tasks.worker_announced(
             peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
         )
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _on_read_peers(self, peer: PeerId, request: ReadPeers, now_ms: int) -> None:
+    def _on_read_peers(self, peer: PeerId, call_id: int, request: ReadPeers, now_ms: int) -> None:
         peers = tuple(
             PeerInfo(
                 peer_id=peer_id,
@@ -688,15 +688,15 @@ class OwnerCore:
             )
             for peer_id, state in self._peers.items()
         )
-        self._reply(peer, PeersReply(call_id=request.call_id, peers=peers))
+        self._reply(peer, call_id, PeersReply(peers=peers))
 
-    def _on_read_task(self, peer: PeerId, request: ReadTask, now_ms: int) -> None:
+    def _on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        self._reply(peer, self._task_reply(record, request.call_id))
+        self._reply(peer, call_id, self._task_reply(record))
 
-    def _on_read_outcomes(self, peer: PeerId, request: ReadOutcomes, now_ms: int) -> None:
+    def _on_read_outcomes(self, peer: PeerId, call_id: int, request: ReadOutcomes, now_ms: int) -> None:
         if len(request.task_ids) > MAX_READ_LIMIT:
             message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -706,48 +706,51 @@ class OwnerCore:
             if record is None:
                 raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
             outcomes.append(record.outcome if record.status == "terminal" else None)
-        self._reply(peer, OutcomesReply(call_id=request.call_id, outcomes=tuple(outcomes)))
+        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes)))
 
-    def _on_wait_task(self, peer: PeerId, request: WaitTask, now_ms: int) -> None:
+    def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
         if record.status == "terminal":
-            self._reply(peer, self._task_reply(record, request.call_id))
+            self._reply(peer, call_id, self._task_reply(record))
         else:
-            self._task_waits.setdefault(request.task_id, []).append((peer, request.call_id))
+            self._task_waits.setdefault(request.task_id, []).append((peer, call_id))
 
-    def _on_read_task_graph(self, peer: PeerId, request: ReadTaskGraph, now_ms: int) -> None:
+    def _on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
         next_after = nodes[-1].task.task_id if more else None
-        reply = TaskGraphReply(
-            call_id=request.call_id, seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after
-        )
-        self._reply(peer, reply)
+        reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
+        self._reply(peer, call_id, reply)
 
-    def _on_release(self, peer: PeerId, request: Release, now_ms: int) -> None:
+    def _on_release(self, peer: PeerId, call_id: int, request: Release, now_ms: int) -> None:
         self.tasks.release(peer, request.lease, request.migration_error)
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _task_reply(self, record: TaskRecord, call_id: int) -> TaskReply:
+    def _task_reply(self, record: TaskRecord) -> TaskReply:
         input_value, checkpoint = self._store.task_data(record.task_id)
-        return TaskReply(call_id=call_id, task=record, input=input_value, checkpoint=checkpoint)
+        return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
 
-    def _on_ping(self, peer: PeerId, request: Ping, now_ms: int) -> None:
-        self._reply(peer, Pong(call_id=request.call_id, now_ms=now_ms, head_seq=self._head_seq))
+    def _on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> None:
+        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._head_seq))
 
     # ---------------------------------------------------------------------------------------------- helpers
 
-    def _reply(self, peer: PeerId, frame: Frame) -> None:
-        self._out.append((peer, frame))
+    def _reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
+        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
+        self._out.append((peer, call_id, frame))
 
-    def _published(self, peer: PeerId, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
+    def _push(self, peer: PeerId, frame: Frame) -> None:
+        """Send ``peer`` an event (no call id): a watch's ``Change``, a worker's ``Lease`` or ``CancelLease``."""
+        self._out.append((peer, None, frame))
+
+    def _published(self, peer: PeerId, call_id: int, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
         """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
         self._head_seq = logged.seq
-        self._reply(peer, reply)
+        self._reply(peer, call_id, reply)
         self._fan_out(logged, touched)
 
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
@@ -755,7 +758,7 @@ class OwnerCore:
             return
         for conversation_id in (*touched, None):
             for watch in self._live.get(conversation_id, {}).values():
-                self._out.append((watch.peer, _change(watch, logged)))
+                self._push(watch.peer, _change(watch, logged))
                 watch.delivered_seq = logged.seq
 
     def _drop_watch(self, watch: _Watch) -> None:

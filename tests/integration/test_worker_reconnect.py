@@ -36,14 +36,14 @@ class FakeOwner:
                 message = await ws.get_message()
             except trio_websocket.ConnectionClosed:
                 return
-            for frame in protocol.decode_message(message):
-                if not isinstance(frame, protocol.Announce):
+            for received in protocol.decode_message(message):
+                if not isinstance(received.frame, protocol.Announce):
                     continue
                 self.announcements += 1
                 if self.announcements == 1:
                     await ws.aclose()  # the owner dies during the worker's first announcement
                     return
-                await ws.send_message(protocol.encode_frame(protocol.Ok(call_id=frame.call_id)))
+                await ws.send_message(protocol.encode_frame(protocol.Ok(), call_id=received.call_id))
                 self.answered.set()
 
 

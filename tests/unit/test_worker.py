@@ -25,8 +25,8 @@ class FakeClient:
         await trio.lowlevel.checkpoint()
         self.sent.append(request)
         if isinstance(request, Commit):
-            return Committed(call_id=0, seq=len(self.sent), committed_at_ms=0, results=(0,) * len(request.writes))
-        return Ok(call_id=0)
+            return Committed(seq=len(self.sent), committed_at_ms=0, results=(0,) * len(request.writes))
+        return Ok()
 
 
 def lease(*, version: int = 1, checkpoint: Any = None, mode: str = "phase", epoch: int = 1) -> Lease:
