@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from protocol import Capability, TetherError
+from protocol import Capability, TetherError, UsageError
+
+from ._agents import AgentDefinition, define_agent
+from ._models import DEFAULT_RETRY, Model, Retry
+from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, define_tool
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -40,7 +45,7 @@ class TaskDefinition:
 
 
 class App:
-    """A named set of task kinds (and, later, tools and agents), each with an explicit version.
+    """A named set of task kinds, tools and agents, each with an explicit version.
 
     A worker serving the app announces every definition to the owner, which schedules only work whose kind and
     version some attached worker has.
@@ -48,9 +53,11 @@ class App:
 
     def __init__(self, name: str) -> None:
         if not name:
-            raise ValueError("an App needs a name")
+            raise UsageError("an App needs a name")
         self.name = name
         self._tasks: dict[str, TaskDefinition] = {}
+        self._tools: dict[str, ToolDefinition] = {}
+        self._agents: dict[str, AgentDefinition] = {}
 
     def define_task(
         self,
@@ -63,17 +70,18 @@ class App:
         migrate: Callable[[int, Any], Any] | None = None,
         restart_limit: int = DEFAULT_RESTART_LIMIT,
     ) -> TaskDefinition:
-        """Register a task kind. Raises ``ValueError`` (and registers nothing) if the definition is unusable."""
+        """Register a task kind. Raises :class:`~protocol.UsageError` (a ``ValueError``), registering nothing, if
+        the definition is unusable."""
         if not KIND_PATTERN.fullmatch(kind):
-            raise ValueError(f"task kind {kind!r} must be dotted identifiers, such as 'shop.checkout'")
+            raise UsageError(f"task kind {kind!r} must be dotted identifiers, such as 'shop.checkout'")
         if kind in self._tasks:
-            raise ValueError(f"task kind {kind!r} is already defined in app {self.name!r}")
+            raise UsageError(f"task kind {kind!r} is already defined in app {self.name!r}")
         if type(version) is not int or version < 1:
-            raise ValueError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
+            raise UsageError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
         if not phases:
-            raise ValueError(f"task kind {kind!r} needs at least one phase")
+            raise UsageError(f"task kind {kind!r} needs at least one phase")
         if restart_limit < 1:
-            raise ValueError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
+            raise UsageError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
         definition = TaskDefinition(
             kind=kind,
             version=version,
@@ -105,6 +113,97 @@ class App:
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, tasks={sorted(self._tasks)})"
+
+    def define_tool(
+        self,
+        name: str,
+        handler: ToolHandler,
+        *,
+        description: str,
+        parameters: Mapping[str, Any],
+        recovery: Recovery = "manual",
+        version: int = 1,
+        needs_approval: ApprovalPredicate | None = None,
+    ) -> ToolDefinition:
+        """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (and registers
+        nothing) if the definition is unusable, such as a ``parameters`` that is not a JSON Schema (draft 2020-12)."""
+        if name in self._tools:
+            raise UsageError(f"tool {name!r} is already defined in app {self.name!r}")
+        definition = define_tool(
+            name,
+            handler,
+            description=description,
+            parameters=parameters,
+            recovery=recovery,
+            version=version,
+            needs_approval=needs_approval,
+        )
+        self._tools[name] = definition
+        return definition
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        parameters: Mapping[str, Any],
+        recovery: Recovery = "manual",
+        version: int = 1,
+        needs_approval: ApprovalPredicate | None = None,
+    ) -> Callable[[ToolHandler], ToolHandler]:
+        """``@app.tool(description=..., parameters=...)`` on an ``async def``: :meth:`define_tool` with the
+        function's name (unless ``name`` is given) and its docstring as the description (unless given). Returns
+        the function unchanged."""
+
+        def register(handler: ToolHandler) -> ToolHandler:
+            self.define_tool(
+                name if name is not None else getattr(handler, "__name__", ""),
+                handler,
+                description=description if description is not None else inspect.getdoc(handler) or "",
+                parameters=parameters,
+                recovery=recovery,
+                version=version,
+                needs_approval=needs_approval,
+            )
+            return handler
+
+        return register
+
+    def define_agent(
+        self,
+        name: str,
+        *,
+        version: int,
+        model: Model,
+        instructions: str = "",
+        tools: Iterable[str | ToolDefinition] = (),
+        max_turns: int | None = None,
+        model_retry: Retry = DEFAULT_RETRY,
+    ) -> AgentDefinition:
+        """Register an agent; its ``tools`` must already be defined in this app. Raises
+        :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
+        if name in self._agents:
+            raise UsageError(f"agent {name!r} is already defined in app {self.name!r}")
+        definition = define_agent(
+            name,
+            version=version,
+            model=model,
+            instructions=instructions,
+            tools=tools,
+            max_turns=max_turns,
+            model_retry=model_retry,
+            known_tools=self._tools,
+        )
+        self._agents[name] = definition
+        return definition
+
+    @property
+    def tools(self) -> Mapping[str, ToolDefinition]:
+        return dict(self._tools)
+
+    @property
+    def agents(self) -> Mapping[str, AgentDefinition]:
+        return dict(self._agents)
 
 
 def load_app(spec: str) -> App:

@@ -1,39 +1,27 @@
-"""The client: ``actors.connect(db=... | url=..., token=...)``.
+"""The client: ``actors.connect(db=... | url=..., token=...)``, the typed API over one connection.
 
-One WebSocket connection per client, shared by every task that uses the client. Requests from all tasks are
-coalesced: whatever is pending when the sender runs travels as one message. Replies are matched by ``call_id``.
-
-If the connection drops, calls in flight raise :class:`~protocol.ConnectionLost` (their outcome is unknown), the
-client reconnects with back-off (re-reading the runtime file when it was opened with ``db=``, since a restarted
-owner listens on a new port), and watches resume from the last ``seq`` they delivered, with no gap and no
-duplicate. Calls made while disconnected wait for the reconnection, at most ``reconnect_timeout_s``.
+The connection (``_connection.py``) is shared by every task that uses the client: requests are coalesced, replies
+matched by ``call_id``. If it drops, calls in flight raise :class:`~protocol.ConnectionLost` (their outcome is
+unknown), the client reconnects with back-off (re-reading the runtime file when it was opened with ``db=``, since a
+restarted owner listens on a new port), and watches (``_watch.py``) resume from the last ``seq`` they delivered,
+with no gap and no duplicate. Calls made while disconnected wait for the reconnection, at most
+``reconnect_timeout_s``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import itertools
 import os
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
 
 import attrs
-import trio
-import trio_websocket
 
 from protocol import (
-    MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
-    WEBSOCKET_HARD_LIMIT_BYTES,
     AbortTask,
     AdvanceClock,
     Announce,
     AppendEntry,
-    BadFrame,
-    CancelLease,
-    Change,
     ClockReply,
     Commit,
     Committed,
@@ -46,21 +34,13 @@ from protocol import (
     DocumentReply,
     EntriesReply,
     EntryRecord,
-    Error,
-    Frame,
-    Goodbye,
-    HandshakeRefused,
-    Hello,
-    Lease,
     Ok,
     Order,
     OutcomesReply,
-    OwnerUnavailable,
     PeerInfo,
     PeersReply,
     Ping,
     Pong,
-    ProtocolError,
     PutDocument,
     ReadConversation,
     ReadDocument,
@@ -70,8 +50,6 @@ from protocol import (
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
-    Refused,
-    Request,
     SubmissionRecord,
     SubmissionReply,
     Submit,
@@ -81,106 +59,43 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     TaskReply,
-    TetherError,
-    Unwatch,
+    UsageError,
     WaitTask,
-    Watch,
-    Watching,
     Welcome,
     Write,
-    collapse_group,
-    decode_frame,
-    decode_message,
-    encode_frame,
-    error_for_code,
     json_value,
     new_id,
-    read_runtime,
-    take_message,
 )
 
-R = TypeVar("R")
+from ._connection import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S  # re-exported: tests/faults/test_up_faults.py
+from ._connection import RECONNECT_TIMEOUT_S, Connection, open_connection
+from ._watch import WatchStream
 
-CONNECT_TIMEOUT_S: Final = 3.0
-"""For the TCP connection, the WebSocket upgrade and the hello. A connection attempted while an owner is being
-killed is accepted by the kernel and then reset, and trio-websocket does not notice a reset during its opening
-handshake: the attempt only ends at this timeout."""
-RECONNECT_ATTEMPT_TIMEOUT_S: Final = 0.5
-"""The first reconnection attempts give up sooner (doubling up to ``CONNECT_TIMEOUT_S``): the owner that died
-may have been caught mid-teardown, and the next attempt reaches its successor."""
-RECONNECT_TIMEOUT_S: Final = 30.0
-BACKOFF_INITIAL_S: Final = 0.05
-BACKOFF_MAX_S: Final = 0.1
-"""Reconnection attempts are cheap (a refused connection, or a runtime file not yet rewritten), so they stay
-frequent: a restarted owner is found within a tenth of a second of listening."""
-CLOSE_TIMEOUT_S: Final = 1.0
 ENTRY_PAGE: Final = 500
 OUTCOMES_PAGE: Final = 1000
 """Outcomes read per request (the owner's limit)."""
-WATCH_BUFFER_LIMIT: Final = 10_000
-"""Changes a watch holds for a slow consumer before it stops receiving and re-reads from the log later."""
-RECEIVE_BUFFER_BYTES: Final = 1 << 16
-CONNECTION_ENDED: Final = (
-    trio_websocket.ConnectionClosed,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    OSError,
-)
-"""What sending or receiving raises once the connection is gone: handled by reconnecting, never raised."""
-
-
-class _Waiter:
-    __slots__ = ("event", "reply")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.reply: Frame | TetherError | None = None
 
 
 class Client:
-    """A connection to one owner. Create it with :func:`connect`; every method is a trio checkpoint."""
+    """A connection to one owner. Create it with :func:`connect`; every method is a trio checkpoint.
 
-    def __init__(
-        self,
-        *,
-        db: str | None,
-        url: str | None,
-        token: str | None,
-        role: str,
-        name: str,
-        reconnect: bool,
-        reconnect_timeout_s: float,
-    ) -> None:
-        self._db = db
-        self._url = url
-        self._token = token
-        self._role = role
-        self._name = name
-        self._reconnect = reconnect
-        self._reconnect_timeout_s = reconnect_timeout_s
-        self._call_ids = itertools.count(1)
-        self._watch_ids = itertools.count(1)
-        self._waiters: dict[int, _Waiter] = {}
-        self._outbox: list[bytes] = []
-        self._outbox_ready = trio.Event()
-        self._ws: trio_websocket.WebSocketConnection | None = None
-        self._connected = trio.Event()
-        self._closed = False
-        self._failure: TetherError | None = None
-        self._watches: dict[int, WatchStream] = {}
-        self._nursery: trio.Nursery | None = None
-        self.welcome: Welcome | None = None
+    The typed API over one :class:`~actors._connection.Connection` (which reconnects, matches replies and feeds
+    watches); :attr:`connection` is that layer, which the worker and phases use too.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        """The connection layer under this client (see ``actors/_connection.py`` for its surface)."""
+
+    @property
+    def welcome(self) -> Welcome | None:
         """The owner's last ``Welcome`` (its instance, clock and head ``seq`` at connect time)."""
-        self.reconnects = 0
+        return self.connection.welcome
+
+    @property
+    def reconnects(self) -> int:
         """How many times the connection was re-established."""
-        self._last_heard_s = 0.0
-        self.announcement: Callable[[], Announce] | None = None
-        """Called after every (re)connection for an announcement sent before anything else: how a worker
-        re-announces itself (with the leases it still runs)."""
-        self.on_lease: Callable[[Lease | CancelLease], None] | None = None
-        """Receives the leases and cancellations the owner pushes to a worker."""
-        self.on_connection_lost: Callable[[], None] | None = None
-        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
+        return self.connection.reconnects
 
     # ------------------------------------------------------------------------------------------- public API
 
@@ -227,13 +142,14 @@ class Client:
         tx = Transaction()
         yield tx
         if tx.writes:
-            committed = await self._call(Commit(call_id=0, writes=tuple(tx.writes)), Committed)
+            committed = await self.connection.call(Commit(writes=tuple(tx.writes)), Committed)
             tx.seq = committed.seq
             tx.results = committed.results
 
     async def conversation(self, conversation_id: str) -> ConversationRecord:
         """The conversation's record; :class:`~protocol.NotFound` if it does not exist."""
-        reply = await self._call(ReadConversation(call_id=0, conversation_id=conversation_id), ConversationReply)
+        request = ReadConversation(conversation_id=conversation_id)
+        reply = await self.connection.call(request, ConversationReply)
         return reply.conversation
 
     async def read_entries(
@@ -245,8 +161,8 @@ class Client:
         limit: int = ENTRY_PAGE,
     ) -> EntryPage:
         """One page of entries. ``cursor`` is exclusive; pass the page's ``next_cursor`` to continue."""
-        request = ReadEntries(call_id=0, conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
-        reply = await self._call(request, EntriesReply)
+        request = ReadEntries(conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
+        reply = await self.connection.call(request, EntriesReply)
         return EntryPage(entries=list(reply.entries), next_cursor=reply.next_cursor)
 
     async def entries(self, conversation_id: str, *, order: Order = "asc") -> list[EntryRecord]:
@@ -262,7 +178,8 @@ class Client:
 
     async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
         """The document's current record, or ``None`` if it was never written."""
-        reply = await self._call(ReadDocument(call_id=0, conversation_id=conversation_id, name=name), DocumentReply)
+        request = ReadDocument(conversation_id=conversation_id, name=name)
+        reply = await self.connection.call(request, DocumentReply)
         return reply.document
 
     async def submit(
@@ -280,20 +197,19 @@ class Client:
         ``request_id`` with other content raises :class:`~protocol.Conflict`.
         """
         request = Submit(
-            call_id=0,
             conversation_id=conversation_id,
             submission_id=submission_id or new_id(),
             request_id=request_id,
             kind=kind,
             payload=json_value(payload, "payload"),
         )
-        reply = await self._call(request, Submitted)
+        reply = await self.connection.call(request, Submitted)
         return reply.submission
 
     async def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
         """The submission admitted under ``request_id`` in this conversation, or ``None``."""
-        request = ReadSubmission(call_id=0, conversation_id=conversation_id, request_id=request_id)
-        reply = await self._call(request, SubmissionReply)
+        request = ReadSubmission(conversation_id=conversation_id, request_id=request_id)
+        reply = await self.connection.call(request, SubmissionReply)
         return reply.submission
 
     def watch(self, *, conversation_id: str | None = None, from_seq: int = 0) -> WatchStream:
@@ -301,7 +217,7 @@ class Client:
 
         Use as ``async for change in client.watch(...)``, or ``async with`` it to unsubscribe on exit.
         """
-        return WatchStream(self, conversation_id, from_seq)
+        return WatchStream(self.connection, conversation_id, from_seq)
 
     # ---------------------------------------------------------------------------------------------- tasks
 
@@ -343,7 +259,7 @@ class Client:
 
     async def task_state(self, task_id: str) -> TaskReply:
         """The task's record with its input and current checkpoint."""
-        return await self._call(ReadTask(call_id=0, task_id=task_id), TaskReply)
+        return await self.connection.call(ReadTask(task_id=task_id), TaskReply)
 
     async def wait_for_task(self, task_id: str) -> TaskRecord:
         """Return the task's record once it is terminal (``record.outcome`` says how it ended).
@@ -353,8 +269,10 @@ class Client:
         """
         while True:
             try:
-                reply = await self._call(WaitTask(call_id=0, task_id=task_id), TaskReply)
+                reply = await self.connection.call(WaitTask(task_id=task_id), TaskReply)
             except ConnectionLost:
+                if not self.connection.can_reconnect():
+                    raise  # closed, or reconnect=False: asking again would fail again at once, forever
                 continue
             return reply.task
 
@@ -373,17 +291,18 @@ class Client:
         outcomes: dict[str, TaskOutcome | None] = {}
         for start in range(0, len(task_ids), OUTCOMES_PAGE):
             page = tuple(task_ids[start : start + OUTCOMES_PAGE])
-            reply = await self._call(ReadOutcomes(call_id=0, task_ids=page), OutcomesReply)
+            reply = await self.connection.call(ReadOutcomes(task_ids=page), OutcomesReply)
             outcomes.update(zip(page, reply.outcomes, strict=True))
         return outcomes
 
     async def task_graph(self) -> TaskGraph:
         """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
-        reply = await self._call(ReadTaskGraph(call_id=0), TaskGraphReply)
+        reply = await self.connection.call(ReadTaskGraph(), TaskGraphReply)
         seq = reply.seq
         nodes = {node.task.task_id: node for node in reply.nodes}
         while reply.next_after_task_id is not None:  # later pages may be newer than the first: records carry seq
-            reply = await self._call(ReadTaskGraph(call_id=0, after_task_id=reply.next_after_task_id), TaskGraphReply)
+            request = ReadTaskGraph(after_task_id=reply.next_after_task_id)
+            reply = await self.connection.call(request, TaskGraphReply)
             nodes.update((node.task.task_id, node) for node in reply.nodes)
         return TaskGraph(seq=seq, nodes=nodes)
 
@@ -418,267 +337,21 @@ class Client:
 
     async def peers(self) -> list[PeerInfo]:
         """The connections attached to the owner: clients, readers and workers with what they announced."""
-        reply = await self._call(ReadPeers(call_id=0), PeersReply)
+        reply = await self.connection.call(ReadPeers(), PeersReply)
         return list(reply.peers)
 
     async def announce(self, announcement: Announce) -> None:
         """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
-        await self._call(announcement, Ok)
+        await self.connection.call(announcement, Ok)
 
     async def ping(self) -> Pong:
         """A round trip to the owner: its clock and newest ``seq``."""
-        return await self._call(Ping(call_id=0), Pong)
+        return await self.connection.call(Ping(), Pong)
 
     async def advance_clock(self, by_ms: int) -> int:
         """Move a manual owner clock forward and return its new time (owners run with ``--clock manual``)."""
-        reply = await self._call(AdvanceClock(call_id=0, by_ms=by_ms), ClockReply)
+        reply = await self.connection.call(AdvanceClock(by_ms=by_ms), ClockReply)
         return reply.now_ms
-
-    # ----------------------------------------------------------------------------------------- requests
-
-    async def _call(self, request: Request, expected: type[R]) -> R:
-        reply = await self._request(request)
-        if isinstance(reply, Error):
-            raise error_for_code(reply.code, reply.message)
-        if not isinstance(reply, expected):
-            raise ProtocolError(f"expected a {expected.__name__} reply to {request.TYPE}, got {reply.TYPE}")
-        return reply
-
-    async def _request(self, request: Request) -> Frame:
-        await self._wait_connected()
-        call_id = next(self._call_ids)
-        encoded = encode_frame(request, call_id=call_id)
-        if len(encoded) > MAX_MESSAGE_BYTES:
-            raise ProtocolError(
-                f"the {request.TYPE} request encodes to {len(encoded)} bytes, over the limit of "
-                f"{MAX_MESSAGE_BYTES}; nothing was sent"
-            )
-        waiter = _Waiter()
-        self._waiters[call_id] = waiter
-        self._outbox.append(encoded)
-        self._outbox_ready.set()
-        try:
-            await waiter.event.wait()
-        finally:
-            self._waiters.pop(call_id, None)
-        reply = waiter.reply
-        if isinstance(reply, TetherError):
-            raise copy.copy(reply)  # one error is shared by every waiter it failed: each raise gets its own
-        assert reply is not None
-        return reply
-
-    def _send_nowait(self, request: Request) -> None:
-        """Queue a request whose reply nobody awaits (an unsubscribe)."""
-        call_id = next(self._call_ids)
-        self._outbox.append(encode_frame(request, call_id=call_id))
-        self._outbox_ready.set()
-
-    async def _wait_connected(self) -> None:
-        if self._failure is not None:
-            raise copy.copy(self._failure)
-        if self._connected.is_set():
-            return
-        with trio.move_on_after(self._reconnect_timeout_s):
-            await self._connected.wait()
-        if self._failure is not None:
-            raise copy.copy(self._failure)
-        if not self._connected.is_set():
-            raise OwnerUnavailable(
-                f"no connection to the owner for {self._reconnect_timeout_s:g} s ({self._describe_target()}); "
-                "the request was not sent"
-            )
-
-    # ------------------------------------------------------------------------------------------ connection
-
-    def _describe_target(self) -> str:
-        return f"database {self._db}" if self._db else f"url {self._url}"
-
-    async def _open(
-        self, nursery: trio.Nursery, *, timeout_s: float = CONNECT_TIMEOUT_S
-    ) -> trio_websocket.WebSocketConnection:
-        """Connect and complete the handshake; raise a :class:`TetherError` saying why not."""
-        url, token = self._url, self._token
-        if self._db is not None:
-            info = read_runtime(self._db)
-            url, token = info.url, token or info.token
-        if url is None or token is None:
-            raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
-        try:
-            with trio.fail_after(timeout_s):
-                ws = await trio_websocket.connect_websocket_url(
-                    nursery,
-                    url,
-                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                )
-        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
-            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self._describe_target()}): {exc}") from exc
-        try:
-            with trio.fail_after(timeout_s):
-                hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
-                await ws.send_message(encode_frame(hello))
-                answer = decode_frame(_binary(await ws.get_message()))
-        except (trio_websocket.ConnectionClosed, trio.TooSlowError) as exc:
-            await _close_quietly(ws)
-            raise OwnerUnavailable(f"the owner at {url} did not complete the handshake: {exc!r}") from exc
-        except ProtocolError:
-            await _close_quietly(ws)
-            raise
-        if isinstance(answer, Refused):
-            await _close_quietly(ws)
-            raise HandshakeRefused(
-                answer.code, f"the owner refused the connection: {answer.message}", answer.supported_versions
-            )
-        if not isinstance(answer, Welcome):
-            await _close_quietly(ws)
-            raise ProtocolError(f"expected welcome or refused, got {answer.TYPE}")
-        self.welcome = answer
-        return ws
-
-    async def _open_first(self, nursery: trio.Nursery, wait_s: float) -> trio_websocket.WebSocketConnection:
-        """The first connection: tried once, or again with back-off for ``wait_s`` while no owner answers."""
-        deadline = trio.current_time() + wait_s
-        backoff = BACKOFF_INITIAL_S
-        while True:
-            try:
-                return await self._open(nursery)
-            except OwnerUnavailable:
-                if trio.current_time() + backoff > deadline:
-                    raise
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
-
-    async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
-        """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
-        assert self._nursery is not None
-        ws = first
-        backoff = BACKOFF_INITIAL_S
-        attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
-        while True:
-            await self._serve(ws)
-            self._connected = trio.Event()
-            if self.on_connection_lost is not None:
-                self.on_connection_lost()
-            self._fail_in_flight(
-                ConnectionLost(
-                    f"the connection to the owner ({self._describe_target()}) was lost before the reply arrived; "
-                    "the request may or may not have been applied"
-                )
-            )
-            if self._closed or not self._reconnect:
-                self._failure = ConnectionLost(f"the connection to the owner ({self._describe_target()}) ended")
-                self._connected.set()
-                return
-            while True:
-                await trio.sleep(backoff)
-                try:
-                    ws = await self._open(self._nursery, timeout_s=attempt_timeout_s)
-                except HandshakeRefused as exc:
-                    self._failure = exc
-                    self._connected.set()
-                    return
-                except (OwnerUnavailable, ProtocolError):
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
-                    attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
-                    continue
-                backoff = BACKOFF_INITIAL_S
-                attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
-                self.reconnects += 1
-                break
-
-    async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
-        self._ws = ws
-        self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
-        self._last_heard_s = trio.current_time()
-        if self.announcement is not None:
-            self._send_nowait(self.announcement())
-        for stream in list(self._watches.values()):
-            stream._resubscribe()
-        self._connected.set()
-        assert self.welcome is not None
-        interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
-                nursery.start_soon(self._heartbeat, interval_s, nursery.cancel_scope)
-                await self._receive_loop(ws)
-                nursery.cancel_scope.cancel(reason="connection closed")
-        finally:
-            self._ws = None
-            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
-                scope.shield = True
-                await _close_quietly(ws)
-
-    async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
-        """Ping the owner every ``interval_s``; give the connection up if the owner stays silent 4 times as long
-        (a stopped or wedged owner never closes the connection by itself)."""
-        while True:
-            await trio.sleep(interval_s)
-            if trio.current_time() - self._last_heard_s > 4 * interval_s:
-                connection_scope.cancel(reason="the owner went silent")
-                return
-            self._send_nowait(Ping(call_id=0))
-
-    async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
-        """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
-        try:
-            await self._send_queued(ws)
-        except CONNECTION_ENDED:
-            connection_scope.cancel(reason="the connection broke while sending")
-
-    async def _send_queued(self, ws: trio_websocket.WebSocketConnection) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready = trio.Event()
-            while self._outbox:
-                message, _ = take_message(self._outbox)
-                await ws.send_message(message)
-
-    async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
-        while True:
-            try:
-                message = await ws.get_message()
-            except CONNECTION_ENDED:
-                return
-            self._last_heard_s = trio.current_time()
-            try:
-                frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
-            except ProtocolError:
-                return  # an owner we cannot understand: drop the connection and reconnect
-            for frame in frames:
-                self._deliver(frame)
-
-    def _deliver(self, frame: Frame | BadFrame) -> None:
-        if isinstance(frame, Change):
-            stream = self._watches.get(frame.watch_id)
-            if stream is not None:
-                stream._deliver(frame)
-            return
-        if isinstance(frame, Lease | CancelLease):
-            if self.on_lease is not None:
-                self.on_lease(frame)
-            return
-        if isinstance(frame, Goodbye | BadFrame):
-            return  # the connection ends next; in-flight calls fail with ConnectionLost then
-        call_id = getattr(frame, "call_id", None)
-        waiter = self._waiters.pop(call_id, None) if call_id is not None else None
-        if waiter is not None:
-            waiter.reply = frame
-            waiter.event.set()
-
-    def _fail_in_flight(self, error: TetherError) -> None:
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            waiter.reply = error
-            waiter.event.set()
-
-    async def _aclose(self) -> None:
-        self._closed = True
-        ws = self._ws
-        if ws is not None:
-            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
-                scope.shield = True
-                await _close_quietly(ws)
 
 
 @attrs.define
@@ -776,119 +449,6 @@ class Transaction:
         )
 
 
-class WatchStream:
-    """An ordered stream of :class:`~protocol.Change` for one watch; survives reconnects without gaps."""
-
-    def __init__(self, client: Client, conversation_id: str | None, from_seq: int) -> None:
-        self._client = client
-        self.conversation_id = conversation_id
-        self._buffered_seq = from_seq
-        """The newest seq put in the buffer: where a resubscription resumes."""
-        self.last_seq = from_seq
-        """The newest seq handed to the consumer."""
-        self._buffer: deque[Change] = deque()
-        self._ready = trio.Event()
-        self._watch_id: int | None = None
-        self._subscribed = False
-        self._lagging = False
-        self._closed = False
-
-    async def __aenter__(self) -> WatchStream:
-        await self._subscribe()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __aiter__(self) -> WatchStream:
-        return self
-
-    async def __anext__(self) -> Change:
-        if not self._subscribed:
-            await self._subscribe()
-        while not self._buffer:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._lagging:
-                self._lagging = False
-                await self._subscribe()
-                continue
-            self._ready = trio.Event()
-            await self._ready.wait()
-        change = self._buffer.popleft()
-        self.last_seq = change.seq
-        return change
-
-    async def aclose(self) -> None:
-        """Stop the watch. Buffered changes are dropped."""
-        self._closed = True
-        self._ready.set()
-        self._unsubscribe()
-
-    async def _subscribe(self) -> None:
-        self._subscribed = True
-        request = self._new_subscription()
-        try:
-            await self._client._call(request, Watching)
-        except ConnectionLost:
-            pass  # resubscribed from the buffered seq when the connection returns
-        except TetherError:
-            self._drop_subscription()
-            raise
-
-    def _resubscribe(self) -> None:
-        """The connection was re-established: subscribe again from where the buffer ends."""
-        if self._closed or not self._subscribed or self._lagging:
-            return
-        self._client._send_nowait(self._new_subscription())
-
-    def _new_subscription(self) -> Watch:
-        """Register under a fresh watch id (a late change of an old subscription is then ignored) and return the
-        request that subscribes from where the buffer ends."""
-        self._drop_subscription()
-        watch_id = next(self._client._watch_ids)
-        self._watch_id = watch_id
-        self._client._watches[watch_id] = self
-        return Watch(call_id=0, watch_id=watch_id, conversation_id=self.conversation_id, from_seq=self._buffered_seq)
-
-    def _unsubscribe(self) -> None:
-        """Forget the subscription and tell the owner, if it can be told."""
-        watch_id = self._watch_id
-        self._drop_subscription()
-        client = self._client
-        if watch_id is not None and client._connected.is_set() and client._failure is None:
-            client._send_nowait(Unwatch(call_id=0, watch_id=watch_id))
-
-    def _drop_subscription(self) -> None:
-        if self._watch_id is not None:
-            self._client._watches.pop(self._watch_id, None)
-            self._watch_id = None
-
-    def _deliver(self, change: Change) -> None:
-        if change.seq <= self._buffered_seq or self._lagging:
-            return
-        if len(self._buffer) >= WATCH_BUFFER_LIMIT:
-            # The consumer is slow: stop receiving, and re-read from the log once the buffer has drained.
-            self._lagging = True
-            self._unsubscribe()
-            self._ready.set()
-            return
-        self._buffer.append(change)
-        self._buffered_seq = change.seq
-        self._ready.set()
-
-
-def _binary(message: str | bytes) -> bytes:
-    if isinstance(message, str):
-        raise ProtocolError("the owner sent a text message; the protocol is binary msgpack")
-    return message
-
-
-async def _close_quietly(ws: trio_websocket.WebSocketConnection) -> None:
-    with contextlib.suppress(Exception):
-        await ws.aclose()
-
-
 @contextlib.asynccontextmanager
 async def connect(
     db: str | os.PathLike[str] | None = None,
@@ -909,8 +469,8 @@ async def connect(
     refuses the token, version or role.
     """
     if (db is None) == (url is None):
-        raise ValueError("connect() needs exactly one of db=PATH or url=URL")
-    client = Client(
+        raise UsageError("connect() needs exactly one of db=PATH or url=URL")
+    async with open_connection(
         db=None if db is None else os.fspath(db),
         url=url,
         token=token,
@@ -918,16 +478,6 @@ async def connect(
         name=name,
         reconnect=reconnect,
         reconnect_timeout_s=reconnect_timeout_s,
-    )
-    try:
-        async with trio.open_nursery() as nursery:
-            client._nursery = nursery
-            first = await client._open_first(nursery, wait_for_owner_s)
-            nursery.start_soon(client._run, first)
-            try:
-                yield client
-            finally:
-                await client._aclose()
-                nursery.cancel_scope.cancel(reason="the client is closing")
-    except BaseExceptionGroup as group:
-        raise collapse_group(group) from None
+        wait_for_owner_s=wait_for_owner_s,
+    ) as connection:
+        yield Client(connection)

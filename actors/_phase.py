@@ -19,6 +19,7 @@ from protocol import (
     LeaseRef,
     SetTaskState,
     TaskOutcome,
+    UsageError,
     WaitPolicy,
     json_value,
     phase_of,
@@ -27,7 +28,7 @@ from protocol import (
 from ._client import Client, Transaction
 
 
-class PhaseEnded(Exception):
+class PhaseEnded(UsageError):
     """The phase already committed its task's next state; it may not commit another."""
 
 
@@ -43,7 +44,7 @@ class PhaseTransaction(Transaction):
     def advance(self, checkpoint: Any) -> None:
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
         if _canonical(checkpoint) == _canonical(self._phase.checkpoint):
-            raise ValueError("advance() needs a new checkpoint: committing the same one is not progress")
+            raise UsageError("advance() needs a new checkpoint: committing the same one is not progress")
         self._state(SetTaskState(task_id=self._phase.task_id, status="running", checkpoint=json_value(checkpoint)))
 
     def wait(self, *, on: Sequence[str], policy: WaitPolicy = "all_settled", checkpoint: Any) -> None:
@@ -86,7 +87,7 @@ class PhaseTransaction(Transaction):
 
     def _state(self, write: SetTaskState) -> None:
         if self.ends_phase:
-            raise ValueError("a commit holds at most one new state of its task")
+            raise UsageError("a commit holds at most one new state of its task")
         self.ends_phase = True
         self.writes.append(write)
 
@@ -108,6 +109,9 @@ class Phase:
         self.version = version
         self.input: Any = lease.input
         self.checkpoint: Any = checkpoint
+        self._identity_checkpoint: Any = checkpoint if lease.checkpoint is None else lease.checkpoint
+        """What operation ids hash: the checkpoint as stored (before a newer worker migrates it), or the first
+        phase's ``initial(input)`` when nothing is stored yet."""
         self.conversation_id = lease.conversation_id
         self.owner_task_id = lease.owner_task_id
         self.restarts = lease.restarts
@@ -136,9 +140,11 @@ class Phase:
         """An id stable across re-runs of this phase from this checkpoint: an idempotency key for effects.
 
         It depends on the task, the stored checkpoint and ``key`` only, so an abort handler (which sees the
-        checkpoint of the phase it interrupted) derives the same id to undo that phase's effect.
+        checkpoint of the phase it interrupted) derives the same id to undo that phase's effect. The checkpoint is
+        taken as stored, before any migration: a newer worker re-running (or aborting) a phase of an older version
+        derives the ids that version derived.
         """
-        material = _canonical([self.task_id, self.checkpoint, key]).encode()
+        material = _canonical([self.task_id, self._identity_checkpoint, key]).encode()
         digest = bytearray(hashlib.sha256(material).digest()[:16])
         digest[6] = (digest[6] & 0x0F) | 0x80  # version 8 (custom), RFC 9562
         digest[8] = (digest[8] & 0x3F) | 0x80
@@ -161,14 +167,14 @@ class Phase:
             self.ended = True
 
     async def _commit(self, tx: PhaseTransaction) -> Committed:
-        request = Commit(call_id=0, writes=tuple(tx.writes), lease=self.lease)
+        request = Commit(writes=tuple(tx.writes), lease=self.lease)
         try:
-            return await self.client._call(request, Committed)
+            return await self.client.connection.call(request, Committed)
         except ConnectionLost:
             # The outcome is unknown, and the lease is gone either way: it belonged to the lost connection. Sending
             # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
             # this run like any late commit; what was applied before the loss stays applied.
-            return await self.client._call(request, Committed)
+            return await self.client.connection.call(request, Committed)
 
     async def advance(self, checkpoint: Any) -> None:
         async with self.commit() as tx:

@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import socket
-import sys
 import traceback
 from collections.abc import Callable
 from typing import Final
@@ -15,8 +14,10 @@ import attrs
 import trio
 
 from protocol import (
+    DEFAULT_MAX_LEASES,
     Announce,
     CancelLease,
+    ConnectionLost,
     Lease,
     LeaseRef,
     Ok,
@@ -27,13 +28,12 @@ from protocol import (
     TetherError,
     collapse_group,
 )
+from protocol.io import log_stderr
 
 from ._app import App, TaskDefinition
 from ._client import Client, connect
 from ._phase import Phase
 
-MAX_LEASES: Final = 64
-"""Phases one worker runs at once."""
 MAX_ERROR_CHARS: Final = 4000
 RELEASE_TIMEOUT_S: Final = 10.0
 
@@ -134,36 +134,40 @@ class Worker:
             await function(rt)
         except StaleLease:
             raise
-        except Exception as exc:
-            error = _describe(exc)
-            trace = "".join(traceback.format_exception(exc)).rstrip()
-            self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
-            if not rt.ended:
-                await rt.fault("phase_error", error)
-            return
         except BaseExceptionGroup as group:
+            # Before ``except Exception`` (an ExceptionGroup is an Exception): a phase whose own nursery raised
+            # a stale lease (or was cancelled) ends as that, not as a phase crash.
             collapsed = collapse_group(group)
             if isinstance(collapsed, trio.Cancelled | StaleLease):
                 raise collapsed from None
-            raise
+            if not isinstance(group, Exception):
+                raise
+            await self._phase_raised(rt, group)
+            return
+        except Exception as exc:
+            await self._phase_raised(rt, exc)
+            return
         if not rt.ended:
             await rt.fault("no_progress", f"phase {rt.phase!r} returned without committing a new state")
 
+    async def _phase_raised(self, rt: Phase, exc: Exception) -> None:
+        error = _describe(exc)
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
+        if not rt.ended:
+            await rt.fault("phase_error", error)
+
     async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
-        request = Release(call_id=0, lease=lease.lease, migration_error=migration_error)
+        request = Release(lease=lease.lease, migration_error=migration_error)
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
             scope.shield = True
             # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
-            await self.client._call(request, Ok)
+            await self.client.connection.call(request, Ok)
 
 
 def _describe(exc: BaseException) -> str:
     """``Type: message``, as a task's error text (the traceback goes to the worker's log)."""
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-
-
-def _log_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 async def serve(
@@ -173,8 +177,8 @@ async def serve(
     url: str | None = None,
     token: str | None = None,
     name: str = "",
-    max_leases: int = MAX_LEASES,
-    log: Callable[[str], None] = _log_stderr,
+    max_leases: int = DEFAULT_MAX_LEASES,
+    log: Callable[[str], None] = log_stderr,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until cancelled.
@@ -197,7 +201,6 @@ async def serve(
 
                 def announcement(worker: Worker = worker) -> Announce:
                     return Announce(
-                        call_id=0,
                         pid=os.getpid(),
                         host=socket.gethostname(),
                         app=app.name,
@@ -206,13 +209,16 @@ async def serve(
                         leases=worker.held(),
                     )
 
-                client.on_lease = worker.on_lease
-                client.on_connection_lost = worker.on_connection_lost
-                client.announcement = announcement  # re-sent by the client after every reconnection
+                client.connection.on_lease = worker.on_lease
+                client.connection.on_connection_lost = worker.on_connection_lost
+                client.connection.announcement = announcement  # re-sent by the connection after every reconnection
                 await client.announce(announcement())
                 if not started:
                     started = True
                     task_status.started(client)
                 await trio.sleep_forever()
-        except OwnerUnavailable:
-            continue  # the owner stayed away longer than a client waits for it: connect afresh, waiting again
+        except (OwnerUnavailable, ConnectionLost):
+            # OwnerUnavailable: the owner stayed away longer than a client waits for it. ConnectionLost: the owner
+            # went away during the first announcement (later ones are re-sent by the client itself). Either way,
+            # connect afresh, waiting for the next owner.
+            continue

@@ -6,6 +6,7 @@ Both the storage owner and its peers speak only through this package.
 from ._codec import (
     MAX_JSON_DEPTH,
     BadFrame,
+    Received,
     check_json,
     converter,
     decode_frame,
@@ -36,6 +37,7 @@ from ._errors import (
     StaleLease,
     StorageError,
     TetherError,
+    UsageError,
     collapse_group,
     error_for_code,
 )
@@ -154,6 +156,7 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
+from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -172,10 +175,12 @@ from ._version import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
     "FRAME_TYPES",
     "MAX_BATCH_FRAMES",
     "MAX_JSON_DEPTH",
+    "MAX_LEASES_PER_WORKER",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
@@ -262,6 +267,7 @@ __all__ = [
     "ReadTask",
     "ReadTaskGraph",
     "ReadUsage",
+    "Received",
     "Record",
     "RecoveryPolicy",
     "Refused",
@@ -298,6 +304,7 @@ __all__ = [
     "TaskStatus",
     "TetherError",
     "Unwatch",
+    "UsageError",
     "UsageReply",
     "UsageTotal",
     "WaitPolicy",

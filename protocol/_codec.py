@@ -23,7 +23,10 @@ from ._errors import ErrorCode, ProtocolError
 from ._frames import (
     FRAME_TYPES,
     RECORD_TYPES,
+    REPLY_TYPES,
+    REQUEST_TYPES,
     WRITE_TYPES,
+    Error,
     Frame,
     JsonValue,
     Record,
@@ -39,6 +42,7 @@ MAX_JSON_DEPTH: Final = 64
 MIN_FRAME_INT: Final = -(1 << 63)
 MAX_FRAME_INT: Final = (1 << 63) - 1
 FRAME_TAG_KEY: Final = "type"
+CALL_ID_KEY: Final = "call_id"
 WRITE_TAG_KEY: Final = "op"
 RECORD_TAG_KEY: Final = "record"
 
@@ -47,9 +51,21 @@ RECORD_TAG_KEY: Final = "record"
 class BadFrame:
     """A frame of a message that could not be decoded. Not a wire frame: what the decoder hands over instead."""
 
-    call_id: int | None
     code: ErrorCode
     message: str
+
+
+@attrs.frozen
+class Received:
+    """One frame of a message as decoded: the ``call_id`` of its envelope beside the frame (or :class:`BadFrame`).
+
+    ``call_id`` is the one read from the map, or ``None`` when it was absent or unusable (not a 64-bit integer).
+    Requests and replies always have one once decoded (bar an :class:`~protocol.Error` that could not name its
+    request); events and the handshake never do.
+    """
+
+    call_id: int | None
+    frame: Frame | BadFrame
 
 
 # ------------------------------------------------------------------------------------------- JSON-like values
@@ -185,6 +201,8 @@ converter: Final = _make_converter()
 """The one converter of the protocol. Use :func:`encode_frame` and :func:`decode_message` for frames."""
 
 _FRAME_BY_TAG: Final[dict[str, type[Any]]] = {cls.TYPE: cls for cls in FRAME_TYPES}
+_ENVELOPED: Final[frozenset[type[Any]]] = frozenset(REQUEST_TYPES + REPLY_TYPES)
+"""The frames whose envelope carries a ``call_id`` (right after the ``type`` tag); only an ``Error`` may have none."""
 
 
 class _Hooks(dict[type[Any], Callable[..., Any]]):
@@ -214,22 +232,28 @@ def _reject_ext(code: int, data: bytes) -> object:
 # ---------------------------------------------------------------------------------------------------- encode
 
 
-def unstructure_frame(frame: Frame) -> dict[str, Any]:
-    """The map a frame travels as, its ``type`` tag first."""
+def unstructure_frame(frame: Frame, *, call_id: int | None = None) -> dict[str, Any]:
+    """The map a frame travels as: its ``type`` tag first, then (requests and replies) the envelope's ``call_id``,
+    then its fields.
+
+    Raises ``ValueError`` (a bug of the caller) for a request or reply without ``call_id`` (an ``Error`` excepted:
+    it travels with a nil one when it could not name its request) and for an event or handshake frame with one.
+    """
     cls = type(frame)
     body = _UNSTRUCTURE[cls](frame)
+    if cls in _ENVELOPED:
+        if call_id is None and cls is not Error:
+            raise ValueError(f"a {cls.TYPE} frame needs a call_id")
+        return {FRAME_TAG_KEY: cls.TYPE, CALL_ID_KEY: call_id, **body}
+    if call_id is not None:
+        raise ValueError(f"a {cls.TYPE} frame carries no call_id")
     return {FRAME_TAG_KEY: cls.TYPE, **body}
 
 
 def encode_frame(frame: Frame, *, call_id: int | None = None) -> bytes:
-    """Encode one frame as a msgpack map; the bytes are also a valid one-frame message.
-
-    ``call_id`` replaces the request's own (cheaper than building a new frame for every call).
-    """
-    body = unstructure_frame(frame)
-    if call_id is not None:
-        body["call_id"] = call_id
-    return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+    """Encode one frame, with its envelope's ``call_id`` (see :func:`unstructure_frame`), as a msgpack map; the
+    bytes are also a valid one-frame message."""
+    return msgpack.packb(unstructure_frame(frame, call_id=call_id), use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def join_frames(encoded: Sequence[bytes]) -> bytes:
@@ -271,20 +295,25 @@ def _array_header(length: int) -> bytes:
     return b"\xdd" + length.to_bytes(4, "big")
 
 
-def encode_message(frames: Iterable[Frame]) -> bytes:
-    """Encode frames into one message (see :func:`join_frames`)."""
-    return join_frames([encode_frame(frame) for frame in frames])
+def encode_message(frames: Iterable[Received]) -> bytes:
+    """Encode frames, each with its envelope's ``call_id``, into one message (see :func:`join_frames`)."""
+    encoded = []
+    for received in frames:
+        if isinstance(received.frame, BadFrame):
+            raise TypeError("a BadFrame is not a wire frame")
+        encoded.append(encode_frame(received.frame, call_id=received.call_id))
+    return join_frames(encoded)
 
 
 # ---------------------------------------------------------------------------------------------------- decode
 
 
-def decode_message(data: object, *, max_bytes: int = MAX_MESSAGE_BYTES) -> list[Frame | BadFrame]:
+def decode_message(data: object, *, max_bytes: int = MAX_MESSAGE_BYTES) -> list[Received]:
     """Decode one WebSocket message into its frames, in order.
 
     Raises :class:`ProtocolError` when the message as a whole is unusable (text instead of binary, too large,
     not msgpack, neither a map nor an array of maps). A frame that is unusable on its own becomes a
-    :class:`BadFrame` in its place, carrying its ``call_id`` when one could be read.
+    :class:`BadFrame` in its place; each comes as a :class:`Received`, with the ``call_id`` read from its map.
     """
     if not isinstance(data, bytes | bytearray):
         raise ProtocolError("messages must be binary (msgpack), not text", code=ErrorCode.BAD_FRAME)
@@ -312,37 +341,63 @@ def decode_message(data: object, *, max_bytes: int = MAX_MESSAGE_BYTES) -> list[
 
 
 def decode_frame(data: bytes) -> Frame:
-    """Decode a message that must hold exactly one well-formed frame; raise :class:`ProtocolError` otherwise."""
+    """Decode a message that must hold exactly one well-formed frame; raise :class:`ProtocolError` otherwise.
+
+    For the handshake, whose frames have no ``call_id``; use :func:`decode_message` to read one.
+    """
     frames = decode_message(data)
     if len(frames) != 1:
         raise ProtocolError(f"expected one frame, got a batch of {len(frames)}")
-    frame = frames[0]
+    frame = frames[0].frame
     if isinstance(frame, BadFrame):
         raise ProtocolError(frame.message, code=frame.code)
     return frame
 
 
-def structure_frame(raw: object) -> Frame | BadFrame:
-    """Turn one decoded msgpack value into a frame, or a :class:`BadFrame` naming what was wrong."""
+def structure_frame(raw: object) -> Received:
+    """Turn one decoded msgpack value into a frame, or a :class:`BadFrame` naming what was wrong, beside the
+    ``call_id`` read from it.
+
+    A request or reply must carry a ``call_id`` (an ``Error``'s may be nil); any other frame must not.
+    """
     if not isinstance(raw, dict):
-        return BadFrame(call_id=None, code=ErrorCode.BAD_FRAME, message="a frame must be a map")
+        return Received(None, BadFrame(code=ErrorCode.BAD_FRAME, message="a frame must be a map"))
     if any(type(key) is not str for key in raw):
-        return BadFrame(call_id=None, code=ErrorCode.BAD_FRAME, message="frame map keys must be strings")
-    call_id = raw.get("call_id")
+        return Received(None, BadFrame(code=ErrorCode.BAD_FRAME, message="frame map keys must be strings"))
+    call_id = raw.get(CALL_ID_KEY)
     if type(call_id) is not int or not MIN_FRAME_INT <= call_id <= MAX_FRAME_INT:
         call_id = None
     tag = raw.get(FRAME_TAG_KEY)
     cls = _FRAME_BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"unknown frame type {tag!r}")
+        return Received(call_id, BadFrame(code=ErrorCode.BAD_FRAME, message=f"unknown frame type {tag!r}"))
     del raw[FRAME_TAG_KEY]  # the map is ours: freshly decoded
+    if cls in _ENVELOPED:
+        problem = _call_id_problem(raw, optional=cls is Error)
+        if problem is not None:
+            return Received(call_id, BadFrame(code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {problem}"))
+        del raw[CALL_ID_KEY]
     try:
         frame: Frame = _STRUCTURE[cls](raw, cls)
     except PEER_INPUT_ERRORS as exc:
         if not _blames_peer(exc):
             raise  # a bug of ours (a hook, the converter) that cattrs wrapped: never the peer's fault
-        return BadFrame(call_id=call_id, code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {describe(exc)}")
-    return frame
+        return Received(call_id, BadFrame(code=ErrorCode.BAD_FRAME, message=f"bad {tag} frame: {describe(exc)}"))
+    return Received(call_id, frame)
+
+
+def _call_id_problem(raw: dict[str, Any], *, optional: bool) -> str | None:
+    """What is wrong with the ``call_id`` of a request's or reply's map, as ``$.call_id: problem``, or ``None``."""
+    if CALL_ID_KEY not in raw:
+        return f"$.{CALL_ID_KEY}: required field missing"
+    value = raw[CALL_ID_KEY]
+    if value is None and optional:
+        return None
+    try:
+        _strict_int(value, int)
+    except (TypeError, ValueError) as exc:
+        return f"$.{CALL_ID_KEY}: {exc}"
+    return None
 
 
 PEER_INPUT_ERRORS: Final = (TypeError, ValueError, KeyError, cattrs.errors.CattrsError)

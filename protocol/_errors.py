@@ -15,7 +15,9 @@ Errors cross the wire as an :class:`ErrorCode` plus a message, never as exceptio
     │   └── NotAllowed
     ├── StorageError           the database failed; the owner fails closed
     ├── SchemaTooNew           the database was written by a newer engine
-    └── OwnerAlreadyRunning    another live owner holds the database
+    ├── OwnerAlreadyRunning    another live owner holds the database
+    └── UsageError             the API was called in a way it cannot serve (also a ValueError)
+        └── PhaseEnded         (actors) a phase committed again after ending its run
 """
 
 from __future__ import annotations
@@ -138,6 +140,12 @@ class SchemaTooNew(TetherError):
 
 class OwnerAlreadyRunning(TetherError):
     """Another live owner holds the database."""
+
+
+class UsageError(TetherError, ValueError):
+    """The API was called in a way it cannot serve (a bad argument, a call out of order); nothing was sent.
+
+    Also a ``ValueError``, which is what these errors were before they joined the tree."""
 
 
 _REQUEST_ERRORS: dict[str, type[RequestFailed]] = {

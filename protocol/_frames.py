@@ -4,7 +4,8 @@ A frame travels as a msgpack map whose ``type`` key holds the class's ``TYPE`` t
 Fields are msgpack-native: ``int``, ``str``, ``bool``, ``None``, tuples, nested frozen classes, and opaque
 JSON-like application values (:data:`JsonValue`). Times are integer milliseconds on the owner's clock.
 
-Requests carry a ``call_id`` chosen by the sender; the owner's reply carries the same ``call_id``. Events are
+Requests and replies carry a ``call_id`` in their envelope, not as a field of their class: the sender chooses it, the
+owner's reply carries the same one (see :func:`~protocol.encode_frame` and :class:`~protocol.Received`). Events are
 pushed by the owner without one: ``Change`` (a watch's commit), ``Lease`` and ``CancelLease`` (to a worker) and
 ``Goodbye`` (the connection ends). The handshake's ``Hello``, ``Welcome`` and ``Refused`` carry none either.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal, NewType, TypeAlias
 
 import attrs
+
+from ._limits import DEFAULT_MAX_LEASES
 
 JsonValue = NewType("JsonValue", object)
 """An application value: ``None``, ``bool``, ``int``, ``float``, ``str``, lists and str-keyed maps of them."""
@@ -535,7 +538,6 @@ class Commit:
     """
 
     TYPE: ClassVar[str] = "commit"
-    call_id: int
     writes: tuple[Write, ...]
     lease: LeaseRef | None = None
 
@@ -553,7 +555,6 @@ class Submit:
     """Admit a submission; a repeated ``request_id`` returns the original instead."""
 
     TYPE: ClassVar[str] = "submit"
-    call_id: int
     conversation_id: str
     submission_id: str
     request_id: str
@@ -566,7 +567,6 @@ class Submit:
 @attrs.frozen(kw_only=True)
 class ReadConversation:
     TYPE: ClassVar[str] = "read_conversation"
-    call_id: int
     conversation_id: str
 
 
@@ -575,7 +575,6 @@ class ReadEntries:
     """Read a page of entries. ``cursor`` is exclusive: positions after it (``asc``) or before it (``desc``)."""
 
     TYPE: ClassVar[str] = "read_entries"
-    call_id: int
     conversation_id: str
     order: Order
     cursor: int | None
@@ -585,7 +584,6 @@ class ReadEntries:
 @attrs.frozen(kw_only=True)
 class ReadDocument:
     TYPE: ClassVar[str] = "read_document"
-    call_id: int
     conversation_id: str | None
     name: str
 
@@ -593,7 +591,6 @@ class ReadDocument:
 @attrs.frozen(kw_only=True)
 class ReadSubmission:
     TYPE: ClassVar[str] = "read_submission"
-    call_id: int
     conversation_id: str
     request_id: str
 
@@ -603,7 +600,6 @@ class Watch:
     """Subscribe to every commit after ``from_seq`` touching ``conversation_id`` (``None``: every commit)."""
 
     TYPE: ClassVar[str] = "watch"
-    call_id: int
     watch_id: int
     conversation_id: str | None
     from_seq: int
@@ -612,14 +608,12 @@ class Watch:
 @attrs.frozen(kw_only=True)
 class Unwatch:
     TYPE: ClassVar[str] = "unwatch"
-    call_id: int
     watch_id: int
 
 
 @attrs.frozen(kw_only=True)
 class Ping:
     TYPE: ClassVar[str] = "ping"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
@@ -627,12 +621,11 @@ class Announce:
     """A worker says who it is and what it can run. Sent after every (re)connection; a later one replaces it."""
 
     TYPE: ClassVar[str] = "announce"
-    call_id: int
     pid: int
     host: str
     app: str
     capabilities: tuple[Capability, ...]
-    max_leases: int = 64
+    max_leases: int = DEFAULT_MAX_LEASES
     """How many phases this worker runs at once."""
     leases: tuple[LeaseRef, ...] = ()
     """Leases whose phases still run here (after a reconnection): those no longer valid are cancelled."""
@@ -641,7 +634,6 @@ class Announce:
 @attrs.frozen(kw_only=True)
 class ReadTask:
     TYPE: ClassVar[str] = "read_task"
-    call_id: int
     task_id: str
 
 
@@ -650,7 +642,6 @@ class ReadOutcomes:
     """The outcomes of tasks (``None`` for a task that is not terminal yet)."""
 
     TYPE: ClassVar[str] = "read_outcomes"
-    call_id: int
     task_ids: tuple[str, ...]
 
 
@@ -659,7 +650,6 @@ class WaitTask:
     """Answered with a ``TaskReply`` once the task is terminal (at once if it already is)."""
 
     TYPE: ClassVar[str] = "wait_task"
-    call_id: int
     task_id: str
 
 
@@ -668,7 +658,6 @@ class ReadTaskGraph:
     """A page of the live tasks (by id, after ``after_task_id``), with the reason a pending one is blocked."""
 
     TYPE: ClassVar[str] = "read_task_graph"
-    call_id: int
     after_task_id: str | None = None
     limit: int = 1000
 
@@ -679,7 +668,6 @@ class Release:
     could not migrate the stored task (``migration_error``)."""
 
     TYPE: ClassVar[str] = "release"
-    call_id: int
     lease: LeaseRef
     migration_error: str | None = None
 
@@ -689,7 +677,6 @@ class ReadPeers:
     """List the attached connections (for ``tether status``)."""
 
     TYPE: ClassVar[str] = "read_peers"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
@@ -697,14 +684,12 @@ class AdvanceClock:
     """Move a manual clock forward (owners started with ``--clock manual`` only)."""
 
     TYPE: ClassVar[str] = "advance_clock"
-    call_id: int
     by_ms: int
 
 
 @attrs.frozen(kw_only=True)
 class ReadRun:
     TYPE: ClassVar[str] = "read_run"
-    call_id: int
     run_id: str
 
 
@@ -713,7 +698,6 @@ class ReadRuns:
     """A page of runs in run id order after ``after_run_id``, of one conversation and/or one status."""
 
     TYPE: ClassVar[str] = "read_runs"
-    call_id: int
     conversation_id: str | None = None
     status: str | None = None
     after_run_id: str | None = None
@@ -725,7 +709,6 @@ class WaitRun:
     """Answered with a ``RunReply`` once the run is completed, failed, cancelled or needs_attention."""
 
     TYPE: ClassVar[str] = "wait_run"
-    call_id: int
     run_id: str
 
 
@@ -734,7 +717,6 @@ class CancelRun:
     """End a queued run ``cancelled`` at once; abort an active run's task (it ends ``cancelled`` once terminal)."""
 
     TYPE: ClassVar[str] = "cancel_run"
-    call_id: int
     run_id: str
 
 
@@ -743,7 +725,6 @@ class ReadOperations:
     """A run's operation journal, oldest first; ``cursor`` is how many were read already (the journal only grows)."""
 
     TYPE: ClassVar[str] = "read_operations"
-    call_id: int
     run_id: str
     cursor: int = 0
     limit: int = 1000
@@ -754,7 +735,6 @@ class ReadUsage:
     """Usage per conversation (``conversation_id``) or, when ``None``, of every model."""
 
     TYPE: ClassVar[str] = "read_usage"
-    call_id: int
     conversation_id: str | None = None
 
 
@@ -763,7 +743,6 @@ class Resolve:
     """Settle an interrupted manual tool call with ``output`` (its result the model sees); writers only."""
 
     TYPE: ClassVar[str] = "resolve"
-    call_id: int
     operation_id: str
     output: JsonValue
     resolved_by: str | None = None
@@ -774,7 +753,6 @@ class Respond:
     """Answer an interaction, once (the same answer again is a no-op); writers only."""
 
     TYPE: ClassVar[str] = "respond"
-    call_id: int
     interaction_id: str
     approve: bool
     note: str | None = None
@@ -787,7 +765,6 @@ class RetryRun:
     its cause is settled); writers only."""
 
     TYPE: ClassVar[str] = "retry_run"
-    call_id: int
     run_id: str
 
 
@@ -796,7 +773,6 @@ class ReadInteractions:
     """A page of interactions in id order, of one status and/or one run."""
 
     TYPE: ClassVar[str] = "read_interactions"
-    call_id: int
     status: str | None = None
     run_id: str | None = None
     after_interaction_id: str | None = None
@@ -812,7 +788,6 @@ class Committed:
     version, 1 for an abort that marked its task (0 if it was already marked or terminal), 0 otherwise."""
 
     TYPE: ClassVar[str] = "committed"
-    call_id: int
     seq: int
     committed_at_ms: int
     results: tuple[int, ...]
@@ -823,7 +798,6 @@ class Submitted:
     """``created`` is false when ``request_id`` was already used and ``submission`` is the original."""
 
     TYPE: ClassVar[str] = "submitted"
-    call_id: int
     submission: SubmissionRecord
     created: bool
 
@@ -831,7 +805,6 @@ class Submitted:
 @attrs.frozen(kw_only=True)
 class ConversationReply:
     TYPE: ClassVar[str] = "conversation"
-    call_id: int
     conversation: ConversationRecord
 
 
@@ -840,7 +813,6 @@ class EntriesReply:
     """``next_cursor`` continues the read in the same order; ``None`` when there is nothing further."""
 
     TYPE: ClassVar[str] = "entries"
-    call_id: int
     entries: tuple[EntryRecord, ...]
     next_cursor: int | None
 
@@ -848,14 +820,12 @@ class EntriesReply:
 @attrs.frozen(kw_only=True)
 class DocumentReply:
     TYPE: ClassVar[str] = "document"
-    call_id: int
     document: DocumentRecord | None
 
 
 @attrs.frozen(kw_only=True)
 class SubmissionReply:
     TYPE: ClassVar[str] = "submission"
-    call_id: int
     submission: SubmissionRecord | None
 
 
@@ -864,7 +834,6 @@ class Watching:
     """The watch is registered; every commit after ``from_seq`` will follow as ``Change`` events."""
 
     TYPE: ClassVar[str] = "watching"
-    call_id: int
     watch_id: int
     head_seq: int
 
@@ -872,14 +841,12 @@ class Watching:
 @attrs.frozen(kw_only=True)
 class PeersReply:
     TYPE: ClassVar[str] = "peers"
-    call_id: int
     peers: tuple[PeerInfo, ...]
 
 
 @attrs.frozen(kw_only=True)
 class TaskReply:
     TYPE: ClassVar[str] = "task"
-    call_id: int
     task: TaskRecord
     input: JsonValue
     checkpoint: JsonValue
@@ -888,7 +855,6 @@ class TaskReply:
 @attrs.frozen(kw_only=True)
 class OutcomesReply:
     TYPE: ClassVar[str] = "outcomes"
-    call_id: int
     outcomes: tuple[TaskOutcome | None, ...]
 
 
@@ -907,7 +873,6 @@ class TaskNode:
 @attrs.frozen(kw_only=True)
 class TaskGraphReply:
     TYPE: ClassVar[str] = "task_graph"
-    call_id: int
     seq: int
     """The page as of this commit; a watch from the first page's continues without gap."""
     nodes: tuple[TaskNode, ...]
@@ -918,14 +883,12 @@ class TaskGraphReply:
 @attrs.frozen(kw_only=True)
 class RunReply:
     TYPE: ClassVar[str] = "run"
-    call_id: int
     run: RunRecord
 
 
 @attrs.frozen(kw_only=True)
 class RunsReply:
     TYPE: ClassVar[str] = "runs"
-    call_id: int
     runs: tuple[RunRecord, ...]
     next_after_run_id: str | None = None
 
@@ -933,7 +896,6 @@ class RunsReply:
 @attrs.frozen(kw_only=True)
 class OperationsReply:
     TYPE: ClassVar[str] = "operations"
-    call_id: int
     operations: tuple[OperationRecord, ...]
     next_cursor: int | None = None
 
@@ -941,21 +903,18 @@ class OperationsReply:
 @attrs.frozen(kw_only=True)
 class OperationReply:
     TYPE: ClassVar[str] = "operation"
-    call_id: int
     operation: OperationRecord
 
 
 @attrs.frozen(kw_only=True)
 class InteractionReply:
     TYPE: ClassVar[str] = "interaction"
-    call_id: int
     interaction: InteractionRecord
 
 
 @attrs.frozen(kw_only=True)
 class InteractionsReply:
     TYPE: ClassVar[str] = "interactions"
-    call_id: int
     interactions: tuple[InteractionRecord, ...]
     next_after_interaction_id: str | None = None
 
@@ -972,20 +931,17 @@ class UsageTotal:
 @attrs.frozen(kw_only=True)
 class UsageReply:
     TYPE: ClassVar[str] = "usage"
-    call_id: int
     totals: tuple[UsageTotal, ...]
 
 
 @attrs.frozen(kw_only=True)
 class Ok:
     TYPE: ClassVar[str] = "ok"
-    call_id: int
 
 
 @attrs.frozen(kw_only=True)
 class Pong:
     TYPE: ClassVar[str] = "pong"
-    call_id: int
     now_ms: int
     head_seq: int
 
@@ -993,16 +949,15 @@ class Pong:
 @attrs.frozen(kw_only=True)
 class ClockReply:
     TYPE: ClassVar[str] = "clock"
-    call_id: int
     now_ms: int
 
 
 @attrs.frozen(kw_only=True)
 class Error:
-    """A request failed and changed nothing. ``call_id`` is ``None`` when the frame was too broken to read one."""
+    """A request failed and changed nothing. Its envelope's ``call_id`` is ``None`` when the frame was too broken to
+    read one."""
 
     TYPE: ClassVar[str] = "error"
-    call_id: int | None
     code: str
     message: str
 

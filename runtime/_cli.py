@@ -13,7 +13,15 @@ from typing import Any, Final
 
 import trio
 
-from protocol import OwnerAlreadyRunning, SchemaTooNew, StorageError, TetherError, collapse_group
+from protocol import (
+    DEFAULT_MAX_LEASES,
+    MAX_LEASES_PER_WORKER,
+    OwnerAlreadyRunning,
+    SchemaTooNew,
+    StorageError,
+    TetherError,
+    collapse_group,
+)
 
 from ._parent import watch_parent
 
@@ -23,8 +31,6 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_SCHEMA_TOO_NEW: Final = 4
-MAX_LEASES: Final = 100_000
-"""The owner's limit on a worker's ``max_leases``."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -179,9 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--max-leases",
         type=_positive,
-        default=64,
+        default=DEFAULT_MAX_LEASES,
         metavar="N",
-        help="task phases each worker runs at once (default 64)",
+        help=f"task phases each worker runs at once (default {DEFAULT_MAX_LEASES})",
     )
 
     worker = commands.add_parser(
@@ -204,7 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
     worker.add_argument(
-        "--max-leases", type=_positive, default=64, metavar="N", help="run at most N task phases at once (default 64)"
+        "--max-leases",
+        type=_positive,
+        default=DEFAULT_MAX_LEASES,
+        metavar="N",
+        help=f"run at most N task phases at once (default {DEFAULT_MAX_LEASES})",
     )
 
     status = commands.add_parser(
@@ -330,8 +340,8 @@ def _run_worker(args: argparse.Namespace) -> int:
 
     if args.url is not None and not args.token:
         raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
-    if args.max_leases > MAX_LEASES:
-        raise TetherError(f"--max-leases is at most {MAX_LEASES}, not {args.max_leases}")
+    if args.max_leases > MAX_LEASES_PER_WORKER:
+        raise TetherError(f"--max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}")
     app = actors.load_app(args.app)
     target = args.db or args.url
     serve = partial(

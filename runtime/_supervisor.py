@@ -28,7 +28,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from protocol import OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
+from protocol import DEFAULT_MAX_LEASES, OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
 from storage_owner.store import is_owned
 
 from ._parent import PARENT_HEARTBEAT_S
@@ -76,7 +76,7 @@ class SupervisorConfig:
     heartbeat_timeout_s: float = 10.0
     max_restarts: int = 10
     restart_window_s: float = 60.0
-    max_leases: int = 64
+    max_leases: int = DEFAULT_MAX_LEASES
     """Phases each worker runs at once."""
     stop_timeout_s: float = 10.0
 

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, get_args
 import attrs
 
 from protocol import (
+    MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
@@ -84,6 +85,7 @@ from protocol import (
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
+    Received,
     Record,
     Refused,
     Release,
@@ -129,7 +131,8 @@ from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 
 PeerId = int
-Output = tuple[PeerId, Frame]
+Output = tuple[PeerId, int | None, Frame]
+"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
 
 ROLES: Final[tuple[Role, ...]] = get_args(Role)
 WRITER_ROLES: Final = frozenset({"client", "worker"})
@@ -148,7 +151,6 @@ READ_BUDGET_BYTES: Final = 512 << 10
 """A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
 WebSocket layer's hard limit however large the entries are."""
 MAX_CAPABILITIES: Final = 10_000
-MAX_LEASES_PER_WORKER: Final = 100_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
@@ -222,7 +224,7 @@ class OwnerCore:
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
-        self.tasks = TaskEngine(store, self._reply, orphan_grace_ms=orphan_grace_ms)
+        self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
         self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
         self._run_waits: dict[str, list[tuple[PeerId, int]]] = {}
         """``wait_run`` calls by run id, answered when the run is terminal or needs attention."""
@@ -230,7 +232,7 @@ class OwnerCore:
         """``wait_task`` calls by task id, answered when the task ends."""
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
-        self._handlers: dict[type[Any], Callable[[PeerId, Any, int], None]] = {
+        self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
             Commit: self._on_commit,
             Submit: self._on_submit,
             ReadConversation: self._on_read_conversation,
@@ -349,7 +351,7 @@ class OwnerCore:
 
     # --------------------------------------------------------------------------------------------- batches
 
-    def run_batch(self, frames: Iterable[tuple[PeerId, Frame | BadFrame]], now_ms: int) -> bool:
+    def run_batch(self, frames: Iterable[tuple[PeerId, Received]], now_ms: int) -> bool:
         """Handle one batch inside the shell's open transaction: each frame in order, then let the task engine
         settle what they changed. Returns whether the batch wrote a commit (took a ``seq``).
 
@@ -360,8 +362,8 @@ class OwnerCore:
         self._expect_batch("run_batch", _IDLE)
         self._batch_state = _BROKEN  # until the batch got through whole
         head_before = self._head_seq
-        for peer, frame in frames:
-            self._handle(peer, frame, now_ms)
+        for peer, received in frames:
+            self._handle(peer, received.call_id, received.frame, now_ms)
         self._settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms))
         self._batch_state = _RAN
         return self._head_seq != head_before
@@ -395,27 +397,28 @@ class OwnerCore:
             raise BatchOrderError(f"{call}() before take_output(): the last batch's output was never taken")
         raise BatchOrderError(f"{call}() without a batch: call run_batch() first")
 
-    def _handle(self, peer: PeerId, frame: Frame | BadFrame, now_ms: int) -> None:
+    def _handle(self, peer: PeerId, call_id: int | None, frame: Frame | BadFrame, now_ms: int) -> None:
         """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
-        (a write handler has rolled its savepoint back on the way out)."""
+        (a write handler has rolled its savepoint back on the way out), addressed to ``call_id`` either way."""
         state = self._peers.get(peer)
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
-        call_id = getattr(frame, "call_id", None)
         try:
             if isinstance(frame, BadFrame):
                 raise Refusal(frame.code, frame.message)
             handler = self._handlers.get(type(frame))
             if handler is None:
                 raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
+            if call_id is None:  # the codec refuses this already; a core fed by hand must not answer nobody
+                raise Refusal(ErrorCode.BAD_FRAME, f"bad {frame.TYPE} frame: $.call_id: required field missing")
             if type(frame) in self._writes and state.role not in WRITER_ROLES:
                 message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
-            handler(peer, frame, now_ms)
+            handler(peer, call_id, frame, now_ms)
         except Refusal as refusal:
-            self._reply(peer, Error(call_id=call_id, code=refusal.code, message=refusal.message))
+            self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
 
     def _settle(self, now_ms: int) -> None:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
@@ -452,9 +455,9 @@ class OwnerCore:
         for record in result.ended:
             waits = self._task_waits.pop(record.task_id, None)
             if waits:
-                reply = self._task_reply(record, 0)
+                reply = self._task_reply(record)
                 for peer, call_id in waits:
-                    self._reply(peer, attrs.evolve(reply, call_id=call_id))
+                    self._reply(peer, call_id, reply)
 
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
@@ -470,7 +473,7 @@ class OwnerCore:
             for commit in logged:
                 change = _change(watch, commit)
                 if change.records:
-                    out.append((watch.peer, change))
+                    out.append((watch.peer, None, change))
             watch.delivered_seq = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
             if watch.delivered_seq >= head:
                 # Nothing is being committed while we run, so the log has been read up to the head.
@@ -482,7 +485,7 @@ class OwnerCore:
 
     # -------------------------------------------------------------------------------------------- requests
 
-    def _on_commit(self, peer: PeerId, request: Commit, now_ms: int) -> None:
+    def _on_commit(self, peer: PeerId, call_id: int, request: Commit, now_ms: int) -> None:
         count = len(request.writes)
         if not 1 <= count <= MAX_WRITES_PER_COMMIT:
             message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
@@ -537,8 +540,8 @@ class OwnerCore:
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
         self._next_positions.update(positions)
-        committed = Committed(call_id=request.call_id, seq=seq, committed_at_ms=now_ms, results=tuple(results))
-        self._published(peer, committed, logged, touched)
+        committed = Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
+        self._published(peer, call_id, committed, logged, touched)
 
     def _apply(
         self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int], lease: LeaseRef | None
@@ -615,8 +618,7 @@ class OwnerCore:
             self.tasks.conversation_created(write.conversation_id, write.owner_task_id)
         return conversation, 0
 
-    def _on_submit(self, peer: PeerId, request: Submit, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_submit(self, peer: PeerId, call_id: int, request: Submit, now_ms: int) -> None:
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
             if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
@@ -625,7 +627,7 @@ class OwnerCore:
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
                 )
                 raise Refusal(ErrorCode.CONFLICT, message)
-            self._reply(peer, Submitted(call_id=call_id, submission=existing, created=False))
+            self._reply(peer, call_id, Submitted(submission=existing, created=False))
             return
         seq = self._head_seq + 1
         store = self._store
@@ -665,7 +667,7 @@ class OwnerCore:
         logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=records)
         touched = {request.conversation_id}
         store.log_commit(logged, frozenset(touched))
-        self._published(peer, Submitted(call_id=call_id, submission=submission, created=True), logged, touched)
+        self._published(peer, call_id, Submitted(submission=submission, created=True), logged, touched)
 
     def _new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
         """The queued run an ``input`` submission admits (checked here, stored by the caller). A run takes its
@@ -701,32 +703,32 @@ class OwnerCore:
             updated_at_ms=now_ms,
         )
 
-    def _on_read_run(self, peer: PeerId, request: ReadRun, now_ms: int) -> None:
-        self._reply(peer, RunReply(call_id=request.call_id, run=self._require_run(request.run_id)))
+    def _on_read_run(self, peer: PeerId, call_id: int, request: ReadRun, now_ms: int) -> None:
+        self._reply(peer, call_id, RunReply(run=self._require_run(request.run_id)))
 
-    def _on_read_runs(self, peer: PeerId, request: ReadRuns, now_ms: int) -> None:
+    def _on_read_runs(self, peer: PeerId, call_id: int, request: ReadRuns, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
         next_after = runs[-1].run_id if more else None
-        self._reply(peer, RunsReply(call_id=request.call_id, runs=tuple(runs), next_after_run_id=next_after))
+        self._reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
 
-    def _on_wait_run(self, peer: PeerId, request: WaitRun, now_ms: int) -> None:
+    def _on_wait_run(self, peer: PeerId, call_id: int, request: WaitRun, now_ms: int) -> None:
         run = self._require_run(request.run_id)
         if run.status in SETTLED:
-            self._reply(peer, RunReply(call_id=request.call_id, run=run))
+            self._reply(peer, call_id, RunReply(run=run))
         else:
-            self._run_waits.setdefault(run.run_id, []).append((peer, request.call_id))
+            self._run_waits.setdefault(run.run_id, []).append((peer, call_id))
 
-    def _on_cancel_run(self, peer: PeerId, request: CancelRun, now_ms: int) -> None:
+    def _on_cancel_run(self, peer: PeerId, call_id: int, request: CancelRun, now_ms: int) -> None:
         """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
         engine) and ends ``cancelled`` once that is terminal. Cancelling a cancelled run again is a no-op; a run that
         ended otherwise is a ``conflict``."""
         run = self._require_run(request.run_id)
         if run.status in TERMINAL:
             if run.status == "cancelled":
-                self._reply(peer, RunReply(call_id=request.call_id, run=run))
+                self._reply(peer, call_id, RunReply(run=run))
                 return
             raise Refusal(ErrorCode.CONFLICT, f"run {run.run_id} already ended {run.status}: nothing to cancel")
         seq = self._head_seq + 1
@@ -743,22 +745,20 @@ class OwnerCore:
         logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
         touched = {run.conversation_id}
         self._store.log_commit(logged, frozenset(touched))
-        self._published(peer, RunReply(call_id=request.call_id, run=run), logged, touched)
+        self._published(peer, call_id, RunReply(run=run), logged, touched)
         if run.status == "cancelled":
             self._answer_run_waits(run)
 
-    def _on_read_operations(self, peer: PeerId, request: ReadOperations, now_ms: int) -> None:
+    def _on_read_operations(self, peer: PeerId, call_id: int, request: ReadOperations, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:
             message = f"limit must be between 1 and {MAX_READ_LIMIT} and cursor 0 or more"
             raise Refusal(ErrorCode.INVALID, message)
         self._require_run(request.run_id)
         operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
         next_cursor = request.cursor + len(operations) if more else None
-        self._reply(
-            peer, OperationsReply(call_id=request.call_id, operations=tuple(operations), next_cursor=next_cursor)
-        )
+        self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
 
-    def _on_read_usage(self, peer: PeerId, request: ReadUsage, now_ms: int) -> None:
+    def _on_read_usage(self, peer: PeerId, call_id: int, request: ReadUsage, now_ms: int) -> None:
         if request.conversation_id is None:
             totals = [
                 UsageTotal(scope="model", key=key, usage=usage) for key, usage in self._store.usage("model", None)
@@ -768,9 +768,11 @@ class OwnerCore:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             found = self._store.usage("conversation", request.conversation_id)
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
-        self._reply(peer, UsageReply(call_id=request.call_id, totals=tuple(totals)))
+        self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
 
-    def _owner_decision(self, peer: PeerId, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]) -> None:
+    def _owner_decision(
+        self, peer: PeerId, call_id: int, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]
+    ) -> None:
         """Run one of the owner's decisions (resolve, respond, retry_run) as one commit, inside its own savepoint
         and the engine's journal (a refusal undoes it whole); a decision that changed nothing takes no seq."""
         seq = self._head_seq + 1
@@ -785,36 +787,36 @@ class OwnerCore:
         self.tasks.commit()
         self._store.release_savepoint()
         if not records:
-            self._reply(peer, reply)
+            self._reply(peer, call_id, reply)
             return
         self.runs.tasks_changed(records)
         logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
         touched = {record.conversation_id for record in records if record.conversation_id is not None}
         self._store.log_commit(logged, frozenset(touched))
-        self._published(peer, reply, logged, touched)
+        self._published(peer, call_id, reply, logged, touched)
 
-    def _on_resolve(self, peer: PeerId, request: Resolve, now_ms: int) -> None:
+    def _on_resolve(self, peer: PeerId, call_id: int, request: Resolve, now_ms: int) -> None:
         def decide(seq: int) -> tuple[Frame, list[Record]]:
             operation, records = self.runs.resolve(request, seq, now_ms)
-            return OperationReply(call_id=request.call_id, operation=operation), records
+            return OperationReply(operation=operation), records
 
-        self._owner_decision(peer, now_ms, decide)
+        self._owner_decision(peer, call_id, now_ms, decide)
 
-    def _on_respond(self, peer: PeerId, request: Respond, now_ms: int) -> None:
+    def _on_respond(self, peer: PeerId, call_id: int, request: Respond, now_ms: int) -> None:
         def decide(seq: int) -> tuple[Frame, list[Record]]:
             interaction, records = self.runs.respond(request, seq, now_ms)
-            return InteractionReply(call_id=request.call_id, interaction=interaction), records
+            return InteractionReply(interaction=interaction), records
 
-        self._owner_decision(peer, now_ms, decide)
+        self._owner_decision(peer, call_id, now_ms, decide)
 
-    def _on_retry_run(self, peer: PeerId, request: RetryRun, now_ms: int) -> None:
+    def _on_retry_run(self, peer: PeerId, call_id: int, request: RetryRun, now_ms: int) -> None:
         def decide(seq: int) -> tuple[Frame, list[Record]]:
             run, records = self.runs.retry_run(request.run_id, seq, now_ms)
-            return RunReply(call_id=request.call_id, run=run), records
+            return RunReply(run=run), records
 
-        self._owner_decision(peer, now_ms, decide)
+        self._owner_decision(peer, call_id, now_ms, decide)
 
-    def _on_read_interactions(self, peer: PeerId, request: ReadInteractions, now_ms: int) -> None:
+    def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -823,10 +825,8 @@ class OwnerCore:
         )
         next_after = found[-1].interaction_id if more else None
         interactions = tuple(found)
-        reply = InteractionsReply(
-            call_id=request.call_id, interactions=interactions, next_after_interaction_id=next_after
-        )
-        self._reply(peer, reply)
+        reply = InteractionsReply(interactions=interactions, next_after_interaction_id=next_after)
+        self._reply(peer, call_id, reply)
 
     def _require_run(self, run_id: str) -> RunRecord:
         run = self.runs.live.get(run_id) or self._store.run(run_id)
@@ -837,9 +837,9 @@ class OwnerCore:
     def _answer_run_waits(self, run: RunRecord) -> None:
         if run.status in SETTLED:
             for peer, call_id in self._run_waits.pop(run.run_id, ()):
-                self._reply(peer, RunReply(call_id=call_id, run=run))
+                self._reply(peer, call_id, RunReply(run=run))
 
-    def _on_advance_clock(self, peer: PeerId, request: AdvanceClock, now_ms: int) -> None:
+    def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
@@ -852,16 +852,15 @@ class OwnerCore:
             raise Refusal(ErrorCode.INVALID, message)
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
         self._clock_ms = new_ms
-        self._reply(peer, ClockReply(call_id=request.call_id, now_ms=new_ms))
+        self._reply(peer, call_id, ClockReply(now_ms=new_ms))
 
-    def _on_read_conversation(self, peer: PeerId, request: ReadConversation, now_ms: int) -> None:
+    def _on_read_conversation(self, peer: PeerId, call_id: int, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        self._reply(peer, ConversationReply(call_id=request.call_id, conversation=conversation))
+        self._reply(peer, call_id, ConversationReply(conversation=conversation))
 
-    def _on_read_entries(self, peer: PeerId, request: ReadEntries, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_read_entries(self, peer: PeerId, call_id: int, request: ReadEntries, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -874,23 +873,22 @@ class OwnerCore:
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
         )
         next_cursor = entries[-1].position if more else None
-        self._reply(peer, EntriesReply(call_id=call_id, entries=tuple(entries), next_cursor=next_cursor))
+        self._reply(peer, call_id, EntriesReply(entries=tuple(entries), next_cursor=next_cursor))
 
-    def _on_read_document(self, peer: PeerId, request: ReadDocument, now_ms: int) -> None:
+    def _on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
         document = self._store.document(conversation_id, request.name)
-        self._reply(peer, DocumentReply(call_id=request.call_id, document=document))
+        self._reply(peer, call_id, DocumentReply(document=document))
 
-    def _on_read_submission(self, peer: PeerId, request: ReadSubmission, now_ms: int) -> None:
+    def _on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         submission = self._store.submission(request.conversation_id, request.request_id)
-        self._reply(peer, SubmissionReply(call_id=request.call_id, submission=submission))
+        self._reply(peer, call_id, SubmissionReply(submission=submission))
 
-    def _on_watch(self, peer: PeerId, request: Watch, now_ms: int) -> None:
-        call_id = request.call_id
+    def _on_watch(self, peer: PeerId, call_id: int, request: Watch, now_ms: int) -> None:
         state = self._peers[peer]
         if request.watch_id in state.watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
@@ -909,15 +907,15 @@ class OwnerCore:
         )
         state.watches[request.watch_id] = watch
         self._lagging[(peer, request.watch_id)] = watch
-        self._reply(peer, Watching(call_id=call_id, watch_id=request.watch_id, head_seq=self._head_seq))
+        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._head_seq))
 
-    def _on_unwatch(self, peer: PeerId, request: Unwatch, now_ms: int) -> None:
+    def _on_unwatch(self, peer: PeerId, call_id: int, request: Unwatch, now_ms: int) -> None:
         watch = self._peers[peer].watches.pop(request.watch_id, None)
         if watch is not None:
             self._drop_watch(watch)
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _on_announce(self, peer: PeerId, request: Announce, now_ms: int) -> None:
+    def _on_announce(self, peer: PeerId, call_id: int, request: Announce, now_ms: int) -> None:
         state = self._peers[peer]
         if state.role != "worker":
             message = f"only workers announce capabilities; this connection is a {state.role}"
@@ -940,9 +938,9 @@ class OwnerCore:
         self.tasks.worker_announced(
             peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
         )
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _on_read_peers(self, peer: PeerId, request: ReadPeers, now_ms: int) -> None:
+    def _on_read_peers(self, peer: PeerId, call_id: int, request: ReadPeers, now_ms: int) -> None:
         peers = tuple(
             PeerInfo(
                 peer_id=peer_id,
@@ -957,15 +955,15 @@ class OwnerCore:
             )
             for peer_id, state in self._peers.items()
         )
-        self._reply(peer, PeersReply(call_id=request.call_id, peers=peers))
+        self._reply(peer, call_id, PeersReply(peers=peers))
 
-    def _on_read_task(self, peer: PeerId, request: ReadTask, now_ms: int) -> None:
+    def _on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        self._reply(peer, self._task_reply(record, request.call_id))
+        self._reply(peer, call_id, self._task_reply(record))
 
-    def _on_read_outcomes(self, peer: PeerId, request: ReadOutcomes, now_ms: int) -> None:
+    def _on_read_outcomes(self, peer: PeerId, call_id: int, request: ReadOutcomes, now_ms: int) -> None:
         if len(request.task_ids) > MAX_READ_LIMIT:
             message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -975,48 +973,51 @@ class OwnerCore:
             if record is None:
                 raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
             outcomes.append(record.outcome if record.status == "terminal" else None)
-        self._reply(peer, OutcomesReply(call_id=request.call_id, outcomes=tuple(outcomes)))
+        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes)))
 
-    def _on_wait_task(self, peer: PeerId, request: WaitTask, now_ms: int) -> None:
+    def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
         if record.status == "terminal":
-            self._reply(peer, self._task_reply(record, request.call_id))
+            self._reply(peer, call_id, self._task_reply(record))
         else:
-            self._task_waits.setdefault(request.task_id, []).append((peer, request.call_id))
+            self._task_waits.setdefault(request.task_id, []).append((peer, call_id))
 
-    def _on_read_task_graph(self, peer: PeerId, request: ReadTaskGraph, now_ms: int) -> None:
+    def _on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
         next_after = nodes[-1].task.task_id if more else None
-        reply = TaskGraphReply(
-            call_id=request.call_id, seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after
-        )
-        self._reply(peer, reply)
+        reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
+        self._reply(peer, call_id, reply)
 
-    def _on_release(self, peer: PeerId, request: Release, now_ms: int) -> None:
+    def _on_release(self, peer: PeerId, call_id: int, request: Release, now_ms: int) -> None:
         self.tasks.release(peer, request.lease, request.migration_error)
-        self._reply(peer, Ok(call_id=request.call_id))
+        self._reply(peer, call_id, Ok())
 
-    def _task_reply(self, record: TaskRecord, call_id: int) -> TaskReply:
+    def _task_reply(self, record: TaskRecord) -> TaskReply:
         input_value, checkpoint = self._store.task_data(record.task_id)
-        return TaskReply(call_id=call_id, task=record, input=input_value, checkpoint=checkpoint)
+        return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
 
-    def _on_ping(self, peer: PeerId, request: Ping, now_ms: int) -> None:
-        self._reply(peer, Pong(call_id=request.call_id, now_ms=now_ms, head_seq=self._head_seq))
+    def _on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> None:
+        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._head_seq))
 
     # ---------------------------------------------------------------------------------------------- helpers
 
-    def _reply(self, peer: PeerId, frame: Frame) -> None:
-        self._out.append((peer, frame))
+    def _reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
+        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
+        self._out.append((peer, call_id, frame))
 
-    def _published(self, peer: PeerId, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
+    def _push(self, peer: PeerId, frame: Frame) -> None:
+        """Send ``peer`` an event (no call id): a watch's ``Change``, a worker's ``Lease`` or ``CancelLease``."""
+        self._out.append((peer, None, frame))
+
+    def _published(self, peer: PeerId, call_id: int, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
         """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
         self._head_seq = logged.seq
-        self._reply(peer, reply)
+        self._reply(peer, call_id, reply)
         self._fan_out(logged, touched)
 
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
@@ -1024,7 +1025,7 @@ class OwnerCore:
             return
         for conversation_id in (*touched, None):
             for watch in self._live.get(conversation_id, {}).values():
-                self._out.append((watch.peer, _change(watch, logged)))
+                self._push(watch.peer, _change(watch, logged))
                 watch.delivered_seq = logged.seq
 
     def _drop_watch(self, watch: _Watch) -> None:

@@ -24,7 +24,6 @@ import math
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -41,6 +40,7 @@ from protocol import (
     Goodbye,
     Hello,
     ProtocolError,
+    Received,
     Refused,
     RuntimeInfo,
     StorageError,
@@ -52,6 +52,7 @@ from protocol import (
     take_message,
     write_runtime,
 )
+from protocol.io import PEER_GONE, log_stderr
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS, ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
@@ -124,16 +125,6 @@ class OwnerFailed(TetherError):
     """The owner stopped because its storage failed (it failed closed); the message says what happened."""
 
 
-PEER_GONE: Final = (
-    trio_websocket.ConnectionClosed,
-    trio_websocket.HandshakeError,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    OSError,
-)
-"""What a connection raises when its peer went away: the end of that connection, never of the owner."""
-
-
 class _Connection:
     """One attached peer: a receive loop feeding the commit loop, a send loop draining its queue."""
 
@@ -170,9 +161,9 @@ class _Connection:
                 return
             self.last_heard_s = trio.current_time()
             try:
-                frames: list[Frame | BadFrame] = decode_message(message)
+                frames: list[Received] = decode_message(message)
             except ProtocolError as exc:
-                frames = [BadFrame(call_id=None, code=exc.code, message=str(exc))]
+                frames = [Received(None, BadFrame(code=exc.code, message=str(exc)))]
             server.submit(self.peer, frames)
             while len(server.pending) >= MAX_PENDING_FRAMES:
                 await server.space_available.wait()
@@ -222,8 +213,8 @@ class OwnerServer:
         self.instance = new_id()
         self.token = config.token or os.urandom(24).hex()
         self.started_at_ms = WallClock().now_ms()
-        self.log = log or _log_stderr
-        self.pending: list[tuple[PeerId, Frame | BadFrame]] = []
+        self.log = log or log_stderr
+        self.pending: list[tuple[PeerId, Received]] = []
         self.work = trio.Event()
         self.space_available = trio.Event()
         self._connections: dict[PeerId, _Connection] = {}
@@ -248,7 +239,7 @@ class OwnerServer:
         self._store: SqliteStore
         self._clock: Clock
 
-    def submit(self, peer: PeerId, frames: list[Frame | BadFrame]) -> None:
+    def submit(self, peer: PeerId, frames: list[Received]) -> None:
         self.pending.extend((peer, frame) for frame in frames)
         self.work.set()
 
@@ -392,11 +383,11 @@ class OwnerServer:
                 try:
                     frames = decode_message(message)
                 except ProtocolError as exc:
-                    frames = [BadFrame(call_id=None, code=exc.code, message=str(exc))]
+                    frames = [Received(None, BadFrame(code=exc.code, message=str(exc)))]
                 if len(frames) != 1:
                     message = "the hello must travel alone, not in a batch"
-                    frames = [BadFrame(call_id=None, code=ErrorCode.PROTOCOL_VIOLATION, message=message)]
-                hello = frames[0]
+                    frames = [Received(None, BadFrame(code=ErrorCode.PROTOCOL_VIOLATION, message=message))]
+                hello = frames[0].frame
                 answer = self.core.hello(hello)
                 if isinstance(answer, Refused):
                     await ws.send_message(encode_frame(answer))
@@ -454,7 +445,7 @@ class OwnerServer:
         """
         core = self.core
         clock = self._clock
-        batch: list[tuple[PeerId, Frame | BadFrame]] = []
+        batch: list[tuple[PeerId, Received]] = []
         try:
             while True:
                 if self._storage_failed is not None:
@@ -485,7 +476,7 @@ class OwnerServer:
         except StorageError as exc:
             self._fail_closed(batch, exc)
 
-    def _run_batch(self, batch: list[tuple[PeerId, Frame | BadFrame]]) -> None:
+    def _run_batch(self, batch: list[tuple[PeerId, Received]]) -> None:
         """One transaction: BEGIN, the core's batch, COMMIT; then what it produced goes out (never before)."""
         core = self.core
         store = self._store
@@ -531,7 +522,7 @@ class OwnerServer:
             self._checkpointing = False
             self.work.set()
 
-    def _fail_closed(self, batch: list[tuple[PeerId, Frame | BadFrame]], exc: StorageError) -> None:
+    def _fail_closed(self, batch: list[tuple[PeerId, Received]], exc: StorageError) -> None:
         """The one way a storage error stops the owner: answer the failed batch (if one was running) with
         ``storage_failed``, make the stop that follows answer every pending request and say goodbye the same way,
         and raise :class:`OwnerFailed`."""
@@ -544,20 +535,17 @@ class OwnerServer:
                 self._store.rollback()
         raise OwnerFailed(str(exc)) from exc
 
-    def _refuse(self, requests: list[tuple[PeerId, Frame | BadFrame]], code: ErrorCode, message: str) -> None:
-        for peer, frame in requests:
-            self._send(peer, Error(call_id=getattr(frame, "call_id", None), code=code, message=message))
+    def _refuse(self, requests: list[tuple[PeerId, Received]], code: ErrorCode, message: str) -> None:
+        for peer, received in requests:
+            self._send(peer, received.call_id, Error(code=code, message=message))
 
     def _dispatch(self, out: list[Output]) -> None:
-        for peer, frame in out:
-            self._send(peer, frame)
+        for peer, call_id, frame in out:
+            self._send(peer, call_id, frame)
 
-    def _send(self, peer: PeerId, frame: Frame) -> None:
-        """Queue ``frame`` for ``peer`` (dropped if the peer is gone: nobody is left to read it)."""
+    def _send(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
+        """Queue ``frame`` for ``peer`` with its envelope's ``call_id`` (dropped if the peer is gone: nobody is
+        left to read it)."""
         connection = self._connections.get(peer)
         if connection is not None:
-            connection.enqueue(encode_frame(frame))
-
-
-def _log_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+            connection.enqueue(encode_frame(frame, call_id=call_id))

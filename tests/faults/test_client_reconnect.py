@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 import trio
+import trio.testing
 
 import actors
 from tests.conftest import OwnerProcess
@@ -53,7 +54,9 @@ async def kill_owner_mid_send(owner: OwnerProcess, conversation_id: str) -> list
                 await ready.acquire()
             owner.process.send_signal(signal.SIGSTOP)
             stopped.set()
-            await trio.sleep(0.3)  # the clients' sends fill the socket buffers of the stopped owner process
+            # Every task here blocked: the big appends are queued and each client's sender waits on socket
+            # buffers the stopped owner no longer drains (a condition to wait for, not a guessed duration).
+            await trio.testing.wait_all_tasks_blocked()
             assert await owner.kill() == -signal.SIGKILL
             killed.set()
             await owner.start()

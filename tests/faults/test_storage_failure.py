@@ -85,11 +85,12 @@ INJECTED = apsw.IOError("disk I/O error (injected by the test)")
 
 async def _serve_and_talk(
     db_path: str, requests: list[protocol.Frame], *, expect_frames: int
-) -> tuple[list[protocol.Frame], BaseException | None]:
-    """Run an owner in this process, send ``requests`` one at a time (each after the previous one's frames), and
-    collect every frame it sends until it closes the connection; the owner's failure, if it failed."""
+) -> tuple[list[protocol.Received], BaseException | None]:
+    """Run an owner in this process, send ``requests`` one at a time (each after the previous one's frames) under
+    call ids 1, 2, ..., and collect every frame it sends until it closes the connection; the owner's failure, if
+    it failed."""
     server = OwnerServer(OwnerConfig(db=db_path, clock="manual"), log=lambda line: None)
-    received: list[protocol.Frame] = []
+    received: list[protocol.Received] = []
     failure: BaseException | None = None
     with trio.fail_after(20):
         try:
@@ -99,11 +100,9 @@ async def _serve_and_talk(
                     await ws.send_message(hello(server.token))
                     welcome = protocol.decode_frame(await ws.get_message())
                     assert isinstance(welcome, protocol.Welcome), welcome
-                    for request in requests:
-                        await ws.send_message(protocol.encode_frame(request))
-                        while len(received) < expect_frames and not any(
-                            getattr(frame, "call_id", None) == getattr(request, "call_id", -1) for frame in received
-                        ):
+                    for call_id, request in enumerate(requests, start=1):
+                        await ws.send_message(protocol.encode_frame(request, call_id=call_id))
+                        while len(received) < expect_frames and not any(frame.call_id == call_id for frame in received):
                             received.extend(await receive_frames(ws, 1))
                     with contextlib.suppress(trio_websocket.ConnectionClosed):
                         while True:
@@ -114,15 +113,15 @@ async def _serve_and_talk(
     return received, failure
 
 
-def _assert_failed_closed(frames: list[protocol.Frame], failure: BaseException | None) -> None:
+def _assert_failed_closed(frames: list[protocol.Received], failure: BaseException | None) -> None:
     assert isinstance(failure, OwnerFailed), failure
     assert isinstance(failure, TetherError)
-    goodbyes = [frame for frame in frames if isinstance(frame, protocol.Goodbye)]
+    goodbyes = [received.frame for received in frames if isinstance(received.frame, protocol.Goodbye)]
     assert [goodbye.code for goodbye in goodbyes] == [protocol.ErrorCode.STORAGE_FAILED], frames
 
 
 def _create(conversation_id: str) -> protocol.Commit:
-    return protocol.Commit(call_id=1, writes=(protocol.CreateConversation(conversation_id=conversation_id),))
+    return protocol.Commit(writes=(protocol.CreateConversation(conversation_id=conversation_id),))
 
 
 def _append(conversation_id: str, data: str) -> protocol.AppendEntry:
@@ -142,11 +141,11 @@ async def test_an_apsw_error_inside_a_requests_savepoint_fails_the_owner_closed(
     monkeypatch.setattr(SqliteStore, "insert_entry", failing_insert_entry)
     conversation_id = protocol.new_id()
     writes = (_append(conversation_id, "lost"), _append(conversation_id, "fails"))
-    two_writes = protocol.Commit(call_id=2, writes=writes)
+    two_writes = protocol.Commit(writes=writes)
     frames, failure = await _serve_and_talk(db_path, [_create(conversation_id), two_writes], expect_frames=2)
 
     _assert_failed_closed(frames, failure)
-    replies = {getattr(frame, "call_id", None): frame for frame in frames}
+    replies = {received.call_id: received.frame for received in frames}
     assert isinstance(replies[1], protocol.Committed)
     assert isinstance(replies[2], protocol.Error) and replies[2].code == protocol.ErrorCode.STORAGE_FAILED
     assert check_database(db_path)["head_seq"] == 1  # the conversation only: nothing of the failed request
@@ -159,11 +158,11 @@ async def test_an_apsw_error_during_a_watch_catch_up_fails_the_owner_closed(
         raise INJECTED
 
     monkeypatch.setattr(SqliteStore, "read_log", failing_read_log)
-    watch = protocol.Watch(call_id=2, watch_id=1, conversation_id=None, from_seq=0)
+    watch = protocol.Watch(watch_id=1, conversation_id=None, from_seq=0)
     frames, failure = await _serve_and_talk(db_path, [_create(protocol.new_id()), watch], expect_frames=2)
 
     _assert_failed_closed(frames, failure)
-    assert [type(frame) for frame in frames] == [protocol.Committed, protocol.Watching, protocol.Goodbye]
+    assert [type(received.frame) for received in frames] == [protocol.Committed, protocol.Watching, protocol.Goodbye]
 
 
 class _FailingCheckpoints:
@@ -193,4 +192,4 @@ async def test_an_apsw_error_on_the_checkpoint_thread_fails_the_owner_closed(
     frames, failure = await _serve_and_talk(db_path, [_create(protocol.new_id())], expect_frames=1)
 
     _assert_failed_closed(frames, failure)
-    assert [type(frame) for frame in frames] == [protocol.Committed, protocol.Goodbye]
+    assert [type(received.frame) for received in frames] == [protocol.Committed, protocol.Goodbye]

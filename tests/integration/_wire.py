@@ -42,22 +42,25 @@ async def attached(info: RuntimeInfo) -> AsyncIterator[trio_websocket.WebSocketC
         yield ws
 
 
-async def receive_frames(ws: trio_websocket.WebSocketConnection, count: int) -> list[protocol.Frame]:
-    """Read messages until ``count`` frames arrived (every frame must be well formed)."""
-    frames: list[protocol.Frame] = []
+async def receive_frames(ws: trio_websocket.WebSocketConnection, count: int) -> list[protocol.Received]:
+    """Read messages until ``count`` frames arrived (every frame must be well formed), each with its call id."""
+    frames: list[protocol.Received] = []
     with trio.fail_after(RECEIVE_TIMEOUT_S):
         while len(frames) < count:
-            for frame in protocol.decode_message(await ws.get_message(), max_bytes=protocol.WEBSOCKET_HARD_LIMIT_BYTES):
-                assert not isinstance(frame, protocol.BadFrame), frame
-                frames.append(frame)
+            for received in protocol.decode_message(
+                await ws.get_message(), max_bytes=protocol.WEBSOCKET_HARD_LIMIT_BYTES
+            ):
+                assert not isinstance(received.frame, protocol.BadFrame), received
+                frames.append(received)
     return frames
 
 
 async def ping(ws: trio_websocket.WebSocketConnection, call_id: int = 424242) -> protocol.Pong:
     """A Ping round trip on a raw connection; the next frame must be its Pong."""
-    await ws.send_message(protocol.encode_frame(protocol.Ping(call_id=call_id)))
-    (pong,) = await receive_frames(ws, 1)
-    assert isinstance(pong, protocol.Pong) and pong.call_id == call_id, pong
+    await ws.send_message(protocol.encode_frame(protocol.Ping(), call_id=call_id))
+    (received,) = await receive_frames(ws, 1)
+    pong = received.frame
+    assert isinstance(pong, protocol.Pong) and received.call_id == call_id, received
     return pong
 
 

@@ -43,9 +43,9 @@ def first_messages(token: str) -> dict[str, tuple[bytes | str, str, tuple[str, .
         ),
         "unknown role": (hello(token, role="admin"), ErrorCode.ROLE_NOT_ALLOWED, ("admin",)),
         "bad token": (hello("0" * 48), ErrorCode.BAD_TOKEN, ("token",)),
-        "ping first": (protocol.encode_frame(protocol.Ping(call_id=1)), ErrorCode.PROTOCOL_VIOLATION, ("ping",)),
+        "ping first": (protocol.encode_frame(protocol.Ping(), call_id=1), ErrorCode.PROTOCOL_VIOLATION, ("ping",)),
         "hello in a batch": (
-            protocol.join_frames([hello(token), protocol.encode_frame(protocol.Ping(call_id=1))]),
+            protocol.join_frames([hello(token), protocol.encode_frame(protocol.Ping(), call_id=1)]),
             ErrorCode.PROTOCOL_VIOLATION,
             ("batch",),
         ),

@@ -329,3 +329,33 @@ async def test_entries_of_a_conversation_of_large_entries_can_be_read(owner: Own
             entries = await client.entries(conversation_id)
     assert len(entries) == 500
     assert all(entry.data == blob for entry in entries)
+
+
+async def test_wait_for_task_ends_once_the_client_cannot_reconnect(owner: OwnerProcess) -> None:
+    # The wait is asked again after a lost connection only while the client can reconnect; with reconnect=False
+    # it used to retry at once, forever, without a checkpoint (no deadline could stop it).
+    with trio.fail_after(20):
+        async with actors.connect(db=owner.db, reconnect=False) as client:
+            task_id = await client.create_task("no.worker.runs.this")  # stays blocked: it never ends by itself
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(owner.kill)
+                with pytest.raises(actors.ConnectionLost):
+                    await client.wait_for_task(task_id)
+            with trio.CancelScope() as scope:
+                scope.cancel(reason="a failed client's calls are still checkpoints")
+                await client.wait_for_task(task_id)
+            assert scope.cancelled_caught
+
+
+async def test_a_closed_client_fails_calls_at_a_checkpoint(owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=owner.db) as client:
+            task_id = await client.create_task("no.worker.runs.this")
+        with pytest.raises(actors.ConnectionLost):
+            await client.wait_for_task(task_id)
+        with pytest.raises(actors.ConnectionLost):
+            await client.ping()
+        with trio.CancelScope() as scope:
+            scope.cancel(reason="a closed client's calls are still checkpoints")
+            await client.ping()
+        assert scope.cancelled_caught

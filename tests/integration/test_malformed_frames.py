@@ -93,7 +93,7 @@ CASES: dict[str, tuple[Callable[[str], bytes | str], list[Expected]]] = {
     ),
     "not msgpack": (lambda cid: b"\xc1\xc1\xc1", [(ErrorCode.BAD_FRAME, None, ("msgpack",))]),
     "truncated msgpack": (
-        lambda cid: protocol.encode_frame(protocol.Ping(call_id=5))[:-1],
+        lambda cid: protocol.encode_frame(protocol.Ping(), call_id=5)[:-1],
         [(ErrorCode.BAD_FRAME, None, ("msgpack",))],
     ),
     "random bytes": (
@@ -171,7 +171,7 @@ CASES: dict[str, tuple[Callable[[str], bytes | str], list[Expected]]] = {
         [(ErrorCode.BAD_FRAME, 16, ("writes",))],
     ),
     "reply sent to the owner": (
-        lambda cid: protocol.encode_frame(protocol.Pong(call_id=17, now_ms=0, head_seq=99)),
+        lambda cid: protocol.encode_frame(protocol.Pong(now_ms=0, head_seq=99), call_id=17),
         [(ErrorCode.PROTOCOL_VIOLATION, 17, ("pong",))],
     ),
     "second hello": (
@@ -199,14 +199,15 @@ CASES: dict[str, tuple[Callable[[str], bytes | str], list[Expected]]] = {
 }
 
 
-def check_replies(replies: list[protocol.Frame], expected: list[Expected]) -> None:
+def check_replies(replies: list[protocol.Received], expected: list[Expected]) -> None:
     assert len(replies) == len(expected)
-    for reply, (code, call_id, words) in zip(replies, expected, strict=True):
+    for received, (code, call_id, words) in zip(replies, expected, strict=True):
+        reply = received.frame
         if code == "pong":
-            assert isinstance(reply, protocol.Pong) and reply.call_id == call_id, reply
+            assert isinstance(reply, protocol.Pong) and received.call_id == call_id, received
             continue
         assert isinstance(reply, protocol.Error), reply
-        assert (reply.code, reply.call_id) == (code, call_id), reply
+        assert (reply.code, received.call_id) == (code, call_id), received
         assert reply.message
         for word in words:
             assert word in reply.message, (word, reply.message)
@@ -257,39 +258,43 @@ CONVERSATION = protocol.new_id()
 """Templates name a conversation that does not exist, so a mutation can never make a write land anyway."""
 
 TEMPLATES: list[dict[str, Any]] = [
-    protocol.unstructure_frame(frame)
-    for frame in (
-        protocol.Commit(
-            call_id=1,
-            writes=(
-                protocol.AppendEntry(
-                    conversation_id=CONVERSATION,
-                    entry_id=protocol.new_id(),
-                    kind="app.note",
-                    data=protocol.JsonValue({"n": 1}),
+    protocol.unstructure_frame(frame, call_id=call_id)
+    for call_id, frame in (
+        (
+            1,
+            protocol.Commit(
+                writes=(
+                    protocol.AppendEntry(
+                        conversation_id=CONVERSATION,
+                        entry_id=protocol.new_id(),
+                        kind="app.note",
+                        data=protocol.JsonValue({"n": 1}),
+                    ),
+                    protocol.PutDocument(conversation_id=None, name="doc", value=protocol.JsonValue(1)),
+                    protocol.CreateConversation(conversation_id=protocol.new_id()),
                 ),
-                protocol.PutDocument(conversation_id=None, name="doc", value=protocol.JsonValue(1)),
-                protocol.CreateConversation(conversation_id=protocol.new_id()),
             ),
         ),
-        protocol.Submit(
-            call_id=2,
-            conversation_id=CONVERSATION,
-            submission_id=protocol.new_id(),
-            request_id="r",
-            kind="app.task",
-            payload=protocol.JsonValue(None),
+        (
+            2,
+            protocol.Submit(
+                conversation_id=CONVERSATION,
+                submission_id=protocol.new_id(),
+                request_id="r",
+                kind="app.task",
+                payload=protocol.JsonValue(None),
+            ),
         ),
-        protocol.ReadEntries(call_id=3, conversation_id=CONVERSATION, order="asc", cursor=None, limit=10),
-        protocol.ReadDocument(call_id=4, conversation_id=None, name="doc"),
-        protocol.ReadSubmission(call_id=5, conversation_id=CONVERSATION, request_id="r"),
-        protocol.Watch(call_id=6, watch_id=1, conversation_id=None, from_seq=0),
-        protocol.Unwatch(call_id=7, watch_id=1),
-        protocol.Ping(call_id=8),
-        protocol.AdvanceClock(call_id=9, by_ms=1000),
-        protocol.Hello(protocol_version=1, token="t", role="client"),
-        protocol.Pong(call_id=10, now_ms=0, head_seq=0),
-        protocol.Error(call_id=11, code="bad_frame", message="m"),
+        (3, protocol.ReadEntries(conversation_id=CONVERSATION, order="asc", cursor=None, limit=10)),
+        (4, protocol.ReadDocument(conversation_id=None, name="doc")),
+        (5, protocol.ReadSubmission(conversation_id=CONVERSATION, request_id="r")),
+        (6, protocol.Watch(watch_id=1, conversation_id=None, from_seq=0)),
+        (7, protocol.Unwatch(watch_id=1)),
+        (8, protocol.Ping()),
+        (9, protocol.AdvanceClock(by_ms=1000)),
+        (None, protocol.Hello(protocol_version=1, token="t", role="client")),
+        (10, protocol.Pong(now_ms=0, head_seq=0)),
+        (11, protocol.Error(code="bad_frame", message="m")),
     )
 ]
 
@@ -344,19 +349,20 @@ def expected_replies(message: bytes | str) -> list[tuple[str, int | None]] | Non
     except protocol.ProtocolError as exc:
         return [(exc.code, None)]
     expected: list[tuple[str, int | None]] = []
-    for frame in frames:
+    for received in frames:
+        frame = received.frame
         if isinstance(frame, protocol.BadFrame):
-            expected.append((frame.code, frame.call_id))
+            expected.append((frame.code, received.call_id))
         elif isinstance(frame, protocol.Ping):
-            expected.append(("pong", frame.call_id))
+            expected.append(("pong", received.call_id))
         elif isinstance(frame, protocol.REQUEST_TYPES):
             return None  # a well-formed read, watch or write: not what this test is about
         else:
-            expected.append((ErrorCode.PROTOCOL_VIOLATION, getattr(frame, "call_id", None)))
+            expected.append((ErrorCode.PROTOCOL_VIOLATION, received.call_id))
     return expected
 
 
-async def exchange(info: RuntimeInfo, message: bytes | str, count: int) -> tuple[list[protocol.Frame], int]:
+async def exchange(info: RuntimeInfo, message: bytes | str, count: int) -> tuple[list[protocol.Received], int]:
     with trio.fail_after(20):
         async with attached(info) as ws:
             await ws.send_message(message)
@@ -379,10 +385,10 @@ def test_random_messages_never_crash_the_owner_or_change_the_database(
     assert expected is not None
     replies, head_seq = trio.run(exchange, shared.info, message, len(expected))
     got = [
-        ("pong", reply.call_id)
-        if isinstance(reply, protocol.Pong)
-        else (getattr(reply, "code", reply.TYPE), reply.call_id)
-        for reply in replies
+        ("pong", received.call_id)
+        if isinstance(received.frame, protocol.Pong)
+        else (getattr(received.frame, "code", received.frame.TYPE), received.call_id)
+        for received in replies
     ]
     assert got == expected
     assert head_seq == shared.head_seq

@@ -341,7 +341,7 @@ async def test_aborting_a_parent_does_not_abort_its_background_child(
             done = await client.wait_for_task(finisher)
             assert (done.outcome, done.held) == (completed({"finished": True}), None)
             [child] = owned_by(await client.task_graph(), finisher)
-            record = await client.task(child)
+            record = await task_in(client, child, "sleeping", "terminal")  # its first phase may still be running
             assert (record.status, record.background, record.abort) == ("sleeping", True, None)
             nursery.cancel_scope.cancel(reason="the test is over")
 

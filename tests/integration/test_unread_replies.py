@@ -29,9 +29,8 @@ async def test_a_peer_that_never_reads_its_replies_is_dropped(owner: OwnerProces
                 protocol.decode_frame(await ws.get_message())  # the Welcome; nothing is read after it
                 requests = [
                     protocol.encode_frame(
-                        protocol.ReadEntries(
-                            call_id=call_id, conversation_id=conversation_id, order="asc", cursor=None, limit=1000
-                        )
+                        protocol.ReadEntries(conversation_id=conversation_id, order="asc", cursor=None, limit=1000),
+                        call_id=call_id,
                     )
                     for call_id in range(PAGES_ASKED)
                 ]

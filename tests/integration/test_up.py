@@ -239,7 +239,12 @@ async def test_stop_gracefully_kills_only_what_outlives_sigterm_and_says_so(igno
         process = await trio.lowlevel.open_process([sys.executable, "-c", script], stdout=subprocess.PIPE)
         try:
             assert process.stdout is not None
-            assert await process.stdout.receive_some(16) == b"ready\n"
+            received = b""
+            while not received.endswith(b"\n"):  # one line, however the child's writes were split
+                chunk = await process.stdout.receive_some(16)
+                assert chunk, f"the child ended before saying ready (it said {received!r})"
+                received += chunk
+            assert received == b"ready\n"
             status = await stop_gracefully(process, timeout_s=0.5, on_kill=lambda: killed.append(True))
         finally:
             await kill_and_reap(process)

@@ -181,7 +181,7 @@ async def test_a_watcher_that_stops_reading_blocks_nobody_and_misses_nothing(own
     with trio.fail_after(60):
         async with attached(owner.info) as stalled, actors.connect(db=owner.db) as client:
             await stalled.send_message(
-                protocol.encode_frame(protocol.Watch(call_id=1, watch_id=7, conversation_id=None, from_seq=0))
+                protocol.encode_frame(protocol.Watch(watch_id=7, conversation_id=None, from_seq=0), call_id=1)
             )
             conversation_id = await client.create_conversation()
             async with client.watch(conversation_id=conversation_id) as live:
@@ -192,7 +192,7 @@ async def test_a_watcher_that_stops_reading_blocks_nobody_and_misses_nothing(own
             await client.ping()  # flushes the Unwatch
             frames: list[protocol.Frame] = []
             while not frames or getattr(frames[-1], "seq", None) != head:
-                frames.extend(await receive_frames(stalled, 1))
+                frames.extend(received.frame for received in await receive_frames(stalled, 1))
     watching, *changes = frames
     assert isinstance(watching, protocol.Watching) and watching.watch_id == 7
     assert all(isinstance(change, protocol.Change) and change.watch_id == 7 for change in changes)

@@ -18,6 +18,8 @@ from protocol import (
     MAX_JSON_DEPTH,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
+    REPLY_TYPES,
+    REQUEST_TYPES,
     SUPPORTED_VERSIONS,
     AbortTask,
     AdvanceClock,
@@ -77,6 +79,7 @@ from protocol import (
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
+    Received,
     Refused,
     Release,
     Resolve,
@@ -308,7 +311,6 @@ EXAMPLES: list[Frame] = [
     ),
     Refused(code="bad_token", message="no", supported_versions=(1,)),
     Commit(
-        call_id=1,
         writes=(
             CreateConversation(conversation_id=CONVERSATION),
             AppendEntry(conversation_id=CONVERSATION, entry_id=ENTRY, kind="message", data=JsonValue({"text": "hi"})),
@@ -382,7 +384,6 @@ EXAMPLES: list[Frame] = [
         lease=LEASE,
     ),
     Submit(
-        call_id=2,
         conversation_id=CONVERSATION,
         submission_id=SUBMISSION,
         request_id="req-1",
@@ -390,43 +391,40 @@ EXAMPLES: list[Frame] = [
         payload=JsonValue({"q": 1}),
         when_busy="reject",
     ),
-    ReadRun(call_id=30, run_id=RUN),
-    ReadRuns(call_id=31, conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
-    WaitRun(call_id=32, run_id=RUN),
-    CancelRun(call_id=33, run_id=RUN),
-    Resolve(call_id=36, operation_id=OPERATION, output=JsonValue({"found": True}), resolved_by="ops"),
-    Respond(call_id=37, interaction_id=INTERACTION, approve=False, note="too much", responded_by="ops"),
-    RetryRun(call_id=38, run_id=RUN),
-    ReadInteractions(call_id=39, status="open", run_id=RUN, after_interaction_id=INTERACTION, limit=5),
-    OperationReply(call_id=36, operation=OPERATION_RECORD),
-    InteractionReply(call_id=37, interaction=INTERACTION_RECORD),
+    ReadRun(run_id=RUN),
+    ReadRuns(conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
+    WaitRun(run_id=RUN),
+    CancelRun(run_id=RUN),
+    Resolve(operation_id=OPERATION, output=JsonValue({"found": True}), resolved_by="ops"),
+    Respond(interaction_id=INTERACTION, approve=False, note="too much", responded_by="ops"),
+    RetryRun(run_id=RUN),
+    ReadInteractions(status="open", run_id=RUN, after_interaction_id=INTERACTION, limit=5),
+    OperationReply(operation=OPERATION_RECORD),
+    InteractionReply(interaction=INTERACTION_RECORD),
     InteractionsReply(
-        call_id=39,
         interactions=(INTERACTION_RECORD, attrs.evolve(INTERACTION_RECORD, answer=None, status="open")),
         next_after_interaction_id=INTERACTION,
     ),
-    ReadOperations(call_id=34, run_id=RUN, cursor=2, limit=10),
-    ReadUsage(call_id=35, conversation_id=AGENT_CONVERSATION),
-    OperationsReply(call_id=34, operations=(OPERATION_RECORD, STARTED_OPERATION_RECORD), next_cursor=4),
+    ReadOperations(run_id=RUN, cursor=2, limit=10),
+    ReadUsage(conversation_id=AGENT_CONVERSATION),
+    OperationsReply(operations=(OPERATION_RECORD, STARTED_OPERATION_RECORD), next_cursor=4),
     UsageReply(
-        call_id=35,
         totals=(
             UsageTotal(scope="conversation", key=AGENT_CONVERSATION, usage=RunUsage(input_tokens=3, cost=0.1)),
             UsageTotal(scope="model", key="scripted", usage=RunUsage()),
         ),
     ),
-    RunReply(call_id=30, run=RUN_RECORD),
-    RunsReply(call_id=31, runs=(RUN_RECORD, QUEUED_RUN_RECORD), next_after_run_id=SUBMISSION),
-    ReadConversation(call_id=3, conversation_id=CONVERSATION),
-    ReadEntries(call_id=4, conversation_id=CONVERSATION, order="desc", cursor=10, limit=50),
-    ReadDocument(call_id=5, conversation_id=None, name="settings"),
-    ReadSubmission(call_id=6, conversation_id=CONVERSATION, request_id="req-1"),
-    Watch(call_id=7, watch_id=1, conversation_id=CONVERSATION, from_seq=0),
-    Unwatch(call_id=8, watch_id=1),
-    Ping(call_id=9),
-    AdvanceClock(call_id=10, by_ms=1500),
+    RunReply(run=RUN_RECORD),
+    RunsReply(runs=(RUN_RECORD, QUEUED_RUN_RECORD), next_after_run_id=SUBMISSION),
+    ReadConversation(conversation_id=CONVERSATION),
+    ReadEntries(conversation_id=CONVERSATION, order="desc", cursor=10, limit=50),
+    ReadDocument(conversation_id=None, name="settings"),
+    ReadSubmission(conversation_id=CONVERSATION, request_id="req-1"),
+    Watch(watch_id=1, conversation_id=CONVERSATION, from_seq=0),
+    Unwatch(watch_id=1),
+    Ping(),
+    AdvanceClock(by_ms=1500),
     Announce(
-        call_id=11,
         pid=4242,
         host="host-a",
         app="shop",
@@ -437,21 +435,20 @@ EXAMPLES: list[Frame] = [
         max_leases=8,
         leases=(LEASE, LeaseRef(task_id=CHILD_TASK, epoch=1)),
     ),
-    ReadPeers(call_id=12),
-    ReadTask(call_id=13, task_id=TASK),
-    ReadOutcomes(call_id=14, task_ids=(TASK, CHILD_TASK)),
-    WaitTask(call_id=15, task_id=TASK),
-    ReadTaskGraph(call_id=16, after_task_id="01890a5d-ac9b-7000-8000-000000000005", limit=500),
-    Release(call_id=17, lease=LEASE, migration_error="version 4 cannot read the checkpoint of version 5"),
-    Committed(call_id=1, seq=5, committed_at_ms=1_700_000_000_004, results=(0, 1, 1, 1)),
-    Submitted(call_id=2, submission=SUBMISSION_RECORD, created=True),
-    ConversationReply(call_id=3, conversation=CONVERSATION_RECORD),
-    EntriesReply(call_id=4, entries=(ENTRY_RECORD,), next_cursor=None),
-    DocumentReply(call_id=5, document=DOCUMENT_RECORD),
-    SubmissionReply(call_id=6, submission=None),
-    Watching(call_id=7, watch_id=1, head_seq=5),
+    ReadPeers(),
+    ReadTask(task_id=TASK),
+    ReadOutcomes(task_ids=(TASK, CHILD_TASK)),
+    WaitTask(task_id=TASK),
+    ReadTaskGraph(after_task_id="01890a5d-ac9b-7000-8000-000000000005", limit=500),
+    Release(lease=LEASE, migration_error="version 4 cannot read the checkpoint of version 5"),
+    Committed(seq=5, committed_at_ms=1_700_000_000_004, results=(0, 1, 1, 1)),
+    Submitted(submission=SUBMISSION_RECORD, created=True),
+    ConversationReply(conversation=CONVERSATION_RECORD),
+    EntriesReply(entries=(ENTRY_RECORD,), next_cursor=None),
+    DocumentReply(document=DOCUMENT_RECORD),
+    SubmissionReply(submission=None),
+    Watching(watch_id=1, head_seq=5),
     PeersReply(
-        call_id=12,
         peers=(
             PeerInfo(
                 peer_id=3,
@@ -466,17 +463,15 @@ EXAMPLES: list[Frame] = [
             ),
         ),
     ),
-    Ok(call_id=8),
-    Pong(call_id=9, now_ms=1_700_000_000_005, head_seq=5),
-    ClockReply(call_id=10, now_ms=1_700_000_001_505),
+    Ok(),
+    Pong(now_ms=1_700_000_000_005, head_seq=5),
+    ClockReply(now_ms=1_700_000_001_505),
     TaskReply(
-        call_id=13,
         task=TASK_RECORD,
         input=JsonValue({"cart": [{"sku": "x", "qty": 2}]}),
         checkpoint=JsonValue({"phase": "charge", "paid": None}),
     ),
     OutcomesReply(
-        call_id=14,
         outcomes=(
             TaskOutcome(status="faulted", reason="restart_limit", result=JsonValue("partial"), error="cut off 5 times"),
             None,
@@ -484,7 +479,6 @@ EXAMPLES: list[Frame] = [
         ),
     ),
     TaskGraphReply(
-        call_id=16,
         seq=7,
         nodes=(
             TaskNode(
@@ -497,7 +491,7 @@ EXAMPLES: list[Frame] = [
         ),
         next_after_task_id="01890a5d-ac9b-7000-8000-000000000005",
     ),
-    Error(call_id=None, code="bad_frame", message="bad ping frame"),
+    Error(code="bad_frame", message="bad ping frame"),
     Change(
         watch_id=1,
         seq=5,
@@ -537,6 +531,67 @@ EXAMPLES: list[Frame] = [
 ]
 EXAMPLE_IDS = [type(example).__name__ for example in EXAMPLES]
 EXAMPLE_BY_ID = dict(zip(EXAMPLE_IDS, EXAMPLES, strict=True))
+EXAMPLE_CALL_IDS: dict[str, int] = {
+    "Commit": 1,
+    "Submit": 2,
+    "ReadConversation": 3,
+    "ReadEntries": 4,
+    "ReadDocument": 5,
+    "ReadSubmission": 6,
+    "Watch": 7,
+    "Unwatch": 8,
+    "Ping": 9,
+    "AdvanceClock": 10,
+    "Announce": 11,
+    "ReadPeers": 12,
+    "ReadTask": 13,
+    "ReadOutcomes": 14,
+    "WaitTask": 15,
+    "ReadTaskGraph": 16,
+    "Release": 17,
+    "Committed": 1,
+    "Submitted": 2,
+    "ConversationReply": 3,
+    "EntriesReply": 4,
+    "DocumentReply": 5,
+    "SubmissionReply": 6,
+    "Watching": 7,
+    "Ok": 8,
+    "Pong": 9,
+    "ClockReply": 10,
+    "PeersReply": 12,
+    "TaskReply": 13,
+    "OutcomesReply": 14,
+    "TaskGraphReply": 16,
+    "ReadRun": 30,
+    "ReadRuns": 31,
+    "WaitRun": 32,
+    "CancelRun": 33,
+    "ReadOperations": 34,
+    "ReadUsage": 35,
+    "Resolve": 36,
+    "Respond": 37,
+    "RetryRun": 38,
+    "ReadInteractions": 39,
+    "RunReply": 30,
+    "RunsReply": 31,
+    "OperationsReply": 34,
+    "UsageReply": 35,
+    "OperationReply": 36,
+    "InteractionReply": 37,
+    "InteractionsReply": 39,
+}
+"""The call id in the envelope of each example (requests and replies; the ``Error`` example names none)."""
+
+
+def _call_id(frame: Frame) -> int | None:
+    return EXAMPLE_CALL_IDS.get(type(frame).__name__)
+
+
+def _sent(frame: Frame) -> Received:
+    """An example as it travels: under its envelope's call id."""
+    return Received(_call_id(frame), frame)
+
 
 # The exact bytes each example travels as. These pin the wire format: if one changes, the change must be
 # deliberate, and a change that breaks compatibility with existing peers needs a PROTOCOL_VERSION bump (and
@@ -1048,7 +1103,7 @@ GOLDEN_HEX: dict[str, str] = {
 
 
 def _raw(frame: Frame) -> bytes:
-    return msgpack.packb(unstructure_frame(frame), use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb(unstructure_frame(frame, call_id=_call_id(frame)), use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _pack(value: object) -> bytes:
@@ -1056,15 +1111,21 @@ def _pack(value: object) -> bytes:
 
 
 def _decode_one(value: object) -> Frame | BadFrame:
-    [frame] = decode_message(_pack(value))
-    return frame
+    [received] = decode_message(_pack(value))
+    return received.frame
+
+
+def _bad_with_call_id(value: object) -> tuple[int | None, BadFrame]:
+    """The refusal of one frame, and the call id read from its envelope."""
+    [received] = decode_message(_pack(value))
+    frame = received.frame
+    assert isinstance(frame, BadFrame), frame
+    assert frame.code == ErrorCode.BAD_FRAME
+    return received.call_id, frame
 
 
 def _bad(value: object) -> BadFrame:
-    frame = _decode_one(value)
-    assert isinstance(frame, BadFrame), frame
-    assert frame.code == ErrorCode.BAD_FRAME
-    return frame
+    return _bad_with_call_id(value)[1]
 
 
 def _append_with_data(data: object) -> dict[str, Any]:
@@ -1088,12 +1149,12 @@ def test_every_frame_type_has_a_golden_example() -> None:
 
 @pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
 def test_frame_encodes_to_its_golden_bytes(frame: Frame) -> None:
-    assert encode_frame(frame).hex() == GOLDEN_HEX[type(frame).__name__]
+    assert encode_frame(frame, call_id=_call_id(frame)).hex() == GOLDEN_HEX[type(frame).__name__]
 
 
 @pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
 def test_golden_bytes_decode_to_the_example(frame: Frame) -> None:
-    assert decode_message(bytes.fromhex(GOLDEN_HEX[type(frame).__name__])) == [frame]
+    assert decode_message(bytes.fromhex(GOLDEN_HEX[type(frame).__name__])) == [_sent(frame)]
 
 
 # Frames that exist since protocol version 1, carrying only what version 1 had, and the bytes a version 1 peer
@@ -1136,14 +1197,14 @@ def _version_1_frame(name: str) -> Frame:
 
 @pytest.mark.parametrize("name", sorted(VERSION_1_HEX))
 def test_version_1_bytes_still_decode(name: str) -> None:
-    assert decode_message(bytes.fromhex(VERSION_1_HEX[name])) == [_version_1_frame(name)]
+    assert decode_message(bytes.fromhex(VERSION_1_HEX[name])) == [_sent(_version_1_frame(name))]
 
 
 @pytest.mark.parametrize("name", sorted(VERSION_1_HEX))
 def test_frames_whose_bytes_changed_since_version_1_travel_under_a_newer_version(name: str) -> None:
     # Fields added since version 1 are always encoded, and a version 1 peer refuses unknown fields: such a change
     # must come with a new protocol version, and version 1 peers must be refused at hello.
-    if encode_frame(_version_1_frame(name)).hex() != VERSION_1_HEX[name]:
+    if encode_frame(_version_1_frame(name), call_id=EXAMPLE_CALL_IDS[name]).hex() != VERSION_1_HEX[name]:
         assert PROTOCOL_VERSION > 1
         assert 1 not in SUPPORTED_VERSIONS
 
@@ -1153,8 +1214,8 @@ def test_frames_whose_bytes_changed_since_version_1_travel_under_a_newer_version
 
 @pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
 def test_frame_round_trips(frame: Frame) -> None:
-    assert decode_message(encode_frame(frame)) == [frame]
-    assert decode_frame(encode_frame(frame)) == frame
+    assert decode_message(encode_frame(frame, call_id=_call_id(frame))) == [_sent(frame)]
+    assert decode_frame(encode_frame(frame, call_id=_call_id(frame))) == frame
 
 
 def _drop_defaults(instance: Any, value: Any) -> None:
@@ -1174,31 +1235,32 @@ def _drop_defaults(instance: Any, value: Any) -> None:
 @pytest.mark.parametrize("frame", EXAMPLES, ids=EXAMPLE_IDS)
 def test_fields_at_their_default_may_be_left_out(frame: Frame) -> None:
     # Fields added to a published frame have defaults, so a peer built before them is still understood.
-    value = unstructure_frame(frame)
+    value = unstructure_frame(frame, call_id=_call_id(frame))
     _drop_defaults(frame, value)
     assert _decode_one(value) == frame
 
 
 def test_joined_frames_decode_to_the_list_in_order() -> None:
-    assert decode_message(join_frames([encode_frame(frame) for frame in EXAMPLES])) == EXAMPLES
-    assert decode_message(encode_message(EXAMPLES)) == EXAMPLES
+    sent = [_sent(frame) for frame in EXAMPLES]
+    assert decode_message(join_frames([encode_frame(frame, call_id=_call_id(frame)) for frame in EXAMPLES])) == sent
+    assert decode_message(encode_message(sent)) == sent
 
 
 def test_one_joined_frame_is_sent_as_itself() -> None:
-    encoded = encode_frame(Ping(call_id=1))
+    encoded = encode_frame(Ping(), call_id=1)
     assert join_frames([encoded]) == encoded
-    assert decode_message(join_frames([encoded])) == [Ping(call_id=1)]
+    assert decode_message(join_frames([encoded])) == [Received(1, Ping())]
 
 
 @pytest.mark.parametrize("count", [15, 16, 0xFFFF + 1])
 def test_join_frames_uses_the_right_array_header_at_each_size(count: int) -> None:
-    encoded = encode_frame(Ok(call_id=1))
+    encoded = encode_frame(Ok(), call_id=1)
     message = join_frames([encoded] * count)
     assert msgpack.unpackb(message) == [{"type": "ok", "call_id": 1}] * count
 
 
 def test_full_batch_decodes() -> None:
-    frames = [Ping(call_id=index) for index in range(MAX_BATCH_FRAMES)]
+    frames = [Received(index, Ping()) for index in range(MAX_BATCH_FRAMES)]
     assert decode_message(encode_message(frames)) == frames
 
 
@@ -1212,11 +1274,11 @@ def _protocol_error(data: object) -> ProtocolError:
 
 
 def test_text_message_is_a_bad_frame_error() -> None:
-    assert _protocol_error(encode_frame(Ping(call_id=1)).decode("latin-1")).code == ErrorCode.BAD_FRAME
+    assert _protocol_error(encode_frame(Ping(), call_id=1).decode("latin-1")).code == ErrorCode.BAD_FRAME
 
 
 def test_message_over_the_size_limit_is_frame_too_large() -> None:
-    big = encode_frame(Ping(call_id=1)) + b"\x00" * MAX_MESSAGE_BYTES
+    big = encode_frame(Ping(), call_id=1) + b"\x00" * MAX_MESSAGE_BYTES
     assert _protocol_error(big).code == ErrorCode.FRAME_TOO_LARGE
 
 
@@ -1227,13 +1289,13 @@ def test_message_of_exactly_the_size_limit_is_read() -> None:
     pad = "x" * (MAX_MESSAGE_BYTES - len(base) - 4)
     data = _pack({**head, "pad": pad})
     assert len(data) == MAX_MESSAGE_BYTES
-    [frame] = decode_message(data)
-    assert isinstance(frame, BadFrame)  # decoded (the extra field is then refused), not rejected for size
+    [received] = decode_message(data)
+    assert isinstance(received.frame, BadFrame)  # decoded (the extra field is then refused), not rejected for size
 
 
 def test_max_bytes_argument_lowers_the_limit() -> None:
     with pytest.raises(ProtocolError) as info:
-        decode_message(encode_frame(Ping(call_id=1)), max_bytes=4)
+        decode_message(encode_frame(Ping(), call_id=1), max_bytes=4)
     assert info.value.code == ErrorCode.FRAME_TOO_LARGE
 
 
@@ -1260,7 +1322,7 @@ def test_empty_batch_is_refused() -> None:
 
 
 def test_batch_over_the_frame_limit_is_frame_too_large() -> None:
-    data = join_frames([encode_frame(Ping(call_id=1))] * (MAX_BATCH_FRAMES + 1))
+    data = join_frames([encode_frame(Ping(), call_id=1)] * (MAX_BATCH_FRAMES + 1))
     assert _protocol_error(data).code == ErrorCode.FRAME_TOO_LARGE
 
 
@@ -1277,7 +1339,7 @@ def test_msgpack_timestamp_is_not_accepted_as_a_value() -> None:
         frames = decode_message(data)
     except ProtocolError:
         return
-    assert len(frames) == 1 and isinstance(frames[0], BadFrame)
+    assert len(frames) == 1 and isinstance(frames[0].frame, BadFrame)
 
 
 def test_integer_map_key_is_refused() -> None:
@@ -1297,7 +1359,7 @@ def test_bytes_map_key_in_a_frame_is_a_bad_frame_not_a_crash(value: dict[Any, An
         frames = decode_message(_pack(value))
     except ProtocolError:
         return
-    assert len(frames) == 1 and isinstance(frames[0], BadFrame)
+    assert len(frames) == 1 and isinstance(frames[0].frame, BadFrame)
 
 
 # ------------------------------------------------------------------------------------------ per-frame rejection
@@ -1305,15 +1367,15 @@ def test_bytes_map_key_in_a_frame_is_a_bad_frame_not_a_crash(value: dict[Any, An
 
 def test_non_map_frame_in_a_batch_becomes_a_bad_frame_in_place() -> None:
     frames = decode_message(_pack([{"type": "ping", "call_id": 1}, 5, {"type": "ok", "call_id": 2}]))
-    assert frames[0] == Ping(call_id=1)
-    assert isinstance(frames[1], BadFrame) and frames[1].call_id is None
-    assert frames[2] == Ok(call_id=2)
+    assert frames[0] == Received(1, Ping())
+    assert isinstance(frames[1].frame, BadFrame) and frames[1].call_id is None
+    assert frames[2] == Received(2, Ok())
 
 
 def test_unknown_type_is_a_bad_frame_naming_the_type() -> None:
-    frame = _bad({"type": "launch_missiles", "call_id": 4})
+    call_id, frame = _bad_with_call_id({"type": "launch_missiles", "call_id": 4})
     assert "launch_missiles" in frame.message
-    assert frame.call_id == 4
+    assert call_id == 4
 
 
 @pytest.mark.parametrize("tag", [None, 5, b"ping", ["ping"]], ids=repr)
@@ -1321,25 +1383,26 @@ def test_missing_or_non_str_type_is_a_bad_frame(tag: object) -> None:
     value: dict[str, Any] = {"call_id": 1}
     if tag is not None:
         value["type"] = tag
-    assert _bad(value).call_id == 1
+    assert _bad_with_call_id(value)[0] == 1
 
 
 def test_missing_field_names_its_path() -> None:
-    frame = _bad({"type": "ping"})
+    # A request (or reply) without the call id of its envelope is refused, like a missing field of its own.
+    call_id, frame = _bad_with_call_id({"type": "ping"})
     assert "$.call_id" in frame.message
-    assert frame.call_id is None
+    assert call_id is None
 
 
 def test_missing_nested_field_names_its_path() -> None:
-    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": "create_conversation"}]})
+    call_id, frame = _bad_with_call_id({"type": "commit", "call_id": 3, "writes": [{"op": "create_conversation"}]})
     assert "$.writes[0].conversation_id" in frame.message
-    assert frame.call_id == 3
+    assert call_id == 3
 
 
 def test_extra_field_is_a_bad_frame_naming_it() -> None:
-    frame = _bad({"type": "ping", "call_id": 1, "surprise": 2})
+    call_id, frame = _bad_with_call_id({"type": "ping", "call_id": 1, "surprise": 2})
     assert "surprise" in frame.message
-    assert frame.call_id == 1
+    assert call_id == 1
 
 
 def test_extra_nested_field_is_a_bad_frame() -> None:
@@ -1486,22 +1549,22 @@ def test_wrongly_typed_field_names_its_path(value: dict[str, Any], path: str) ->
 
 
 def test_call_id_is_recovered_when_it_is_an_int() -> None:
-    assert _bad({"type": "ping", "call_id": 12, "extra": 1}).call_id == 12
-    assert _bad({"type": "submit", "call_id": 13}).call_id == 13
+    assert _bad_with_call_id({"type": "ping", "call_id": 12, "extra": 1})[0] == 12
+    assert _bad_with_call_id({"type": "submit", "call_id": 13})[0] == 13
 
 
 @pytest.mark.parametrize("call_id", ["12", True, 12.0, None, [12]], ids=repr)
 def test_call_id_is_not_recovered_when_it_is_not_an_int(call_id: object) -> None:
-    assert _bad({"type": "ping", "call_id": call_id, "extra": 1}).call_id is None
+    assert _bad_with_call_id({"type": "ping", "call_id": call_id, "extra": 1})[0] is None
 
 
 @pytest.mark.parametrize(
     "op", ["drop_table", "create_tasks", "CreateTask", "set_task_status", "abort", "task", "", 5, None], ids=repr
 )
 def test_unknown_write_op_is_a_bad_frame(op: object) -> None:
-    frame = _bad({"type": "commit", "call_id": 3, "writes": [{"op": op, "task_id": "t"}]})
+    call_id, frame = _bad_with_call_id({"type": "commit", "call_id": 3, "writes": [{"op": op, "task_id": "t"}]})
     assert "$.writes[0]" in frame.message
-    assert frame.call_id == 3
+    assert call_id == 3
 
 
 def test_a_field_of_another_write_is_an_extra_field() -> None:
@@ -1526,7 +1589,6 @@ def test_set_task_state_accepts_each_status_of_its_literal(
 ) -> None:
     write = {"op": "set_task_state", "task_id": "t", "status": status}
     assert _decode_one({"type": "commit", "call_id": 3, "writes": [write]}) == Commit(
-        call_id=3,
         writes=(SetTaskState(task_id="t", status=status),),
     )
 
@@ -1585,14 +1647,14 @@ def test_write_without_op_is_a_bad_frame() -> None:
 
 def test_bad_frame_in_a_batch_does_not_disturb_its_neighbours() -> None:
     frames = decode_message(_pack([{"type": "ping", "call_id": 1}, {"type": "ping"}, {"type": "ok", "call_id": 2}]))
-    assert frames[0] == Ping(call_id=1)
-    assert isinstance(frames[1], BadFrame)
-    assert frames[2] == Ok(call_id=2)
+    assert frames[0] == Received(1, Ping())
+    assert isinstance(frames[1].frame, BadFrame)
+    assert frames[2] == Received(2, Ok())
 
 
 def test_decode_frame_refuses_a_batch_and_a_bad_frame() -> None:
     with pytest.raises(ProtocolError):
-        decode_frame(encode_message([Ping(call_id=1), Ping(call_id=2)]))
+        decode_frame(encode_message([Received(1, Ping()), Received(2, Ping())]))
     with pytest.raises(ProtocolError) as info:
         decode_frame(_pack({"type": "ping"}))
     assert info.value.code == ErrorCode.BAD_FRAME
@@ -1614,9 +1676,9 @@ def _nested(depth: int) -> object:
     ids=["nan", "inf", "-inf", "bytes", "bytes-in-list", "nested-nan"],
 )
 def test_non_json_payload_is_a_bad_frame_naming_the_field(data: object) -> None:
-    frame = _bad(_append_with_data(data))
+    call_id, frame = _bad_with_call_id(_append_with_data(data))
     assert "$.writes[0].data" in frame.message
-    assert frame.call_id == 7
+    assert call_id == 7
 
 
 def test_payload_nested_deeper_than_the_limit_is_a_bad_frame() -> None:
@@ -1646,7 +1708,7 @@ def test_payload_nested_exactly_to_the_limit_is_accepted() -> None:
 )
 def test_task_payloads_are_checked(example: str, path: tuple[str | int, ...]) -> None:
     frame = EXAMPLE_BY_ID[example]
-    value: Any = _plain(unstructure_frame(frame))
+    value: Any = _plain(unstructure_frame(frame, call_id=_call_id(frame)))
     assert _decode_one(value) == frame
     container = value
     for key in path[:-1]:
@@ -1657,8 +1719,8 @@ def test_task_payloads_are_checked(example: str, path: tuple[str | int, ...]) ->
 
 
 def test_payload_in_other_frames_is_checked_too() -> None:
-    submit = unstructure_frame(EXAMPLES[4])
-    assert _bad({**submit, "payload": {"x": float("nan")}}).call_id == 2
+    submit = unstructure_frame(EXAMPLES[4], call_id=_call_id(EXAMPLES[4]))
+    assert _bad_with_call_id({**submit, "payload": {"x": float("nan")}})[0] == 2
     assert isinstance(_decode_one({**submit, "payload": {"x": [1.5, None, "s", {"t": False}]}}), Submit)
 
 
@@ -1715,14 +1777,15 @@ def _assert_decodes_safely(data: bytes) -> None:
         assert exc.code in (ErrorCode.BAD_FRAME, ErrorCode.FRAME_TOO_LARGE)
         return
     assert frames
-    for frame in frames:
+    for received in frames:
+        frame = received.frame
+        assert received.call_id is None or type(received.call_id) is int
         if isinstance(frame, BadFrame):
             assert frame.code == ErrorCode.BAD_FRAME
-            assert frame.call_id is None or type(frame.call_id) is int
         else:
             assert type(frame) in FRAME_TYPES
             # Anything the decoder accepts must survive its own encoding unchanged.
-            assert decode_message(encode_frame(frame)) == [frame]
+            assert decode_message(encode_frame(frame, call_id=received.call_id)) == [received]
 
 
 # Map keys include bytes: msgpack's strict_map_key lets bin keys through, and the decoder must still only ever
@@ -1788,7 +1851,7 @@ def _plain(value: object) -> object:
 @st.composite
 def _mutated_frames(draw: st.DrawFn) -> object:
     frame = draw(st.sampled_from(EXAMPLES))
-    value = _plain(unstructure_frame(frame))
+    value = _plain(unstructure_frame(frame, call_id=_call_id(frame)))
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         targets = _containers(value)
         _, container = draw(st.sampled_from(targets))
@@ -1821,8 +1884,10 @@ def test_near_valid_frames_decode_to_a_frame_or_a_bad_frame(value: object) -> No
 @settings(max_examples=200)
 @given(st.sampled_from(EXAMPLES), st.data())
 def test_a_dropped_required_field_is_always_reported(frame: Frame, data: st.DataObject) -> None:
-    value = unstructure_frame(frame)
+    value = unstructure_frame(frame, call_id=_call_id(frame))
     required = [field.name for field in attrs.fields(type(frame)) if field.default is attrs.NOTHING]
+    if type(frame) in REQUEST_TYPES + REPLY_TYPES:
+        required.append("call_id")  # the envelope's: required of every request and reply (an Error's may be nil)
     key = data.draw(st.sampled_from(required))
     del value[key]
     decoded = _bad(value)
@@ -1858,3 +1923,24 @@ def test_a_bug_raised_outside_a_validation_group_propagates(monkeypatch: pytest.
     monkeypatch.setitem(_codec._STRUCTURE, Ping, broken)
     with pytest.raises(_HookBug):
         decode_message(_pack({"type": "ping", "call_id": 1}))
+
+
+def test_the_call_id_belongs_to_the_envelope_of_requests_and_replies_only() -> None:
+    with pytest.raises(ValueError, match="needs a call_id"):
+        encode_frame(Ping())
+    with pytest.raises(ValueError, match="carries no call_id"):
+        encode_frame(Goodbye(code="x", message="y"), call_id=1)
+    # An Error that could not name its request travels with a nil call id, and reads back as None.
+    error = Error(code="bad_frame", message="m")
+    assert msgpack.unpackb(encode_frame(error)) == {
+        "type": "error",
+        "call_id": None,
+        "code": "bad_frame",
+        "message": "m",
+    }
+    assert decode_message(encode_frame(error)) == [Received(None, error)]
+    # Only an Error may have a nil one: any other reply or request without a usable call id is refused.
+    assert "$.call_id" in _bad({"type": "ok", "call_id": None}).message
+    assert "$.call_id" in _bad({"type": "error", "code": "x", "message": "y"}).message
+    # An event never has one.
+    assert "call_id" in _bad({"type": "goodbye", "call_id": 1, "code": "x", "message": "y"}).message

@@ -68,13 +68,13 @@ from tests.unit.test_tasks_core import (
     OwnerSim,
     Worker,
     aborted,
-    call,
     completed,
     error_code,
     expect,
     failed,
     fresh_id,
     reply_to,
+    sent,
 )
 
 AGENT = "support"
@@ -96,9 +96,7 @@ class RunSim(OwnerSim):
     def agent_worker(self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64) -> Worker:
         worker = self.attach_worker()
         capability = Capability(kind="agent", name=agent, version=version)
-        announce = Announce(
-            call_id=call(), pid=1000, host="test", app="tests", capabilities=(capability,), max_leases=max_leases
-        )
+        announce = Announce(pid=1000, host="test", app="tests", capabilities=(capability,), max_leases=max_leases)
         expect(self.request(worker.peer, announce), Ok)
         return worker
 
@@ -111,7 +109,6 @@ class RunSim(OwnerSim):
         fields.setdefault("request_id", f"r-{fresh_id()}")
         fields.setdefault("kind", "input")
         return Submit(
-            call_id=call(),
             conversation_id=conversation_id,
             submission_id=fields.pop("submission_id", fresh_id()),
             payload=JsonValue(text),
@@ -127,12 +124,12 @@ class RunSim(OwnerSim):
         return submitted.submission.run_id
 
     def run(self, run_id: str) -> RunRecord:
-        stored = expect(self.request(self.client, ReadRun(call_id=call(), run_id=run_id)), RunReply).run
+        stored = expect(self.request(self.client, ReadRun(run_id=run_id)), RunReply).run
         assert self.store.run(run_id) == stored
         return stored
 
     def entries(self, conversation_id: str) -> list[tuple[str, Any]]:
-        request = ReadEntries(call_id=call(), conversation_id=conversation_id, order="asc", cursor=None, limit=100)
+        request = ReadEntries(conversation_id=conversation_id, order="asc", cursor=None, limit=100)
         reply = expect(self.request(self.client, request), EntriesReply)
         return [(entry.kind, entry.data) for entry in reply.entries]
 
@@ -226,7 +223,7 @@ def test_input_needs_a_conversation_bound_to_an_agent_and_a_text(sim: RunSim) ->
     # Other kinds keep today's behaviour, with no run.
     other = expect(sim.submit(plain, {"q": 1}, kind="prompt"), Submitted)
     assert other.created and other.submission.run_id is None
-    assert expect(sim.request(sim.client, ReadRuns(call_id=call())), RunsReply).runs == ()
+    assert expect(sim.request(sim.client, ReadRuns()), RunsReply).runs == ()
 
 
 def test_a_submission_admits_a_run_and_its_user_entry_at_once(sim: RunSim) -> None:
@@ -252,7 +249,7 @@ def test_request_id_dedupe_survives_a_restart_and_refuses_other_content(sim: Run
     assert not again.created and again.submission == first.submission
     assert error_code(sim.submit(conversation_id, "other", request_id="r1")) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
-    assert len(expect(sim.request(sim.client, ReadRuns(call_id=call())), RunsReply).runs) == 1
+    assert len(expect(sim.request(sim.client, ReadRuns()), RunsReply).runs) == 1
 
 
 def test_reject_refuses_while_a_run_is_active_and_writes_nothing(sim: RunSim) -> None:
@@ -349,7 +346,7 @@ def test_a_missing_agent_version_needs_attention_until_a_worker_has_it(sim: RunS
     run = sim.run(run_id)
     assert (run.status, run.reason) == ("needs_attention", "agent_version_missing")
     assert not v1.holds(task_id)
-    wait = WaitRun(call_id=call(), run_id=run_id)
+    wait = WaitRun(run_id=run_id)
     assert expect(sim.request(sim.client, wait), RunReply).run == run
     v2 = sim.agent_worker(version=2)
     assert v2.holds(task_id)
@@ -365,12 +362,12 @@ def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
     first = sim.start_run(conversation_id)
     second = sim.start_run(conversation_id)
     third = sim.start_run(conversation_id)
-    reply = expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=second)), RunReply)
+    reply = expect(sim.request(sim.client, CancelRun(run_id=second)), RunReply)
     assert (reply.run.status, reply.run.reason) == ("cancelled", None)
     assert sim.statuses(first, second, third) == ["pending", "cancelled", "queued"]
     # Again: a no-op.
     head = sim.core.head_seq
-    assert expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=second)), RunReply).run == reply.run
+    assert expect(sim.request(sim.client, CancelRun(run_id=second)), RunReply).run == reply.run
     assert sim.core.head_seq == head
     worker = sim.agent_worker()
     finish(worker, sim.run(first))
@@ -393,7 +390,7 @@ def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(si
     )
     assert tools.holds(tool_id)
     assert sim.run(first).status == "running"
-    reply = expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=first)), RunReply)
+    reply = expect(sim.request(sim.client, CancelRun(run_id=first)), RunReply)
     assert reply.run.status == "running"  # its task is marked; it ends cancelled once that is terminal
     assert tool_id in tools.cancelled
     expect(tools.release(tool_id), Ok)
@@ -410,8 +407,8 @@ def test_cancel_a_completed_run_is_a_conflict(sim: RunSim) -> None:
     run_id = sim.start_run(conversation_id)
     finish(sim.agent_worker(), sim.run(run_id))
     head = sim.core.head_seq
-    assert error_code(sim.request(sim.client, CancelRun(call_id=call(), run_id=run_id))) == ErrorCode.CONFLICT
-    assert error_code(sim.request(sim.client, CancelRun(call_id=call(), run_id=fresh_id()))) == ErrorCode.NOT_FOUND
+    assert error_code(sim.request(sim.client, CancelRun(run_id=run_id))) == ErrorCode.CONFLICT
+    assert error_code(sim.request(sim.client, CancelRun(run_id=fresh_id()))) == ErrorCode.NOT_FOUND
     assert sim.core.head_seq == head
 
 
@@ -419,9 +416,9 @@ def test_wait_run_is_answered_when_the_run_completes(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     run_id = sim.start_run(conversation_id)
     worker = sim.agent_worker()
-    wait = WaitRun(call_id=call(), run_id=run_id)
+    wait = sent(WaitRun(run_id=run_id))
     out = sim.batch((sim.client, wait))
-    assert not [frame for peer, frame in out if peer == sim.client]
+    assert not [frame for peer, _, frame in out if peer == sim.client]
     task_id = run_task_id(run_id, 1)
     out = sim.batch((worker.peer, _commit(worker, task_id)))
     answered = reply_to(out, sim.client, wait)
@@ -429,20 +426,18 @@ def test_wait_run_is_answered_when_the_run_completes(sim: RunSim) -> None:
 
 
 def _commit(worker: Worker, task_id: str) -> Any:
-    return Commit(call_id=call(), writes=(completed(task_id, {"text": "ok"}),), lease=worker.lease(task_id).lease)
+    return Commit(writes=(completed(task_id, {"text": "ok"}),), lease=worker.lease(task_id).lease)
 
 
 def test_read_runs_pages_by_conversation_and_status(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     runs = sorted(sim.start_run(conversation_id) for _ in range(3))
     sim.start_run(sim.agent_conversation())
-    page = expect(
-        sim.request(sim.client, ReadRuns(call_id=call(), conversation_id=conversation_id, limit=2)), RunsReply
-    )
+    page = expect(sim.request(sim.client, ReadRuns(conversation_id=conversation_id, limit=2)), RunsReply)
     assert [run.run_id for run in page.runs] == runs[:2] and page.next_after_run_id == runs[1]
-    rest = ReadRuns(call_id=call(), conversation_id=conversation_id, after_run_id=runs[1], limit=2)
+    rest = ReadRuns(conversation_id=conversation_id, after_run_id=runs[1], limit=2)
     assert [run.run_id for run in expect(sim.request(sim.client, rest), RunsReply).runs] == runs[2:]
-    queued = expect(sim.request(sim.client, ReadRuns(call_id=call(), status="queued")), RunsReply)
+    queued = expect(sim.request(sim.client, ReadRuns(status="queued")), RunsReply)
     assert len(queued.runs) == 2
 
 
@@ -540,7 +535,7 @@ def test_an_operation_takes_one_intent_per_attempt_and_one_result(sim: RunSim) -
     assert sim.core.head_seq == head
     run = sim.run(run_id)
     assert run.usage == usage(10)
-    journal = expect(sim.request(sim.client, ReadOperations(call_id=call(), run_id=run_id)), OperationsReply)
+    journal = expect(sim.request(sim.client, ReadOperations(run_id=run_id)), OperationsReply)
     [stored] = journal.operations
     assert (stored.status, stored.attempt, stored.result, stored.usage, stored.task_id) == (
         "completed",
@@ -564,11 +559,11 @@ def test_usage_is_counted_once_per_operation_and_rolled_up(sim: RunSim) -> None:
     assert sim.core.head_seq == head
     total = RunUsage(input_tokens=3, output_tokens=6, cached_tokens=2, reasoning_tokens=0, cost=0.5)
     assert sim.run(run_id).usage == total
-    by_conversation = ReadUsage(call_id=call(), conversation_id=conversation_id)
+    by_conversation = ReadUsage(conversation_id=conversation_id)
     assert expect(sim.request(sim.client, by_conversation), UsageReply).totals == (
         UsageTotal(scope="conversation", key=conversation_id, usage=total),
     )
-    by_model = expect(sim.request(sim.client, ReadUsage(call_id=call())), UsageReply).totals
+    by_model = expect(sim.request(sim.client, ReadUsage()), UsageReply).totals
     assert by_model == (UsageTotal(scope="model", key="scripted", usage=total),)
     # A refused commit leaves the run's usage as it was (its request journal puts the record back).
     bad = (FinishOperation(operation_id=first, status="completed", usage=usage(5)),)
@@ -622,7 +617,7 @@ def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> 
     sim.worker(kinds=("tool:lookup", "tether.attention"))
     assert sim.task(attention_id).status == "pending" and sim.task(tool_id).status == "waiting"
     assert sim.graph()[attention_id].blocked is None
-    wait = WaitRun(call_id=call(), run_id=run_id)
+    wait = WaitRun(run_id=run_id)
     assert expect(sim.request(sim.client, wait), RunReply).run == run
 
 
@@ -660,15 +655,15 @@ def test_a_cut_off_model_request_backs_off_durably_and_fails_past_its_last_attem
         assert sim.task(task_id).until_ms == start_ms + 1_000 and sim.run(run_id).status == "retry_wait"
         worker = sim.agent_worker()
         assert not worker.holds(task_id)
-        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=999))
+        sim.request(sim.client, AdvanceClock(by_ms=999))
         assert not worker.holds(task_id)
-        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=1))
+        sim.request(sim.client, AdvanceClock(by_ms=1))
         assert worker.holds(task_id) and sim.run(run_id).status == "running"
         worker.ok(task_id, model_intent(run_id, op, attempt=2))
         # An owner crash consumes an attempt too: 1_000 * 2 ms, within the 1_500 cap.
         sim.restart()
         assert sim.task(task_id).until_ms == sim.now_ms + 1_500
-        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=1_500))
+        sim.request(sim.client, AdvanceClock(by_ms=1_500))
         worker = sim.agent_worker()
         worker.ok(task_id, model_intent(run_id, op, attempt=3))
         worker.leave()
@@ -694,7 +689,7 @@ def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_oper
             SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
         )
         assert sim.run(run_id).status == "retry_wait"
-        sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=until_ms - sim.now_ms))
+        sim.request(sim.client, AdvanceClock(by_ms=until_ms - sim.now_ms))
         assert worker.holds(task_id)
         worker.ok(task_id, model_intent(run_id, op, attempt=2))
         assert sim.store.operation(op) is not None
@@ -718,10 +713,10 @@ def test_resolve_settles_an_interrupted_manual_tool_call_once(sim: RunSim) -> No
     tools.leave()
     assert sim.run(run_id).status == "needs_attention"
     head = sim.core.head_seq
-    unknown = Resolve(call_id=call(), operation_id=fresh_id(), output=JsonValue(1))
+    unknown = Resolve(operation_id=fresh_id(), output=JsonValue(1))
     assert error_code(sim.request(sim.client, unknown)) == ErrorCode.NOT_FOUND
     assert sim.core.head_seq == head
-    resolve = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
+    resolve = Resolve(operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
     resolved = expect(sim.request(sim.client, resolve), OperationReply).operation
     assert (resolved.status, resolved.result, resolved.resolved_by, resolved.resolved_at_ms) == (
         "resolved",
@@ -735,16 +730,16 @@ def test_resolve_settles_an_interrupted_manual_tool_call_once(sim: RunSim) -> No
     run = sim.run(run_id)
     assert (run.status, run.reason, run.operation_id) == ("running", None, None)
     head = sim.core.head_seq
-    again = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
+    again = Resolve(operation_id=op, output=JsonValue({"rows": 3}), resolved_by="ops")
     assert expect(sim.request(sim.client, again), OperationReply).operation == resolved
-    other = Resolve(call_id=call(), operation_id=op, output=JsonValue({"rows": 4}))
+    other = Resolve(operation_id=op, output=JsonValue({"rows": 4}))
     assert error_code(sim.request(sim.client, other)) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
     # A committed result is never resolved.
     model_op = fresh_id()
     worker.ok(task_id, model_intent(run_id, model_op))
     worker.ok(task_id, FinishOperation(operation_id=model_op, status="completed"))
-    not_interrupted = Resolve(call_id=call(), operation_id=model_op, output=JsonValue(0))
+    not_interrupted = Resolve(operation_id=model_op, output=JsonValue(0))
     assert error_code(sim.request(sim.client, not_interrupted)) == ErrorCode.CONFLICT
     assert sim.store.operation(model_op).status == "completed"  # type: ignore[union-attr]
 
@@ -767,9 +762,7 @@ def test_respond_is_accepted_once_survives_a_restart_and_a_replay_never_asks_aga
     assert asked.results[0] == 1
     run = sim.run(run_id)
     assert (run.status, run.operation_id) == ("waiting", op)
-    [interaction] = expect(
-        sim.request(sim.client, ReadInteractions(call_id=call(), status="open")), InteractionsReply
-    ).interactions
+    [interaction] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
     assert (interaction.operation_id, interaction.task_id, interaction.args) == (
         op,
         approval_task_id(op),
@@ -781,27 +774,25 @@ def test_respond_is_accepted_once_survives_a_restart_and_a_replay_never_asks_aga
     sim.agent_worker()
     assert sim.run(run_id).status == "waiting"
     head = sim.core.head_seq
-    unknown = Respond(call_id=call(), interaction_id=fresh_id(), approve=True)
+    unknown = Respond(interaction_id=fresh_id(), approve=True)
     assert error_code(sim.request(sim.client, unknown)) == ErrorCode.NOT_FOUND
     assert sim.core.head_seq == head
-    respond = Respond(
-        call_id=call(), interaction_id=interaction.interaction_id, approve=True, note="ok", responded_by="me"
-    )
+    respond = Respond(interaction_id=interaction.interaction_id, approve=True, note="ok", responded_by="me")
     answered = expect(sim.request(sim.client, respond), InteractionReply).interaction
     assert answered.status == "answered" and answered.answer is not None and answered.answer.approve
     assert sim.outcome(approval_task_id(op)).result == {"approve": True, "note": "ok"}
     assert tools.holds(tool_id)  # the tool task resumes
     head = sim.core.head_seq
-    same = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=True, note="ok")
+    same = Respond(interaction_id=interaction.interaction_id, approve=True, note="ok")
     assert expect(sim.request(sim.client, same), InteractionReply).interaction == answered
-    different = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=False)
+    different = Respond(interaction_id=interaction.interaction_id, approve=False)
     assert error_code(sim.request(sim.client, different)) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
     # A replayed tool phase asks again: the first interaction is kept, its (answered) task is waited on.
     replay = expect(ask(sim, tools, tool_id, run_id, op), Committed)
     assert replay.results[0] == 0
     assert tools.holds(tool_id)  # the wait on an ended task resumes at once
-    listed = expect(sim.request(sim.client, ReadInteractions(call_id=call(), run_id=run_id)), InteractionsReply)
+    listed = expect(sim.request(sim.client, ReadInteractions(run_id=run_id)), InteractionsReply)
     assert listed.interactions == (answered,)
     assert error_code(ask(sim, tools, tool_id, run_id, op, digest="other")) == ErrorCode.CONFLICT
 
@@ -811,12 +802,12 @@ def test_a_cancelled_run_no_longer_awaits_its_interaction(sim: RunSim) -> None:
     tool_id, tools = with_tool(sim, worker, task_id)
     op = fresh_id()
     expect(ask(sim, tools, tool_id, run_id, op), Committed)
-    expect(sim.request(sim.client, CancelRun(call_id=call(), run_id=run_id)), RunReply)
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
     # The approval task ends aborted at once (no handler); the tool's and the run's abort handlers follow.
     assert sim.outcome(approval_task_id(op)).status == "aborted"
     interaction = sim.store.operation_interaction(op)
     assert interaction is not None
-    respond = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=True)
+    respond = Respond(interaction_id=interaction.interaction_id, approve=True)
     assert error_code(sim.request(sim.client, respond)) == ErrorCode.CONFLICT
     tools.ok(tool_id, aborted(tool_id))
     worker.ok(task_id, aborted(task_id))
@@ -833,7 +824,7 @@ def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_aga
     worker.leave()  # past its only attempt: the run fails
     run = sim.run(first)
     assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
-    retry = RetryRun(call_id=call(), run_id=first)
+    retry = RetryRun(run_id=first)
     retried = expect(sim.request(sim.client, retry), RunReply).run
     assert (retried.run_id, retried.status, retried.task_id) == (first, "queued", None)
     # Admitted again in the same batch (capacity allows), without a second user entry.
@@ -850,8 +841,8 @@ def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_aga
     finish(worker, sim.run(first))
     assert sim.statuses(first, second) == ["completed", "running"]
     head = sim.core.head_seq
-    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=first))) == ErrorCode.CONFLICT
-    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=fresh_id()))) == ErrorCode.NOT_FOUND
+    assert error_code(sim.request(sim.client, RetryRun(run_id=first))) == ErrorCode.CONFLICT
+    assert error_code(sim.request(sim.client, RetryRun(run_id=fresh_id()))) == ErrorCode.NOT_FOUND
     assert sim.core.head_seq == head
 
 
@@ -864,7 +855,7 @@ def test_retry_run_is_refused_once_a_later_run_has_started(sim: RunSim) -> None:
     worker.ok(task_id, failed(task_id))
     assert sim.statuses(first, second) == ["failed", "running"]
     head = sim.core.head_seq
-    assert error_code(sim.request(sim.client, RetryRun(call_id=call(), run_id=first))) == ErrorCode.CONFLICT
+    assert error_code(sim.request(sim.client, RetryRun(run_id=first))) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head and sim.run(first).status == "failed"
 
 
@@ -878,7 +869,7 @@ def test_retry_run_of_a_run_needing_attention_is_a_no_op(sim: RunSim) -> None:
     run = sim.run(run_id)
     assert run.reason == "agent_version_missing"
     head = sim.core.head_seq
-    assert expect(sim.request(sim.client, RetryRun(call_id=call(), run_id=run_id)), RunReply).run == run
+    assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run
     assert sim.core.head_seq == head
 
 
@@ -902,7 +893,7 @@ def test_a_retried_run_waits_for_capacity_like_any_run(tmp_path: Path) -> None:
         first_task = run_task_id(runs[0], 1)
         worker.ok(first_task, failed(first_task))
         assert sim.statuses(*runs) == ["failed", "running", "running"]
-        expect(sim.request(sim.client, RetryRun(call_id=call(), run_id=runs[0])), RunReply)
+        expect(sim.request(sim.client, RetryRun(run_id=runs[0])), RunReply)
         assert sim.statuses(*runs) == ["queued", "running", "running"]  # the bound holds
         finish(worker, sim.run(runs[1]))
         assert sim.statuses(*runs) == ["running", "completed", "running"]

@@ -48,7 +48,7 @@ from protocol import (
 )
 from storage_owner.core._runs import add_usage
 from tests.unit.test_runs_core import RunSim
-from tests.unit.test_tasks_core import aborted, call, completed, failed, fresh_id, restart_ids
+from tests.unit.test_tasks_core import aborted, completed, failed, fresh_id, restart_ids
 
 MAX_RUNS = 2
 CONVERSATIONS = 3
@@ -246,7 +246,7 @@ class RunMachine(RuleBasedStateMachine):
         found, _ = self.sim.store.interaction_page("open", None, None, 100)
         if found:
             interaction = found[which % len(found)]
-            request = Respond(call_id=call(), interaction_id=interaction.interaction_id, approve=approve)
+            request = Respond(interaction_id=interaction.interaction_id, approve=approve)
             self.sim.request(self.sim.client, request)
 
     @rule(which=picks)
@@ -258,14 +258,14 @@ class RunMachine(RuleBasedStateMachine):
                 candidates.append(op_id)
         if candidates:
             op_id = candidates[which % len(candidates)]
-            self.sim.request(self.sim.client, Resolve(call_id=call(), operation_id=op_id, output=JsonValue("ok")))
+            self.sim.request(self.sim.client, Resolve(operation_id=op_id, output=JsonValue("ok")))
 
     @rule(which=picks, retry=st.booleans())
     def cancel_or_retry(self, which: int, retry: bool) -> None:
         if not self.runs:
             return
         run_id = self.runs[which % len(self.runs)]
-        request = RetryRun(call_id=call(), run_id=run_id) if retry else CancelRun(call_id=call(), run_id=run_id)
+        request = RetryRun(run_id=run_id) if retry else CancelRun(run_id=run_id)
         reply = self.sim.request(self.sim.client, request)
         if retry and not isinstance(reply, Error):
             self.ended.pop(run_id, None)  # a failed run retried is active again
@@ -283,7 +283,7 @@ class RunMachine(RuleBasedStateMachine):
 
     @rule(by_ms=st.sampled_from([0, 50, 100, 1000]))
     def clock_moves(self, by_ms: int) -> None:
-        self.sim.request(self.sim.client, AdvanceClock(call_id=call(), by_ms=by_ms))
+        self.sim.request(self.sim.client, AdvanceClock(by_ms=by_ms))
 
     @rule()
     def owner_restarts(self) -> None:

@@ -16,6 +16,8 @@ import attrs
 import pytest
 
 from protocol import (
+    REPLY_TYPES,
+    REQUEST_TYPES,
     SUPPORTED_VERSIONS,
     AbortTask,
     AdvanceClock,
@@ -41,6 +43,7 @@ from protocol import (
     ReadOutcomes,
     ReadTask,
     ReadTaskGraph,
+    Received,
     Release,
     SetTaskState,
     TaskGraphReply,
@@ -91,6 +94,18 @@ def restart_ids() -> None:
 
 def call() -> int:
     return next(_calls)
+
+
+def sent(frame: Frame) -> Received:
+    """``frame`` as a request under a fresh call id, for :func:`reply_to`."""
+    return Received(call(), frame)
+
+
+def envelope(frame: Frame | Received) -> Received:
+    """What the shell hands the core: a request under a fresh call id, anything else under none."""
+    if isinstance(frame, Received):
+        return frame
+    return Received(call() if type(frame) in REQUEST_TYPES + REPLY_TYPES else None, frame)
 
 
 def expect(frame: object, kind: type[FrameT]) -> FrameT:
@@ -189,7 +204,7 @@ class Worker:
     def commit(self, task_id: str, *writes: Write, lease: LeaseRef | None = None) -> Frame:
         """Commit ``writes`` under this worker's lease on ``task_id`` (or ``lease``); the reply."""
         ref = lease if lease is not None else self.lease(task_id).lease
-        request = Commit(call_id=call(), writes=writes, lease=ref)
+        request = sent(Commit(writes=writes, lease=ref))
         if any(isinstance(write, SetTaskState) and write.task_id == ref.task_id for write in writes):
             self.sim.ends_lease[request.call_id] = (self, ref)  # if it is committed
         return self.sim.request(self.peer, request)
@@ -199,7 +214,7 @@ class Worker:
 
     def release(self, task_id: str, migration_error: str | None = None) -> Frame:
         ref = self.lease(task_id).lease
-        request = Release(call_id=call(), lease=ref, migration_error=migration_error)
+        request = sent(Release(lease=ref, migration_error=migration_error))
         self.sim.ends_lease[request.call_id] = (self, ref)
         return self.sim.request(self.peer, request)
 
@@ -289,9 +304,7 @@ class OwnerSim:
             Capability(kind="task", name=kind, version=version, migrates=migrates, restart_limit=restart_limit)
             for kind in kinds
         )
-        announce = Announce(
-            call_id=call(), pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=max_leases
-        )
+        announce = Announce(pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=max_leases)
         expect(self.request(worker.peer, announce), Ok)
         return worker
 
@@ -304,7 +317,9 @@ class OwnerSim:
 
     # ------------------------------------------------------------------ batches
 
-    def batch(self, *items: tuple[PeerId, Frame], now_ms: int | None = None, drain: bool = True) -> list[Output]:
+    def batch(
+        self, *items: tuple[PeerId, Frame | Received], now_ms: int | None = None, drain: bool = True
+    ) -> list[Output]:
         """Run one batch (and, with ``drain``, the batches the core asks for next); everything they sent."""
         if now_ms is not None:
             self.now_ms = now_ms
@@ -315,9 +330,9 @@ class OwnerSim:
             out.extend(self._one_batch(()))
         raise AssertionError("the core never stopped asking for batches")
 
-    def _one_batch(self, items: Sequence[tuple[PeerId, Frame]]) -> list[Output]:
+    def _one_batch(self, items: Sequence[tuple[PeerId, Frame | Received]]) -> list[Output]:
         self.store.begin()
-        self.core.run_batch(items, self.now_ms)
+        self.core.run_batch([(peer, envelope(frame)) for peer, frame in items], self.now_ms)
         self.store.commit()
         out, effects = self.core.take_output()
         if effects.clock_ms is not None:
@@ -328,7 +343,7 @@ class OwnerSim:
         return out
 
     def _dispatch(self, out: list[Output]) -> None:
-        for peer, frame in out:
+        for peer, call_id, frame in out:
             worker = self.workers.get(peer)
             if isinstance(frame, Lease):
                 assert worker is not None, f"lease {frame} sent to a peer that is no worker"
@@ -347,18 +362,19 @@ class OwnerSim:
                 assert worker is not None
                 worker.cancelled[frame.lease.task_id] = frame
             else:
-                ending = self.ends_lease.pop(getattr(frame, "call_id", -1), None)
+                ending = self.ends_lease.pop(call_id, None) if call_id is not None else None
                 if ending is not None and isinstance(frame, Committed | Ok):
                     ending[0].lease_ended(ending[1])
 
-    def request(self, peer: PeerId, frame: Frame) -> Frame:
-        """Run ``frame`` alone in a batch and return its one reply."""
-        return reply_to(self.batch((peer, frame)), peer, frame)
+    def request(self, peer: PeerId, frame: Frame | Received) -> Frame:
+        """Run ``frame`` alone in a batch (under a fresh call id unless it has one) and return its one reply."""
+        request = envelope(frame)
+        return reply_to(self.batch((peer, request)), peer, request)
 
     # ------------------------------------------------------------------ client requests
 
     def commit(self, *writes: Write) -> Frame:
-        return self.request(self.client, Commit(call_id=call(), writes=writes))
+        return self.request(self.client, Commit(writes=writes))
 
     def new_conversation(self, owner_task_id: str | None = None) -> str:
         conversation_id = fresh_id()
@@ -399,7 +415,7 @@ class OwnerSim:
         nodes: dict[str, TaskNode] = {}
         after: str | None = None
         while True:
-            request = ReadTaskGraph(call_id=call(), after_task_id=after, limit=50)
+            request = ReadTaskGraph(after_task_id=after, limit=50)
             reply = expect(self.request(self.client, request), TaskGraphReply)
             nodes.update((node.task.task_id, node) for node in reply.nodes)
             after = reply.next_after_task_id
@@ -407,9 +423,7 @@ class OwnerSim:
                 return nodes
 
     def outcomes(self, *task_ids: str) -> tuple[TaskOutcome | None, ...]:
-        return expect(
-            self.request(self.client, ReadOutcomes(call_id=call(), task_ids=task_ids)), OutcomesReply
-        ).outcomes
+        return expect(self.request(self.client, ReadOutcomes(task_ids=task_ids)), OutcomesReply).outcomes
 
     # ------------------------------------------------------------------ inspection
 
@@ -438,12 +452,11 @@ class OwnerSim:
         return holders[0] if holders else None
 
 
-def reply_to(out: list[Output], peer: PeerId, frame: Frame) -> Frame:
-    call_id = getattr(frame, "call_id", None)
+def reply_to(out: list[Output], peer: PeerId, request: Received) -> Frame:
     matching = [
-        sent
-        for to, sent in out
-        if to == peer and not isinstance(sent, Lease | CancelLease) and getattr(sent, "call_id", None) == call_id
+        frame
+        for to, call_id, frame in out
+        if to == peer and not isinstance(frame, Lease | CancelLease) and call_id == request.call_id
     ]
     assert len(matching) == 1, out
     return matching[0]
@@ -478,9 +491,9 @@ def test_created_task_is_leased_at_epoch_1_and_completes(sim: OwnerSim) -> None:
     assert (record.status, record.epoch, record.version, record.restart_limit) == ("running", 1, 1, 5)
     assert sim.graph()[task_id].leased_to == worker.name
 
-    wait = WaitTask(call_id=call(), task_id=task_id)
+    wait = sent(WaitTask(task_id=task_id))
     out = sim.batch((sim.client, wait))
-    assert not [frame for peer, frame in out if peer == sim.client], "wait_task answered before the task ended"
+    assert not [frame for peer, _, frame in out if peer == sim.client], "wait_task answered before the task ended"
     assert sim.outcomes(task_id) == (None,)
 
     reply = worker.commit(task_id, completed(task_id, {"receipt": 1}))
@@ -496,25 +509,25 @@ def test_created_task_is_leased_at_epoch_1_and_completes(sim: OwnerSim) -> None:
 def test_wait_task_is_answered_in_the_batch_that_ends_the_task(sim: OwnerSim) -> None:
     worker = sim.worker()
     task_id = sim.create_task()
-    wait = WaitTask(call_id=call(), task_id=task_id)
+    wait = sent(WaitTask(task_id=task_id))
     sim.batch((sim.client, wait))
-    end = Commit(call_id=call(), writes=(completed(task_id, 5),), lease=worker.lease(task_id).lease)
+    end = sent(Commit(writes=(completed(task_id, 5),), lease=worker.lease(task_id).lease))
     out = sim.batch((worker.peer, end))
     answer = expect(reply_to(out, sim.client, wait), TaskReply)
     assert answer.task.status == "terminal"
     assert answer.task.outcome == TaskOutcome(status="completed", result=JsonValue(5))
     assert data(answer.input) == {"n": 1}
     # Asked again once terminal: answered at once.
-    again = expect(sim.request(sim.client, WaitTask(call_id=call(), task_id=task_id)), TaskReply)
+    again = expect(sim.request(sim.client, WaitTask(task_id=task_id)), TaskReply)
     assert again.task == answer.task
-    assert error_code(sim.request(sim.client, WaitTask(call_id=call(), task_id=fresh_id()))) == ErrorCode.NOT_FOUND
+    assert error_code(sim.request(sim.client, WaitTask(task_id=fresh_id()))) == ErrorCode.NOT_FOUND
 
 
 def test_read_task_outcomes_and_graph_reply(sim: OwnerSim) -> None:
     worker = sim.worker()
     task_id = sim.create_task(input={"x": [1, 2]})
     worker.ok(task_id, advance(task_id, {"phase": "two", "k": 1}))
-    read = expect(sim.request(sim.client, ReadTask(call_id=call(), task_id=task_id)), TaskReply)
+    read = expect(sim.request(sim.client, ReadTask(task_id=task_id)), TaskReply)
     assert data(read.input) == {"x": [1, 2]}
     assert data(read.checkpoint) == {"phase": "two", "k": 1}
     assert read.task == sim.task(task_id)
@@ -525,11 +538,11 @@ def test_read_task_outcomes_and_graph_reply(sim: OwnerSim) -> None:
     worker.ok(task_id, failed(task_id, "no stock"))
     assert sim.outcomes(task_id) == (TaskOutcome(status="failed", error="no stock"),)
     assert task_id not in sim.graph()
-    read = expect(sim.request(sim.client, ReadTask(call_id=call(), task_id=task_id)), TaskReply)
+    read = expect(sim.request(sim.client, ReadTask(task_id=task_id)), TaskReply)
     assert data(read.checkpoint) == {"phase": "two", "k": 1}  # an end keeps the last checkpoint
     unknown = fresh_id()
-    assert error_code(sim.request(sim.client, ReadTask(call_id=call(), task_id=unknown))) == ErrorCode.NOT_FOUND
-    missing = ReadOutcomes(call_id=call(), task_ids=(task_id, unknown))
+    assert error_code(sim.request(sim.client, ReadTask(task_id=unknown))) == ErrorCode.NOT_FOUND
+    missing = ReadOutcomes(task_ids=(task_id, unknown))
     assert error_code(sim.request(sim.client, missing)) == ErrorCode.NOT_FOUND
 
 
@@ -538,16 +551,14 @@ def test_the_task_graph_is_read_in_pages_by_task_id(sim: OwnerSim) -> None:
     pages: list[list[str]] = []
     after: str | None = None
     while True:
-        reply = expect(
-            sim.request(sim.client, ReadTaskGraph(call_id=call(), after_task_id=after, limit=3)), TaskGraphReply
-        )
+        reply = expect(sim.request(sim.client, ReadTaskGraph(after_task_id=after, limit=3)), TaskGraphReply)
         pages.append([node.task.task_id for node in reply.nodes])
         after = reply.next_after_task_id
         if after is None:
             break
         assert after == pages[-1][-1]
     assert pages == [tasks[:3], tasks[3:6], tasks[6:]]
-    assert error_code(sim.request(sim.client, ReadTaskGraph(call_id=call(), limit=0))) == ErrorCode.INVALID
+    assert error_code(sim.request(sim.client, ReadTaskGraph(limit=0))) == ErrorCode.INVALID
 
 
 def test_create_task_needs_one_consistent_owner(sim: OwnerSim) -> None:
@@ -595,7 +606,7 @@ def test_advance_stores_the_checkpoint_and_leases_again_at_the_next_epoch(sim: O
     assert sim.store.task(task_id) == stored
     assert sim.store.read_log(0, None, 1000) == log_before
     assert sim.core.tasks.live_count == 1
-    read = expect(sim.request(sim.client, ReadTask(call_id=call(), task_id=task_id)), TaskReply)
+    read = expect(sim.request(sim.client, ReadTask(task_id=task_id)), TaskReply)
     assert data(read.checkpoint) == {"phase": "b"}
     # The current lease still commits.
     worker.ok(task_id, completed(task_id))
@@ -606,8 +617,8 @@ def test_two_commits_under_one_lease_in_one_batch_the_second_is_stale(sim: Owner
     worker = sim.worker()
     task_id = sim.create_task()
     ref = worker.lease(task_id).lease
-    first = Commit(call_id=call(), writes=(advance(task_id, {"phase": "b"}),), lease=ref)
-    second = Commit(call_id=call(), writes=(completed(task_id),), lease=ref)
+    first = sent(Commit(writes=(advance(task_id, {"phase": "b"}),), lease=ref))
+    second = sent(Commit(writes=(completed(task_id),), lease=ref))
     out = sim.batch((worker.peer, first), (worker.peer, second))
     assert isinstance(reply_to(out, worker.peer, first), Committed)
     assert error_code(reply_to(out, worker.peer, second)) == ErrorCode.STALE_LEASE
@@ -628,17 +639,15 @@ def test_commits_under_a_lease_that_is_not_the_peers_own_are_refused(sim: OwnerS
     # Another worker under one's lease.
     assert error_code(two.commit(task_id, completed(task_id), lease=ref)) == ErrorCode.STALE_LEASE
     # A client under a lease.
-    stolen = Commit(call_id=call(), writes=(completed(task_id),), lease=ref)
+    stolen = Commit(writes=(completed(task_id),), lease=ref)
     assert error_code(sim.request(sim.client, stolen)) == ErrorCode.NOT_ALLOWED
     # A state without a lease.
     assert error_code(sim.commit(completed(task_id))) == ErrorCode.NOT_ALLOWED
-    assert error_code(sim.request(one.peer, Commit(call_id=call(), writes=(completed(task_id),)))) == (
-        ErrorCode.NOT_ALLOWED
-    )
+    assert error_code(sim.request(one.peer, Commit(writes=(completed(task_id),)))) == (ErrorCode.NOT_ALLOWED)
     # A state of another task, even one this worker holds too.
     assert error_code(one.commit(task_id, completed(other_task))) == ErrorCode.NOT_ALLOWED
     # Releasing someone else's lease.
-    foreign_release = Release(call_id=call(), lease=ref)
+    foreign_release = Release(lease=ref)
     assert error_code(sim.request(two.peer, foreign_release)) == ErrorCode.STALE_LEASE
 
     assert sim.core.head_seq == head
@@ -915,7 +924,7 @@ def test_completing_holds_the_outcome_until_owned_work_ends(sim: OwnerSim) -> No
     worker = sim.worker()
     parent = sim.create_task()
     kid = child(parent)
-    wait = WaitTask(call_id=call(), task_id=parent)
+    wait = sent(WaitTask(task_id=parent))
     sim.batch((sim.client, wait))
     worker.ok(parent, kid, completed(parent, "done"))
     record = sim.task(parent)
@@ -924,7 +933,7 @@ def test_completing_holds_the_outcome_until_owned_work_ends(sim: OwnerSim) -> No
     assert record.outcome is None
     assert sim.outcomes(parent) == (None,)
     assert sim.task(kid.task_id).abort is None  # a completed held outcome aborts nothing
-    end = Commit(call_id=call(), writes=(completed(kid.task_id),), lease=worker.lease(kid.task_id).lease)
+    end = sent(Commit(writes=(completed(kid.task_id),), lease=worker.lease(kid.task_id).lease))
     out = sim.batch((worker.peer, end))
     answer = expect(reply_to(out, sim.client, wait), TaskReply)
     assert answer.task.status == "terminal"
@@ -1035,8 +1044,8 @@ def test_a_task_joining_a_conversation_whose_owner_task_ended_in_the_same_batch_
     worker = sim.worker()
     owner_id, conversation_id, inner = owned_conversation_with_a_task(sim, worker)
     worker.ok(inner, completed(inner))
-    end = Commit(call_id=call(), writes=(completed(owner_id),), lease=worker.lease(owner_id).lease)
-    late = Commit(call_id=call(), writes=(CreateTask(task_id=fresh_id(), kind=KIND, conversation_id=conversation_id),))
+    end = sent(Commit(writes=(completed(owner_id),), lease=worker.lease(owner_id).lease))
+    late = sent(Commit(writes=(CreateTask(task_id=fresh_id(), kind=KIND, conversation_id=conversation_id),)))
     out = sim.batch((worker.peer, end), (sim.client, late))
     assert isinstance(reply_to(out, worker.peer, end), Committed)
     assert isinstance(reply_to(out, sim.client, late), Committed)
@@ -1097,7 +1106,7 @@ def test_a_worker_that_leaves_costs_its_tasks_a_restart(sim: OwnerSim) -> None:
 def test_the_restart_limit_faults_the_task(sim: OwnerSim) -> None:
     workers = [sim.worker(restart_limit=2) for _ in range(3)]
     task_id = sim.create_task()
-    wait = WaitTask(call_id=call(), task_id=task_id)
+    wait = sent(WaitTask(task_id=task_id))
     sim.batch((sim.client, wait))
     holder = sim.holder(task_id)
     assert holder is not None
@@ -1263,9 +1272,9 @@ def test_a_worker_announcing_leases_it_no_longer_holds_is_told_to_cancel_them(si
     returning = sim.attach_worker("back")
     peer = returning.peer
     capabilities = (Capability(kind="task", name=KIND, version=1),)
-    announce = Announce(call_id=call(), pid=7, host="h", app="a", capabilities=capabilities, leases=(old_ref,))
+    announce = Announce(pid=7, host="h", app="a", capabilities=capabilities, leases=(old_ref,))
     out = sim.batch((peer, announce))
-    cancels = [frame for to, frame in out if to == peer and isinstance(frame, CancelLease)]
+    cancels = [frame for to, _, frame in out if to == peer and isinstance(frame, CancelLease)]
     assert [cancel.lease for cancel in cancels] == [old_ref]
     lease = returning.lease(task_id)
     assert (lease.lease.epoch, lease.restarts) == (2, 1)
@@ -1456,10 +1465,10 @@ def test_a_manual_clock_wakes_sleepers_only_when_advanced(manual_sim: OwnerSim) 
     assert worker.lease(task_id).now_ms == 0
     worker.ok(task_id, sleeping(task_id, 500))
     assert sim.core.next_deadline_ms() == 500
-    reply = expect(sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=499)), ClockReply)
+    reply = expect(sim.request(sim.client, AdvanceClock(by_ms=499)), ClockReply)
     assert reply.now_ms == 499 == sim.now_ms
     assert sim.status(task_id) == "sleeping"
-    advance_clock = AdvanceClock(call_id=call(), by_ms=1)
+    advance_clock = sent(AdvanceClock(by_ms=1))
     out = sim.batch((sim.client, advance_clock), drain=False)  # woken by the very batch that moves the clock
     assert expect(reply_to(out, sim.client, advance_clock), ClockReply).now_ms == 500
     lease = worker.lease(task_id)
@@ -1471,12 +1480,12 @@ def test_a_manual_clock_wakes_sleepers_only_when_advanced(manual_sim: OwnerSim) 
     assert sim.now_ms == 500
     worker = sim.worker()
     assert not worker.leases
-    sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=200))
+    sim.request(sim.client, AdvanceClock(by_ms=200))
     assert worker.lease(task_id).now_ms == 700
 
 
 def test_advance_clock_is_refused_on_a_wall_clock_owner(sim: OwnerSim) -> None:
-    assert error_code(sim.request(sim.client, AdvanceClock(call_id=call(), by_ms=5))) == ErrorCode.NOT_ALLOWED
+    assert error_code(sim.request(sim.client, AdvanceClock(by_ms=5))) == ErrorCode.NOT_ALLOWED
 
 
 # ------------------------------------------------------------------------------------------------ capacity
@@ -1501,9 +1510,9 @@ def test_a_worker_holds_at_most_max_leases(sim: OwnerSim) -> None:
 
 def test_an_announce_with_no_lease_capacity_is_invalid(sim: OwnerSim) -> None:
     peer = sim.connect("worker")
-    announce = Announce(call_id=call(), pid=1, host="h", app="a", capabilities=(), max_leases=0)
+    announce = Announce(pid=1, host="h", app="a", capabilities=(), max_leases=0)
     assert error_code(sim.request(peer, announce)) == ErrorCode.INVALID
-    client_announce = Announce(call_id=call(), pid=1, host="h", app="a", capabilities=())
+    client_announce = Announce(pid=1, host="h", app="a", capabilities=())
     assert error_code(sim.request(sim.client, client_announce)) == ErrorCode.NOT_ALLOWED
 
 
@@ -1513,7 +1522,7 @@ def test_a_saturated_worker_does_not_keep_the_owner_settling(sim: OwnerSim) -> N
     conversation_id = sim.new_conversation()
     for _ in range(2):
         create = CreateTask(task_id=fresh_id(), kind=KIND, conversation_id=conversation_id)
-        sim.batch((sim.client, Commit(call_id=call(), writes=(create,))), drain=False)
+        sim.batch((sim.client, Commit(writes=(create,))), drain=False)
     assert len(busy.leases) == 1
     assert not sim.core.needs_settle(sim.now_ms)  # nothing to do until a lease ends: no idle batches
 
@@ -1607,7 +1616,7 @@ def test_an_owner_restart_with_many_running_tasks_recovers_in_bounded_commits_be
     returning = sim.attach_worker("back")
     peer = returning.peer
     capabilities = (Capability(kind="task", name=KIND, version=1),)
-    announce = Announce(call_id=call(), pid=1, host="h", app="a", capabilities=capabilities, max_leases=5_000)
+    announce = Announce(pid=1, host="h", app="a", capabilities=capabilities, max_leases=5_000)
     sim.batch((peer, announce), drain=False)
     assert settling_commit_sizes(sim, head) == [MAX_SETTLE_CHANGES]
     assert not returning.leases  # nothing is leased before recovery is done
@@ -1643,9 +1652,9 @@ def test_no_phase_starts_below_an_abort_whose_cascade_spans_several_commits(sim:
     late = sim.attach_worker("late")
     peer = late.peer
     capabilities = (Capability(kind="task", name="late.kind", version=1),)
-    announce = Announce(call_id=call(), pid=1, host="h", app="a", capabilities=capabilities, max_leases=5_000)
+    announce = Announce(pid=1, host="h", app="a", capabilities=capabilities, max_leases=5_000)
     head = sim.core.head_seq
-    sim.batch((sim.client, Commit(call_id=call(), writes=(AbortTask(task_id=parent),))), (peer, announce))
+    sim.batch((sim.client, Commit(writes=(AbortTask(task_id=parent),))), (peer, announce))
     assert all(size <= MAX_SETTLE_CHANGES for size in settling_commit_sizes(sim, head))
     assert [lease.mode for lease in late.granted] == ["abort"] * len(kids)
 
@@ -1669,7 +1678,7 @@ def test_fail_fast_marks_cut_short_by_an_owner_restart_are_derived_again(sim: Ow
     kids = [child(parent) for _ in range(MAX_SETTLE_CHANGES + 200)]
     worker.ok(parent, *kids, waiting(parent, [kid.task_id for kid in kids], "fail_fast"))
     first = kids[0].task_id
-    end = Commit(call_id=call(), writes=(failed(first),), lease=worker.lease(first).lease)
+    end = Commit(writes=(failed(first),), lease=worker.lease(first).lease)
     sim.batch((worker.peer, end), drain=False)  # the owner dies before the batch that would mark the rest
     assert sum(sim.task(kid.task_id).abort == "abort" for kid in kids) < len(kids) - 1
     sim.restart(settle=False, orphan_grace_ms=GRACE_MS)
@@ -1802,16 +1811,16 @@ def test_outcome_and_blocked_reasons_are_closed_sets_on_the_wire() -> None:
     good = SetTaskState(
         task_id=fresh_id(), status="terminal", outcome=TaskOutcome(status="faulted", reason="no_progress")
     )
-    commit = Commit(call_id=1, writes=(good,), lease=LeaseRef(task_id=good.task_id, epoch=1))
-    assert decode_frame(encode_frame(commit)) == commit
+    commit = Commit(writes=(good,), lease=LeaseRef(task_id=good.task_id, epoch=1))
+    assert decode_frame(encode_frame(commit, call_id=1)) == commit
     bogus = attrs.evolve(good, outcome=TaskOutcome(status="faulted", reason="bogus"))  # type: ignore[arg-type]
     with pytest.raises(ProtocolError):
-        decode_frame(encode_frame(attrs.evolve(commit, writes=(bogus,))))
+        decode_frame(encode_frame(attrs.evolve(commit, writes=(bogus,)), call_id=1))
     node = TaskNode(task=sim_record(), blocked="missing_task")
-    reply = TaskGraphReply(call_id=1, seq=1, nodes=(node,))
-    assert decode_frame(encode_frame(reply)) == reply
+    reply = TaskGraphReply(seq=1, nodes=(node,))
+    assert decode_frame(encode_frame(reply, call_id=1)) == reply
     with pytest.raises(ProtocolError):
-        decode_frame(encode_frame(attrs.evolve(reply, nodes=(attrs.evolve(node, blocked="busy"),))))  # type: ignore[arg-type]
+        decode_frame(encode_frame(attrs.evolve(reply, nodes=(attrs.evolve(node, blocked="busy"),)), call_id=1))  # type: ignore[arg-type]
 
 
 def sim_record() -> TaskRecord:

@@ -48,12 +48,12 @@ from tests.unit.test_tasks_core import (
     OwnerSim,
     Worker,
     advance,
-    call,
     child,
     ended,
     fresh_id,
     reply_to,
     restart_ids,
+    sent,
     sleeping,
     waiting,
 )
@@ -216,7 +216,7 @@ class TaskMachine(RuleBasedStateMachine):
         if not granted:
             return
         records = self.stored()
-        cancelled = {frame.lease for _, frame in out if isinstance(frame, CancelLease)}
+        cancelled = {frame.lease for _, _, frame in out if isinstance(frame, CancelLease)}
         for lease in granted:
             self.check_lease_order(records, lease, cancelled)
 
@@ -362,9 +362,9 @@ class TaskMachine(RuleBasedStateMachine):
         }
         writes = choices[step]
         ref = worker.lease(task_id).lease
-        work = Commit(call_id=call(), writes=writes, lease=ref)
+        work = sent(Commit(writes=writes, lease=ref))
         self.sim.ends_lease[work.call_id] = (worker, ref)
-        abort = Commit(call_id=call(), writes=(AbortTask(task_id=pick(self.known, victim)),))
+        abort = sent(Commit(writes=(AbortTask(task_id=pick(self.known, victim)),)))
         items = [(self.sim.client, abort), (worker.peer, work)]
         out = self.sim.batch(*(items if abort_first else reversed(items)))
         assert isinstance(reply_to(out, self.sim.client, abort), Committed)

@@ -1,0 +1,472 @@
+"""The connection layer of a client: one WebSocket to the owner, shared by every task that uses it.
+
+Requests from all tasks are coalesced: whatever is pending when the sender runs travels as one message. Replies
+are matched by ``call_id``. If the connection drops, calls in flight raise :class:`~protocol.ConnectionLost`
+(their outcome is unknown), the connection is re-established with back-off (re-reading the runtime file when it
+was opened with ``db=``, since a restarted owner listens on a new port), and watches are told to resume. Calls
+made while disconnected wait for the reconnection, at most ``reconnect_timeout_s``.
+
+The surface the API (:class:`~actors.Client`), the watches, the worker and the phase use, and nothing else:
+
+- :meth:`Connection.call` (a request and its typed reply) and :meth:`Connection.send_nowait` (no reply awaited);
+- :meth:`Connection.add_watch` / :meth:`Connection.remove_watch`, :attr:`Connection.is_up`,
+  :meth:`Connection.can_reconnect`;
+- :attr:`Connection.welcome`, :attr:`Connection.reconnects`, :meth:`Connection.describe_target`;
+- a worker's hooks: :attr:`Connection.announcement`, :attr:`Connection.on_lease`,
+  :attr:`Connection.on_connection_lost`;
+- :func:`open_connection`, which owns its lifetime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Final, Protocol, TypeVar
+
+import trio
+import trio_websocket
+
+from protocol import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WEBSOCKET_HARD_LIMIT_BYTES,
+    Announce,
+    BadFrame,
+    CancelLease,
+    Change,
+    ConnectionLost,
+    Error,
+    Frame,
+    Goodbye,
+    HandshakeRefused,
+    Hello,
+    Lease,
+    OwnerUnavailable,
+    Ping,
+    ProtocolError,
+    Refused,
+    Request,
+    TetherError,
+    Welcome,
+    collapse_group,
+    decode_frame,
+    decode_message,
+    encode_frame,
+    error_for_code,
+    read_runtime,
+    take_message,
+)
+from protocol.io import PEER_GONE  # handled by reconnecting, never raised
+
+R = TypeVar("R")
+
+CONNECT_TIMEOUT_S: Final = 3.0
+"""For the TCP connection, the WebSocket upgrade and the hello. A connection attempted while an owner is being
+killed is accepted by the kernel and then reset, and trio-websocket does not notice a reset during its opening
+handshake: the attempt only ends at this timeout."""
+RECONNECT_ATTEMPT_TIMEOUT_S: Final = 0.5
+"""The first reconnection attempts give up sooner (doubling up to ``CONNECT_TIMEOUT_S``): the owner that died
+may have been caught mid-teardown, and the next attempt reaches its successor."""
+RECONNECT_TIMEOUT_S: Final = 30.0
+BACKOFF_INITIAL_S: Final = 0.05
+BACKOFF_MAX_S: Final = 0.1
+"""Reconnection attempts are cheap (a refused connection, or a runtime file not yet rewritten), so they stay
+frequent: a restarted owner is found within a tenth of a second of listening."""
+CLOSE_TIMEOUT_S: Final = 1.0
+RECEIVE_BUFFER_BYTES: Final = 1 << 16
+
+
+class WatchSubscriber(Protocol):
+    """What the connection needs of a watch (see :class:`~actors.WatchStream`)."""
+
+    def deliver(self, change: Change) -> None:
+        """A change pushed for this watch's id."""
+
+    def resume(self) -> None:
+        """The connection was re-established: subscribe again (with :meth:`Connection.send_nowait`)."""
+
+
+class _Waiter:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.reply: Frame | TetherError | None = None
+
+
+class Connection:
+    """One owner connection and its reconnection; see the module's docstring for the surface it offers."""
+
+    def __init__(
+        self,
+        *,
+        db: str | None,
+        url: str | None,
+        token: str | None,
+        role: str,
+        name: str,
+        reconnect: bool,
+        reconnect_timeout_s: float,
+    ) -> None:
+        self._db = db
+        self._url = url
+        self._token = token
+        self._role = role
+        self._name = name
+        self._reconnect = reconnect
+        self._reconnect_timeout_s = reconnect_timeout_s
+        self._call_ids = itertools.count(1)
+        self._watch_ids = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._outbox: list[bytes] = []
+        self._outbox_ready = trio.Event()
+        self._ws: trio_websocket.WebSocketConnection | None = None
+        self._connected = trio.Event()
+        self._closed = False
+        self._failure: TetherError | None = None
+        self._watches: dict[int, WatchSubscriber] = {}
+        self._nursery: trio.Nursery | None = None
+        self.welcome: Welcome | None = None
+        """The owner's last ``Welcome`` (its instance, clock and head ``seq`` at connect time)."""
+        self.reconnects = 0
+        """How many times the connection was re-established."""
+        self._last_heard_s = 0.0
+        self.announcement: Callable[[], Announce] | None = None
+        """Called after every (re)connection for an announcement sent before anything else: how a worker
+        re-announces itself (with the leases it still runs)."""
+        self.on_lease: Callable[[Lease | CancelLease], None] | None = None
+        """Receives the leases and cancellations the owner pushes to a worker."""
+        self.on_connection_lost: Callable[[], None] | None = None
+        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
+
+    # ------------------------------------------------------------------------------ the surface it offers
+
+    def add_watch(self, watch: WatchSubscriber) -> int:
+        """Register ``watch`` under a fresh watch id (a late change of an older subscription is then ignored)."""
+        watch_id = next(self._watch_ids)
+        self._watches[watch_id] = watch
+        return watch_id
+
+    def remove_watch(self, watch_id: int) -> None:
+        """Forget the watch registered under ``watch_id``: its later changes are dropped."""
+        self._watches.pop(watch_id, None)
+
+    async def call(self, request: Request, expected: type[R]) -> R:
+        """Send ``request`` (under a fresh ``call_id``, its envelope's) and return its reply, an ``expected``.
+
+        Raises the error the owner answered with (see :func:`~protocol.error_for_code`), :class:`ConnectionLost`
+        if the connection ended before the reply (the outcome is unknown) or the connection has failed for good
+        (closed, ``reconnect=False``, refused), :class:`OwnerUnavailable` if no connection came back within
+        ``reconnect_timeout_s``. Always a checkpoint, failure included.
+        """
+        reply = await self._request(request)
+        if isinstance(reply, Error):
+            raise error_for_code(reply.code, reply.message)
+        if not isinstance(reply, expected):
+            raise ProtocolError(f"expected a {expected.__name__} reply to {request.TYPE}, got {reply.TYPE}")
+        return reply
+
+    async def _request(self, request: Request) -> Frame:
+        await self._wait_connected()
+        call_id = next(self._call_ids)
+        encoded = encode_frame(request, call_id=call_id)
+        if len(encoded) > MAX_MESSAGE_BYTES:
+            await trio.lowlevel.checkpoint()  # a checkpoint on every path, failure included
+            raise ProtocolError(
+                f"the {request.TYPE} request encodes to {len(encoded)} bytes, over the limit of "
+                f"{MAX_MESSAGE_BYTES}; nothing was sent"
+            )
+        waiter = _Waiter()
+        self._waiters[call_id] = waiter
+        self._outbox.append(encoded)
+        self._outbox_ready.set()
+        try:
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(call_id, None)
+        reply = waiter.reply
+        if isinstance(reply, TetherError):
+            raise copy.copy(reply)  # one error is shared by every waiter it failed: each raise gets its own
+        assert reply is not None
+        return reply
+
+    def send_nowait(self, request: Request) -> None:
+        """Queue a request whose reply nobody awaits (an unsubscribe, a ping); sent with the next message, or
+        dropped with the connection if it ends first."""
+        call_id = next(self._call_ids)
+        self._outbox.append(encode_frame(request, call_id=call_id))
+        self._outbox_ready.set()
+
+    @property
+    def is_up(self) -> bool:
+        """Connected now, and not failed for good: what is sent now reaches this owner connection."""
+        return self._connected.is_set() and self._failure is None and not self._closed
+
+    def can_reconnect(self) -> bool:
+        """Whether a call that failed with :class:`ConnectionLost` may succeed if made again."""
+        return self._reconnect and not self._closed and self._failure is None
+
+    async def _wait_connected(self) -> None:
+        """Return once connected; raise why not. A checkpoint on every path (a failed client raises at once,
+        and a caller that retries in a loop must still be cancellable)."""
+        if self._failure is not None or self._closed:
+            await trio.lowlevel.checkpoint()
+            raise copy.copy(self._failure or self._closed_error())
+        if self._connected.is_set():
+            return
+        with trio.move_on_after(self._reconnect_timeout_s):
+            await self._connected.wait()
+        if self._failure is not None:
+            raise copy.copy(self._failure)
+        if not self._connected.is_set():
+            raise OwnerUnavailable(
+                f"no connection to the owner for {self._reconnect_timeout_s:g} s ({self.describe_target()}); "
+                "the request was not sent"
+            )
+
+    # ------------------------------------------------------------------------------------------ connection
+
+    def describe_target(self) -> str:
+        """What this connection reaches, for error messages: ``database PATH`` or ``url URL``."""
+        return f"database {self._db}" if self._db else f"url {self._url}"
+
+    async def _open(
+        self, nursery: trio.Nursery, *, timeout_s: float = CONNECT_TIMEOUT_S
+    ) -> trio_websocket.WebSocketConnection:
+        """Connect and complete the handshake; raise a :class:`TetherError` saying why not."""
+        url, token = self._url, self._token
+        if self._db is not None:
+            info = read_runtime(self._db)
+            url, token = info.url, token or info.token
+        if url is None or token is None:
+            raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
+        try:
+            with trio.fail_after(timeout_s):
+                ws = await trio_websocket.connect_websocket_url(
+                    nursery,
+                    url,
+                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                )
+        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
+            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {exc}") from exc
+        try:
+            with trio.fail_after(timeout_s):
+                hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
+                await ws.send_message(encode_frame(hello))
+                answer = decode_frame(_binary(await ws.get_message()))
+        except (trio_websocket.ConnectionClosed, trio.TooSlowError) as exc:
+            await _close_quietly(ws)
+            raise OwnerUnavailable(f"the owner at {url} did not complete the handshake: {exc!r}") from exc
+        except ProtocolError:
+            await _close_quietly(ws)
+            raise
+        if isinstance(answer, Refused):
+            await _close_quietly(ws)
+            raise HandshakeRefused(
+                answer.code, f"the owner refused the connection: {answer.message}", answer.supported_versions
+            )
+        if not isinstance(answer, Welcome):
+            await _close_quietly(ws)
+            raise ProtocolError(f"expected welcome or refused, got {answer.TYPE}")
+        self.welcome = answer
+        return ws
+
+    async def _open_first(self, nursery: trio.Nursery, wait_s: float) -> trio_websocket.WebSocketConnection:
+        """The first connection: tried once, or again with back-off for ``wait_s`` while no owner answers."""
+        deadline = trio.current_time() + wait_s
+        backoff = BACKOFF_INITIAL_S
+        while True:
+            try:
+                return await self._open(nursery)
+            except OwnerUnavailable:
+                if trio.current_time() + backoff > deadline:
+                    raise
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
+        """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
+        assert self._nursery is not None
+        ws = first
+        backoff = BACKOFF_INITIAL_S
+        attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
+        while True:
+            await self._serve(ws)
+            self._connected = trio.Event()
+            if self.on_connection_lost is not None:
+                self.on_connection_lost()
+            self._fail_in_flight(
+                ConnectionLost(
+                    f"the connection to the owner ({self.describe_target()}) was lost before the reply arrived; "
+                    "the request may or may not have been applied"
+                )
+            )
+            if self._closed or not self._reconnect:
+                self._failure = ConnectionLost(f"the connection to the owner ({self.describe_target()}) ended")
+                self._connected.set()
+                return
+            while True:
+                await trio.sleep(backoff)
+                try:
+                    ws = await self._open(self._nursery, timeout_s=attempt_timeout_s)
+                except HandshakeRefused as exc:
+                    self._failure = exc
+                    self._connected.set()
+                    return
+                except (OwnerUnavailable, ProtocolError):
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
+                    continue
+                backoff = BACKOFF_INITIAL_S
+                attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
+                self.reconnects += 1
+                break
+
+    async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
+        self._ws = ws
+        self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
+        self._last_heard_s = trio.current_time()
+        if self.announcement is not None:
+            self.send_nowait(self.announcement())
+        for watch in list(self._watches.values()):
+            watch.resume()
+        self._connected.set()
+        assert self.welcome is not None
+        interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
+                nursery.start_soon(self._heartbeat, interval_s, nursery.cancel_scope)
+                await self._receive_loop(ws)
+                nursery.cancel_scope.cancel(reason="connection closed")
+        finally:
+            self._ws = None
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await _close_quietly(ws)
+
+    async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
+        """Ping the owner every ``interval_s``; give the connection up if the owner stays silent 4 times as long
+        (a stopped or wedged owner never closes the connection by itself)."""
+        while True:
+            await trio.sleep(interval_s)
+            if trio.current_time() - self._last_heard_s > 4 * interval_s:
+                connection_scope.cancel(reason="the owner went silent")
+                return
+            self.send_nowait(Ping())
+
+    async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
+        """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
+        try:
+            await self._send_queued(ws)
+        except PEER_GONE:
+            connection_scope.cancel(reason="the connection broke while sending")
+
+    async def _send_queued(self, ws: trio_websocket.WebSocketConnection) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            while self._outbox:
+                message, _ = take_message(self._outbox)
+                await ws.send_message(message)
+
+    async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
+        while True:
+            try:
+                message = await ws.get_message()
+            except PEER_GONE:
+                return
+            self._last_heard_s = trio.current_time()
+            try:
+                frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
+            except ProtocolError:
+                return  # an owner we cannot understand: drop the connection and reconnect
+            for received in frames:
+                self._deliver(received.call_id, received.frame)
+
+    def _deliver(self, call_id: int | None, frame: Frame | BadFrame) -> None:
+        if isinstance(frame, Change):
+            watch = self._watches.get(frame.watch_id)
+            if watch is not None:
+                watch.deliver(frame)
+            return
+        if isinstance(frame, Lease | CancelLease):
+            if self.on_lease is not None:
+                self.on_lease(frame)
+            return
+        if isinstance(frame, Goodbye | BadFrame):
+            return  # the connection ends next; in-flight calls fail with ConnectionLost then
+        waiter = self._waiters.pop(call_id, None) if call_id is not None else None
+        if waiter is not None:
+            waiter.reply = frame
+            waiter.event.set()
+
+    def _fail_in_flight(self, error: TetherError) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.reply = error
+            waiter.event.set()
+
+    def _closed_error(self) -> ConnectionLost:
+        return ConnectionLost(f"the client of the owner ({self.describe_target()}) is closed")
+
+    async def aclose(self) -> None:
+        """Close for good: calls in flight and later calls fail with :class:`ConnectionLost`."""
+        self._closed = True
+        self._fail_in_flight(self._closed_error())
+        ws = self._ws
+        if ws is not None:
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await _close_quietly(ws)
+
+
+def _binary(message: str | bytes) -> bytes:
+    if isinstance(message, str):
+        raise ProtocolError("the owner sent a text message; the protocol is binary msgpack")
+    return message
+
+
+async def _close_quietly(ws: trio_websocket.WebSocketConnection) -> None:
+    with contextlib.suppress(Exception):
+        await ws.aclose()
+
+
+@contextlib.asynccontextmanager
+async def open_connection(
+    *,
+    db: str | None,
+    url: str | None,
+    token: str | None,
+    role: str,
+    name: str,
+    reconnect: bool,
+    reconnect_timeout_s: float,
+    wait_for_owner_s: float,
+) -> AsyncIterator[Connection]:
+    """Connect (see :func:`actors.connect` for the arguments and errors), serve and reconnect in the background
+    until the block exits, then close."""
+    connection = Connection(
+        db=db,
+        url=url,
+        token=token,
+        role=role,
+        name=name,
+        reconnect=reconnect,
+        reconnect_timeout_s=reconnect_timeout_s,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            connection._nursery = nursery
+            first = await connection._open_first(nursery, wait_for_owner_s)
+            nursery.start_soon(connection._run, first)
+            try:
+                yield connection
+            finally:
+                await connection.aclose()
+                nursery.cancel_scope.cancel(reason="the client is closing")
+    except BaseExceptionGroup as group:
+        raise collapse_group(group) from None

@@ -1,0 +1,174 @@
+"""Tools: what an agent's model may call, defined once per app with a JSON Schema for its arguments.
+
+A tool is a name, an ``async def handler(call, args)``, a description and a JSON Schema (draft 2020-12) for its
+arguments, plus how an interrupted call recovers (``recovery``) and whether a call needs a person's approval. The run
+loop (next) journals each call; this module only defines, validates and describes tools.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal, TypeAlias, get_args
+
+import attrs
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from protocol import UsageError, check_json
+
+Recovery: TypeAlias = Literal["manual", "safe", "idempotent"]
+"""What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
+reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``operation_id``."""
+
+RECOVERIES: Final[tuple[str, ...]] = get_args(Recovery)
+TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+"""What every model provider accepts as a function name (OpenAI's rule is the narrowest)."""
+
+ToolHandler: TypeAlias = Callable[["ToolCall", dict[str, Any]], Awaitable[Any]]
+"""``async def handler(call: actors.ToolCall, args: dict) -> JSON value``."""
+
+ApprovalPredicate: TypeAlias = Callable[[dict[str, Any]], bool]
+"""``needs_approval(args) -> bool``: deterministic and free of side effects (recovery calls it again)."""
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """What a tool's handler learns about the call it serves.
+
+    ``operation_id`` is stable across re-runs of the same call: an ``idempotent`` tool passes it to a service that
+    deduplicates. ``attempt`` is 1 for the first run of the call and grows with each re-run after an interruption.
+    """
+
+    operation_id: str
+    run_id: str
+    conversation_id: str
+    attempt: int
+    tool: str
+    version: int
+
+
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """The provider-neutral description of a tool that a model receives."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+def _build_validator(definition: ToolDefinition) -> Draft202012Validator:
+    return Draft202012Validator(definition.parameters)
+
+
+@attrs.frozen(kw_only=True)
+class ToolDefinition:
+    """A tool at one version. Build it with :meth:`actors.App.define_tool` (or :func:`define_tool`), which checks it.
+
+    The argument validator is built once, here, since every call goes through :meth:`validate`. Formats
+    (``"format": "email"``) are annotations only, as draft 2020-12 says by default.
+    """
+
+    name: str
+    handler: ToolHandler = attrs.field(repr=False)
+    description: str
+    parameters: Mapping[str, Any] = attrs.field(repr=False)
+    recovery: Recovery = "manual"
+    version: int = 1
+    needs_approval: ApprovalPredicate | None = attrs.field(default=None, repr=False)
+    _validator: Draft202012Validator = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_build_validator, takes_self=True)
+    )
+
+    def validate(self, args: object) -> tuple[str, ...]:
+        """The ways ``args`` breaks the tool's schema, one line each naming the JSON path (``$.order_id: 42 is
+        not of type 'string'``), in a stable order; empty when ``args`` is valid."""
+        errors = sorted(self._validator.iter_errors(args), key=lambda error: (error.json_path, error.message))
+        return tuple(f"{error.json_path}: {error.message}" for error in errors)
+
+    def approval_required(self, args: dict[str, Any]) -> bool:
+        """Whether a call with ``args`` waits for a person's approval (never, without a ``needs_approval``)."""
+        if self.needs_approval is None:
+            return False
+        answer = self.needs_approval(args)
+        if type(answer) is not bool:
+            raise TypeError(f"tool {self.name!r}: needs_approval must return True or False, not {answer!r}")
+        return answer
+
+    def spec(self) -> ToolSpec:
+        """What a model is told about this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+
+def define_tool(
+    name: str,
+    handler: ToolHandler,
+    *,
+    description: str,
+    parameters: Mapping[str, Any],
+    recovery: Recovery = "manual",
+    version: int = 1,
+    needs_approval: ApprovalPredicate | None = None,
+) -> ToolDefinition:
+    """Check a tool's definition and build it. Raises :class:`UsageError` saying what is wrong; nothing is
+    registered anywhere."""
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+        raise UsageError(
+            f"tool name {name!r} must start with a letter and have at most 64 letters, digits, '_' or '-' "
+            "(what model providers accept as a function name)"
+        )
+    if not _is_async_callable(handler):
+        raise UsageError(f"tool {name!r}: the handler must be an async function (async def handler(call, args))")
+    if not isinstance(description, str) or not description.strip():
+        raise UsageError(f"tool {name!r}: give a description; the model chooses tools by what it says")
+    if recovery not in RECOVERIES:
+        raise UsageError(f"tool {name!r}: recovery must be one of {', '.join(RECOVERIES)}, not {recovery!r}")
+    if type(version) is not int or version < 1:
+        raise UsageError(f"tool {name!r}: version must be a whole number of 1 or more, not {version!r}")
+    if needs_approval is not None and not callable(needs_approval):
+        raise UsageError(f"tool {name!r}: needs_approval must be None or a function (args) -> bool")
+    schema = _checked_schema(name, parameters)
+    return ToolDefinition(
+        name=name,
+        handler=handler,
+        description=description,
+        parameters=schema,
+        recovery=recovery,
+        version=version,
+        needs_approval=needs_approval,
+    )
+
+
+def _checked_schema(name: str, parameters: object) -> dict[str, Any]:
+    """A private copy of ``parameters`` once it is a JSON-like draft 2020-12 schema for a JSON object."""
+    if not isinstance(parameters, Mapping):
+        raise UsageError(
+            f"tool {name!r}: parameters must be a JSON Schema object such as "
+            f'{{"type": "object", "properties": {{...}}}}, not {type(parameters).__name__}'
+        )
+    schema = copy.deepcopy(dict(parameters))  # the caller's later edits must not change the validator's schema
+    try:
+        check_json(schema, "$")
+    except ValueError as exc:
+        raise UsageError(f"tool {name!r}: parameters is not JSON-like: {exc}") from None
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise UsageError(
+            f"tool {name!r}: parameters is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: {exc.message}"
+        ) from None
+    if schema.get("type") != "object":
+        raise UsageError(
+            f'tool {name!r}: parameters must say "type": "object" at $: a model always sends a tool\'s '
+            "arguments as one JSON object"
+        )
+    return schema
+
+
+def _is_async_callable(handler: object) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 (an instance whose __call__ is async)
+    return call is not None and not inspect.isfunction(handler) and inspect.iscoroutinefunction(call)

@@ -1,0 +1,55 @@
+"""``tether owner`` with a bench-only timer around its batches, for ``bench/steps.py``.
+
+    python bench/_steps_owner.py STATS_FILE owner --db DB ...
+
+Wraps ``OwnerServer._run_batch`` (BEGIN, the core's batch, COMMIT, sending what it produced) and
+``OwnerCore.run_batch`` (the sans-IO core alone) with ``perf_counter``/``thread_time`` in this process only, then
+runs the ordinary CLI. On SIGUSR1 it writes the running totals to STATS_FILE (JSON); the benchmark takes the
+difference of two dumps around its measured window. The owner's code is unchanged: without this launcher nothing
+is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from runtime import main
+from storage_owner.core import OwnerCore
+from storage_owner.io._server import OwnerServer
+
+TOTALS: dict[str, float] = {"batches": 0, "shell_s": 0.0, "shell_cpu_s": 0.0, "core_s": 0.0, "core_cpu_s": 0.0}
+
+
+def _timed(function: Callable[..., Any], wall_key: str, cpu_key: str, count_key: str | None) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            TOTALS[wall_key] += time.perf_counter() - wall
+            TOTALS[cpu_key] += time.thread_time() - cpu
+            if count_key is not None:
+                TOTALS[count_key] += 1
+
+    return timed
+
+
+def _dump(path: str) -> None:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        json.dump({**TOTALS, "dumped_at": time.time()}, out)
+    os.replace(temporary, path)
+
+
+if __name__ == "__main__":
+    stats_path = sys.argv[1]
+    OwnerServer._run_batch = _timed(OwnerServer._run_batch, "shell_s", "shell_cpu_s", "batches")  # type: ignore[method-assign]
+    OwnerCore.run_batch = _timed(OwnerCore.run_batch, "core_s", "core_cpu_s", None)  # type: ignore[method-assign]
+    signal.signal(signal.SIGUSR1, lambda *_: _dump(stats_path))
+    raise SystemExit(main(sys.argv[2:]))

@@ -1,0 +1,45 @@
+"""``actors`` never imports ``storage_owner``: both speak only through ``protocol`` (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import actors
+
+ACTORS_DIR = Path(actors.__file__).parent
+REPO = ACTORS_DIR.parent
+
+
+def _loaded_after(statement: str, prefix: str) -> list[str]:
+    report = f"sorted(m for m in sys.modules if m == {prefix!r} or m.startswith({prefix + '.'!r}))"
+    code = f"import sys; {statement}; print({report})"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    return ast.literal_eval(result.stdout.strip())  # type: ignore[no-any-return]
+
+
+def test_importing_actors_loads_no_storage_owner_module() -> None:
+    assert _loaded_after("import actors", "storage_owner") == []
+
+
+def test_actors_sources_import_nothing_from_storage_owner() -> None:
+    for source in sorted(ACTORS_DIR.glob("*.py")):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] != "storage_owner", (source.name, name)
+
+
+def test_importing_protocol_leaves_its_io_module_alone() -> None:
+    # protocol.io imports trio and trio_websocket; the sans-IO core imports protocol.
+    assert _loaded_after("import protocol", "protocol.io") == []
