@@ -25,6 +25,10 @@ from protocol import (
 
 from ._parent import watch_parent
 
+DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
+"""As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
+RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
+
 DEFAULT_APP: Final = "runtime.demo_app:app"
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -60,6 +64,119 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
     return int(text)
+
+
+def _json_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON value (such as '{{\"ok\": true}}'), not {text!r}: {exc}"
+        ) from None
+
+
+def _add_runs_commands(commands: Any) -> None:
+    """``tether submit``, ``runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``."""
+    submit = commands.add_parser(
+        "submit",
+        help="submit TEXT to an agent's conversation; it starts a run",
+        description=(
+            "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
+            "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
+            "and print its id. Prints the run; with --wait, waits for it to settle and prints its answer, or its "
+            "status and reason (exit 1 if it failed)."
+        ),
+    )
+    submit.add_argument("text", metavar="TEXT", help="what to say")
+    submit.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    to = submit.add_mutually_exclusive_group(required=True)
+    to.add_argument("--conversation", metavar="ID", help="an existing conversation bound to an agent")
+    to.add_argument("--agent", metavar="NAME", help="a new conversation bound to agent NAME")
+    submit.add_argument(
+        "--request-id",
+        metavar="R",
+        help="makes the submission safe to repeat: the same R in the same conversation returns the same run "
+        "(default a new id)",
+    )
+    submit.add_argument(
+        "--when-busy",
+        choices=("follow_up", "reject"),
+        default="follow_up",
+        help="while the conversation has an active run: queue behind it (follow_up, default) or refuse (reject)",
+    )
+    submit.add_argument("--wait", action="store_true", help="wait for the run to settle and print its answer")
+    submit.add_argument("--json", action="store_true", help="print one JSON object: conversation_id, submission, run")
+
+    runs = commands.add_parser(
+        "runs",
+        help="list the agent runs of a database",
+        description="Print every run, oldest first: its conversation, agent@version, status and reason, the "
+        "operation it is blocked on, and its tokens. Asks the running owner.",
+    )
+    runs.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    runs.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
+    runs.add_argument(
+        "--status",
+        choices=(
+            "queued",
+            "retry_wait",
+            "pending",
+            "running",
+            "waiting",
+            "needs_attention",
+            "completed",
+            "failed",
+            "cancelled",
+        ),
+        help="only runs in this status",
+    )
+    runs.add_argument("--json", action="store_true", help="print one JSON object with a list of run records")
+
+    resolve = commands.add_parser(
+        "resolve",
+        help="settle an interrupted manual tool call with its output",
+        description="Give an interrupted tool call (a run needs_attention with reason tool_interrupted) the output "
+        "the model sees, after checking by hand what the tool did. The run then resumes.",
+    )
+    resolve.add_argument("operation_id", metavar="OPERATION_ID", help="the operation the run is blocked on")
+    resolve.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    resolve.add_argument("--output", required=True, type=_json_text, metavar="JSON", help="the tool's output, JSON")
+    resolve.add_argument("--json", action="store_true", help="print the operation record")
+
+    for name, text, description in (
+        ("retry", "re-attempt a failed run", "Re-attempt a failed run (a new task, the same run)."),
+        (
+            "cancel",
+            "cancel a run",
+            "Cancel a run: a queued one ends cancelled at once; an active one is aborted (its work first) and ends "
+            "cancelled once that is done.",
+        ),
+    ):
+        command = commands.add_parser(name, help=text, description=description)
+        command.add_argument("run_id", metavar="RUN_ID", help="the run")
+        command.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+        command.add_argument("--json", action="store_true", help="print the run record")
+
+    respond = commands.add_parser(
+        "respond",
+        help="answer an open approval",
+        description="Approve or deny an open interaction (see tether interactions). It is answered once.",
+    )
+    respond.add_argument("interaction_id", metavar="INTERACTION_ID", help="the interaction")
+    respond.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    answer = respond.add_mutually_exclusive_group(required=True)
+    answer.add_argument("--approve", action="store_true", help="let the tool call run")
+    answer.add_argument("--deny", action="store_true", help="refuse it (the model is told)")
+    respond.add_argument("--note", metavar="TEXT", help="a note kept with the answer")
+    respond.add_argument("--json", action="store_true", help="print the interaction record")
+
+    interactions = commands.add_parser(
+        "interactions",
+        help="list the open approvals and how to answer each",
+        description="Print every open interaction: its run, the tool's arguments, and the command that answers it.",
+    )
+    interactions.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    interactions.add_argument("--json", action="store_true", help="print one JSON object with the interactions")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +379,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="also wait up to S seconds for the task to end, and print its outcome",
     )
 
+    _add_runs_commands(commands)
+    for command in (owner, up):
+        command.add_argument(
+            "--max-concurrent-runs",
+            type=_positive,
+            default=DEFAULT_MAX_CONCURRENT_RUNS,
+            metavar="N",
+            help=f"agent runs busy at once across conversations; later ones wait queued (default "
+            f"{DEFAULT_MAX_CONCURRENT_RUNS})",
+        )
     for command in (owner, worker):
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     owner.add_argument(
@@ -293,6 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _tasks(args)
         if args.command == "abort":
             return _abort(args)
+        if args.command in RUNS_COMMANDS:
+            return _runs_command(args)
         if args.command == "stop":
             from ._status import stop
 
@@ -327,6 +456,7 @@ def _run_up(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         restart_window_s=args.restart_window,
         max_leases=args.max_leases,
+        max_concurrent_runs=args.max_concurrent_runs,
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
@@ -387,6 +517,73 @@ def _abort(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _runs_command(args: argparse.Namespace) -> int:
+    from . import _runs
+
+    db = _runs.check_db(args.db)
+    if args.command == "submit":
+        conversation_id, submission, run = trio.run(
+            partial(
+                _runs.submit,
+                db,
+                args.text,
+                conversation_id=args.conversation,
+                agent=args.agent,
+                request_id=args.request_id,
+                when_busy=args.when_busy,
+                wait=args.wait,
+            )
+        )
+        if args.json:
+            document = {
+                "conversation_id": conversation_id,
+                "submission": _runs.record_json(submission),
+                "run": None if run is None else _runs.record_json(run),
+            }
+            print(json.dumps(document), flush=True)
+        else:
+            if args.agent is not None:
+                print(f"conversation {conversation_id} (agent {args.agent})")
+            if run is None:
+                print(f"submission {submission.submission_id} (request {submission.request_id})")
+            else:
+                print(f"{_runs.describe_run(run)}; request {submission.request_id}")
+                if run.answer is not None:
+                    print(run.answer.text)
+            sys.stdout.flush()
+        if run is not None and run.status == "failed":
+            return _fail(f"run {run.run_id} failed: {run.reason or 'no reason given'}", EXIT_FAILED)
+        return EXIT_OK
+    if args.command == "runs":
+        runs = trio.run(partial(_runs.list_runs, db, conversation_id=args.conversation, status=args.status))
+        if args.json:
+            print(json.dumps({"db": db, "runs": [_runs.record_json(run) for run in runs]}), flush=True)
+        else:
+            print(_runs.format_runs(runs), flush=True)
+        return EXIT_OK
+    if args.command == "interactions":
+        found = trio.run(_runs.open_interactions, db)
+        if args.json:
+            print(json.dumps({"db": db, "interactions": [_runs.record_json(i) for i in found]}), flush=True)
+        else:
+            print(_runs.format_interactions(args.db, found), flush=True)
+        return EXIT_OK
+    record: Any
+    if args.command == "resolve":
+        record = trio.run(_runs.resolve, db, args.operation_id, args.output)
+        line = f"operation {record.operation_id}: {record.status} (resolved by {record.resolved_by})"
+    elif args.command == "respond":
+        record = trio.run(partial(_runs.respond, db, args.interaction_id, approve=args.approve, note=args.note))
+        assert record.answer is not None
+        verdict = "approved" if record.answer.approve else "denied"
+        line = f"interaction {record.interaction_id}: {verdict} (run {record.run_id})"
+    else:
+        record = trio.run(_runs.retry if args.command == "retry" else _runs.cancel, db, args.run_id)
+        line = _runs.describe_run(record)
+    print(json.dumps(_runs.record_json(record)) if args.json else line, flush=True)
+    return EXIT_OK
+
+
 async def _serve_until_stopped(
     serve: Callable[..., Awaitable[object]], *, supervised: bool, started: Callable[[Any], str]
 ) -> None:
@@ -430,6 +627,7 @@ def _run_owner(args: argparse.Namespace) -> int:
         kill_after_commit=args.fault_kill_after_commit,
         storage_error_at_commit=args.fault_storage_error_at_commit,
         heartbeat_timeout_s=args.heartbeat_timeout,
+        max_concurrent_runs=args.max_concurrent_runs,
     )
     server = OwnerServer(config)
     try:

@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from protocol import DEFAULT_MAX_LEASES, OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
+from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned
 
 from ._parent import PARENT_HEARTBEAT_S
@@ -79,6 +80,8 @@ class SupervisorConfig:
     max_leases: int = DEFAULT_MAX_LEASES
     """Phases each worker runs at once."""
     stop_timeout_s: float = 10.0
+    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
+    """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
 
 
 @attrs.define(eq=False)
@@ -121,6 +124,8 @@ class Supervisor:
                 config.clock,
                 "--heartbeat-timeout",
                 f"{config.heartbeat_timeout_s:g}",
+                "--max-concurrent-runs",
+                str(config.max_concurrent_runs),
             ),
         )
         self.workers = [

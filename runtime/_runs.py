@@ -1,0 +1,143 @@
+"""``tether submit``, ``runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``: agent runs
+from the command line, each one client call (or a few) against the running owner of a database."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import actors
+from protocol import OwnerUnavailable, RunRecord, converter
+
+CONNECT_TIMEOUT_S: Final = 5.0
+
+
+def check_db(db: str) -> str:
+    """``db`` as an absolute path; :class:`OwnerUnavailable` at once if there is no such database."""
+    db = os.path.abspath(db)
+    if not os.path.exists(db):
+        raise OwnerUnavailable(f"there is no database at {db}")
+    return db
+
+
+@asynccontextmanager
+async def connect(db: str, name: str) -> AsyncIterator[actors.Client]:
+    """A client of the running owner of ``db`` (an absolute path; see :func:`check_db`)."""
+    async with actors.connect(db=db, name=name, wait_for_owner_s=CONNECT_TIMEOUT_S) as client:
+        yield client
+
+
+def record_json(record: Any) -> Any:
+    """A record as the wire carries it (the one converter unstructures it)."""
+    return converter.unstructure(record)
+
+
+def describe_run(run: RunRecord) -> str:
+    """One line: the run, its status and why, what it is blocked on, its answer."""
+    line = f"run {run.run_id}: {run.status}"
+    if run.reason is not None:
+        line += f" ({run.reason})"
+    if run.operation_id is not None:
+        line += f", blocked on operation {run.operation_id}"
+    return line
+
+
+def tokens(run: RunRecord) -> str:
+    usage = run.usage
+    text = f"{usage.input_tokens}/{usage.output_tokens}"
+    return text if usage.cost is None else f"{text} ${usage.cost:.4f}"
+
+
+def format_runs(runs: list[RunRecord]) -> str:
+    """The runs as a table, oldest first."""
+    if not runs:
+        return "no runs"
+    header = ("RUN", "CONVERSATION", "AGENT", "STATUS", "REASON", "BLOCKED ON", "TOKENS IN/OUT")
+    rows = [
+        (
+            run.run_id,
+            run.conversation_id,
+            f"{run.agent}@{run.version}" if run.version else run.agent,
+            run.status,
+            run.reason or "-",
+            run.operation_id or "-",
+            tokens(run),
+        )
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+async def submit(
+    db: str,
+    text: str,
+    *,
+    conversation_id: str | None,
+    agent: str | None,
+    request_id: str | None,
+    when_busy: actors.WhenBusy,
+    wait: bool,
+) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
+    """Submit ``text`` as an ``input`` (to a new conversation bound to ``agent`` when given); return the
+    conversation, the submission and, with ``wait``, the run once it settled."""
+    async with connect(db, "tether-submit") as client:
+        if agent is not None:
+            conversation_id = await client.create_conversation(agent=agent)
+        assert conversation_id is not None
+        submission = await client.submit(
+            conversation_id, kind="input", payload=text, request_id=request_id or actors.new_id(), when_busy=when_busy
+        )
+        run = None
+        if submission.run_id is not None:
+            run = await (client.wait_for_run if wait else client.run)(submission.run_id)
+        return conversation_id, submission, run
+
+
+async def list_runs(db: str, *, conversation_id: str | None, status: str | None) -> list[RunRecord]:
+    async with connect(db, "tether-runs") as client:
+        return await client.runs(conversation_id=conversation_id, status=status)
+
+
+async def resolve(db: str, operation_id: str, output: Any) -> actors.OperationRecord:
+    async with connect(db, "tether-resolve") as client:
+        return await client.resolve(operation_id, output, resolved_by="tether resolve")
+
+
+async def retry(db: str, run_id: str) -> RunRecord:
+    async with connect(db, "tether-retry") as client:
+        return await client.retry(run_id)
+
+
+async def cancel(db: str, run_id: str) -> RunRecord:
+    async with connect(db, "tether-cancel") as client:
+        await client.cancel_run(run_id)
+        return await client.run(run_id)
+
+
+async def respond(db: str, interaction_id: str, *, approve: bool, note: str | None) -> actors.InteractionRecord:
+    async with connect(db, "tether-respond") as client:
+        return await client.respond(interaction_id, approve=approve, note=note, responded_by="tether respond")
+
+
+async def open_interactions(db: str) -> list[actors.InteractionRecord]:
+    async with connect(db, "tether-interactions") as client:
+        return await client.interactions(status="open")
+
+
+def format_interactions(db: str, interactions: list[actors.InteractionRecord]) -> str:
+    """Each open approval with the tool's arguments and the commands that answer it."""
+    if not interactions:
+        return "no open interactions"
+    lines: list[str] = []
+    for interaction in interactions:
+        args = json.dumps(interaction.args, separators=(",", ":"))
+        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {args}")
+        lines.append(f"  tether respond --db {db} {interaction.interaction_id} --approve   (or --deny)")
+    return "\n".join(lines)

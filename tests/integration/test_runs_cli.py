@@ -1,0 +1,157 @@
+"""``tether submit / runs / cancel / retry / resolve / respond / interactions`` as processes against a real owner
+(``--clock manual``) with no worker: runs stay ``pending`` or ``queued``; refusals exit 1 with one line and change
+nothing; bad usage exits 2."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+import actors
+from runtime._cli import DEFAULT_MAX_CONCURRENT_RUNS
+from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS as CORE_DEFAULT
+from tests.conftest import OwnerProcess
+from tests.integration._up_helpers import nonblank_lines, run_tether
+
+
+async def tether_json(*args: str) -> Any:
+    done = await run_tether(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_cli_default_is_the_owners() -> None:
+    assert DEFAULT_MAX_CONCURRENT_RUNS == CORE_DEFAULT
+
+
+async def test_submit_with_agent_then_follow_up_runs_and_reject(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(60):
+        first = await tether_json("submit", "--db", db, "--agent", "support", "--request-id", "r-1", "hello")
+        conversation_id = first["conversation_id"]
+        assert first["run"]["status"] == "pending" and first["run"]["agent"] == "support"
+        assert first["submission"]["request_id"] == "r-1"
+        again = await tether_json(
+            "submit", "--db", db, "--conversation", conversation_id, "--request-id", "r-1", "hello"
+        )
+        assert again["run"]["run_id"] == first["run"]["run_id"]  # the same request: the same run
+
+        done = await run_tether("submit", "--db", db, "--conversation", conversation_id, "--request-id", "r-2", "more")
+        assert done.returncode == 0, done.stderr
+        [line] = nonblank_lines(done.stdout)
+        assert line.startswith("run ") and ": queued; request r-2" in line
+
+        refused = await run_tether(
+            "submit", "--db", db, "--conversation", conversation_id, "--when-busy", "reject", "--request-id", "r-3", "x"
+        )
+        assert refused.returncode == 1
+        assert len(nonblank_lines(refused.stderr)) == 1 and refused.stdout == b""
+
+        listed = await tether_json("runs", "--db", db)
+        assert [run["status"] for run in listed["runs"]] == ["pending", "queued"]
+        assert {run["conversation_id"] for run in listed["runs"]} == {conversation_id}
+        queued = await tether_json("runs", "--db", db, "--status", "queued")
+        assert [run["run_id"] for run in queued["runs"]] == [listed["runs"][1]["run_id"]]
+
+        table = await run_tether("runs", "--db", db)
+        assert table.returncode == 0
+        lines = nonblank_lines(table.stdout)
+        assert lines[0].split()[:4] == ["RUN", "CONVERSATION", "AGENT", "STATUS"]
+        assert [line.split()[3] for line in lines[1:]] == ["pending", "queued"]
+
+
+async def test_cancel_then_retry_is_refused_and_the_run_stays_cancelled(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(60):
+        async with actors.connect(db=db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+            queued = await client.submit(conversation_id, kind="input", payload="2", request_id="r-2")
+            assert queued.run_id is not None
+            cancelled = await tether_json("cancel", "--db", db, queued.run_id)
+            assert cancelled["status"] == "cancelled"
+            refused = await run_tether("retry", "--db", db, queued.run_id)
+            assert refused.returncode == 1 and len(nonblank_lines(refused.stderr)) == 1
+            assert (await client.run(queued.run_id)).status == "cancelled"
+            missing = await run_tether("cancel", "--db", db, actors.new_id())
+            assert missing.returncode == 1 and "does not exist" in refused.stderr.decode() + missing.stderr.decode()
+
+
+async def test_bad_usage_exits_2_and_changes_nothing(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(60):
+        async with actors.connect(db=db) as client:
+            head = (await client.ping()).head_seq
+            for args in (
+                ("resolve", "--db", db, actors.new_id(), "--output", "{not json"),
+                ("respond", "--db", db, actors.new_id()),  # neither --approve nor --deny
+                ("respond", "--db", db, actors.new_id(), "--approve", "--deny"),
+                ("submit", "--db", db, "hello"),  # neither --conversation nor --agent
+                ("submit", "--db", db, "--when-busy", "later", "--agent", "a", "hello"),
+                ("runs", "--db", db, "--status", "sleeping"),
+            ):
+                done = await run_tether(*args)
+                assert done.returncode == 2, args
+                assert done.stdout == b""
+            assert (await client.ping()).head_seq == head
+            assert await client.runs() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("resolve", "OP", "--output", '{"ok": true}'),
+        ("respond", "INTERACTION", "--deny", "--note", "no"),
+    ],
+)
+async def test_resolve_and_respond_of_unknown_ids_fail_with_one_line(
+    manual_owner: OwnerProcess, args: tuple[str, ...]
+) -> None:
+    with trio.fail_after(60):
+        command, _, *rest = args
+        done = await run_tether(command, "--db", manual_owner.db, actors.new_id(), *rest)
+        assert done.returncode == 1
+        [line] = nonblank_lines(done.stderr)
+        assert "does not exist" in line
+
+
+async def test_interactions_lists_none_open(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(60):
+        assert (await tether_json("interactions", "--db", manual_owner.db))["interactions"] == []
+        done = await run_tether("interactions", "--db", manual_owner.db)
+        assert done.returncode == 0 and nonblank_lines(done.stdout) == ["no open interactions"]
+
+
+async def test_the_commands_need_a_database(tmp_path: Any) -> None:
+    with trio.fail_after(60):
+        done = await run_tether("runs", "--db", str(tmp_path / "absent.db"))
+        assert done.returncode == 1
+        [line] = nonblank_lines(done.stderr)
+        assert "there is no database" in line
+
+
+async def test_owner_max_concurrent_runs_admits_that_many(db_path: str) -> None:
+    owner = OwnerProcess(db_path, "--clock", "manual", "--max-concurrent-runs", "1")
+    await owner.start()
+    try:
+        with trio.fail_after(30):
+            async with actors.connect(db=db_path) as client:
+                a = await client.create_conversation(agent="support")
+                b = await client.create_conversation(agent="support")
+                first = await client.submit(a, kind="input", payload="1", request_id="r-1")
+                second = await client.submit(b, kind="input", payload="1", request_id="r-1")
+                assert first.run_id is not None and second.run_id is not None
+                assert (await client.run(first.run_id)).status == "pending"
+                assert (await client.run(second.run_id)).status == "queued"  # another conversation, no capacity
+    finally:
+        await owner.close()
+
+
+async def test_help_for_each_command() -> None:
+    with trio.fail_after(60):
+        for command in ("submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"):
+            done = await run_tether(command, "--help")
+            assert done.returncode == 0 and b"--db" in done.stdout, command
