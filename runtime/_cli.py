@@ -532,6 +532,7 @@ def _runs_command(args: argparse.Namespace) -> int:
                 request_id=args.request_id,
                 when_busy=args.when_busy,
                 wait=args.wait,
+                say=None if args.json else partial(print, flush=True),
             )
         )
         if args.json:
@@ -541,16 +542,6 @@ def _runs_command(args: argparse.Namespace) -> int:
                 "run": None if run is None else _runs.record_json(run),
             }
             print(json.dumps(document), flush=True)
-        else:
-            if args.agent is not None:
-                print(f"conversation {conversation_id} (agent {args.agent})")
-            if run is None:
-                print(f"submission {submission.submission_id} (request {submission.request_id})")
-            else:
-                print(f"{_runs.describe_run(run)}; request {submission.request_id}")
-                if run.answer is not None:
-                    print(run.answer.text)
-            sys.stdout.flush()
         if run is not None and run.status == "failed":
             return _fail(f"run {run.run_id} failed: {run.reason or 'no reason given'}", EXIT_FAILED)
         return EXIT_OK

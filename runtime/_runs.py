@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -13,6 +13,8 @@ import actors
 from protocol import OwnerUnavailable, RunRecord, converter
 
 CONNECT_TIMEOUT_S: Final = 5.0
+SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
+"""The statuses that end ``wait_for_run``."""
 
 
 def check_db(db: str) -> str:
@@ -84,20 +86,48 @@ async def submit(
     request_id: str | None,
     when_busy: actors.WhenBusy,
     wait: bool,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
     """Submit ``text`` as an ``input`` (to a new conversation bound to ``agent`` when given); return the
-    conversation, the submission and, with ``wait``, the run once it settled."""
+    conversation, the submission and its run (with ``wait``, once it settled).
+
+    ``say`` gets each line for a person as soon as it is known: the new conversation and the run before the wait
+    starts (so an interrupted wait has shown them), the settled run and its answer after it.
+    """
+    show = say or (lambda line: None)
     async with connect(db, "tether-submit") as client:
         if agent is not None:
             conversation_id = await client.create_conversation(agent=agent)
+            show(f"conversation {conversation_id} (agent {agent})")
         assert conversation_id is not None
         submission = await client.submit(
             conversation_id, kind="input", payload=text, request_id=request_id or actors.new_id(), when_busy=when_busy
         )
-        run = None
-        if submission.run_id is not None:
-            run = await (client.wait_for_run if wait else client.run)(submission.run_id)
+        if submission.run_id is None:
+            show(f"submission {submission.submission_id} (request {submission.request_id})")
+            return conversation_id, submission, None
+        run = await client.run(submission.run_id)
+        show(f"{describe_run(run)}; request {submission.request_id}")
+        if wait and run.status not in SETTLED:
+            run = await client.wait_for_run(run.run_id)
+            show(describe_run(run))
+        if wait:
+            for line in next_steps(db, run):
+                show(line)
+        if run.answer is not None:
+            show(run.answer.text)
         return conversation_id, submission, run
+
+
+def next_steps(db: str, run: RunRecord) -> list[str]:
+    """What a person can do about a run that stopped for them."""
+    if run.status == "needs_attention" and run.operation_id is not None:
+        return [f"  check what the tool did, then: tether resolve --db {db} {run.operation_id} --output JSON"]
+    if run.status == "waiting" and run.operation_id is not None:
+        return [f"  it waits for an approval: tether interactions --db {db}"]
+    if run.status == "failed":
+        return [f"  try it again: tether retry --db {db} {run.run_id}"]
+    return []
 
 
 async def list_runs(db: str, *, conversation_id: str | None, status: str | None) -> list[RunRecord]:

@@ -13,6 +13,7 @@ import trio
 import actors
 from runtime._cli import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS as CORE_DEFAULT
+from storage_owner.core import ORPHAN_GRACE_MS
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import nonblank_lines, run_tether
 
@@ -155,3 +156,31 @@ async def test_help_for_each_command() -> None:
         for command in ("submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"):
             done = await run_tether(command, "--help")
             assert done.returncode == 0 and b"--db" in done.stdout, command
+
+
+async def test_submit_wait_shows_the_run_before_waiting_and_ends_when_it_is_cancelled(
+    manual_owner: OwnerProcess,
+) -> None:
+    db = manual_owner.db
+    with trio.fail_after(60):
+        async with actors.connect(db=db) as client:
+            done: list[Any] = []
+
+            async def submit_and_wait() -> None:
+                done.append(await run_tether("submit", "--db", db, "--agent", "support", "--wait", "hello"))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit_and_wait)
+                while True:  # poll until the submit process has written its run
+                    runs = await client.runs()
+                    if runs:
+                        break
+                    await trio.sleep(0.05)
+                await client.cancel_run(runs[0].run_id)
+                await client.advance_clock(ORPHAN_GRACE_MS + 1)  # no worker: the marked task ends after the grace
+            [completed] = done
+            assert completed.returncode == 0, completed.stderr
+            lines = nonblank_lines(completed.stdout)
+            assert lines[0] == f"conversation {runs[0].conversation_id} (agent support)"
+            assert lines[1].startswith(f"run {runs[0].run_id}: pending; request ")
+            assert lines[2] == f"run {runs[0].run_id}: cancelled"
