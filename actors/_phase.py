@@ -14,10 +14,13 @@ from protocol import (
     Commit,
     Committed,
     ConnectionLost,
+    CreateInteraction,
     FaultReason,
+    FinishOperation,
     Lease,
     LeaseRef,
     SetTaskState,
+    StartOperation,
     TaskOutcome,
     UsageError,
     WaitPolicy,
@@ -40,6 +43,18 @@ class PhaseTransaction(Transaction):
         super().__init__(default_owner_task_id=phase.task_id)
         self._phase = phase
         self.ends_phase = False
+
+    def start_operation(self, write: StartOperation) -> None:
+        """Commit an operation's intent (a model request of the run, or a tool call) in this commit."""
+        self.writes.append(write)
+
+    def finish_operation(self, write: FinishOperation) -> None:
+        """Commit an operation's result in this commit (under the lease that started it)."""
+        self.writes.append(write)
+
+    def create_interaction(self, write: CreateInteraction) -> None:
+        """Ask a person for an approval in this commit (a tool task waits on its approval task in the same one)."""
+        self.writes.append(write)
 
     def advance(self, checkpoint: Any) -> None:
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""

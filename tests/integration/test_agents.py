@@ -1,0 +1,301 @@
+"""Agents against a real owner: the run loop and tool tasks of ``actors`` (docs/agents.md) on the owner's runs
+(docs/runs.md). Workers serve ``tests.integration._agent_apps`` in this process (``actors.serve``) unless a test is
+about a worker process dying, which then runs ``tether worker``; the tools count their executions in a ledger file.
+
+The requests go as frames through ``client.connection.call`` (the client's agent methods are another change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+
+import actors
+from protocol import (
+    CancelRun,
+    Commit,
+    Committed,
+    CreateConversation,
+    EntryRecord,
+    InteractionRecord,
+    InteractionReply,
+    InteractionsReply,
+    OperationRecord,
+    OperationsReply,
+    ReadInteractions,
+    ReadOperations,
+    ReadRun,
+    Respond,
+    RunRecord,
+    RunReply,
+    Submit,
+    Submitted,
+    WaitRun,
+    new_id,
+)
+from tests.conftest import OwnerProcess
+from tests.integration._agent_apps import ONE_CALL, build, read_ledger
+
+TIMEOUT_S: Final = 30
+POLL_S: Final = 0.02
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIterator[actors.Client]:
+    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
+    async with actors.connect(db) as client, trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def run(*, task_status: trio.TaskStatus[actors.Client]) -> None:
+            with scope:
+                await actors.serve(app, db=db, name=name, task_status=task_status)
+
+        await nursery.start(run)
+        try:
+            yield client
+        finally:
+            scope.cancel()
+
+
+async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
+    """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
+    conversation_id = new_id()
+    await client.connection.call(
+        Commit(writes=(CreateConversation(conversation_id=conversation_id, agent="support"),)), Committed
+    )
+    request = Submit(
+        conversation_id=conversation_id, submission_id=new_id(), request_id=new_id(), kind="input", payload=text
+    )
+    reply = await client.connection.call(request, Submitted)
+    assert reply.submission.run_id is not None
+    return conversation_id, reply.submission.run_id
+
+
+async def wait_run(client: actors.Client, run_id: str) -> RunRecord:
+    return (await client.connection.call(WaitRun(run_id=run_id), RunReply)).run
+
+
+async def read_run(client: actors.Client, run_id: str) -> RunRecord:
+    return (await client.connection.call(ReadRun(run_id=run_id), RunReply)).run
+
+
+async def run_in(client: actors.Client, run_id: str, *statuses: str) -> RunRecord:
+    while True:
+        run = await read_run(client, run_id)
+        if run.status in statuses:
+            return run
+        await trio.sleep(POLL_S)
+
+
+async def operations(client: actors.Client, run_id: str) -> list[OperationRecord]:
+    reply = await client.connection.call(ReadOperations(run_id=run_id), OperationsReply)
+    return list(reply.operations)
+
+
+async def interactions(client: actors.Client, run_id: str) -> list[InteractionRecord]:
+    reply = await client.connection.call(ReadInteractions(run_id=run_id), InteractionsReply)
+    return list(reply.interactions)
+
+
+async def respond(client: actors.Client, interaction_id: str, *, approve: bool, note: str | None = None) -> Any:
+    request = Respond(interaction_id=interaction_id, approve=approve, note=note)
+    return (await client.connection.call(request, InteractionReply)).interaction
+
+
+def transcript(entries: list[EntryRecord]) -> list[tuple[str, Any]]:
+    """(kind, the part a test checks) of each entry."""
+    shown: list[tuple[str, Any]] = []
+    for entry in entries:
+        data: Any = entry.data
+        if entry.kind == "tether.user":
+            shown.append((entry.kind, data["text"]))
+        elif entry.kind == "tether.assistant":
+            shown.append((entry.kind, (data["text"], [call["name"] for call in data["tool_calls"]])))
+        else:
+            shown.append((entry.kind, (data["call_id"], data["content"], data["is_error"])))
+    return shown
+
+
+def no_dangling_call(entries: list[EntryRecord]) -> bool:
+    calls = {call["call_id"] for e in entries if e.kind == "tether.assistant" for call in e.data["tool_calls"]}  # type: ignore[index]
+    results = {e.data["call_id"] for e in entries if e.kind == "tether.tool_result"}  # type: ignore[index]
+    return calls <= results
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
+    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+async def test_plain_answer(owner: OwnerProcess, ledger: Path) -> None:
+    app = build([actors.ScriptedTurn(text="Hello there.")])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id, run_id = await start_run(client, "Hi")
+            run = await wait_run(client, run_id)
+            assert run.status == "completed"
+            assert run.answer is not None and run.answer.text == "Hello there."
+            assert run.version == 1
+            entries = await client.entries(conversation_id)
+            assert transcript(entries) == [("tether.user", "Hi"), ("tether.assistant", ("Hello there.", []))]
+            assert run.answer.seq == entries[-1].seq
+            [op] = await operations(client, run_id)
+            assert (op.kind, op.status, op.attempt, op.turn) == ("model", "completed", 1, 1)
+            assert op.usage is not None and op.usage == run.usage and run.usage.output_tokens > 0
+
+
+async def test_one_tool_call(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await wait_run(client, run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "Your order shipped."
+            entries = await client.entries(conversation_id)
+            assert transcript(entries) == [
+                ("tether.user", "Where is my order?"),
+                ("tether.assistant", ("", ["lookup"])),
+                ("tether.tool_result", ("call_1_1", '{"order": "A1", "status": "shipped"}', False)),
+                ("tether.assistant", ("Your order shipped.", [])),
+            ]
+            ops = await operations(client, run_id)
+            assert [(op.kind, op.name, op.status) for op in ops] == [
+                ("model", "scripted", "completed"),
+                ("tool", "lookup", "completed"),
+                ("model", "scripted", "completed"),
+            ]
+            assert ops[1].policy == "manual" and ops[1].tool_call_id == "call_1_1"
+            [execution] = read_ledger(ledger)
+            assert execution["operation_id"] == ops[1].operation_id and execution["attempt"] == 1
+
+
+async def test_parallel_calls_and_a_failing_tool(owner: OwnerProcess, ledger: Path) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1"}), ("lookup", {"order_id": "B2"}), ("boom", {})]),
+        actors.ScriptedTurn(text="Done."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(turns)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await wait_run(client, run_id)
+            assert run.status == "completed"
+            results = {
+                e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
+                for e in await client.entries(conversation_id)
+                if e.kind == "tether.tool_result"
+            }
+            assert results["call_1_1"] == (False, '{"order": "A1", "status": "shipped"}')
+            assert results["call_1_2"] == (False, '{"order": "B2", "status": "shipped"}')
+            assert results["call_1_3"] == (True, "error: RuntimeError: the service is down")
+            assert sorted(line["tool"] for line in read_ledger(ledger)) == ["boom", "lookup", "lookup"]
+
+
+async def test_invalid_arguments_run_nothing(owner: OwnerProcess, ledger: Path) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": 42}), ("lookup", "{not json")]),
+        actors.ScriptedTurn(text="Sorry."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(turns)) as client:
+            conversation_id, run_id = await start_run(client)
+            assert (await wait_run(client, run_id)).status == "completed"
+            results = {
+                e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
+                for e in await client.entries(conversation_id)
+                if e.kind == "tether.tool_result"
+            }
+            assert results["call_1_1"][0] is True and "$.order_id" in results["call_1_1"][1]
+            assert results["call_1_2"][0] is True and "not a JSON object" in results["call_1_2"][1]
+            assert read_ledger(ledger) == []
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await run_in(client, run_id, "waiting")
+            [interaction] = await interactions(client, run_id)
+            assert interaction.status == "open" and interaction.args == {"order_id": "A1"}
+            assert run.operation_id == interaction.operation_id
+            assert read_ledger(ledger) == []
+            answered = await respond(client, interaction.interaction_id, approve=approve, note="checked")
+            again = await respond(client, interaction.interaction_id, approve=approve, note="checked")
+            assert again == answered
+            with pytest.raises(actors.Conflict):
+                await respond(client, interaction.interaction_id, approve=not approve)
+            assert (await wait_run(client, run_id)).status == "completed"
+            [result] = [e for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]
+            if approve:
+                [execution] = read_ledger(ledger)
+                assert execution["args"] == {"order_id": "A1"}
+                assert result.data["is_error"] is False  # type: ignore[index]
+            else:
+                assert read_ledger(ledger) == []
+                assert result.data["is_error"] is True  # type: ignore[index]
+                assert "denied" in result.data["content"] and "checked" in result.data["content"]  # type: ignore[index]
+
+
+async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess, ledger: Path) -> None:
+    turns = [actors.ScriptedTurn(text="Fine now.", error="rate_limit", fail_attempts=1, retry_after_ms=2500)]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(manual_owner.db, build(turns)) as client:
+            _, run_id = await start_run(client)
+            await run_in(client, run_id, "retry_wait")
+            [op] = await operations(client, run_id)
+            assert (op.status, op.attempt) == ("failed", 1)
+            task = await client.task((await read_run(client, run_id)).task_id or "")
+            assert task.status == "sleeping"
+            await client.advance_clock(2499)
+            await trio.sleep(0.2)
+            assert (await read_run(client, run_id)).status == "retry_wait"
+            await client.advance_clock(1)
+            run = await wait_run(client, run_id)
+            assert run.status == "completed"
+            [op] = await operations(client, run_id)
+            assert (op.status, op.attempt) == ("completed", 2)
+
+
+async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:
+    loop = [actors.ScriptedTurn(tool_calls=[("boom", {})])] * 3
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(loop, max_turns=2)) as client:
+            _, run_id = await start_run(client)
+            run = await wait_run(client, run_id)
+            assert run.status == "failed"
+            assert len([op for op in await operations(client, run_id) if op.kind == "model"]) == 2
+        async with serving(
+            owner.db, build([actors.ScriptedTurn(text="x", error="bad_request", fail_attempts=1)])
+        ) as client:
+            _, run_id = await start_run(client)
+            assert (await wait_run(client, run_id)).status == "failed"
+            [op] = await operations(client, run_id)
+            assert op.status == "failed" and op.attempt == 1
+
+
+async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
+            conversation_id, run_id = await start_run(client)
+            await run_in(client, run_id, "waiting")
+            await client.connection.call(CancelRun(run_id=run_id), RunReply)
+            run = await wait_run(client, run_id)
+            assert run.status == "cancelled"
+            entries = await client.entries(conversation_id)
+            assert no_dangling_call(entries)
+            assert transcript(entries)[-1][0] == "tether.tool_result"
+            assert read_ledger(ledger) == []
