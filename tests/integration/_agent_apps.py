@@ -102,3 +102,5 @@ BLOCKING_CALL = [
 manual = build(BLOCKING_CALL, recovery="manual")
 safe = build(BLOCKING_CALL, recovery="safe")
 idempotent = build(BLOCKING_CALL, recovery="idempotent")
+approving = build(ONE_CALL, approval=True)
+version_2 = build(ONE_CALL, version=2)

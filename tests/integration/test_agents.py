@@ -8,6 +8,8 @@ The requests go as frames through ``client.connection.call`` (the client's agent
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -26,10 +28,12 @@ from protocol import (
     InteractionReply,
     InteractionsReply,
     OperationRecord,
+    OperationReply,
     OperationsReply,
     ReadInteractions,
     ReadOperations,
     ReadRun,
+    Resolve,
     Respond,
     RunRecord,
     RunReply,
@@ -38,8 +42,11 @@ from protocol import (
     WaitRun,
     new_id,
 )
+from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
+from tests.integration import _agent_apps
 from tests.integration._agent_apps import ONE_CALL, build, read_ledger
+from tests.integration._up_helpers import CHILD_ENV, ROOT
 
 TIMEOUT_S: Final = 30
 POLL_S: Final = 0.02
@@ -63,6 +70,26 @@ async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIte
             yield client
         finally:
             scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def worker_process(db: str, attribute: str, ledger: Path) -> AsyncIterator[trio.Process]:
+    """``tether worker --app tests.integration._agent_apps:ATTRIBUTE``, with the test's ledger and gate; reaped."""
+    command = tether_command("worker", "--db", db, "--app", f"tests.integration._agent_apps:{attribute}")
+    env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        await stop_gracefully(process)
+
+
+async def ledger_lines(ledger: Path, count: int) -> list[dict[str, Any]]:
+    while True:
+        lines = read_ledger(ledger)
+        if len(lines) >= count:
+            return lines
+        await trio.sleep(POLL_S)
 
 
 async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
@@ -299,3 +326,61 @@ async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
             assert no_dangling_call(entries)
             assert transcript(entries)[-1][0] == "tether.tool_result"
             assert read_ledger(ledger) == []
+
+
+@pytest.mark.parametrize("policy", ["manual", "safe", "idempotent"])
+async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy: str) -> None:
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with worker_process(owner.db, policy, ledger) as process:
+                conversation_id, run_id = await start_run(client)
+                [first] = await ledger_lines(ledger, 1)  # the handler runs, blocked on the gate
+                process.kill()
+                await process.wait()
+            gate.touch()
+            if policy == "manual":
+                run = await run_in(client, run_id, "needs_attention")
+                assert run.reason == "tool_interrupted" and run.operation_id == first["operation_id"]
+                [_, tool_op] = await operations(client, run_id)
+                assert (tool_op.status, tool_op.attempt) == ("interrupted", 1)
+            async with serving(owner.db, getattr(_agent_apps, policy), name="second"):
+                if policy == "manual":
+                    await trio.sleep(0.2)
+                    assert (await read_run(client, run_id)).status == "needs_attention"  # never run again by itself
+                    output = {"order": "A1", "status": "checked by hand"}
+                    request = Resolve(operation_id=first["operation_id"], output=output, resolved_by="ops")
+                    resolved = (await client.connection.call(request, OperationReply)).operation
+                    assert resolved.status == "resolved"
+                run = await wait_run(client, run_id)
+            assert run.status == "completed"
+            executions = read_ledger(ledger)
+            entries = await client.entries(conversation_id)
+            assert no_dangling_call(entries)
+            [result] = [e for e in entries if e.kind == "tether.tool_result"]
+            if policy == "manual":
+                assert len(executions) == 1
+                assert "checked by hand" in result.data["content"]  # type: ignore[index]
+            else:
+                assert [line["attempt"] for line in executions] == [1, 2]
+                assert {line["operation_id"] for line in executions} == {first["operation_id"]}
+                [_, tool_op, _] = await operations(client, run_id)
+                assert (tool_op.status, tool_op.attempt, tool_op.policy) == ("completed", 2, policy)
+
+
+async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with serving(owner.db, _agent_apps.approving, name="v1"):
+                _, run_id = await start_run(client)
+                await run_in(client, run_id, "waiting")
+                [interaction] = await interactions(client, run_id)
+            assert (await read_run(client, run_id)).version == 1
+            async with serving(owner.db, _agent_apps.version_2, name="v2"):
+                await respond(client, interaction.interaction_id, approve=True)
+                run = await run_in(client, run_id, "needs_attention")
+                assert run.reason == "agent_version_missing"
+                assert [op.kind for op in await operations(client, run_id)] == ["model", "tool"]
+                async with serving(owner.db, _agent_apps.approving, name="v1-again"):
+                    run = await wait_run(client, run_id)
+                    assert run.status == "completed" and run.version == 1
