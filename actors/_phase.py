@@ -19,6 +19,7 @@ from protocol import (
     FinishOperation,
     Lease,
     LeaseRef,
+    OutcomeReason,
     SetTaskState,
     StartOperation,
     TaskOutcome,
@@ -86,8 +87,10 @@ class PhaseTransaction(Transaction):
     def complete(self, result: Any = None) -> None:
         self._end(TaskOutcome(status="completed", result=json_value(result)))
 
-    def fail(self, message: str) -> None:
-        self._end(TaskOutcome(status="failed", error=str(message)))
+    def fail(self, message: str, *, reason: OutcomeReason | None = None) -> None:
+        """End the task ``failed`` with ``message`` (and ``reason``, where one of :data:`~protocol.OutcomeReason`
+        applies, such as a run's ``max_turns``)."""
+        self._end(TaskOutcome(status="failed", reason=reason, error=str(message)))
 
     def aborted(self, result: Any = None) -> None:
         """End an abort handler: the task is ``aborted`` with ``result``."""
@@ -207,9 +210,9 @@ class Phase:
         async with self.commit() as tx:
             tx.complete(result)
 
-    async def fail(self, message: str) -> None:
+    async def fail(self, message: str, *, reason: OutcomeReason | None = None) -> None:
         async with self.commit() as tx:
-            tx.fail(message)
+            tx.fail(message, reason=reason)
 
     async def aborted(self, result: Any = None) -> None:
         async with self.commit() as tx:

@@ -67,7 +67,6 @@ USER_ENTRY: Final = "tether.user"
 ASSISTANT_ENTRY: Final = "tether.assistant"
 TOOL_RESULT_ENTRY: Final = "tether.tool_result"
 INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
-MAX_TURNS_REASON: Final = "max_turns"
 _IDS: Final = uuid.UUID("3f6c2a59-0d1e-4b8f-a7c4-6e2b91d05c37")
 
 
@@ -241,7 +240,8 @@ class AgentRun:
         run_id = str(rt.input["run_id"])
         turn = int(rt.checkpoint["turn"])
         if agent.max_turns is not None and turn > agent.max_turns:
-            await rt.fail(f"{MAX_TURNS_REASON}: the run reached its agent's limit of {agent.max_turns} model turns")
+            limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
+            await rt.fail(limit, reason="max_turns")
             return
         operation_id = model_operation_id(run_id, turn)
         op = (await operations(rt, run_id)).get(operation_id)
@@ -252,7 +252,7 @@ class AgentRun:
                 self._next(tx, rt, run_id, turn, _assistant_message(op.result))
             return
         if op is not None and _has_result(op):
-            await rt.fail(f"model request failed: {op.error}")
+            await rt.fail(f"model request failed: {op.error}", reason="model_error")
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
@@ -314,7 +314,7 @@ class AgentRun:
         async with rt.commit() as tx:
             tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
             if delay is None:
-                tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}")
+                tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
             else:
                 tx.sleep_until(rt.now_ms() + delay, {"phase": "turn", "turn": turn, "attempt": attempt + 1})
 

@@ -303,13 +303,14 @@ async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess,
         async with serving(owner.db, build(loop, max_turns=2)) as client:
             _, run_id = await start_run(client)
             run = await wait_run(client, run_id)
-            assert run.status == "failed"
+            assert (run.status, run.reason) == ("failed", "max_turns")
             assert len([op for op in await operations(client, run_id) if op.kind == "model"]) == 2
         async with serving(
             owner.db, build([actors.ScriptedTurn(text="x", error="bad_request", fail_attempts=1)])
         ) as client:
             _, run_id = await start_run(client)
-            assert (await wait_run(client, run_id)).status == "failed"
+            run = await wait_run(client, run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
             [op] = await operations(client, run_id)
             assert op.status == "failed" and op.attempt == 1
 
