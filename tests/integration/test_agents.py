@@ -92,6 +92,14 @@ async def ledger_lines(ledger: Path, count: int) -> list[dict[str, Any]]:
         await trio.sleep(POLL_S)
 
 
+async def model_streaming(client: actors.Client, run_id: str) -> None:
+    """Return once a model request of the run has its intent committed (the worker streams it)."""
+    while True:
+        if any(op.status == "started" for op in await operations(client, run_id)):
+            return
+        await trio.sleep(POLL_S)
+
+
 async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
     """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
     conversation_id = new_id()
@@ -385,3 +393,23 @@ async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
                 async with serving(owner.db, _agent_apps.approving, name="v1-again"):
                     run = await wait_run(client, run_id)
                     assert run.status == "completed" and run.version == 1
+
+
+async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(manual_owner.db) as client:
+            async with worker_process(manual_owner.db, "slow_model", ledger) as process:
+                _, run_id = await start_run(client)
+                await model_streaming(client, run_id)
+                process.kill()
+                await process.wait()
+            run = await run_in(client, run_id, "retry_wait")
+            [op] = await operations(client, run_id)
+            assert (op.status, op.attempt, op.error) == ("interrupted", 1, "interrupted")
+            async with serving(manual_owner.db, _agent_apps.slow_model, name="second"):
+                await client.advance_clock(1000)  # the agent's Retry: first_delay_ms=1000
+                run = await wait_run(client, run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "A slow answer, streamed."
+            [op] = await operations(client, run_id)
+            assert (op.status, op.attempt) == ("completed", 2)
