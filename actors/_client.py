@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -22,6 +22,7 @@ from protocol import (
     AdvanceClock,
     Announce,
     AppendEntry,
+    CancelRun,
     ClockReply,
     Commit,
     Committed,
@@ -34,7 +35,13 @@ from protocol import (
     DocumentReply,
     EntriesReply,
     EntryRecord,
+    InteractionRecord,
+    InteractionReply,
+    InteractionsReply,
     Ok,
+    OperationRecord,
+    OperationReply,
+    OperationsReply,
     Order,
     OutcomesReply,
     PeerInfo,
@@ -45,11 +52,24 @@ from protocol import (
     ReadConversation,
     ReadDocument,
     ReadEntries,
+    ReadInteractions,
+    ReadOperations,
     ReadOutcomes,
     ReadPeers,
+    ReadRun,
+    ReadRuns,
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
+    ReadUsage,
+    Request,
+    Resolve,
+    Respond,
+    RetryRun,
+    RunRecord,
+    RunReply,
+    RunsReply,
+    RunUsage,
     SubmissionRecord,
     SubmissionReply,
     Submit,
@@ -60,6 +80,8 @@ from protocol import (
     TaskRecord,
     TaskReply,
     UsageError,
+    UsageReply,
+    WaitRun,
     WaitTask,
     Welcome,
     Write,
@@ -74,6 +96,13 @@ from ._watch import WatchStream
 ENTRY_PAGE: Final = 500
 OUTCOMES_PAGE: Final = 1000
 """Outcomes read per request (the owner's limit)."""
+RUNS_PAGE: Final = 1000
+"""Runs, operations and interactions read per request (the owner's limit)."""
+
+WhenBusy = Literal["follow_up", "reject"]
+"""What an ``input`` submission does while its conversation has an active run: queue behind it, or be refused."""
+
+_R = TypeVar("_R")
 
 
 class Client:
@@ -99,10 +128,13 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- public API
 
-    async def create_conversation(self, conversation_id: str | None = None) -> str:
-        """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable."""
+    async def create_conversation(self, conversation_id: str | None = None, *, agent: str | None = None) -> str:
+        """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable.
+
+        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run.
+        """
         async with self.commit() as tx:
-            conversation_id = tx.create_conversation(conversation_id)
+            conversation_id = tx.create_conversation(conversation_id, agent=agent)
         return conversation_id
 
     async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:
@@ -190,11 +222,14 @@ class Client:
         payload: Any = None,
         request_id: str,
         submission_id: str | None = None,
+        when_busy: WhenBusy = "follow_up",
     ) -> SubmissionRecord:
         """Admit a submission, deduplicated by ``(conversation_id, request_id)``.
 
         A repeat with the same kind and payload returns the original record (also after a restart); the same
-        ``request_id`` with other content raises :class:`~protocol.Conflict`.
+        ``request_id`` with other content raises :class:`~protocol.Conflict`. An ``input`` to a conversation bound
+        to an agent starts a run (``record.run_id``); while another run of the conversation is active it is
+        ``queued`` behind it, or, with ``when_busy="reject"``, refused with :class:`~protocol.Conflict`.
         """
         request = Submit(
             conversation_id=conversation_id,
@@ -202,6 +237,7 @@ class Client:
             request_id=request_id,
             kind=kind,
             payload=json_value(payload, "payload"),
+            when_busy=when_busy,
         )
         reply = await self.connection.call(request, Submitted)
         return reply.submission
@@ -267,14 +303,18 @@ class Client:
         Survives reconnections and owner restarts: the wait is simply asked again. Bound it with
         ``trio.fail_after``.
         """
+        reply = await self._wait(WaitTask(task_id=task_id), TaskReply)
+        return reply.task
+
+    async def _wait(self, request: Request, expected: type[_R]) -> _R:
+        """Make a long-poll ``request`` until it is answered, asking again after each lost connection; raise
+        :class:`ConnectionLost` once the connection cannot come back (closed, ``reconnect=False``, refused)."""
         while True:
             try:
-                reply = await self.connection.call(WaitTask(task_id=task_id), TaskReply)
+                return await self.connection.call(request, expected)
             except ConnectionLost:
                 if not self.connection.can_reconnect():
                     raise  # closed, or reconnect=False: asking again would fail again at once, forever
-                continue
-            return reply.task
 
     async def abort_task(self, task_id: str) -> bool:
         """Mark the task for abort once durable; ``False`` if it was already marked or terminal.
@@ -334,6 +374,101 @@ class Client:
                 if touched:
                     graph = TaskGraph(seq=change.seq, nodes=nodes)
                     yield graph
+
+    # ----------------------------------------------------------------------------------------------- runs
+
+    async def run(self, run_id: str) -> RunRecord:
+        """The run's record; :class:`~protocol.NotFound` if there is none."""
+        reply = await self.connection.call(ReadRun(run_id=run_id), RunReply)
+        return reply.run
+
+    async def wait_for_run(self, run_id: str) -> RunRecord:
+        """Return the run's record once it is ``completed``, ``failed``, ``cancelled`` or ``needs_attention``.
+
+        Survives reconnections and owner restarts, like :meth:`wait_for_task`. Bound it with ``trio.fail_after``.
+        """
+        reply = await self._wait(WaitRun(run_id=run_id), RunReply)
+        return reply.run
+
+    async def runs(self, *, conversation_id: str | None = None, status: str | None = None) -> list[RunRecord]:
+        """Every run (of one conversation and/or in one status when given), in the order they were created."""
+        result: list[RunRecord] = []
+        after: str | None = None
+        while True:
+            request = ReadRuns(conversation_id=conversation_id, status=status, after_run_id=after, limit=RUNS_PAGE)
+            reply = await self.connection.call(request, RunsReply)
+            result.extend(reply.runs)
+            if reply.next_after_run_id is None:
+                return result
+            after = reply.next_after_run_id
+
+    async def operations(self, run_id: str) -> list[OperationRecord]:
+        """The run's operation journal (model calls and tool calls, their intents and results), oldest first."""
+        result: list[OperationRecord] = []
+        cursor = 0
+        while True:
+            request = ReadOperations(run_id=run_id, cursor=cursor, limit=RUNS_PAGE)
+            reply = await self.connection.call(request, OperationsReply)
+            result.extend(reply.operations)
+            if reply.next_cursor is None:
+                return result
+            cursor = reply.next_cursor
+
+    async def cancel_run(self, run_id: str) -> RunRecord:
+        """Cancel a run once durable: a queued one ends ``cancelled`` at once; an active one has its task aborted
+        and ends ``cancelled`` once that is terminal (wait with :meth:`wait_for_run`). Cancelling a cancelled run
+        again is a no-op; a run that ended otherwise raises :class:`~protocol.Conflict`. Returns the run's record
+        as the cancel found it."""
+        reply = await self.connection.call(CancelRun(run_id=run_id), RunReply)
+        return reply.run
+
+    async def retry(self, run_id: str) -> RunRecord:
+        """Re-attempt a ``failed`` run (a new task, the same run) or a ``needs_attention`` one (a no-op: it resumes
+        once its cause is settled); any other run raises :class:`~protocol.Conflict`."""
+        reply = await self.connection.call(RetryRun(run_id=run_id), RunReply)
+        return reply.run
+
+    async def resolve(self, operation_id: str, output: Any, *, resolved_by: str | None = None) -> OperationRecord:
+        """Settle an interrupted manual tool call with ``output`` (the result the model sees), once durable."""
+        request = Resolve(operation_id=operation_id, output=json_value(output, "output"), resolved_by=resolved_by)
+        reply = await self.connection.call(request, OperationReply)
+        return reply.operation
+
+    async def respond(
+        self,
+        interaction_id: str,
+        *,
+        approve: bool,
+        note: str | None = None,
+        responded_by: str | None = None,
+    ) -> InteractionRecord:
+        """Answer an interaction (an approval: ``approve`` it or not), once durable. It is answered once: the same
+        answer again is a no-op, another raises :class:`~protocol.Conflict`."""
+        request = Respond(interaction_id=interaction_id, approve=approve, note=note, responded_by=responded_by)
+        reply = await self.connection.call(request, InteractionReply)
+        return reply.interaction
+
+    async def interactions(
+        self, *, status: Literal["open", "answered"] | None = "open", run_id: str | None = None
+    ) -> list[InteractionRecord]:
+        """The interactions in ``status`` (every status when ``None``), of one run when given, oldest first."""
+        result: list[InteractionRecord] = []
+        after: str | None = None
+        while True:
+            request = ReadInteractions(status=status, run_id=run_id, after_interaction_id=after, limit=RUNS_PAGE)
+            reply = await self.connection.call(request, InteractionsReply)
+            result.extend(reply.interactions)
+            if reply.next_after_interaction_id is None:
+                return result
+            after = reply.next_after_interaction_id
+
+    async def usage(self, conversation_id: str | None = None) -> dict[str, RunUsage]:
+        """Token usage totals: the conversation's (keyed by its id; empty if it has used none) or, without one,
+        each model's (keyed by model). :class:`~protocol.NotFound` for a conversation that does not exist."""
+        reply = await self.connection.call(ReadUsage(conversation_id=conversation_id), UsageReply)
+        return {total.key: total.usage for total in reply.totals}
+
+    # ---------------------------------------------------------------------------------------------- peers
 
     async def peers(self) -> list[PeerInfo]:
         """The connections attached to the owner: clients, readers and workers with what they announced."""
@@ -418,9 +553,12 @@ class Transaction:
         """Mark a task for abort in this commit."""
         self.writes.append(AbortTask(task_id=task_id))
 
-    def create_conversation(self, conversation_id: str | None = None, *, owner_task_id: str | None = None) -> str:
+    def create_conversation(
+        self, conversation_id: str | None = None, *, owner_task_id: str | None = None, agent: str | None = None
+    ) -> str:
         conversation_id = conversation_id or new_id()
-        self.writes.append(CreateConversation(conversation_id=conversation_id, owner_task_id=owner_task_id))
+        write = CreateConversation(conversation_id=conversation_id, owner_task_id=owner_task_id, agent=agent)
+        self.writes.append(write)
         return conversation_id
 
     def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> str:

@@ -1,0 +1,159 @@
+"""The client's runs API against a real owner (``--clock manual``) and no worker: submissions start runs that stay
+``pending`` (no worker takes their task) or ``queued`` behind them; cancel, retry, waits and listings."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import actors
+from storage_owner.core import ORPHAN_GRACE_MS
+from tests.conftest import OwnerProcess
+
+PAST_GRACE_MS = ORPHAN_GRACE_MS + 1
+"""With no worker, a cancelled pending run's task ends (``orphaned`` while marked for abort: the run is
+``cancelled``) once the orphan grace is over on the owner's clock."""
+
+
+async def test_an_input_starts_a_pending_run_and_the_next_one_is_queued(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            assert (await client.conversation(conversation_id)).agent == "support"
+            first = await client.submit(conversation_id, kind="input", payload="hello", request_id="r-1")
+            second = await client.submit(conversation_id, kind="input", payload="again", request_id="r-2")
+            assert first.run_id is not None and second.run_id is not None
+            run = await client.run(first.run_id)
+            assert (run.status, run.agent, run.conversation_id) == ("pending", "support", conversation_id)
+            assert (await client.run(second.run_id)).status == "queued"
+            assert run.usage == actors.RunUsage() and run.answer is None
+            assert await client.operations(first.run_id) == []
+            assert await client.interactions() == []
+            assert await client.usage(conversation_id) == {}
+
+
+async def test_a_repeated_request_id_returns_the_same_run(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            first = await client.submit(conversation_id, kind="input", payload="hello", request_id="r-1")
+            again = await client.submit(conversation_id, kind="input", payload="hello", request_id="r-1")
+            assert again == first
+            with pytest.raises(actors.Conflict):
+                await client.submit(conversation_id, kind="input", payload="other", request_id="r-1")
+            assert [run.run_id for run in await client.runs(conversation_id=conversation_id)] == [first.run_id]
+
+
+async def test_when_busy_reject_is_refused_while_a_run_is_active(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.submit(conversation_id, kind="input", payload="one", request_id="r-1", when_busy="reject")
+            with pytest.raises(actors.Conflict):
+                await client.submit(conversation_id, kind="input", payload="two", request_id="r-2", when_busy="reject")
+            assert len(await client.runs(conversation_id=conversation_id)) == 1
+            assert await client.submission(conversation_id, "r-2") is None
+
+
+async def test_runs_lists_by_conversation_and_status(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            a = await client.create_conversation(agent="support")
+            b = await client.create_conversation(agent="triage")
+            a1 = await client.submit(a, kind="input", payload="1", request_id="r-1")
+            a2 = await client.submit(a, kind="input", payload="2", request_id="r-2")
+            b1 = await client.submit(b, kind="input", payload="1", request_id="r-1")
+            everything = [run.run_id for run in await client.runs()]
+            assert everything == [a1.run_id, a2.run_id, b1.run_id]
+            assert [run.run_id for run in await client.runs(conversation_id=b)] == [b1.run_id]
+            assert [run.run_id for run in await client.runs(status="queued")] == [a2.run_id]
+            assert [run.run_id for run in await client.runs(conversation_id=a, status="pending")] == [a1.run_id]
+            with pytest.raises(actors.NotFound):
+                await client.run(actors.new_id())
+
+
+async def test_cancel_a_queued_and_a_pending_run(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            pending = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+            queued = await client.submit(conversation_id, kind="input", payload="2", request_id="r-2")
+            assert pending.run_id is not None and queued.run_id is not None
+            assert (await client.cancel_run(queued.run_id)).status == "cancelled"
+            assert (await client.run(queued.run_id)).status == "cancelled"
+            assert (await client.cancel_run(pending.run_id)).status == "pending"  # its task is marked for abort
+            await client.advance_clock(PAST_GRACE_MS)
+            assert (await client.wait_for_run(pending.run_id)).status == "cancelled"
+            assert (await client.cancel_run(pending.run_id)).status == "cancelled"  # again: a no-op
+            with pytest.raises(actors.Conflict):
+                await client.retry(pending.run_id)
+            with pytest.raises(actors.Conflict):
+                await client.retry(queued.run_id)
+            assert (await client.run(pending.run_id)).status == "cancelled"
+
+
+async def test_wait_for_run_ends_when_the_run_is_cancelled(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+            assert submission.run_id is not None
+            run_id = submission.run_id
+            result: list[actors.RunRecord] = []
+
+            async def wait() -> None:
+                result.append(await client.wait_for_run(run_id))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await trio.testing.wait_all_tasks_blocked()
+                assert result == []
+                await client.cancel_run(run_id)
+                await trio.testing.wait_all_tasks_blocked()
+                assert result == []
+                await client.advance_clock(PAST_GRACE_MS)
+            assert [run.status for run in result] == ["cancelled"]
+
+
+async def test_a_closed_clients_wait_for_run_fails_at_a_checkpoint(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+            assert submission.run_id is not None
+        with pytest.raises(actors.ConnectionLost):
+            await client.wait_for_run(submission.run_id)
+        with pytest.raises(actors.ConnectionLost):
+            await client.runs()
+        with trio.CancelScope() as scope:
+            scope.cancel(reason="a closed client's calls are still checkpoints")
+            await client.wait_for_run(submission.run_id)
+        assert scope.cancelled_caught
+
+
+async def test_wait_for_run_survives_an_owner_restart(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(30):
+        async with actors.connect(db=manual_owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+            assert submission.run_id is not None
+            run_id = submission.run_id
+            result: list[actors.RunRecord] = []
+
+            async def wait() -> None:
+                result.append(await client.wait_for_run(run_id))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await trio.testing.wait_all_tasks_blocked()
+                await manual_owner.kill()
+                await manual_owner.start()
+                while True:
+                    try:
+                        await client.cancel_run(run_id)
+                        await client.advance_clock(PAST_GRACE_MS)
+                        break
+                    except actors.ConnectionLost:
+                        await trio.sleep(0.02)  # the cancel's reply was lost with the old connection: ask again
+            assert [run.status for run in result] == ["cancelled"]
