@@ -2,7 +2,7 @@
 (docs/runs.md). Workers serve ``tests.integration._agent_apps`` in this process (``actors.serve``) unless a test is
 about a worker process dying, which then runs ``tether worker``; the tools count their executions in a ledger file.
 
-The requests go as frames through ``client.connection.call`` (the client's agent methods are another change).
+Requests go through the client's run API (``create_conversation(agent=)``, ``submit``, ``wait_for_run``, ...).
 """
 
 from __future__ import annotations
@@ -18,30 +18,7 @@ import pytest
 import trio
 
 import actors
-from protocol import (
-    CancelRun,
-    Commit,
-    Committed,
-    CreateConversation,
-    EntryRecord,
-    InteractionRecord,
-    InteractionReply,
-    InteractionsReply,
-    OperationRecord,
-    OperationReply,
-    OperationsReply,
-    ReadInteractions,
-    ReadOperations,
-    ReadRun,
-    Resolve,
-    Respond,
-    RunRecord,
-    RunReply,
-    Submit,
-    Submitted,
-    WaitRun,
-    new_id,
-)
+from protocol import EntryRecord, new_id
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
@@ -95,54 +72,25 @@ async def ledger_lines(ledger: Path, count: int) -> list[dict[str, Any]]:
 async def model_streaming(client: actors.Client, run_id: str) -> None:
     """Return once a model request of the run has its intent committed (the worker streams it)."""
     while True:
-        if any(op.status == "started" for op in await operations(client, run_id)):
+        if any(op.status == "started" for op in await client.operations(run_id)):
             return
         await trio.sleep(POLL_S)
 
 
 async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
     """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
-    conversation_id = new_id()
-    await client.connection.call(
-        Commit(writes=(CreateConversation(conversation_id=conversation_id, agent="support"),)), Committed
-    )
-    request = Submit(
-        conversation_id=conversation_id, submission_id=new_id(), request_id=new_id(), kind="input", payload=text
-    )
-    reply = await client.connection.call(request, Submitted)
-    assert reply.submission.run_id is not None
-    return conversation_id, reply.submission.run_id
+    conversation_id = await client.create_conversation(agent="support")
+    submission = await client.submit(conversation_id, kind="input", payload=text, request_id=new_id())
+    assert submission.run_id is not None
+    return conversation_id, submission.run_id
 
 
-async def wait_run(client: actors.Client, run_id: str) -> RunRecord:
-    return (await client.connection.call(WaitRun(run_id=run_id), RunReply)).run
-
-
-async def read_run(client: actors.Client, run_id: str) -> RunRecord:
-    return (await client.connection.call(ReadRun(run_id=run_id), RunReply)).run
-
-
-async def run_in(client: actors.Client, run_id: str, *statuses: str) -> RunRecord:
+async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.RunRecord:
     while True:
-        run = await read_run(client, run_id)
+        run = await client.run(run_id)
         if run.status in statuses:
             return run
         await trio.sleep(POLL_S)
-
-
-async def operations(client: actors.Client, run_id: str) -> list[OperationRecord]:
-    reply = await client.connection.call(ReadOperations(run_id=run_id), OperationsReply)
-    return list(reply.operations)
-
-
-async def interactions(client: actors.Client, run_id: str) -> list[InteractionRecord]:
-    reply = await client.connection.call(ReadInteractions(run_id=run_id), InteractionsReply)
-    return list(reply.interactions)
-
-
-async def respond(client: actors.Client, interaction_id: str, *, approve: bool, note: str | None = None) -> Any:
-    request = Respond(interaction_id=interaction_id, approve=approve, note=note)
-    return (await client.connection.call(request, InteractionReply)).interaction
 
 
 def transcript(entries: list[EntryRecord]) -> list[tuple[str, Any]]:
@@ -181,23 +129,25 @@ async def test_plain_answer(owner: OwnerProcess, ledger: Path) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, app) as client:
             conversation_id, run_id = await start_run(client, "Hi")
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert run.status == "completed"
             assert run.answer is not None and run.answer.text == "Hello there."
             assert run.version == 1
             entries = await client.entries(conversation_id)
             assert transcript(entries) == [("tether.user", "Hi"), ("tether.assistant", ("Hello there.", []))]
             assert run.answer.seq == entries[-1].seq
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert (op.kind, op.status, op.attempt, op.turn) == ("model", "completed", 1, 1)
             assert op.usage is not None and op.usage == run.usage and run.usage.output_tokens > 0
+            assert await client.usage(conversation_id) == {conversation_id: run.usage}
+            assert await client.usage() == {"scripted": run.usage}
 
 
 async def test_one_tool_call(owner: OwnerProcess, ledger: Path) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, build(ONE_CALL)) as client:
             conversation_id, run_id = await start_run(client)
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert run.status == "completed" and run.answer is not None
             assert run.answer.text == "Your order shipped."
             entries = await client.entries(conversation_id)
@@ -207,7 +157,7 @@ async def test_one_tool_call(owner: OwnerProcess, ledger: Path) -> None:
                 ("tether.tool_result", ("call_1_1", '{"order": "A1", "status": "shipped"}', False)),
                 ("tether.assistant", ("Your order shipped.", [])),
             ]
-            ops = await operations(client, run_id)
+            ops = await client.operations(run_id)
             assert [(op.kind, op.name, op.status) for op in ops] == [
                 ("model", "scripted", "completed"),
                 ("tool", "lookup", "completed"),
@@ -226,7 +176,7 @@ async def test_parallel_calls_and_a_failing_tool(owner: OwnerProcess, ledger: Pa
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, build(turns)) as client:
             conversation_id, run_id = await start_run(client)
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert run.status == "completed"
             results = {
                 e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
@@ -247,7 +197,7 @@ async def test_invalid_arguments_run_nothing(owner: OwnerProcess, ledger: Path) 
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, build(turns)) as client:
             conversation_id, run_id = await start_run(client)
-            assert (await wait_run(client, run_id)).status == "completed"
+            assert (await client.wait_for_run(run_id)).status == "completed"
             results = {
                 e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
                 for e in await client.entries(conversation_id)
@@ -264,16 +214,16 @@ async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> Non
         async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
             conversation_id, run_id = await start_run(client)
             run = await run_in(client, run_id, "waiting")
-            [interaction] = await interactions(client, run_id)
+            [interaction] = await client.interactions(run_id=run_id)
             assert interaction.status == "open" and interaction.args == {"order_id": "A1"}
             assert run.operation_id == interaction.operation_id
             assert read_ledger(ledger) == []
-            answered = await respond(client, interaction.interaction_id, approve=approve, note="checked")
-            again = await respond(client, interaction.interaction_id, approve=approve, note="checked")
+            answered = await client.respond(interaction.interaction_id, approve=approve, note="checked")
+            again = await client.respond(interaction.interaction_id, approve=approve, note="checked")
             assert again == answered
             with pytest.raises(actors.Conflict):
-                await respond(client, interaction.interaction_id, approve=not approve)
-            assert (await wait_run(client, run_id)).status == "completed"
+                await client.respond(interaction.interaction_id, approve=not approve)
+            assert (await client.wait_for_run(run_id)).status == "completed"
             [result] = [e for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]
             if approve:
                 [execution] = read_ledger(ledger)
@@ -291,17 +241,17 @@ async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess,
         async with serving(manual_owner.db, build(turns)) as client:
             _, run_id = await start_run(client)
             await run_in(client, run_id, "retry_wait")
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("failed", 1)
-            task = await client.task((await read_run(client, run_id)).task_id or "")
+            task = await client.task((await client.run(run_id)).task_id or "")
             assert task.status == "sleeping"
             await client.advance_clock(2499)
             await trio.sleep(0.2)
-            assert (await read_run(client, run_id)).status == "retry_wait"
+            assert (await client.run(run_id)).status == "retry_wait"
             await client.advance_clock(1)
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert run.status == "completed"
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("completed", 2)
 
 
@@ -310,16 +260,16 @@ async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess,
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, build(loop, max_turns=2)) as client:
             _, run_id = await start_run(client)
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert (run.status, run.reason) == ("failed", "max_turns")
-            assert len([op for op in await operations(client, run_id) if op.kind == "model"]) == 2
+            assert len([op for op in await client.operations(run_id) if op.kind == "model"]) == 2
         async with serving(
             owner.db, build([actors.ScriptedTurn(text="x", error="bad_request", fail_attempts=1)])
         ) as client:
             _, run_id = await start_run(client)
-            run = await wait_run(client, run_id)
+            run = await client.wait_for_run(run_id)
             assert (run.status, run.reason) == ("failed", "model_error")
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert op.status == "failed" and op.attempt == 1
 
 
@@ -328,8 +278,8 @@ async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
         async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
             conversation_id, run_id = await start_run(client)
             await run_in(client, run_id, "waiting")
-            await client.connection.call(CancelRun(run_id=run_id), RunReply)
-            run = await wait_run(client, run_id)
+            await client.cancel_run(run_id)
+            run = await client.wait_for_run(run_id)
             assert run.status == "cancelled"
             entries = await client.entries(conversation_id)
             assert no_dangling_call(entries)
@@ -351,17 +301,16 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
             if policy == "manual":
                 run = await run_in(client, run_id, "needs_attention")
                 assert run.reason == "tool_interrupted" and run.operation_id == first["operation_id"]
-                [_, tool_op] = await operations(client, run_id)
+                [_, tool_op] = await client.operations(run_id)
                 assert (tool_op.status, tool_op.attempt) == ("interrupted", 1)
             async with serving(owner.db, getattr(_agent_apps, policy), name="second"):
                 if policy == "manual":
                     await trio.sleep(0.2)
-                    assert (await read_run(client, run_id)).status == "needs_attention"  # never run again by itself
+                    assert (await client.run(run_id)).status == "needs_attention"  # never run again by itself
                     output = {"order": "A1", "status": "checked by hand"}
-                    request = Resolve(operation_id=first["operation_id"], output=output, resolved_by="ops")
-                    resolved = (await client.connection.call(request, OperationReply)).operation
+                    resolved = await client.resolve(first["operation_id"], output, resolved_by="ops")
                     assert resolved.status == "resolved"
-                run = await wait_run(client, run_id)
+                run = await client.wait_for_run(run_id)
             assert run.status == "completed"
             executions = read_ledger(ledger)
             entries = await client.entries(conversation_id)
@@ -373,7 +322,7 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
             else:
                 assert [line["attempt"] for line in executions] == [1, 2]
                 assert {line["operation_id"] for line in executions} == {first["operation_id"]}
-                [_, tool_op, _] = await operations(client, run_id)
+                [_, tool_op, _] = await client.operations(run_id)
                 assert (tool_op.status, tool_op.attempt, tool_op.policy) == ("completed", 2, policy)
 
 
@@ -383,15 +332,15 @@ async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
             async with serving(owner.db, _agent_apps.approving, name="v1"):
                 _, run_id = await start_run(client)
                 await run_in(client, run_id, "waiting")
-                [interaction] = await interactions(client, run_id)
-            assert (await read_run(client, run_id)).version == 1
+                [interaction] = await client.interactions(run_id=run_id)
+            assert (await client.run(run_id)).version == 1
             async with serving(owner.db, _agent_apps.version_2, name="v2"):
-                await respond(client, interaction.interaction_id, approve=True)
+                await client.respond(interaction.interaction_id, approve=True)
                 run = await run_in(client, run_id, "needs_attention")
                 assert run.reason == "agent_version_missing"
-                assert [op.kind for op in await operations(client, run_id)] == ["model", "tool"]
+                assert [op.kind for op in await client.operations(run_id)] == ["model", "tool"]
                 async with serving(owner.db, _agent_apps.approving, name="v1-again"):
-                    run = await wait_run(client, run_id)
+                    run = await client.wait_for_run(run_id)
                     assert run.status == "completed" and run.version == 1
 
 
@@ -404,12 +353,12 @@ async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: Ow
                 process.kill()
                 await process.wait()
             run = await run_in(client, run_id, "retry_wait")
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert (op.status, op.attempt, op.error) == ("interrupted", 1, "interrupted")
             async with serving(manual_owner.db, _agent_apps.slow_model, name="second"):
                 await client.advance_clock(1000)  # the agent's Retry: first_delay_ms=1000
-                run = await wait_run(client, run_id)
+                run = await client.wait_for_run(run_id)
             assert run.status == "completed" and run.answer is not None
             assert run.answer.text == "A slow answer, streamed."
-            [op] = await operations(client, run_id)
+            [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("completed", 2)
