@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,25 @@ idempotent = build(BLOCKING_CALL, recovery="idempotent")
 approving = build(ONE_CALL, approval=True)
 version_2 = build(ONE_CALL, version=2)
 slow_model = build([actors.ScriptedTurn(text="A slow answer, streamed.", delay_s=0.3)])
+
+
+class GatedModel:
+    """The script, except that every request after the first of a run fails finally (``bad_request``) while the gate
+    file does not exist: a run that fails, then succeeds once retried."""
+
+    name = "gated"
+
+    def __init__(self, turns: list[actors.ScriptedTurn]) -> None:
+        self.inner = actors.ScriptedModel(turns)
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        answered = any(isinstance(message, actors.AssistantMessage) for message in request.messages)
+        if answered and not Path(os.environ["TETHER_TEST_GATE"]).exists():
+            raise actors.ModelError("refused until the gate opens", kind="bad_request")
+        async for event in self.inner.stream(request):
+            yield event
+
+
+gated = actors.App("gated")
+gated.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+gated.define_agent("support", version=1, model=GatedModel(ONE_CALL), tools=["lookup"])

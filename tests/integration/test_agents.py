@@ -362,3 +362,32 @@ async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: Ow
             assert run.answer.text == "A slow answer, streamed."
             [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("completed", 2)
+
+
+async def test_retry_goes_on_from_the_committed_results(owner: OwnerProcess, ledger: Path) -> None:
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.gated) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            assert len(read_ledger(ledger)) == 1
+            gate.touch()
+            await client.retry(run_id)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "Your order shipped."
+            assert len(read_ledger(ledger)) == 1  # the committed tool result was not redone
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.turn, op.status, op.attempt) for op in ops] == [
+                ("model", 1, "completed", 1),  # not asked again
+                ("tool", 1, "completed", 1),
+                ("model", 2, "completed", 1),
+            ]
+            entries = await client.entries(conversation_id)
+            assert [entry.kind for entry in entries] == [
+                "tether.user",
+                "tether.assistant",
+                "tether.tool_result",
+                "tether.assistant",
+            ]
