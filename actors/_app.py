@@ -99,8 +99,10 @@ class App:
         return dict(self._tasks)
 
     def capabilities(self) -> tuple[Capability, ...]:
-        """What a worker serving this app announces."""
-        return tuple(
+        """What a worker serving this app announces: its task kinds, then its agents (whose runs it runs, tasks of
+        kind ``agent:<name>``) and its tools (whose calls it runs, tasks of kind ``tool:<name>``), each at its
+        version."""
+        tasks = tuple(
             Capability(
                 kind="task",
                 name=definition.kind,
@@ -110,6 +112,15 @@ class App:
             )
             for definition in sorted(self._tasks.values(), key=lambda definition: definition.kind)
         )
+        agents = tuple(
+            Capability(kind="agent", name=agent.name, version=agent.version, restart_limit=DEFAULT_RESTART_LIMIT)
+            for agent in sorted(self._agents.values(), key=lambda agent: agent.name)
+        )
+        tools = tuple(
+            Capability(kind="tool", name=tool.name, version=tool.version, restart_limit=DEFAULT_RESTART_LIMIT)
+            for tool in sorted(self._tools.values(), key=lambda tool: tool.name)
+        )
+        return tasks + agents + tools
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, tasks={sorted(self._tasks)})"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, TypeAlias, runtime_c
 import attrs
 import trio
 
+import protocol
 from protocol import TetherError, UsageError, check_json
 
 from ._tools import ToolSpec
@@ -365,6 +366,7 @@ class Retry:
     def delay_ms(self, attempt: int, retry_after_ms: int | None = None) -> int | None:
         """How long to wait after attempt ``attempt`` (1-based) failed before the next one, or ``None`` when that
         was the last attempt. A provider's ``retry_after_ms`` is a floor, capped at ``max_delay_ms`` like the rest.
+        The delay is :func:`protocol.retry_delay_ms`, the one formula the owner uses too (see :func:`backoff_ms`).
         """
         if type(attempt) is not int or attempt < 1:
             raise UsageError(f"attempts count from 1, not {attempt!r}")
@@ -372,13 +374,29 @@ class Retry:
             raise UsageError(f"retry_after_ms cannot be negative ({retry_after_ms})")
         if attempt >= self.attempts:
             return None
-        try:
-            delay = self.first_delay_ms * self.multiplier ** (attempt - 1)
-        except OverflowError:
-            delay = math.inf
-        if retry_after_ms is not None:
-            delay = max(delay, retry_after_ms)
-        return round(min(delay, self.max_delay_ms))
+        return backoff_ms(self.to_protocol(), attempt, retry_after_ms)
+
+    def to_protocol(self) -> protocol.Retry:
+        """The policy as a model request's intent stores it (:class:`protocol.Retry`, the same fields)."""
+        return protocol.Retry(
+            attempts=self.attempts,
+            first_delay_ms=self.first_delay_ms,
+            max_delay_ms=self.max_delay_ms,
+            multiplier=self.multiplier,
+        )
+
+
+def backoff_ms(retry: protocol.Retry, attempt: int, retry_after_ms: int | None = None) -> int:
+    """The delay after failed attempt ``attempt``: :func:`protocol.retry_delay_ms` (shared with the owner, which
+    computes the same deadline for an interrupted request), with a provider's ``retry_after_ms`` as a floor, capped
+    at ``max_delay_ms``."""
+    try:
+        delay = protocol.retry_delay_ms(retry, attempt)
+    except OverflowError:
+        delay = retry.max_delay_ms
+    if retry_after_ms is not None:
+        delay = max(delay, min(retry_after_ms, retry.max_delay_ms))
+    return delay
 
 
 DEFAULT_RETRY: Final = Retry()

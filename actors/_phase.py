@@ -14,10 +14,14 @@ from protocol import (
     Commit,
     Committed,
     ConnectionLost,
+    CreateInteraction,
     FaultReason,
+    FinishOperation,
     Lease,
     LeaseRef,
+    OutcomeReason,
     SetTaskState,
+    StartOperation,
     TaskOutcome,
     UsageError,
     WaitPolicy,
@@ -40,6 +44,18 @@ class PhaseTransaction(Transaction):
         super().__init__(default_owner_task_id=phase.task_id)
         self._phase = phase
         self.ends_phase = False
+
+    def start_operation(self, write: StartOperation) -> None:
+        """Commit an operation's intent (a model request of the run, or a tool call) in this commit."""
+        self.writes.append(write)
+
+    def finish_operation(self, write: FinishOperation) -> None:
+        """Commit an operation's result in this commit (under the lease that started it)."""
+        self.writes.append(write)
+
+    def create_interaction(self, write: CreateInteraction) -> None:
+        """Ask a person for an approval in this commit (a tool task waits on its approval task in the same one)."""
+        self.writes.append(write)
 
     def advance(self, checkpoint: Any) -> None:
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
@@ -71,8 +87,10 @@ class PhaseTransaction(Transaction):
     def complete(self, result: Any = None) -> None:
         self._end(TaskOutcome(status="completed", result=json_value(result)))
 
-    def fail(self, message: str) -> None:
-        self._end(TaskOutcome(status="failed", error=str(message)))
+    def fail(self, message: str, *, reason: OutcomeReason | None = None) -> None:
+        """End the task ``failed`` with ``message`` (and ``reason``, where one of :data:`~protocol.OutcomeReason`
+        applies, such as a run's ``max_turns``)."""
+        self._end(TaskOutcome(status="failed", reason=reason, error=str(message)))
 
     def aborted(self, result: Any = None) -> None:
         """End an abort handler: the task is ``aborted`` with ``result``."""
@@ -192,9 +210,9 @@ class Phase:
         async with self.commit() as tx:
             tx.complete(result)
 
-    async def fail(self, message: str) -> None:
+    async def fail(self, message: str, *, reason: OutcomeReason | None = None) -> None:
         async with self.commit() as tx:
-            tx.fail(message)
+            tx.fail(message, reason=reason)
 
     async def aborted(self, result: Any = None) -> None:
         async with self.commit() as tx:

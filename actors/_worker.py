@@ -33,6 +33,7 @@ from protocol.io import log_stderr
 from ._app import App, TaskDefinition
 from ._client import Client, connect
 from ._phase import Phase
+from ._runs import run_definition
 
 MAX_ERROR_CHARS: Final = 4000
 RELEASE_TIMEOUT_S: Final = 10.0
@@ -81,7 +82,7 @@ class Worker:
 
     async def _run(self, lease: Lease, running: _Running) -> None:
         task_id = lease.lease.task_id
-        definition = self.app.tasks.get(lease.kind)
+        definition = self.app.tasks.get(lease.kind) or run_definition(self.app, lease.kind)
         scope = running.scope
         try:
             with scope:

@@ -234,10 +234,13 @@ BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_fa
 """Why no attached worker can run a task (derived from the attached workers, never stored)."""
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
-OutcomeReason: TypeAlias = Literal[FaultReason, BlockedReason, "restart", "model_retries_exhausted"]
+OutcomeReason: TypeAlias = Literal[
+    FaultReason, BlockedReason, "restart", "model_retries_exhausted", "max_turns", "model_error"
+]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
-model request was cut off past its last attempt."""
+model request was cut off past its last attempt; ``max_turns`` and ``model_error`` for a run that its worker failed
+(the agent's turn limit reached, a final model error or the last attempt's)."""
 
 
 def phase_of(checkpoint: object) -> str | None:

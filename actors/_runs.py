@@ -1,0 +1,567 @@
+"""The run loop: what a worker does with the leases of an agent's runs (``agent:<name>``) and of its tool calls
+(``tool:<name>``), built on :class:`~actors.Phase` (docs/agents.md says it for users, docs/runs.md what the owner
+decides).
+
+Every step is one commit, and every decision is read back from what is committed (the transcript and the run's
+operation journal), so a phase that runs again after any crash goes on from the last commit, and never re-does a
+committed result:
+
+- a run's task, phase ``turn`` (checkpoint ``{"phase": "turn", "turn": n}``): reads the transcript into messages,
+  commits the model request's intent (attempt from the journal), streams the model, then commits in ONE commit the
+  result, the ``tether.assistant`` entry and the task's next state: its tool calls as ``tool:<name>`` tasks it waits
+  on (phase ``tools``), or its completion with the answer. A retryable model error sleeps until the shared delay;
+  a final one (or attempts spent) fails the run.
+- a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
+  by a person) gets one, then the next turn. Its abort handler does the same, so a cancelled run's transcript holds
+  no call without a result.
+- a tool task: validates the arguments, asks for an approval if the tool wants one (and waits), then commits the
+  call's intent, runs the handler, and commits its result, the ``tether.tool_result`` entry and its completion in
+  ONE commit. An interrupted call is the owner's to decide (docs/runs.md); the worker follows the journal.
+
+Ids are derived (uuid5) from the run, its task, the turn and the model's call id, never drawn at random, so a
+re-run derives the same operation, task and entry ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from protocol import (
+    CreateInteraction,
+    FinishOperation,
+    JsonValue,
+    OperationRecord,
+    OperationsReply,
+    ReadOperations,
+    RunUsage,
+    StartOperation,
+    TaskOutcome,
+    approval_task_id,
+    json_value,
+)
+from protocol import Retry as ProtocolRetry
+
+from ._agents import AgentDefinition
+from ._app import DEFAULT_RESTART_LIMIT, App, TaskDefinition
+from ._models import (
+    AssistantMessage,
+    Message,
+    ModelError,
+    ToolCallRequest,
+    ToolMessage,
+    TurnBuilder,
+    Usage,
+    UserMessage,
+    backoff_ms,
+)
+from ._phase import Phase, PhaseTransaction
+from ._tools import ToolCall, ToolDefinition
+
+AGENT_PREFIX: Final = "agent:"
+TOOL_PREFIX: Final = "tool:"
+USER_ENTRY: Final = "tether.user"
+ASSISTANT_ENTRY: Final = "tether.assistant"
+TOOL_RESULT_ENTRY: Final = "tether.tool_result"
+INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
+_IDS: Final = uuid.UUID("3f6c2a59-0d1e-4b8f-a7c4-6e2b91d05c37")
+
+
+def _derived(*parts: object) -> str:
+    return str(uuid.uuid5(_IDS, "/".join(str(part) for part in parts)))
+
+
+def model_operation_id(run_id: str, turn: int) -> str:
+    """The operation of a run's ``turn``-th model request: the same for every task of the run (a retried run finds
+    the turns already answered)."""
+    return _derived(run_id, "model", turn)
+
+
+def tool_operation_id(run_id: str, turn: int, call_id: str) -> str:
+    """The operation of the tool call ``call_id`` of a run's ``turn``: the same for every attempt of the call."""
+    return _derived(run_id, "tool", turn, call_id)
+
+
+def digest(value: Any) -> str:
+    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_text(value: Any) -> str:
+    """A tool's result as the text a model reads: a string as is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+# ------------------------------------------------------------------------------------------------ transcript
+
+
+def call_data(call: ToolCallRequest) -> dict[str, Any]:
+    data: dict[str, Any] = {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    if call.invalid_arguments is not None:
+        data["invalid_arguments"] = call.invalid_arguments
+    return data
+
+
+def assistant_data(message: AssistantMessage) -> dict[str, Any]:
+    """The normalised assistant message as JSON: the model operation's result and the entry's data."""
+    return {"text": message.text, "tool_calls": [call_data(call) for call in message.tool_calls]}
+
+
+def _assistant_message(data: Any) -> AssistantMessage:
+    calls = tuple(
+        ToolCallRequest(
+            call_id=str(call["call_id"]),
+            name=str(call["name"]),
+            arguments=call["arguments"],
+            invalid_arguments=call.get("invalid_arguments"),
+        )
+        for call in data.get("tool_calls") or ()
+    )
+    return AssistantMessage(text=str(data.get("text") or ""), tool_calls=calls)
+
+
+def transcript_messages(entries: Iterable[Any]) -> list[Message]:
+    """The transcript's ``tether.*`` entries as a model's messages, oldest first. Each assistant message is followed
+    by the results of its calls in call order; a call without a result entry gets a synthesized error result
+    (``interrupted``), so a provider never sees a dangling call. Other entry kinds are not the model's."""
+    messages: list[Message] = []
+    open_calls: tuple[ToolCallRequest, ...] = ()
+    results: dict[str, ToolMessage] = {}
+
+    def close() -> None:
+        for call in open_calls:
+            orphan = ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
+            messages.append(results.get(call.call_id) or orphan)
+
+    for entry in entries:
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.kind == USER_ENTRY:
+            close()
+            open_calls, results = (), {}
+            messages.append(UserMessage(text=str(data.get("text") or "")))
+        elif entry.kind == ASSISTANT_ENTRY:
+            close()
+            message = _assistant_message(data)
+            messages.append(message)
+            open_calls, results = message.tool_calls, {}
+        elif entry.kind == TOOL_RESULT_ENTRY:
+            call_id = str(data.get("call_id"))
+            if any(call.call_id == call_id for call in open_calls) and call_id not in results:
+                results[call_id] = ToolMessage(
+                    call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
+                )
+    close()
+    return messages
+
+
+def _result_entry(
+    tx: PhaseTransaction,
+    conversation_id: str,
+    *,
+    run_id: str,
+    operation_id: str,
+    call_id: str,
+    name: str,
+    content: str,
+    is_error: bool,
+) -> None:
+    tx.append(
+        conversation_id,
+        kind=TOOL_RESULT_ENTRY,
+        entry_id=_derived(operation_id, "result"),
+        data={
+            "run_id": run_id,
+            "operation_id": operation_id,
+            "call_id": call_id,
+            "name": name,
+            "content": content,
+            "is_error": is_error,
+        },
+    )
+
+
+async def operations(rt: Phase, run_id: str) -> dict[str, OperationRecord]:
+    """The run's operation journal, by operation id."""
+    found: dict[str, OperationRecord] = {}
+    cursor = 0
+    while True:
+        reply = await rt.client.connection.call(ReadOperations(run_id=run_id, cursor=cursor), OperationsReply)
+        found.update((op.operation_id, op) for op in reply.operations)
+        if reply.next_cursor is None:
+            return found
+        cursor = reply.next_cursor
+
+
+def _has_result(op: OperationRecord) -> bool:
+    if op.status in ("completed", "resolved"):
+        return True
+    return op.status == "failed" and (op.kind == "tool" or op.attempt >= (op.retry or ProtocolRetry()).attempts)
+
+
+def _run_usage(usage: Usage | None) -> RunUsage | None:
+    if usage is None:
+        return None
+    return RunUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ run task
+
+
+class AgentRun:
+    """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`."""
+
+    def __init__(self, agent: AgentDefinition) -> None:
+        self.agent = agent
+
+    def definition(self) -> TaskDefinition:
+        return TaskDefinition(
+            kind=AGENT_PREFIX + self.agent.name,
+            version=self.agent.version,
+            initial=lambda _input: {"phase": "turn", "turn": 1},
+            phases={"turn": self.turn, "tools": self.tools},
+            abort=self.abort,
+            restart_limit=DEFAULT_RESTART_LIMIT,
+        )
+
+    async def turn(self, rt: Phase) -> None:
+        agent = self.agent
+        run_id = str(rt.input["run_id"])
+        turn = int(rt.checkpoint["turn"])
+        if agent.max_turns is not None and turn > agent.max_turns:
+            limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
+            await rt.fail(limit, reason="max_turns")
+            return
+        operation_id = model_operation_id(run_id, turn)
+        op = (await operations(rt, run_id)).get(operation_id)
+        if op is not None and op.status == "completed":
+            # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
+            # its assistant entry was written in the same commit.
+            async with rt.commit() as tx:
+                self._next(tx, rt, run_id, turn, _assistant_message(op.result))
+            return
+        if op is not None and _has_result(op):
+            await rt.fail(f"model request failed: {op.error}", reason="model_error")
+            return
+        retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
+        attempt = 1 if op is None else op.attempt + 1
+        entries = await rt.client.entries(rt.conversation_id)
+        request = agent.request(transcript_messages(entries), attempt)
+        request_digest = digest(
+            {
+                "model": request.model,
+                "instructions": request.instructions,
+                "messages": [_message_data(message) for message in request.messages],
+                "tools": [tool.name for tool in request.tools],
+            }
+        )
+        async with rt.commit() as tx:
+            tx.start_operation(
+                StartOperation(
+                    operation_id=operation_id,
+                    run_id=run_id,
+                    kind="model",
+                    name=agent.model.name,
+                    version=agent.version,
+                    turn=turn,
+                    attempt=attempt,
+                    digest=request_digest,
+                    retry=retry,
+                )
+            )
+        builder = TurnBuilder()
+        try:
+            async for event in agent.model.stream(request):
+                builder.feed(event)
+            result = builder.result()
+        except ModelError as exc:
+            await self._model_failed(rt, operation_id, turn, attempt, retry, exc)
+            return
+        message = result.message
+        async with rt.commit() as tx:
+            tx.finish_operation(
+                FinishOperation(
+                    operation_id=operation_id,
+                    status="completed",
+                    result=json_value(assistant_data(message)),
+                    usage=_run_usage(result.usage),
+                )
+            )
+            tx.append(
+                rt.conversation_id,
+                kind=ASSISTANT_ENTRY,
+                entry_id=_derived(operation_id, "assistant"),
+                data={"run_id": run_id, "turn": turn, **assistant_data(message)},
+            )
+            self._next(tx, rt, run_id, turn, message)
+
+    async def _model_failed(
+        self, rt: Phase, operation_id: str, turn: int, attempt: int, retry: ProtocolRetry, exc: ModelError
+    ) -> None:
+        error = f"{exc.kind}: {exc}"
+        delay = backoff_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
+        async with rt.commit() as tx:
+            tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
+            if delay is None:
+                tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
+            else:
+                tx.sleep_until(rt.now_ms() + delay, {"phase": "turn", "turn": turn, "attempt": attempt + 1})
+
+    def _next(self, tx: PhaseTransaction, rt: Phase, run_id: str, turn: int, message: AssistantMessage) -> None:
+        """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
+        results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
+        if not message.tool_calls:
+            tx.complete({"text": message.text})
+            return
+        calls: list[dict[str, Any]] = []
+        for call in message.tool_calls:
+            operation_id = tool_operation_id(run_id, turn, call.call_id)
+            tool = self.agent.tool(call.name)
+            if tool is None or call.invalid_arguments is not None:
+                content = (
+                    f"error: the agent has no tool {call.name!r}"
+                    if tool is None
+                    else f"error: the arguments are not a JSON object: {call.invalid_arguments}"
+                )
+                _result_entry(
+                    tx,
+                    rt.conversation_id,
+                    run_id=run_id,
+                    operation_id=operation_id,
+                    call_id=call.call_id,
+                    name=call.name,
+                    content=content,
+                    is_error=True,
+                )
+                continue
+            task_id = tx.create_task(
+                TOOL_PREFIX + tool.name,
+                {
+                    "run_id": run_id,
+                    "operation_id": operation_id,
+                    "turn": turn,
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                },
+                task_id=_derived(rt.task_id, "tool", turn, call.call_id),
+                owner_task_id=rt.task_id,
+                version=tool.version,
+            )
+            calls.append({"call_id": call.call_id, "name": call.name, "task_id": task_id, "operation_id": operation_id})
+        if calls:
+            tx.wait(on=[call["task_id"] for call in calls], checkpoint={"phase": "tools", "turn": turn, "calls": calls})
+        else:
+            tx.advance({"phase": "turn", "turn": turn + 1})
+
+    async def tools(self, rt: Phase) -> None:
+        """After the turn's tool tasks: a result entry for every call without one, then the next turn."""
+        turn = int(rt.checkpoint["turn"])
+        async with rt.commit() as tx:
+            await self._missing_results(rt, tx, cancelled=False)
+            tx.advance({"phase": "turn", "turn": turn + 1})
+
+    async def abort(self, rt: Phase) -> None:
+        """A cancelled run: the calls of its last turn without a result get an error result, then it ends."""
+        async with rt.commit() as tx:
+            if isinstance(rt.checkpoint, dict) and rt.checkpoint.get("phase") == "tools":
+                await self._missing_results(rt, tx, cancelled=True)
+            tx.aborted()
+
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> None:
+        run_id = str(rt.input["run_id"])
+        calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
+        entries = await rt.client.entries(rt.conversation_id)
+        done = {
+            entry.data.get("operation_id")
+            for entry in entries
+            if entry.kind == TOOL_RESULT_ENTRY and isinstance(entry.data, dict)
+        }
+        missing = [call for call in calls if call["operation_id"] not in done]
+        outcomes = await rt.outcomes([call["task_id"] for call in missing]) if missing else {}
+        for call in missing:
+            outcome = outcomes.get(call["task_id"])
+            if outcome is not None and outcome.status == "completed":
+                content, is_error = content_text(outcome.result), False  # resolved by a person
+            else:
+                content, is_error = _unfinished(outcome, cancelled), True
+            _result_entry(
+                tx,
+                rt.conversation_id,
+                run_id=run_id,
+                operation_id=call["operation_id"],
+                call_id=call["call_id"],
+                name=call["name"],
+                content=content,
+                is_error=is_error,
+            )
+
+
+def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
+    if cancelled:
+        return "error: the run was cancelled before the tool call finished"
+    if outcome is None:
+        return INTERRUPTED
+    why = outcome.reason or outcome.error or ""
+    return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else "")
+
+
+def _message_data(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {"role": "user", "text": message.text}
+    if isinstance(message, AssistantMessage):
+        return {"role": "assistant", **assistant_data(message)}
+    return {"role": "tool", "call_id": message.call_id, "content": message.content, "is_error": message.is_error}
+
+
+# ------------------------------------------------------------------------------------------------ tool task
+
+
+class ToolRun:
+    """The phases of a tool call's task (``tool:<name>``) for one :class:`ToolDefinition`."""
+
+    def __init__(self, tool: ToolDefinition) -> None:
+        self.tool = tool
+
+    def definition(self) -> TaskDefinition:
+        return TaskDefinition(
+            kind=TOOL_PREFIX + self.tool.name,
+            version=self.tool.version,
+            initial=lambda _input: {"phase": "call"},
+            phases={"call": self.call, "approved": self.approved},
+            restart_limit=DEFAULT_RESTART_LIMIT,
+        )
+
+    async def call(self, rt: Phase) -> None:
+        tool = self.tool
+        run_id = str(rt.input["run_id"])
+        operation_id = str(rt.input["operation_id"])
+        op = (await operations(rt, run_id)).get(operation_id)
+        if op is not None and _has_result(op):
+            await rt.complete(op.result)  # its result entry was committed with it
+            return
+        args = rt.input["arguments"]
+        errors = tool.validate(args)
+        if errors:
+            await self._finish(rt, None, "error: invalid arguments: " + "; ".join(errors), is_error=True)
+            return
+        if tool.approval_required(args):
+            async with rt.commit() as tx:
+                tx.create_interaction(
+                    CreateInteraction(
+                        interaction_id=_derived(operation_id, "interaction"),
+                        operation_id=operation_id,
+                        run_id=run_id,
+                        args=json_value(args),
+                        digest=digest(args),
+                    )
+                )
+                tx.wait(on=[approval_task_id(operation_id)], checkpoint={"phase": "approved"})
+            return
+        await self._execute(rt, op)
+
+    async def approved(self, rt: Phase) -> None:
+        """Resumed once the approval was answered: a denial is an error result; an approval runs exactly the
+        approved arguments (the interaction's digest is of the same arguments the task holds)."""
+        run_id = str(rt.input["run_id"])
+        operation_id = str(rt.input["operation_id"])
+        op = (await operations(rt, run_id)).get(operation_id)
+        if op is not None and _has_result(op):
+            await rt.complete(op.result)
+            return
+        approval = approval_task_id(operation_id)
+        outcome = (await rt.outcomes([approval]))[approval]
+        answer: Any = outcome.result if outcome is not None and outcome.status == "completed" else None
+        if not isinstance(answer, dict) or answer.get("approve") is not True:
+            note = answer.get("note") if isinstance(answer, dict) else None
+            content = "error: the call was denied by a person" + (f": {note}" if note else "")
+            await self._finish(rt, None, content, is_error=True)
+            return
+        await self._execute(rt, op)
+
+    async def _execute(self, rt: Phase, op: OperationRecord | None) -> None:
+        tool = self.tool
+        inp = rt.input
+        run_id = str(inp["run_id"])
+        operation_id = str(inp["operation_id"])
+        args = inp["arguments"]
+        attempt = 1 if op is None else op.attempt + 1
+        policy = tool.recovery if op is None or op.policy is None else op.policy
+        async with rt.commit() as tx:
+            tx.start_operation(
+                StartOperation(
+                    operation_id=operation_id,
+                    run_id=run_id,
+                    kind="tool",
+                    name=tool.name,
+                    version=tool.version,
+                    turn=int(inp["turn"]),
+                    attempt=attempt,
+                    digest=digest(args),
+                    tool_call_id=str(inp["call_id"]),
+                    policy=policy,
+                    arguments=json_value(args),
+                )
+            )
+        call = ToolCall(
+            operation_id=operation_id,
+            run_id=run_id,
+            conversation_id=rt.conversation_id,
+            attempt=attempt,
+            tool=tool.name,
+            version=tool.version,
+        )
+        try:
+            value = json_value(await tool.handler(call, dict(args)))
+        except Exception as exc:  # the handler's failure is the model's to read
+            await self._finish(rt, operation_id, f"error: {type(exc).__name__}: {exc}", is_error=True)
+            return
+        await self._finish(rt, operation_id, value, is_error=False)
+
+    async def _finish(self, rt: Phase, operation_id: str | None, result: Any, *, is_error: bool) -> None:
+        """ONE commit: the operation's result (when it started one), the result entry and the task's completion."""
+        inp = rt.input
+        async with rt.commit() as tx:
+            if operation_id is not None:
+                tx.finish_operation(
+                    FinishOperation(
+                        operation_id=operation_id,
+                        status="failed" if is_error else "completed",
+                        result=JsonValue(result),
+                        is_error=is_error,
+                        error=result if is_error else None,
+                    )
+                )
+            _result_entry(
+                tx,
+                rt.conversation_id,
+                run_id=str(inp["run_id"]),
+                operation_id=str(inp["operation_id"]),
+                call_id=str(inp["call_id"]),
+                name=str(inp["name"]),
+                content=content_text(result),
+                is_error=is_error,
+            )
+            tx.complete(result)
+
+
+def run_definition(app: App, kind: str) -> TaskDefinition | None:
+    """The task definition a worker of ``app`` runs for a lease of ``kind`` (``agent:<name>`` / ``tool:<name>``)."""
+    if kind.startswith(AGENT_PREFIX):
+        agent = app.agents.get(kind.removeprefix(AGENT_PREFIX))
+        return None if agent is None else AgentRun(agent).definition()
+    if kind.startswith(TOOL_PREFIX):
+        tool = app.tools.get(kind.removeprefix(TOOL_PREFIX))
+        return None if tool is None else ToolRun(tool).definition()
+    return None

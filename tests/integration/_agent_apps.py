@@ -1,0 +1,130 @@
+"""Agent apps for ``tests/integration/test_agents.py``, importable as ``tests.integration._agent_apps:ATTR`` (by
+``tether worker --app``) or served in-process with ``actors.serve``.
+
+Every tool appends one JSON line per execution to the ledger file named by the environment variable
+``TETHER_TEST_LEDGER`` (``{"tool", "operation_id", "attempt", "args"}``), so a test counts executions in any process.
+A tool whose arguments say ``"block": true`` waits until the file ``TETHER_TEST_GATE`` exists (a test controls it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import actors
+
+
+def record(call: actors.ToolCall, args: dict[str, Any]) -> None:
+    ledger = os.environ.get("TETHER_TEST_LEDGER")
+    if ledger is None:
+        return
+    line = {"tool": call.tool, "operation_id": call.operation_id, "attempt": call.attempt, "args": args}
+    with open(ledger, "a", encoding="utf-8") as file:
+        file.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def read_ledger(path: str | Path) -> list[dict[str, Any]]:
+    ledger = Path(path)
+    if not ledger.exists():
+        return []
+    return [json.loads(line) for line in ledger.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+async def gate(args: dict[str, Any]) -> None:
+    if not args.get("block"):
+        return
+    path = Path(os.environ["TETHER_TEST_GATE"])
+    while not path.exists():  # noqa: ASYNC110 (another process creates the file)
+        await trio.sleep(0.02)
+
+
+async def lookup(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    record(call, args)
+    await gate(args)
+    return {"order": args["order_id"], "status": "shipped"}
+
+
+async def boom(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    record(call, args)
+    raise RuntimeError("the service is down")
+
+
+ORDER = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "block": {"type": "boolean"}},
+    "required": ["order_id"],
+    "additionalProperties": False,
+}
+
+
+def build(
+    turns: list[actors.ScriptedTurn],
+    *,
+    recovery: actors.Recovery = "manual",
+    approval: bool = False,
+    version: int = 1,
+    retry: actors.Retry | None = None,
+    max_turns: int | None = None,
+) -> actors.App:
+    app = actors.App("agents")
+    app.define_tool(
+        "lookup",
+        lookup,
+        description="Look an order up.",
+        parameters=ORDER,
+        recovery=recovery,
+        needs_approval=(lambda args: True) if approval else None,
+    )
+    app.define_tool("boom", boom, description="Always fails.", parameters={"type": "object"})
+    app.define_agent(
+        "support",
+        version=version,
+        model=actors.ScriptedModel(turns),
+        tools=["lookup", "boom"],
+        model_retry=retry or actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+        max_turns=max_turns,
+    )
+    return app
+
+
+ONE_CALL = [
+    actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1"})]),
+    actors.ScriptedTurn(text="Your order shipped."),
+]
+BLOCKING_CALL = [
+    actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})]),
+    actors.ScriptedTurn(text="Your order shipped."),
+]
+manual = build(BLOCKING_CALL, recovery="manual")
+safe = build(BLOCKING_CALL, recovery="safe")
+idempotent = build(BLOCKING_CALL, recovery="idempotent")
+approving = build(ONE_CALL, approval=True)
+version_2 = build(ONE_CALL, version=2)
+slow_model = build([actors.ScriptedTurn(text="A slow answer, streamed.", delay_s=0.3)])
+
+
+class GatedModel:
+    """The script, except that every request after the first of a run fails finally (``bad_request``) while the gate
+    file does not exist: a run that fails, then succeeds once retried."""
+
+    name = "gated"
+
+    def __init__(self, turns: list[actors.ScriptedTurn]) -> None:
+        self.inner = actors.ScriptedModel(turns)
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        answered = any(isinstance(message, actors.AssistantMessage) for message in request.messages)
+        if answered and not Path(os.environ["TETHER_TEST_GATE"]).exists():
+            raise actors.ModelError("refused until the gate opens", kind="bad_request")
+        async for event in self.inner.stream(request):
+            yield event
+
+
+gated = actors.App("gated")
+gated.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+gated.define_agent("support", version=1, model=GatedModel(ONE_CALL), tools=["lookup"])

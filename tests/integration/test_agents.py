@@ -1,0 +1,393 @@
+"""Agents against a real owner: the run loop and tool tasks of ``actors`` (docs/agents.md) on the owner's runs
+(docs/runs.md). Workers serve ``tests.integration._agent_apps`` in this process (``actors.serve``) unless a test is
+about a worker process dying, which then runs ``tether worker``; the tools count their executions in a ledger file.
+
+Requests go through the client's run API (``create_conversation(agent=)``, ``submit``, ``wait_for_run``, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+
+import actors
+from protocol import EntryRecord, new_id
+from runtime import stop_gracefully, tether_command
+from tests.conftest import OwnerProcess
+from tests.integration import _agent_apps
+from tests.integration._agent_apps import ONE_CALL, build, read_ledger
+from tests.integration._up_helpers import CHILD_ENV, ROOT
+
+TIMEOUT_S: Final = 30
+POLL_S: Final = 0.02
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIterator[actors.Client]:
+    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
+    async with actors.connect(db) as client, trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def run(*, task_status: trio.TaskStatus[actors.Client]) -> None:
+            with scope:
+                await actors.serve(app, db=db, name=name, task_status=task_status)
+
+        await nursery.start(run)
+        try:
+            yield client
+        finally:
+            scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def worker_process(db: str, attribute: str, ledger: Path) -> AsyncIterator[trio.Process]:
+    """``tether worker --app tests.integration._agent_apps:ATTRIBUTE``, with the test's ledger and gate; reaped."""
+    command = tether_command("worker", "--db", db, "--app", f"tests.integration._agent_apps:{attribute}")
+    env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        await stop_gracefully(process)
+
+
+async def ledger_lines(ledger: Path, count: int) -> list[dict[str, Any]]:
+    while True:
+        lines = read_ledger(ledger)
+        if len(lines) >= count:
+            return lines
+        await trio.sleep(POLL_S)
+
+
+async def model_streaming(client: actors.Client, run_id: str) -> None:
+    """Return once a model request of the run has its intent committed (the worker streams it)."""
+    while True:
+        if any(op.status == "started" for op in await client.operations(run_id)):
+            return
+        await trio.sleep(POLL_S)
+
+
+async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
+    """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
+    conversation_id = await client.create_conversation(agent="support")
+    submission = await client.submit(conversation_id, kind="input", payload=text, request_id=new_id())
+    assert submission.run_id is not None
+    return conversation_id, submission.run_id
+
+
+async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.RunRecord:
+    while True:
+        run = await client.run(run_id)
+        if run.status in statuses:
+            return run
+        await trio.sleep(POLL_S)
+
+
+def transcript(entries: list[EntryRecord]) -> list[tuple[str, Any]]:
+    """(kind, the part a test checks) of each entry."""
+    shown: list[tuple[str, Any]] = []
+    for entry in entries:
+        data: Any = entry.data
+        if entry.kind == "tether.user":
+            shown.append((entry.kind, data["text"]))
+        elif entry.kind == "tether.assistant":
+            shown.append((entry.kind, (data["text"], [call["name"] for call in data["tool_calls"]])))
+        else:
+            shown.append((entry.kind, (data["call_id"], data["content"], data["is_error"])))
+    return shown
+
+
+def no_dangling_call(entries: list[EntryRecord]) -> bool:
+    calls = {call["call_id"] for e in entries if e.kind == "tether.assistant" for call in e.data["tool_calls"]}  # type: ignore[index]
+    results = {e.data["call_id"] for e in entries if e.kind == "tether.tool_result"}  # type: ignore[index]
+    return calls <= results
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
+    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+async def test_plain_answer(owner: OwnerProcess, ledger: Path) -> None:
+    app = build([actors.ScriptedTurn(text="Hello there.")])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id, run_id = await start_run(client, "Hi")
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            assert run.answer is not None and run.answer.text == "Hello there."
+            assert run.version == 1
+            entries = await client.entries(conversation_id)
+            assert transcript(entries) == [("tether.user", "Hi"), ("tether.assistant", ("Hello there.", []))]
+            assert run.answer.seq == entries[-1].seq
+            [op] = await client.operations(run_id)
+            assert (op.kind, op.status, op.attempt, op.turn) == ("model", "completed", 1, 1)
+            assert op.usage is not None and op.usage == run.usage and run.usage.output_tokens > 0
+            assert await client.usage(conversation_id) == {conversation_id: run.usage}
+            assert await client.usage() == {"scripted": run.usage}
+
+
+async def test_one_tool_call(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "Your order shipped."
+            entries = await client.entries(conversation_id)
+            assert transcript(entries) == [
+                ("tether.user", "Where is my order?"),
+                ("tether.assistant", ("", ["lookup"])),
+                ("tether.tool_result", ("call_1_1", '{"order": "A1", "status": "shipped"}', False)),
+                ("tether.assistant", ("Your order shipped.", [])),
+            ]
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.name, op.status) for op in ops] == [
+                ("model", "scripted", "completed"),
+                ("tool", "lookup", "completed"),
+                ("model", "scripted", "completed"),
+            ]
+            assert ops[1].policy == "manual" and ops[1].tool_call_id == "call_1_1"
+            [execution] = read_ledger(ledger)
+            assert execution["operation_id"] == ops[1].operation_id and execution["attempt"] == 1
+
+
+async def test_parallel_calls_and_a_failing_tool(owner: OwnerProcess, ledger: Path) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1"}), ("lookup", {"order_id": "B2"}), ("boom", {})]),
+        actors.ScriptedTurn(text="Done."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(turns)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            results = {
+                e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
+                for e in await client.entries(conversation_id)
+                if e.kind == "tether.tool_result"
+            }
+            assert results["call_1_1"] == (False, '{"order": "A1", "status": "shipped"}')
+            assert results["call_1_2"] == (False, '{"order": "B2", "status": "shipped"}')
+            assert results["call_1_3"] == (True, "error: RuntimeError: the service is down")
+            assert sorted(line["tool"] for line in read_ledger(ledger)) == ["boom", "lookup", "lookup"]
+
+
+async def test_invalid_arguments_run_nothing(owner: OwnerProcess, ledger: Path) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": 42}), ("lookup", "{not json")]),
+        actors.ScriptedTurn(text="Sorry."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(turns)) as client:
+            conversation_id, run_id = await start_run(client)
+            assert (await client.wait_for_run(run_id)).status == "completed"
+            results = {
+                e.data["call_id"]: (e.data["is_error"], e.data["content"])  # type: ignore[index]
+                for e in await client.entries(conversation_id)
+                if e.kind == "tether.tool_result"
+            }
+            assert results["call_1_1"][0] is True and "$.order_id" in results["call_1_1"][1]
+            assert results["call_1_2"][0] is True and "not a JSON object" in results["call_1_2"][1]
+            assert read_ledger(ledger) == []
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await run_in(client, run_id, "waiting")
+            [interaction] = await client.interactions(run_id=run_id)
+            assert interaction.status == "open" and interaction.args == {"order_id": "A1"}
+            assert run.operation_id == interaction.operation_id
+            assert read_ledger(ledger) == []
+            answered = await client.respond(interaction.interaction_id, approve=approve, note="checked")
+            again = await client.respond(interaction.interaction_id, approve=approve, note="checked")
+            assert again == answered
+            with pytest.raises(actors.Conflict):
+                await client.respond(interaction.interaction_id, approve=not approve)
+            assert (await client.wait_for_run(run_id)).status == "completed"
+            [result] = [e for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]
+            if approve:
+                [execution] = read_ledger(ledger)
+                assert execution["args"] == {"order_id": "A1"}
+                assert result.data["is_error"] is False  # type: ignore[index]
+            else:
+                assert read_ledger(ledger) == []
+                assert result.data["is_error"] is True  # type: ignore[index]
+                assert "denied" in result.data["content"] and "checked" in result.data["content"]  # type: ignore[index]
+
+
+async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess, ledger: Path) -> None:
+    turns = [actors.ScriptedTurn(text="Fine now.", error="rate_limit", fail_attempts=1, retry_after_ms=2500)]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(manual_owner.db, build(turns)) as client:
+            _, run_id = await start_run(client)
+            await run_in(client, run_id, "retry_wait")
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt) == ("failed", 1)
+            task = await client.task((await client.run(run_id)).task_id or "")
+            assert task.status == "sleeping"
+            await client.advance_clock(2499)
+            await trio.sleep(0.2)
+            assert (await client.run(run_id)).status == "retry_wait"
+            await client.advance_clock(1)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt) == ("completed", 2)
+
+
+async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:
+    loop = [actors.ScriptedTurn(tool_calls=[("boom", {})])] * 3
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(loop, max_turns=2)) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "max_turns")
+            assert len([op for op in await client.operations(run_id) if op.kind == "model"]) == 2
+        async with serving(
+            owner.db, build([actors.ScriptedTurn(text="x", error="bad_request", fail_attempts=1)])
+        ) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            [op] = await client.operations(run_id)
+            assert op.status == "failed" and op.attempt == 1
+
+
+async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
+            conversation_id, run_id = await start_run(client)
+            await run_in(client, run_id, "waiting")
+            await client.cancel_run(run_id)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "cancelled"
+            entries = await client.entries(conversation_id)
+            assert no_dangling_call(entries)
+            assert transcript(entries)[-1][0] == "tether.tool_result"
+            assert read_ledger(ledger) == []
+
+
+@pytest.mark.parametrize("policy", ["manual", "safe", "idempotent"])
+async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy: str) -> None:
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with worker_process(owner.db, policy, ledger) as process:
+                conversation_id, run_id = await start_run(client)
+                [first] = await ledger_lines(ledger, 1)  # the handler runs, blocked on the gate
+                process.kill()
+                await process.wait()
+            gate.touch()
+            if policy == "manual":
+                run = await run_in(client, run_id, "needs_attention")
+                assert run.reason == "tool_interrupted" and run.operation_id == first["operation_id"]
+                [_, tool_op] = await client.operations(run_id)
+                assert (tool_op.status, tool_op.attempt) == ("interrupted", 1)
+            async with serving(owner.db, getattr(_agent_apps, policy), name="second"):
+                if policy == "manual":
+                    await trio.sleep(0.2)
+                    assert (await client.run(run_id)).status == "needs_attention"  # never run again by itself
+                    output = {"order": "A1", "status": "checked by hand"}
+                    resolved = await client.resolve(first["operation_id"], output, resolved_by="ops")
+                    assert resolved.status == "resolved"
+                run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            executions = read_ledger(ledger)
+            entries = await client.entries(conversation_id)
+            assert no_dangling_call(entries)
+            [result] = [e for e in entries if e.kind == "tether.tool_result"]
+            if policy == "manual":
+                assert len(executions) == 1
+                assert "checked by hand" in result.data["content"]  # type: ignore[index]
+            else:
+                assert [line["attempt"] for line in executions] == [1, 2]
+                assert {line["operation_id"] for line in executions} == {first["operation_id"]}
+                [_, tool_op, _] = await client.operations(run_id)
+                assert (tool_op.status, tool_op.attempt, tool_op.policy) == ("completed", 2, policy)
+
+
+async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with serving(owner.db, _agent_apps.approving, name="v1"):
+                _, run_id = await start_run(client)
+                await run_in(client, run_id, "waiting")
+                [interaction] = await client.interactions(run_id=run_id)
+            assert (await client.run(run_id)).version == 1
+            async with serving(owner.db, _agent_apps.version_2, name="v2"):
+                await client.respond(interaction.interaction_id, approve=True)
+                run = await run_in(client, run_id, "needs_attention")
+                assert run.reason == "agent_version_missing"
+                assert [op.kind for op in await client.operations(run_id)] == ["model", "tool"]
+                async with serving(owner.db, _agent_apps.approving, name="v1-again"):
+                    run = await client.wait_for_run(run_id)
+                    assert run.status == "completed" and run.version == 1
+
+
+async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: OwnerProcess, ledger: Path) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(manual_owner.db) as client:
+            async with worker_process(manual_owner.db, "slow_model", ledger) as process:
+                _, run_id = await start_run(client)
+                await model_streaming(client, run_id)
+                process.kill()
+                await process.wait()
+            run = await run_in(client, run_id, "retry_wait")
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt, op.error) == ("interrupted", 1, "interrupted")
+            async with serving(manual_owner.db, _agent_apps.slow_model, name="second"):
+                await client.advance_clock(1000)  # the agent's Retry: first_delay_ms=1000
+                run = await client.wait_for_run(run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "A slow answer, streamed."
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt) == ("completed", 2)
+
+
+async def test_retry_goes_on_from_the_committed_results(owner: OwnerProcess, ledger: Path) -> None:
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.gated) as client:
+            conversation_id, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            assert len(read_ledger(ledger)) == 1
+            gate.touch()
+            await client.retry(run_id)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "Your order shipped."
+            assert len(read_ledger(ledger)) == 1  # the committed tool result was not redone
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.turn, op.status, op.attempt) for op in ops] == [
+                ("model", 1, "completed", 1),  # not asked again
+                ("tool", 1, "completed", 1),
+                ("model", 2, "completed", 1),
+            ]
+            entries = await client.entries(conversation_id)
+            assert [entry.kind for entry in entries] == [
+                "tether.user",
+                "tether.assistant",
+                "tether.tool_result",
+                "tether.assistant",
+            ]

@@ -1,0 +1,96 @@
+"""The run loop's pure parts (actors/_runs.py): the transcript as a model's messages, derived ids, and what an app
+announces for its agents and tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import actors
+import protocol
+from actors._models import backoff_ms
+from actors._runs import INTERRUPTED, model_operation_id, tool_operation_id, transcript_messages
+from protocol import Capability, EntryRecord, JsonValue
+
+
+def entry(position: int, kind: str, data: Any) -> EntryRecord:
+    return EntryRecord(
+        entry_id=protocol.new_id(),
+        conversation_id="c",
+        position=position,
+        seq=position + 1,
+        kind=kind,
+        data=JsonValue(data),
+        created_at_ms=0,
+    )
+
+
+def call(call_id: str, name: str = "lookup") -> dict[str, Any]:
+    return {"call_id": call_id, "name": name, "arguments": {"order_id": "A1"}}
+
+
+def test_transcript_pairs_results_in_call_order_and_synthesizes_orphans() -> None:
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"text": "", "tool_calls": [call("call_1_1"), call("call_1_2")]}),
+        entry(2, "tether.tool_result", {"call_id": "call_1_2", "content": "two", "is_error": False}),
+        entry(3, "note", {"anything": 1}),
+        entry(4, "tether.user", {"text": "again", "run_id": "s"}),
+        entry(5, "tether.assistant", {"text": "", "tool_calls": [call("call_1_1")]}),
+    ]
+    messages = transcript_messages(entries)
+    assert messages == [
+        actors.UserMessage(text="hi"),
+        actors.AssistantMessage(
+            tool_calls=(
+                actors.ToolCallRequest(call_id="call_1_1", name="lookup", arguments={"order_id": "A1"}),
+                actors.ToolCallRequest(call_id="call_1_2", name="lookup", arguments={"order_id": "A1"}),
+            )
+        ),
+        actors.ToolMessage(call_id="call_1_1", content=INTERRUPTED, is_error=True),
+        actors.ToolMessage(call_id="call_1_2", content="two"),
+        actors.UserMessage(text="again"),
+        actors.AssistantMessage(
+            tool_calls=(actors.ToolCallRequest(call_id="call_1_1", name="lookup", arguments={"order_id": "A1"}),)
+        ),
+        actors.ToolMessage(call_id="call_1_1", content=INTERRUPTED, is_error=True),
+    ]
+
+
+def test_invalid_arguments_survive_the_transcript() -> None:
+    bad = {"call_id": "call_1_1", "name": "lookup", "arguments": "{no", "invalid_arguments": "not JSON"}
+    entries = [entry(0, "tether.assistant", {"text": "t", "tool_calls": [bad]})]
+    [assistant, result] = transcript_messages(entries)
+    assert isinstance(assistant, actors.AssistantMessage)
+    assert assistant.tool_calls[0].invalid_arguments == "not JSON" and result.role == "tool"
+
+
+def test_ids_are_derived() -> None:
+    assert model_operation_id("r", 1) == model_operation_id("r", 1) != model_operation_id("r", 2)
+    assert tool_operation_id("r", 1, "call_1_1") != tool_operation_id("s", 1, "call_1_1")
+    assert protocol.is_id(model_operation_id("r", 1))
+
+
+async def handler(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    return None
+
+
+def test_capabilities_announce_agents_and_tools() -> None:
+    app = actors.App("a")
+    app.define_tool("lookup", handler, description="d", parameters={"type": "object"}, version=3)
+    app.define_agent(
+        "support", version=2, model=actors.ScriptedModel([actors.ScriptedTurn(text="x")]), tools=["lookup"]
+    )
+    assert app.capabilities() == (
+        Capability(kind="agent", name="support", version=2),
+        Capability(kind="tool", name="lookup", version=3),
+    )
+
+
+def test_one_delay_formula() -> None:
+    retry = actors.Retry(attempts=5, first_delay_ms=300, max_delay_ms=5000, multiplier=3.0)
+    stored = retry.to_protocol()
+    assert stored == protocol.Retry(attempts=5, first_delay_ms=300, max_delay_ms=5000, multiplier=3.0)
+    for attempt in range(1, 5):
+        assert retry.delay_ms(attempt) == protocol.retry_delay_ms(stored, attempt) == backoff_ms(stored, attempt)
+    assert backoff_ms(stored, 1, retry_after_ms=2000) == 2000
+    assert backoff_ms(stored, 1, retry_after_ms=60_000) == 5000
