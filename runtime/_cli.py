@@ -83,8 +83,9 @@ def _add_runs_commands(commands: Any) -> None:
         description=(
             "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
             "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
-            "and print its id. Prints the run; with --wait, waits for it to settle and prints its answer, or its "
-            "status and reason (exit 1 if it failed)."
+            "and print its id. Prints the run; with --wait, follows it (each new status, each approval it waits for "
+            "with the command that answers it) until it settles, then prints its answer, or its status and reason "
+            "(exit 1 if it failed)."
         ),
     )
     submit.add_argument("text", metavar="TEXT", help="what to say")
@@ -104,7 +105,7 @@ def _add_runs_commands(commands: Any) -> None:
         default="follow_up",
         help="while the conversation has an active run: queue behind it (follow_up, default) or refuse (reject)",
     )
-    submit.add_argument("--wait", action="store_true", help="wait for the run to settle and print its answer")
+    submit.add_argument("--wait", action="store_true", help="follow the run until it settles, then print its answer")
     submit.add_argument("--json", action="store_true", help="print one JSON object: conversation_id, submission, run")
 
     runs = commands.add_parser(

@@ -109,14 +109,36 @@ async def submit(
         run = await client.run(submission.run_id)
         show(f"{describe_run(run)}; request {submission.request_id}")
         if wait and run.status not in SETTLED:
-            run = await client.wait_for_run(run.run_id)
-            show(describe_run(run))
+            run = await follow_run(client, db, run, show)
         if wait:
             for line in next_steps(db, run):
                 show(line)
         if run.answer is not None:
             show(run.answer.text)
         return conversation_id, submission, run
+
+
+async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Callable[[str], None]) -> RunRecord:
+    """Watch ``run``'s conversation until the run is settled (as ``wait_for_run`` returns it), telling a person each
+    new status as it is committed, and each approval it asks for with the command that answers it (the wait goes on
+    while a person answers in another terminal). Resumes by itself after an owner restart, as every watch does."""
+    async with client.watch(conversation_id=run.conversation_id, from_seq=run.seq) as changes:
+        async for change in changes:
+            for record in change.records:
+                if isinstance(record, actors.InteractionRecord) and record.run_id == run.run_id:
+                    if record.status == "open":
+                        show(format_interactions(db, [record]))
+                elif isinstance(record, RunRecord) and record.run_id == run.run_id:
+                    if (record.status, record.reason, record.operation_id) != (
+                        run.status,
+                        run.reason,
+                        run.operation_id,
+                    ):
+                        show(describe_run(record))
+                    run = record
+                    if run.status in SETTLED:
+                        return run
+    raise AssertionError("a watch ends only with its client")  # pragma: no cover
 
 
 def next_steps(db: str, run: RunRecord) -> list[str]:

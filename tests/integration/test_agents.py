@@ -18,7 +18,8 @@ import pytest
 import trio
 
 import actors
-from protocol import EntryRecord, new_id
+from protocol import EntryRecord, RunRecord, new_id
+from runtime import _runs as runs_cli
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
@@ -233,6 +234,51 @@ async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> Non
                 assert read_ledger(ledger) == []
                 assert result.data["is_error"] is True  # type: ignore[index]
                 assert "denied" in result.data["content"] and "checked" in result.data["content"]  # type: ignore[index]
+
+
+async def test_submit_wait_follows_the_run_and_names_the_approval_it_waits_for(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    # `tether submit --wait` as a person watches it: each new status as it is committed, the approval with the
+    # command that answers it, and the wait goes on while someone answers (here: this test, as another terminal).
+    said: list[str] = []
+    asked = trio.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "tether respond" in line:
+            asked.set()
+
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL, approval=True)) as client, trio.open_nursery() as nursery:
+            result: list[RunRecord | None] = []
+
+            async def submit_and_wait() -> None:
+                _, _, run = await runs_cli.submit(
+                    owner.db,
+                    "Where is my order?",
+                    conversation_id=None,
+                    agent="support",
+                    request_id="r-follow",
+                    when_busy="follow_up",
+                    wait=True,
+                    say=say,
+                )
+                result.append(run)
+
+            nursery.start_soon(submit_and_wait)
+            await asked.wait()
+            [interaction] = await client.interactions()
+            assert any(f"tether respond --db {owner.db} {interaction.interaction_id}" in line for line in said)
+            assert not result, "the wait went on while the approval was open"
+            await client.respond(interaction.interaction_id, approve=True)
+    [run] = result
+    assert run is not None and run.status == "completed"
+    statuses = [line.split(": ", 1)[1] for line in said if line.startswith(f"run {run.run_id}: ")]
+    assert statuses[-1] == "completed"
+    assert any(status.startswith("waiting") for status in statuses)
+    assert said[-1] == "Your order shipped."
+    assert len(read_ledger(ledger)) == 1
 
 
 async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess, ledger: Path) -> None:
