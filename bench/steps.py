@@ -1,17 +1,24 @@
 """Durable steps per second: Tether's against DBOS Transact's, in the same run, beside the commit baseline.
 
-    python bench/steps.py [--json] [--variant task|tool] [--steps 300] [--sync normal|full]
+    python bench/steps.py [--json] [--variant both|task|tool] [--steps 300] [--tool-steps 100]
+                          [--calls-per-turn 1] [--sync normal|full]
 
-- Tether, variant ``task`` (today): an owner and one worker started by the benchmark; a task kind whose every
-  phase does trivial work and commits one new checkpoint (``rt.advance``; the last one completes), so one durable
-  step is one committed state and one lease round trip. ``--steps`` steps per task, 1 and 16 tasks at once.
-- Tether, variant ``tool``: a tool call with its intent and result commits, on the scripted model. Not built yet
-  (it needs agent runs): :func:`tool_steps_per_s` is the one function to fill.
+By default both Tether variants are measured, against one DBOS measurement, and reported in one JSON object.
+
+- Tether, variant ``task``: an owner and one worker started by the benchmark; a task kind whose every phase does
+  trivial work and commits one new checkpoint (``rt.advance``; the last one completes), so one durable step is one
+  committed state and one lease round trip. ``--steps`` steps per task, 1 and 16 tasks at once.
+- Tether, variant ``tool``: agent runs on the scripted model (``_steps_app.py``, agent ``bench-tools``), each making
+  ``--tool-steps`` calls of a trivial ``safe`` tool, ``--calls-per-turn`` to a model turn (1 by default: every tool
+  step carries a whole model turn), then a text answer; 1 run and then 16 runs at once (one conversation each). A
+  tool step is one tool call: its task's lease, its intent and its result commits, with its share of the model
+  turn's intent and result and of the run's wait and resume. Counted as the runs' completed operations of kind
+  ``tool`` over the wall time from the submits until every run completed.
 - DBOS Transact (the ``[bench]`` extra): a workflow of ``--steps`` trivial ``@DBOS.step()`` calls, each a durable
   checkpoint in its SQLite system database as shipped, 1 and 16 workflows at once.
-- The owner's own time per step, during the 16-task run: its process CPU (``/proc``, no hook) and, through the
-  bench-only launcher ``_steps_owner.py``, the time inside its batches (BEGIN, the core, COMMIT, sending) and in
-  the sans-IO core alone, each divided by the steps of the run.
+- The owner's own time per step, during the measurement at 16: its process CPU (``/proc``, no hook) and, through
+  the bench-only launcher ``_steps_owner.py``, the time inside its batches (BEGIN, the core, COMMIT, sending) and
+  in the sans-IO core alone, each divided by the steps of the run.
 
 Ratios are reported Tether/DBOS and each against the in-process APSW baseline of ``bench/commit_throughput.py``
 measured in the same run, so a noisy machine shows in all of them.
@@ -195,7 +202,9 @@ def _variant(name: str, tether: dict[str, Any], dbos: dict[str, Any], baseline: 
     return results
 
 
-def run(variants: tuple[str, ...], steps: int, sync: str, calls_per_turn: int) -> dict[str, Any]:
+def run(
+    variants: tuple[str, ...], steps: int, sync: str, tool_steps_per_run: int, calls_per_turn: int
+) -> dict[str, Any]:
     """Measure the baseline, DBOS once, then each Tether variant; one dict (one JSON object) with all of it."""
     measured: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="tether-bench-steps-") as directory:
@@ -204,10 +213,11 @@ def run(variants: tuple[str, ...], steps: int, sync: str, calls_per_turn: int) -
         if "task" in variants:
             measured["task"] = trio.run(task_steps, directory, steps, sync)
         if "tool" in variants:
-            measured["tool"] = trio.run(tool_steps, directory, steps, sync, calls_per_turn)
+            measured["tool"] = trio.run(tool_steps, directory, tool_steps_per_run, sync, calls_per_turn)
     results: dict[str, Any] = {
         "variants": list(variants),
         "steps_per_run": steps,
+        "tool_steps_per_run": tool_steps_per_run,
         "tool_calls_per_turn": calls_per_turn,
         "baseline_commits_per_s": round(baseline),
         "tether_settings": f"tether owner: WAL, synchronous={sync.upper()} (--sync {sync}; the baseline the same)",
@@ -225,7 +235,8 @@ def _print(results: dict[str, Any]) -> None:
     print(f"DBOS Transact {results['dbos_version']}: {results['dbos_settings']}")
     for name in results["variants"]:
         variant = results[name]
-        print(f"\nTether {variant['what']}, {results['steps_per_run']} per run")
+        per_run = results["tool_steps_per_run" if name == "tool" else "steps_per_run"]
+        print(f"\nTether {variant['what']}, {per_run} per run (DBOS: {results['steps_per_run']} per workflow)")
         print(f"{'concurrent':<11} {'Tether steps/s':>15} {'DBOS steps/s':>13} {'Tether/DBOS':>12} {'Tether/base':>12}")
         for c in CONCURRENCY:
             print(
@@ -253,6 +264,12 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=300, help="steps per task, run or workflow (300)")
     parser.add_argument(
+        "--tool-steps",
+        type=int,
+        default=100,
+        help="variant tool: tool calls per run (100; a run's cost per call grows with its length, see docs)",
+    )
+    parser.add_argument(
         "--calls-per-turn", type=int, default=1, help="variant tool: tool calls per model turn (1: a turn per call)"
     )
     parser.add_argument(
@@ -262,10 +279,10 @@ def main() -> None:
         help="the owner's and the baseline's synchronous setting (normal, the owner's default)",
     )
     args = parser.parse_args()
-    if args.calls_per_turn < 1:
-        parser.error("--calls-per-turn must be 1 or more")
+    if args.calls_per_turn < 1 or args.tool_steps < 1 or args.steps < 1:
+        parser.error("--steps, --tool-steps and --calls-per-turn must be 1 or more")
     variants = ("task", "tool") if args.variant == "both" else (args.variant,)
-    results = run(variants, args.steps, args.sync, args.calls_per_turn)
+    results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
     if args.json:
         print(json.dumps(results))
     else:
