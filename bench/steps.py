@@ -1,17 +1,24 @@
 """Durable steps per second: Tether's against DBOS Transact's, in the same run, beside the commit baseline.
 
-    python bench/steps.py [--json] [--variant task|tool] [--steps 300] [--sync normal|full]
+    python bench/steps.py [--json] [--variant both|task|tool] [--steps 300] [--tool-steps 100]
+                          [--calls-per-turn 1] [--sync normal|full]
 
-- Tether, variant ``task`` (today): an owner and one worker started by the benchmark; a task kind whose every
-  phase does trivial work and commits one new checkpoint (``rt.advance``; the last one completes), so one durable
-  step is one committed state and one lease round trip. ``--steps`` steps per task, 1 and 16 tasks at once.
-- Tether, variant ``tool``: a tool call with its intent and result commits, on the scripted model. Not built yet
-  (it needs agent runs): :func:`tool_steps_per_s` is the one function to fill.
+By default both Tether variants are measured, against one DBOS measurement, and reported in one JSON object.
+
+- Tether, variant ``task``: an owner and one worker started by the benchmark; a task kind whose every phase does
+  trivial work and commits one new checkpoint (``rt.advance``; the last one completes), so one durable step is one
+  committed state and one lease round trip. ``--steps`` steps per task, 1 and 16 tasks at once.
+- Tether, variant ``tool``: agent runs on the scripted model (``_steps_app.py``, agent ``bench-tools``), each making
+  ``--tool-steps`` calls of a trivial ``safe`` tool, ``--calls-per-turn`` to a model turn (1 by default: every tool
+  step carries a whole model turn), then a text answer; 1 run and then 16 runs at once (one conversation each). A
+  tool step is one tool call: its task's lease, its intent and its result commits, with its share of the model
+  turn's intent and result and of the run's wait and resume. Counted as the runs' completed operations of kind
+  ``tool`` over the wall time from the submits until every run completed.
 - DBOS Transact (the ``[bench]`` extra): a workflow of ``--steps`` trivial ``@DBOS.step()`` calls, each a durable
   checkpoint in its SQLite system database as shipped, 1 and 16 workflows at once.
-- The owner's own time per step, during the 16-task run: its process CPU (``/proc``, no hook) and, through the
-  bench-only launcher ``_steps_owner.py``, the time inside its batches (BEGIN, the core, COMMIT, sending) and in
-  the sans-IO core alone, each divided by the steps of the run.
+- The owner's own time per step, during the measurement at 16: its process CPU (``/proc``, no hook) and, through
+  the bench-only launcher ``_steps_owner.py``, the time inside its batches (BEGIN, the core, COMMIT, sending) and
+  in the sans-IO core alone, each divided by the steps of the run.
 
 Ratios are reported Tether/DBOS and each against the in-process APSW baseline of ``bench/commit_throughput.py``
 measured in the same run, so a noisy machine shows in all of them.
@@ -27,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +47,7 @@ from runtime import stop_gracefully, tether_command, wait_for_owner
 HERE = Path(__file__).parent
 CONCURRENCY = (1, 16)
 GOAL_RATIO_AT_16 = 15.0
-TOOL_NOT_BUILT = "the tool-step variant (intent + result commits per tool call, scripted model) needs agent runs"
+TOOL_AGENT = "bench-tools"
 
 
 def _cpu_s(pid: int) -> float:
@@ -61,8 +69,8 @@ async def _owner_stats(owner: trio.Process, path: Path) -> dict[str, float]:
             await trio.sleep(0.01)
 
 
-async def _task_run(client: actors.Client, concurrency: int, steps: int) -> float:
-    """Seconds from creating ``concurrency`` tasks of ``steps`` steps each until every one completed."""
+async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
+    """Seconds from creating ``concurrency`` tasks of ``steps`` steps each until every one completed, and the steps."""
     started = time.perf_counter()
     async with client.commit() as tx:
         conversation = tx.create_conversation()
@@ -72,14 +80,44 @@ async def _task_run(client: actors.Client, concurrency: int, steps: int) -> floa
     for task_id in ids:
         record = await client.wait_for_task(task_id)
         assert record.outcome is not None and record.outcome.status == "completed", record
-    return time.perf_counter() - started
+    return time.perf_counter() - started, concurrency * steps
 
 
-async def task_steps(directory: str, steps: int, sync: str) -> dict[str, Any]:
-    """Variant ``task``: durable task steps per second at each concurrency, and the owner's time per step."""
-    db = os.path.join(directory, "steps.db")
-    stats_path = Path(directory) / "owner-stats.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+async def _tool_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
+    """Seconds from submitting one input to each of ``concurrency`` conversations bound to the bench agent until
+    every run completed, and the tool steps done: the runs' operations of kind ``tool`` that completed."""
+    conversations = [await client.create_conversation(agent=TOOL_AGENT) for _ in range(concurrency)]
+    started = time.perf_counter()
+    runs = [
+        (await client.submit(conversation, kind="input", payload="go", request_id="bench")).run_id
+        for conversation in conversations
+    ]
+    for run_id in runs:
+        assert run_id is not None
+        record = await client.wait_for_run(run_id)
+        assert record.status == "completed", record
+    elapsed = time.perf_counter() - started
+    done = 0
+    for run_id in runs:
+        assert run_id is not None
+        operations = await client.operations(run_id)
+        done += sum(1 for op in operations if op.kind == "tool" and op.status == "completed")
+    assert done == concurrency * steps, (done, concurrency, steps)
+    return elapsed, done
+
+
+RunOnce = Callable[[actors.Client, int, int], Awaitable[tuple[float, int]]]
+
+
+async def _tether_steps(
+    directory: str, name: str, sync: str, run_once: RunOnce, steps: int, warm_steps: int, extra_env: dict[str, str]
+) -> dict[str, Any]:
+    """Start a profiled owner and one worker on the bench app, warm up with one run of ``warm_steps``, then time
+    ``run_once`` at each concurrency: steps per second, and the owner's time per step at 16."""
+    db = os.path.join(directory, f"{name}.db")
+    stats_path = Path(directory) / f"{name}-owner-stats.json"
+    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": pythonpath, **extra_env}
     owner = await trio.lowlevel.open_process(
         [sys.executable, str(HERE / "_steps_owner.py"), str(stats_path), "owner", "--db", db, "--sync", sync],
         stdout=subprocess.DEVNULL,
@@ -87,22 +125,21 @@ async def task_steps(directory: str, steps: int, sync: str) -> dict[str, Any]:
     )
     worker: trio.Process | None = None
     try:
-        with trio.fail_after(120):
+        with trio.fail_after(300):
             await wait_for_owner(db, owner)
             worker = await trio.lowlevel.open_process(
                 tether_command("worker", "--db", db, "--app", "_steps_app:app"), stdout=subprocess.DEVNULL, env=env
             )
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
-                await _task_run(client, 1, 10)  # the worker is attached and warm
+                await run_once(client, 1, warm_steps)  # the worker is attached and warm
                 per_s: dict[int, float] = {}
                 profile: dict[str, float] = {}
                 for concurrency in CONCURRENCY:
                     before = await _owner_stats(owner, stats_path)
                     cpu_before = _cpu_s(owner.pid), _cpu_s(worker.pid)
-                    elapsed = await _task_run(client, concurrency, steps)
+                    elapsed, total = await run_once(client, concurrency, steps)
                     cpu_after = _cpu_s(owner.pid), _cpu_s(worker.pid)
                     after = await _owner_stats(owner, stats_path)
-                    total = concurrency * steps
                     per_s[concurrency] = total / elapsed
                     if concurrency == max(CONCURRENCY):
                         profile = {
@@ -121,10 +158,18 @@ async def task_steps(directory: str, steps: int, sync: str) -> dict[str, Any]:
     return {"steps_per_s": per_s, "profile_at_16": profile}
 
 
-async def tool_steps_per_s(directory: str, steps: int, sync: str) -> dict[str, Any]:
-    """Variant ``tool``: a tool call with its intent and result commits per step, on the scripted model, at 1 and 16
-    concurrent runs; the same result shape as :func:`task_steps`. To fill once agent runs exist."""
-    raise NotImplementedError(TOOL_NOT_BUILT)
+async def task_steps(directory: str, steps: int, sync: str) -> dict[str, Any]:
+    """Variant ``task``: durable task steps per second at each concurrency, and the owner's time per step."""
+    return await _tether_steps(directory, "task", sync, _task_run, steps, 10, {})
+
+
+async def tool_steps(directory: str, steps: int, sync: str, calls_per_turn: int) -> dict[str, Any]:
+    """Variant ``tool``: tool calls (each with its intent and result commits) per second on the scripted model, at
+    1 and 16 concurrent runs (one conversation each), and the owner's time per tool step; the same result shape as
+    :func:`task_steps`. The agent's script is fixed when the worker imports the app, so the warm-up run makes the
+    same ``steps`` calls."""
+    extra_env = {"BENCH_TOOL_STEPS": str(steps), "BENCH_TOOL_CALLS_PER_TURN": str(calls_per_turn)}
+    return await _tether_steps(directory, "tool", sync, _tool_run, steps, steps, extra_env)
 
 
 def dbos_steps(directory: str, steps: int) -> dict[str, Any]:
@@ -135,21 +180,15 @@ def dbos_steps(directory: str, steps: int) -> dict[str, Any]:
     return _steps_dbos.measure(directory, CONCURRENCY, steps)
 
 
-def run(variant: str, steps: int, sync: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="tether-bench-steps-") as directory:
-        baseline = baseline_commits_per_s(directory, sync, 2.0)
-        dbos = dbos_steps(directory, steps)
-        measure = task_steps if variant == "task" else tool_steps_per_s
-        tether = trio.run(measure, directory, steps, sync)
-    results: dict[str, Any] = {
-        "variant": variant,
-        "what": "task steps (one committed checkpoint per phase)" if variant == "task" else "tool steps",
-        "steps_per_run": steps,
-        "baseline_commits_per_s": round(baseline),
-        "tether_settings": f"tether owner: WAL, synchronous={sync.upper()} (--sync {sync}; the baseline the same)",
-        "dbos_version": dbos["version"],
-        "dbos_settings": dbos["settings"],
-    }
+WHAT = {
+    "task": "task steps (one committed checkpoint per phase)",
+    "tool": "tool steps (one tool call: its tool task's lease, intent and result + completion commits, and its "
+    "share of the model turn's intent and result and of the run's wait and resume; {calls} call(s) per model turn)",
+}
+
+
+def _variant(name: str, tether: dict[str, Any], dbos: dict[str, Any], baseline: float) -> dict[str, Any]:
+    results: dict[str, Any] = {}
     for concurrency in CONCURRENCY:
         ours, theirs = tether["steps_per_s"][concurrency], dbos["steps_per_s"][concurrency]
         results[f"tether_steps_per_s_at_{concurrency}"] = round(ours)
@@ -163,16 +202,76 @@ def run(variant: str, steps: int, sync: str) -> dict[str, Any]:
     return results
 
 
+def run(
+    variants: tuple[str, ...], steps: int, sync: str, tool_steps_per_run: int, calls_per_turn: int
+) -> dict[str, Any]:
+    """Measure the baseline, DBOS once, then each Tether variant; one dict (one JSON object) with all of it."""
+    measured: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="tether-bench-steps-") as directory:
+        baseline = baseline_commits_per_s(directory, sync, 2.0)
+        dbos = dbos_steps(directory, steps)
+        if "task" in variants:
+            measured["task"] = trio.run(task_steps, directory, steps, sync)
+        if "tool" in variants:
+            measured["tool"] = trio.run(tool_steps, directory, tool_steps_per_run, sync, calls_per_turn)
+    results: dict[str, Any] = {
+        "variants": list(variants),
+        "steps_per_run": steps,
+        "tool_steps_per_run": tool_steps_per_run,
+        "tool_calls_per_turn": calls_per_turn,
+        "baseline_commits_per_s": round(baseline),
+        "tether_settings": f"tether owner: WAL, synchronous={sync.upper()} (--sync {sync}; the baseline the same)",
+        "dbos_version": dbos["version"],
+        "dbos_settings": dbos["settings"],
+    }
+    for name, tether in measured.items():
+        results[name] = {"what": WHAT[name].format(calls=calls_per_turn), **_variant(name, tether, dbos, baseline)}
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(f"in-process baseline: {results['baseline_commits_per_s']:,} commits/s")
+    print(results["tether_settings"])
+    print(f"DBOS Transact {results['dbos_version']}: {results['dbos_settings']}")
+    for name in results["variants"]:
+        variant = results[name]
+        per_run = results["tool_steps_per_run" if name == "tool" else "steps_per_run"]
+        print(f"\nTether {variant['what']}, {per_run} per run (DBOS: {results['steps_per_run']} per workflow)")
+        print(f"{'concurrent':<11} {'Tether steps/s':>15} {'DBOS steps/s':>13} {'Tether/DBOS':>12} {'Tether/base':>12}")
+        for c in CONCURRENCY:
+            print(
+                f"{c:<11} {variant[f'tether_steps_per_s_at_{c}']:>15,} {variant[f'dbos_steps_per_s_at_{c}']:>13,} "
+                f"{variant[f'tether_over_dbos_at_{c}']:>11.2f}x {variant[f'tether_over_baseline_at_{c}']:>12.3f}"
+            )
+        print(
+            f"owner at 16: {variant['owner_cpu_us_per_step']:.1f} us CPU per step (process), of which "
+            f"{variant['owner_batch_us_per_step']:.1f} us in batches (BEGIN, core, COMMIT, send; "
+            f"{variant['owner_core_us_per_step']:.1f} us in the core) over {variant['owner_batches']:.0f} batches; "
+            f"worker {variant['worker_cpu_us_per_step']:.1f} us CPU per step"
+        )
+        verdict = "met" if variant["goal_met"] else "NOT met"
+        print(f"goal at 16: {variant['goal_at_16']}: {verdict} ({variant['tether_over_dbos_at_16']:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--variant",
-        choices=("task", "tool"),
-        default="task",
-        help="task: durable task steps (default); tool: tool calls on the scripted model (not built yet)",
+        choices=("both", "task", "tool"),
+        default="both",
+        help="task: durable task steps; tool: tool calls on the scripted model; both (default)",
     )
-    parser.add_argument("--steps", type=int, default=300, help="steps per task or workflow (300)")
+    parser.add_argument("--steps", type=int, default=300, help="steps per task, run or workflow (300)")
+    parser.add_argument(
+        "--tool-steps",
+        type=int,
+        default=100,
+        help="variant tool: tool calls per run (100; a run's cost per call grows with its length, see docs)",
+    )
+    parser.add_argument(
+        "--calls-per-turn", type=int, default=1, help="variant tool: tool calls per model turn (1: a turn per call)"
+    )
     parser.add_argument(
         "--sync",
         choices=("normal", "full"),
@@ -180,29 +279,14 @@ def main() -> None:
         help="the owner's and the baseline's synchronous setting (normal, the owner's default)",
     )
     args = parser.parse_args()
-    if args.variant == "tool":
-        parser.error(f"--variant tool is not built yet: {TOOL_NOT_BUILT}")
-    results = run(args.variant, args.steps, args.sync)
+    if args.calls_per_turn < 1 or args.tool_steps < 1 or args.steps < 1:
+        parser.error("--steps, --tool-steps and --calls-per-turn must be 1 or more")
+    variants = ("task", "tool") if args.variant == "both" else (args.variant,)
+    results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
     if args.json:
         print(json.dumps(results))
-        return
-    print(f"in-process baseline: {results['baseline_commits_per_s']:,} commits/s")
-    print(f"Tether {results['what']}; {results['tether_settings']}")
-    print(f"DBOS Transact {results['dbos_version']}: {results['dbos_settings']}")
-    print(f"{'concurrent':<11} {'Tether steps/s':>15} {'DBOS steps/s':>13} {'Tether/DBOS':>12} {'Tether/base':>12}")
-    for c in CONCURRENCY:
-        print(
-            f"{c:<11} {results[f'tether_steps_per_s_at_{c}']:>15,} {results[f'dbos_steps_per_s_at_{c}']:>13,} "
-            f"{results[f'tether_over_dbos_at_{c}']:>11.2f}x {results[f'tether_over_baseline_at_{c}']:>12.3f}"
-        )
-    print(
-        f"owner at 16: {results['owner_cpu_us_per_step']:.1f} us CPU per step (process), of which "
-        f"{results['owner_batch_us_per_step']:.1f} us in batches (BEGIN, core, COMMIT, send; "
-        f"{results['owner_core_us_per_step']:.1f} us in the core) over {results['owner_batches']:.0f} batches; "
-        f"worker {results['worker_cpu_us_per_step']:.1f} us CPU per step"
-    )
-    verdict = "met" if results["goal_met"] else "NOT met"
-    print(f"goal at 16: {results['goal_at_16']}: {verdict} ({results['tether_over_dbos_at_16']:.2f}x)")
+    else:
+        _print(results)
     sys.stdout.flush()
 
 
