@@ -237,22 +237,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="the main job: durable checkouts under tether up, then the commit path surviving a SIGKILL",
+        help=(
+            "the main job: durable checkouts and a durable agent under tether up, then the commit path surviving "
+            "a SIGKILL"
+        ),
         description=(
             "Part 1 (tasks): run tether up with two workers serving the demo app and three checkouts of four "
             "payments each, shown live: a declined card (fail_fast aborts the other payments bottom-up, each "
             "refunding its charge), a cancelled checkout (the payments' abort handlers end before the "
             "checkout's), and a worker killed with SIGKILL mid-payment; then check the fake bank's ledger: every "
-            "card charged at most once. Part 2 (commits): two writer processes append entries, the owner is "
-            "SIGKILLed mid-stream and started again, and every acknowledged entry is stored exactly once."
+            "card charged at most once. Part 2 (agents): under tether up, the demo app's support agent (a "
+            "scripted model) calls a safe, an idempotent and a manual tool, one behind an approval, shown live: "
+            "the approval is answered (tether respond), the worker is SIGKILLed while the tools run, the safe "
+            "tool runs again, the idempotent one runs again under the same operation id (the fake desk answers "
+            "the repeat from its key), the manual one stops the run as needs_attention and is resolved (tether "
+            "resolve); the answer arrives, and the desk's ledger shows no effect done twice. Part 3 (commits): "
+            "two writer processes append entries, the owner is SIGKILLed mid-stream and started again, and every "
+            "acknowledged entry is stored exactly once."
         ),
     )
     demo.add_argument("--db", default="tether.db", help="database to use (default ./tether.db)")
     demo.add_argument(
-        "--part", choices=("all", "tasks", "commits"), default="all", help="which part to run (default all)"
+        "--part",
+        choices=("all", "tasks", "agents", "commits"),
+        default="all",
+        help="which part to run (default all)",
     )
     demo.add_argument(
-        "--entries", type=_positive, default=400, help="part 2: entries each writer appends (default 400)"
+        "--entries", type=_positive, default=400, help="part 3: entries each writer appends (default 400)"
     )
 
     up = commands.add_parser(

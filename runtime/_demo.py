@@ -6,7 +6,10 @@ its charge), a cancelled checkout (every payment's abort handler ends before the
 with SIGKILL while payments run (they run again elsewhere; the bank's idempotency keys absorb the repeats). It
 ends by checking the bank's ledger: every card charged at most once, every aborted charge refunded once.
 
-Part 2, the commit path: an owner SIGKILLed mid-stream under two writer processes (:mod:`runtime._demo_commits`).
+Part 2, durable agents: a run of the demo app's support agent under ``tether up`` (:mod:`runtime._demo_agents`):
+an approval answered, a worker SIGKILLed mid-tool, a manual tool resolved, no effect done twice.
+
+Part 3, the commit path: an owner SIGKILLed mid-stream under two writer processes (:mod:`runtime._demo_commits`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import trio
 import actors
 from protocol import TaskRecord
 
+from ._demo_agents import run_agents_demo
 from ._demo_commits import run_commits_demo
 from ._process import stop_gracefully, tether_command
 from .demo_app import BANK_ENV, Bank
@@ -36,6 +40,10 @@ async def run_demo(db: str, entries_per_writer: int, part: str = "all") -> int:
     failed = False
     if part in ("all", "tasks"):
         failed |= await run_checkout_demo(db) != 0
+    if part in ("all", "agents"):
+        if part == "all":
+            print()
+        failed |= await run_agents_demo(db) != 0
     if part in ("all", "commits"):
         if part == "all":
             print()

@@ -7,8 +7,18 @@ file shared by every worker process, which deduplicates by idempotency key the w
 key is ``rt.operation_id("charge")``, stable across re-runs of the phase, so a payment re-run after its worker was
 killed charges at most once.
 
-Environment: ``TETHER_DEMO_BANK`` names the ledger file (default ``tether-demo-bank.jsonl`` in the working
-directory).
+The agent ``support`` (version 1, on an :class:`actors.ScriptedModel`) answers a customer whose order never
+arrived: its first turn calls three tools in parallel, each with a different recovery policy, against a fake support
+desk (:class:`Desk`, a ledger file like the bank's): ``look_up_order`` (``safe``: a read, run again after a crash),
+``refund_order`` (``idempotent``, behind ``needs_approval``: the desk deduplicates refunds by idempotency key, the
+call's ``operation_id``, and answers a repeat from its key) and ``ship_replacement`` (``manual``: not safe to repeat,
+a person settles an interrupted call); its second turn is the answer. The desk's ledger records every effect and
+every repeat answered from a key, so ``tether demo --part agents`` can check that no effect was done twice.
+
+Environment: ``TETHER_DEMO_BANK`` names the bank's ledger file (default ``tether-demo-bank.jsonl`` in the working
+directory), ``TETHER_DEMO_DESK`` the desk's (default ``tether-demo-desk.jsonl``). While the file named by
+``TETHER_DEMO_HOLD`` exists, every support tool holds after its effect, before it returns (the demo kills a worker
+there).
 """
 
 from __future__ import annotations
@@ -28,21 +38,44 @@ import actors
 DECLINED_CARDS: Final = frozenset({"4000-0000-0000-0002"})
 """Cards the fake bank declines (a real test card number with that meaning)."""
 BANK_ENV: Final = "TETHER_DEMO_BANK"
+DESK_ENV: Final = "TETHER_DEMO_DESK"
+HOLD_ENV: Final = "TETHER_DEMO_HOLD"
 
 
 class Declined(Exception):
     pass
 
 
-class Bank:
+class _Ledger:
+    """A JSON-lines ledger under an exclusive file lock, shared by every process that opens the same file."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every call recorded so far, oldest first."""
+        with self._open() as (ledger, _):
+            return ledger
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[tuple[list[dict[str, Any]], TextIO]]:
+        with open(self.path, "a+", encoding="utf-8") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            try:
+                file.seek(0)
+                yield [json.loads(line) for line in file if line.strip()], file
+                file.flush()
+                os.fsync(file.fileno())
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
+
+
+class Bank(_Ledger):
     """A fake payment service: a JSON-lines ledger under an exclusive file lock, idempotent by key.
 
     Every call is recorded, so a test or the demo can check that each idempotency key was charged at most once
     however often a payment ran.
     """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
 
     @classmethod
     def from_environment(cls) -> Bank:
@@ -81,22 +114,41 @@ class Bank:
             _record(file, {"op": "refund" if charged else "void", "key": key})
             return charged
 
-    def ledger(self) -> list[dict[str, Any]]:
-        """Every call recorded so far, oldest first."""
-        with self._open() as (ledger, _):
-            return ledger
 
-    @contextlib.contextmanager
-    def _open(self) -> Iterator[tuple[list[dict[str, Any]], TextIO]]:
-        with open(self.path, "a+", encoding="utf-8") as file:
-            fcntl.flock(file, fcntl.LOCK_EX)
-            try:
-                file.seek(0)
-                yield [json.loads(line) for line in file if line.strip()], file
-                file.flush()
-                os.fsync(file.fileno())
-            finally:
-                fcntl.flock(file, fcntl.LOCK_UN)
+class Desk(_Ledger):
+    """A fake support desk: order look-ups, refunds (idempotent by key, as a payment API's) and shipments (not).
+
+    Every call is recorded with the tool call's operation id and attempt, so the demo can count what each call did.
+    """
+
+    @classmethod
+    def from_environment(cls) -> Desk:
+        return cls(os.environ.get(DESK_ENV, "tether-demo-desk.jsonl"))
+
+    def look_up(self, order: str, operation_id: str, attempt: int) -> dict[str, Any]:
+        with self._open() as (_, file):
+            _record(file, {"op": "lookup", "order": order, "operation_id": operation_id, "attempt": attempt})
+        return {"order": order, "status": "lost in transit", "paid": 25}
+
+    def refund(self, order: str, amount: int, key: str, attempt: int) -> dict[str, Any]:
+        """Refund once per ``key``: a repeated key is answered with the first refund (and recorded as a repeat)."""
+        with self._open() as (ledger, file):
+            for line in ledger:
+                if line["op"] == "refund" and line["key"] == key:
+                    _record(file, {"op": "refund_repeat", "order": order, "key": key, "attempt": attempt})
+                    return {"refund": line["refund"], "amount": line["amount"], "repeat": True}
+            refund = f"rf-{key[-8:]}"
+            line = {"op": "refund", "order": order, "amount": amount, "key": key, "attempt": attempt, "refund": refund}
+            _record(file, line)
+            return {"refund": refund, "amount": amount, "repeat": False}
+
+    def ship(self, order: str, operation_id: str, attempt: int) -> dict[str, Any]:
+        """Ship a replacement: every call ships one more parcel (no idempotency key)."""
+        shipment = f"sh-{operation_id[-8:]}-{attempt}"
+        with self._open() as (_, file):
+            line = {"op": "shipment", "order": order, "operation_id": operation_id, "attempt": attempt}
+            _record(file, line | {"shipment": shipment})
+        return {"order": order, "shipment": shipment}
 
 
 def _record(file: TextIO, line: dict[str, Any]) -> None:
@@ -164,6 +216,59 @@ async def cancel_checkout(rt: actors.Phase) -> None:
     await rt.aborted({"payments": {task_id: None if o is None else o.status for task_id, o in outcomes.items()}})
 
 
+async def _hold() -> None:
+    """Hold while the file named by ``TETHER_DEMO_HOLD`` exists (the demo kills the worker meanwhile)."""
+    hold = os.environ.get(HOLD_ENV)
+    while hold and await trio.Path(hold).exists():  # noqa: ASYNC110 (another process removes the file)
+        await trio.sleep(0.02)
+
+
+async def look_up_order(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    desk = Desk.from_environment()
+    found = await trio.to_thread.run_sync(desk.look_up, args["order_id"], call.operation_id, call.attempt)
+    await _hold()
+    return found
+
+
+async def refund_order(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    desk = Desk.from_environment()
+    refund = await trio.to_thread.run_sync(
+        desk.refund, args["order_id"], args["amount"], call.operation_id, call.attempt
+    )
+    await _hold()
+    return refund
+
+
+async def ship_replacement(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    desk = Desk.from_environment()
+    shipment = await trio.to_thread.run_sync(desk.ship, args["order_id"], call.operation_id, call.attempt)
+    await _hold()
+    return shipment
+
+
+def _order(**extra: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, **extra},
+        "required": ["order_id", *extra],
+        "additionalProperties": False,
+    }
+
+
+SUPPORT_TURNS: Final = [
+    actors.ScriptedTurn(
+        tool_calls=[
+            ("look_up_order", {"order_id": "A1"}),
+            ("refund_order", {"order_id": "A1", "amount": 25}),
+            ("ship_replacement", {"order_id": "A1"}),
+        ]
+    ),
+    actors.ScriptedTurn(
+        text="Sorry about order A1: it was lost in transit. I refunded the 25 you paid and shipped a replacement."
+    ),
+]
+"""The support agent's script: three tool calls in parallel, then the answer."""
+
 app = actors.App("demo")
 app.define_task(
     "shop.payment", version=1, initial=lambda _input: {"phase": "charge"}, phases={"charge": charge}, abort=refund
@@ -174,4 +279,27 @@ app.define_task(
     initial=lambda _input: {"phase": "pay"},
     phases={"pay": pay, "decide": decide},
     abort=cancel_checkout,
+)
+app.define_tool("look_up_order", look_up_order, description="Look an order up.", parameters=_order(), recovery="safe")
+app.define_tool(
+    "refund_order",
+    refund_order,
+    description="Refund an order (a person approves it).",
+    parameters=_order(amount={"type": "integer", "minimum": 1}),
+    recovery="idempotent",
+    needs_approval=lambda _args: True,
+)
+app.define_tool(
+    "ship_replacement",
+    ship_replacement,
+    description="Ship a replacement (not safe to repeat).",
+    parameters=_order(),
+    recovery="manual",
+)
+app.define_agent(
+    "support",
+    version=1,
+    model=actors.ScriptedModel(SUPPORT_TURNS),
+    instructions="Help customers with their orders.",
+    tools=["look_up_order", "refund_order", "ship_replacement"],
 )
