@@ -391,7 +391,9 @@ class Client:
         return reply.run
 
     async def runs(self, *, conversation_id: str | None = None, status: str | None = None) -> list[RunRecord]:
-        """Every run (of one conversation and/or in one status when given), in the order they were created."""
+        """Every run (of one conversation and/or in one status when given), in run id order: the order they were
+        submitted (exactly for one process's submissions, whose UUIDv7 ids strictly increase; to the millisecond
+        across processes)."""
         result: list[RunRecord] = []
         after: str | None = None
         while True:

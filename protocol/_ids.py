@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 import uuid
 
@@ -36,17 +37,50 @@ class _RandomPool:
 _pool = _RandomPool()
 os.register_at_fork(after_in_child=_pool.reset)
 
+_RAND_BITS = 74
+"""rand_a (12 bits) and rand_b (62 bits), taken together as one number."""
+_STEP_BITS = 32
+"""Within one millisecond, each id adds 1 to 2**32 to the last one's random bits: still unguessable, and 2**42 ids
+fit a millisecond before the time field has to move on."""
+
+
+class _Monotonic:
+    """The last id's time and random bits in this process, so that its ids strictly increase (RFC 9562, 6.2,
+    method 2: monotonic random), even within one millisecond or when the wall clock steps back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.unix_ms = -1
+        self.rand = 0
+
+    def next(self) -> tuple[int, int]:
+        unix_ms = time.time_ns() // 1_000_000
+        with self.lock:
+            if unix_ms > self.unix_ms:
+                rand = _pool.take10() >> (80 - _RAND_BITS + 1)  # the top bit stays clear: room to count up
+            else:
+                unix_ms = self.unix_ms
+                rand = self.rand + 1 + (_pool.take10() & ((1 << _STEP_BITS) - 1))
+                if rand >> _RAND_BITS:
+                    unix_ms += 1
+                    rand = _pool.take10() >> (80 - _RAND_BITS + 1)
+            self.unix_ms, self.rand = unix_ms, rand
+        return unix_ms, rand
+
+
+_monotonic = _Monotonic()
+
 
 def new_id() -> str:
     """Return a new UUIDv7 as its canonical 36-character string.
 
-    The first 48 bits are the Unix time in milliseconds, so ids sort roughly by creation time.
+    The first 48 bits are the Unix time in milliseconds, so ids sort by creation time; the ids one process mints
+    strictly increase (so the records one client creates sort in the order it created them, as runs do).
     """
-    unix_ms = time.time_ns() // 1_000_000
-    rand = _pool.take10()
+    unix_ms, rand = _monotonic.next()
     value = (unix_ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
-    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= (rand >> 62) << 64  # rand_a, 12 bits
     value |= 0b10 << 62  # RFC 9562 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
     text = f"{value:032x}"

@@ -40,17 +40,53 @@ def test_new_ids_are_distinct() -> None:
     assert len(set(ids)) == len(ids)
 
 
-def test_new_id_embeds_exactly_the_clock_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No id minted yet in this process (ids minted earlier would hold the time field at their later clock)."""
+    monkeypatch.setattr(_ids, "_monotonic", _ids._Monotonic())
+
+
+def test_new_id_embeds_exactly_the_clock_it_read(monkeypatch: pytest.MonkeyPatch, fresh_process: None) -> None:
     monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_123_999_999)
     assert uuid.UUID(new_id()).int >> 80 == 1_700_000_000_123
 
 
-def test_new_ids_sort_by_creation_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_ids_sort_by_creation_millisecond(monkeypatch: pytest.MonkeyPatch, fresh_process: None) -> None:
     monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_001_000_000)
     earlier = [new_id() for _ in range(50)]
     monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_002_000_000)
     later = [new_id() for _ in range(50)]
     assert max(earlier) < min(later)
+
+
+def test_ids_of_one_process_strictly_increase_within_a_millisecond(
+    monkeypatch: pytest.MonkeyPatch, fresh_process: None
+) -> None:
+    monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_001_000_000)
+    ids = [new_id() for _ in range(10_000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert {uuid.UUID(i).version for i in ids} == {7}
+    assert {uuid.UUID(i).int >> 80 for i in ids} == {1_700_000_000_001}  # 10,000 fit one millisecond
+
+
+def test_ids_of_one_process_increase_when_the_wall_clock_steps_back(
+    monkeypatch: pytest.MonkeyPatch, fresh_process: None
+) -> None:
+    monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_005_000_000)
+    before = new_id()
+    monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_001_000_000)  # NTP stepped the clock back
+    after = new_id()
+    assert before < after
+
+
+def test_a_millisecond_whose_random_bits_run_out_moves_the_time_field_on(
+    monkeypatch: pytest.MonkeyPatch, fresh_process: None
+) -> None:
+    monkeypatch.setattr(_ids.time, "time_ns", lambda: 1_700_000_000_001_000_000)
+    first = new_id()
+    _ids._monotonic.rand = (1 << _ids._RAND_BITS) - 1  # as if 2**42 ids had been minted this millisecond
+    second = new_id()
+    assert first < second and uuid.UUID(second).int >> 80 == 1_700_000_000_002
 
 
 def test_is_id_accepts_new_ids_and_canonical_lower_case() -> None:
