@@ -34,9 +34,10 @@ from protocol import (
     CreateInteraction,
     FinishOperation,
     JsonValue,
+    NotFound,
     OperationRecord,
-    OperationsReply,
-    ReadOperations,
+    OperationReply,
+    ReadOperation,
     RunUsage,
     StartOperation,
     TaskOutcome,
@@ -187,16 +188,14 @@ def _result_entry(
     )
 
 
-async def operations(rt: Phase, run_id: str) -> dict[str, OperationRecord]:
-    """The run's operation journal, by operation id."""
-    found: dict[str, OperationRecord] = {}
-    cursor = 0
-    while True:
-        reply = await rt.client.connection.call(ReadOperations(run_id=run_id, cursor=cursor), OperationsReply)
-        found.update((op.operation_id, op) for op in reply.operations)
-        if reply.next_cursor is None:
-            return found
-        cursor = reply.next_cursor
+async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
+    """The operation ``operation_id`` as the journal holds it, or ``None`` before its first intent. One read of one
+    record: a phase never reads the whole run's journal (that made a long run quadratic)."""
+    try:
+        reply = await rt.client.connection.call(ReadOperation(operation_id=operation_id), OperationReply)
+    except NotFound:
+        return None
+    return reply.operation
 
 
 def _has_result(op: OperationRecord) -> bool:
@@ -244,7 +243,7 @@ class AgentRun:
             await rt.fail(limit, reason="max_turns")
             return
         operation_id = model_operation_id(run_id, turn)
-        op = (await operations(rt, run_id)).get(operation_id)
+        op = await journaled(rt, operation_id)
         if op is not None and op.status == "completed":
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
@@ -447,7 +446,7 @@ class ToolRun:
         tool = self.tool
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
-        op = (await operations(rt, run_id)).get(operation_id)
+        op = await journaled(rt, operation_id)
         if op is not None and _has_result(op):
             await rt.complete(op.result)  # its result entry was committed with it
             return
@@ -474,9 +473,8 @@ class ToolRun:
     async def approved(self, rt: Phase) -> None:
         """Resumed once the approval was answered: a denial is an error result; an approval runs exactly the
         approved arguments (the interaction's digest is of the same arguments the task holds)."""
-        run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
-        op = (await operations(rt, run_id)).get(operation_id)
+        op = await journaled(rt, operation_id)
         if op is not None and _has_result(op):
             await rt.complete(op.result)
             return

@@ -734,6 +734,14 @@ class ReadOperations:
 
 
 @attrs.frozen(kw_only=True)
+class ReadOperation:
+    """One operation of the journal by its id (a worker's phase reads the one it is about, not the whole run's)."""
+
+    TYPE: ClassVar[str] = "read_operation"
+    operation_id: str
+
+
+@attrs.frozen(kw_only=True)
 class ReadUsage:
     """Usage per conversation (``conversation_id``) or, when ``None``, of every model."""
 
@@ -1043,6 +1051,7 @@ Request: TypeAlias = (
     | WaitRun
     | CancelRun
     | ReadOperations
+    | ReadOperation
     | ReadUsage
     | Resolve
     | Respond
@@ -1099,6 +1108,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     WaitRun,
     CancelRun,
     ReadOperations,
+    ReadOperation,
     ReadUsage,
     Resolve,
     Respond,

@@ -76,6 +76,7 @@ from protocol import (
     ReadDocument,
     ReadEntries,
     ReadInteractions,
+    ReadOperation,
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
@@ -255,6 +256,7 @@ class OwnerCore:
             WaitRun: self._on_wait_run,
             CancelRun: self._on_cancel_run,
             ReadOperations: self._on_read_operations,
+            ReadOperation: self._on_read_operation,
             ReadUsage: self._on_read_usage,
             Resolve: self._on_resolve,
             Respond: self._on_respond,
@@ -757,6 +759,12 @@ class OwnerCore:
         operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
         next_cursor = request.cursor + len(operations) if more else None
         self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
+
+    def _on_read_operation(self, peer: PeerId, call_id: int, request: ReadOperation, now_ms: int) -> None:
+        operation = self._store.operation(request.operation_id)
+        if operation is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        self._reply(peer, call_id, OperationReply(operation=operation))
 
     def _on_read_usage(self, peer: PeerId, call_id: int, request: ReadUsage, now_ms: int) -> None:
         if request.conversation_id is None:

@@ -70,6 +70,7 @@ from protocol import (
     ReadDocument,
     ReadEntries,
     ReadInteractions,
+    ReadOperation,
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
@@ -406,6 +407,7 @@ EXAMPLES: list[Frame] = [
         next_after_interaction_id=INTERACTION,
     ),
     ReadOperations(run_id=RUN, cursor=2, limit=10),
+    ReadOperation(operation_id=OPERATION),
     ReadUsage(conversation_id=AGENT_CONVERSATION),
     OperationsReply(operations=(OPERATION_RECORD, STARTED_OPERATION_RECORD), next_cursor=4),
     UsageReply(
@@ -568,6 +570,7 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "WaitRun": 32,
     "CancelRun": 33,
     "ReadOperations": 34,
+    "ReadOperation": 40,
     "ReadUsage": 35,
     "Resolve": 36,
     "Respond": 37,
@@ -992,6 +995,10 @@ GOLDEN_HEX: dict[str, str] = {
     "ReadOperations": (
         "85a474797065af726561645f6f7065726174696f6e73a763616c6c5f696422a672756e5f6964d9243031383930613564"
         "2d616339662d373030302d383030302d303030303030303030303039a6637572736f7202a56c696d69740a"
+    ),
+    "ReadOperation": (
+        "83a474797065ae726561645f6f7065726174696f6ea763616c6c5f696428ac6f7065726174696f6e5f6964d92430313839"
+        "306135642d616361312d373030302d383030302d303030303030303030303062"
     ),
     "ReadUsage": (
         "83a474797065aa726561645f7573616765a763616c6c5f696423af636f6e766572736174696f6e5f6964d92430313839"

@@ -35,6 +35,7 @@ from protocol import (
     OperationsReply,
     ReadEntries,
     ReadInteractions,
+    ReadOperation,
     ReadOperations,
     ReadRun,
     ReadRuns,
@@ -544,6 +545,9 @@ def test_an_operation_takes_one_intent_per_attempt_and_one_result(sim: RunSim) -
         usage(10),
         task_id,
     )
+    # A phase reads the one operation it is about, by id; an id without an intent is not found.
+    assert expect(sim.request(sim.client, ReadOperation(operation_id=op)), OperationReply).operation == stored
+    assert error_code(sim.request(sim.client, ReadOperation(operation_id=fresh_id()))) == ErrorCode.NOT_FOUND
 
 
 def test_usage_is_counted_once_per_operation_and_rolled_up(sim: RunSim) -> None:
