@@ -189,6 +189,9 @@ class _Peer:
     announced: Announce | None = None
     congested: bool = False
     watches: dict[int, _Watch] = attrs.Factory(dict)
+    waiting_on: set[tuple[str, str]] = attrs.Factory(set)
+    """The ``(table, id)`` of each wait this peer has open (a table of :attr:`OwnerCore._waits`), so that its end
+    forgets exactly those, without a scan of every peer's waits."""
 
 
 @attrs.frozen
@@ -227,10 +230,9 @@ class OwnerCore:
         self._clock_ms: int | None = None
         self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
         self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
-        self._run_waits: dict[str, list[tuple[PeerId, int]]] = {}
-        """``wait_run`` calls by run id, answered when the run is terminal or needs attention."""
-        self._task_waits: dict[str, list[tuple[PeerId, int]]] = {}
-        """``wait_task`` calls by task id, answered when the task ends."""
+        self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
+        """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and
+        ``wait_run`` by run id (when the run is terminal or needs attention)."""
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
         self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
@@ -332,11 +334,11 @@ class OwnerCore:
         self.tasks.peer_left(peer)
         if state.announced is not None:
             self.runs.workers_changed()
-        for waits_by_id in (self._task_waits, self._run_waits):
-            for key, waits in list(waits_by_id.items()):
-                waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
-                if not waits:
-                    del waits_by_id[key]
+        for table, key in state.waiting_on:
+            waits = self._waits[table][key]
+            waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
+            if not waits:
+                del self._waits[table][key]
 
     def set_congested(self, peer: PeerId, congested: bool) -> None:
         """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
@@ -455,7 +457,7 @@ class OwnerCore:
         for run in changed_runs.values():
             self._answer_run_waits(run)
         for record in result.ended:
-            waits = self._task_waits.pop(record.task_id, None)
+            waits = self._take_waits("task", record.task_id)
             if waits:
                 reply = self._task_reply(record)
                 for peer, call_id in waits:
@@ -721,7 +723,7 @@ class OwnerCore:
         if run.status in SETTLED:
             self._reply(peer, call_id, RunReply(run=run))
         else:
-            self._run_waits.setdefault(run.run_id, []).append((peer, call_id))
+            self._add_wait("run", run.run_id, peer, call_id)
 
     def _on_cancel_run(self, peer: PeerId, call_id: int, request: CancelRun, now_ms: int) -> None:
         """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
@@ -844,8 +846,22 @@ class OwnerCore:
 
     def _answer_run_waits(self, run: RunRecord) -> None:
         if run.status in SETTLED:
-            for peer, call_id in self._run_waits.pop(run.run_id, ()):
+            for peer, call_id in self._take_waits("run", run.run_id):
                 self._reply(peer, call_id, RunReply(run=run))
+
+    def _add_wait(self, table: str, key: str, peer: PeerId, call_id: int) -> None:
+        """Answer this call once ``key`` of ``table`` settles (see :attr:`_waits`)."""
+        self._waits[table].setdefault(key, []).append((peer, call_id))
+        self._peers[peer].waiting_on.add((table, key))
+
+    def _take_waits(self, table: str, key: str) -> list[tuple[PeerId, int]]:
+        """The calls waiting on ``key`` of ``table``, forgotten here and by their peers."""
+        waits = self._waits[table].pop(key, [])
+        for peer, _ in waits:
+            state = self._peers.get(peer)
+            if state is not None:
+                state.waiting_on.discard((table, key))
+        return waits
 
     def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
         if self._clock != "manual":
@@ -990,7 +1006,7 @@ class OwnerCore:
         if record.status == "terminal":
             self._reply(peer, call_id, self._task_reply(record))
         else:
-            self._task_waits.setdefault(request.task_id, []).append((peer, call_id))
+            self._add_wait("task", request.task_id, peer, call_id)
 
     def _on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:

@@ -523,6 +523,20 @@ def test_wait_task_is_answered_in_the_batch_that_ends_the_task(sim: OwnerSim) ->
     assert error_code(sim.request(sim.client, WaitTask(task_id=fresh_id()))) == ErrorCode.NOT_FOUND
 
 
+def test_a_wait_is_forgotten_with_its_connection_and_only_its_own(sim: OwnerSim) -> None:
+    worker = sim.worker()
+    task_id = sim.create_task()
+    other = sim.connect("client")
+    leaving = sim.connect("client")
+    wait = sent(WaitTask(task_id=task_id))
+    sim.batch((other, wait), (leaving, sent(WaitTask(task_id=task_id))), (leaving, sent(WaitTask(task_id=task_id))))
+    sim.core.detach(leaving)
+    out = sim.batch((worker.peer, sent(Commit(writes=(completed(task_id, 5),), lease=worker.lease(task_id).lease))))
+    assert expect(reply_to(out, other, wait), TaskReply).task.status == "terminal"
+    assert not [frame for peer, _, frame in out if peer == leaving]
+    assert sim.core._waits == {"task": {}, "run": {}}  # nothing is left behind for the connection that ended
+
+
 def test_read_task_outcomes_and_graph_reply(sim: OwnerSim) -> None:
     worker = sim.worker()
     task_id = sim.create_task(input={"x": [1, 2]})
