@@ -26,6 +26,7 @@ from protocol import TaskRecord
 
 from ._demo_agents import run_agents_demo
 from ._demo_commits import run_commits_demo
+from ._demo_view import LiveView
 from ._process import stop_gracefully, tether_command
 from .demo_app import BANK_ENV, Bank
 
@@ -185,19 +186,17 @@ async def _wait_for_workers(client: actors.Client) -> list[str]:
         await trio.sleep(0.05)
 
 
-class _Show:
+class _Show(LiveView):
     """Prints the task tree's changes live, from a watch of every commit."""
 
     def __init__(self, client: actors.Client) -> None:
-        self._client = client
+        super().__init__(client)
         self._names: dict[str, str] = {}
         self._last: dict[str, tuple[str, str | None, int]] = {}
         self._ended: dict[str, int] = {}
         self.outcomes: dict[str, TaskRecord] = {}
         """The terminal record of every task seen ending."""
         self._owner: dict[str, str | None] = {}
-        self._seq = 0
-        self._seen = trio.Event()
         self.restarts: dict[str, int] = {}
 
     def name(self, task_id: str, name: str) -> None:
@@ -215,22 +214,9 @@ class _Show:
     def ended_order(self) -> dict[str, int]:
         return dict(self._ended)
 
-    async def settled(self, seq: int) -> None:
-        """Wait until the watch has shown everything up to ``seq``."""
-        while self._seq < seq:
-            self._seen = trio.Event()
-            await self._seen.wait()
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        head = (await self._client.ping()).head_seq
-        async with self._client.watch(from_seq=head) as changes:
-            task_status.started()
-            async for change in changes:
-                for record in change.records:
-                    if isinstance(record, TaskRecord):
-                        await self._show(record, change.seq)
-                self._seq = change.seq
-                self._seen.set()
+    async def show(self, record: Any, seq: int) -> None:
+        if isinstance(record, TaskRecord):
+            await self._show(record, seq)
 
     async def _show(self, record: TaskRecord, seq: int) -> None:
         task_id = record.task_id

@@ -25,6 +25,7 @@ import trio
 import actors
 from protocol import InteractionRecord, OperationRecord, RunRecord, new_id
 
+from ._demo_view import LiveView
 from ._process import stop_gracefully, tether_command
 from .demo_app import DESK_ENV, HOLD_ENV, Desk
 
@@ -187,36 +188,18 @@ async def _wait_for_worker(client: actors.Client) -> actors.PeerInfo:
         await trio.sleep(0.05)
 
 
-class _Show:
+class _Show(LiveView):
     """Prints what the owner commits about the run, live: its status, its operations, its approval."""
 
     def __init__(self, client: actors.Client) -> None:
-        self._client = client
+        super().__init__(client)
         self.run_id: str | None = None
         self._last: dict[str, tuple[Any, ...]] = {}
-        self._seq = 0
-        self._seen = trio.Event()
 
     def note(self, text: str) -> None:
         print(f"     {'':<24}{text}", flush=True)
 
-    async def settled(self, seq: int) -> None:
-        """Wait until the watch has shown everything up to ``seq``."""
-        while self._seq < seq:
-            self._seen = trio.Event()
-            await self._seen.wait()
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        head = (await self._client.ping()).head_seq
-        async with self._client.watch(from_seq=head) as changes:
-            task_status.started()
-            async for change in changes:
-                for record in change.records:
-                    self._show(record)
-                self._seq = change.seq
-                self._seen.set()
-
-    def _show(self, record: Any) -> None:
+    async def show(self, record: Any, seq: int) -> None:
         if isinstance(record, RunRecord) and record.run_id == self.run_id:
             self._line("run", (record.status, record.reason), f"{record.status}" + _why(record.reason))
         elif isinstance(record, OperationRecord) and record.run_id == self.run_id:
