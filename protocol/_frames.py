@@ -227,6 +227,30 @@ class InteractionRecord:
     updated_at_ms: int
 
 
+PartialStatus: TypeAlias = Literal["streaming", "done", "aborted"]
+
+
+@attrs.frozen(kw_only=True)
+class PartialRecord:
+    """A piece of a model request's output while it streams, stored in batches and pushed to watches: ``text`` is
+    what the attempt streamed after its first ``offset`` characters. Keyed by (``operation_id``, ``attempt``): a
+    reader keeps one text per operation, drops it when a later attempt of the operation starts (a retried attempt
+    replaces the earlier one's output) and skips a piece whose characters it already holds, so it never shows text
+    twice. ``status`` is ``done`` once the operation's result is committed (the answer is then the assistant entry,
+    not this), ``aborted`` when the attempt was cut off: never an answer."""
+
+    RECORD: ClassVar[str] = "partial"
+    operation_id: str
+    run_id: str
+    conversation_id: str
+    attempt: int
+    offset: int
+    text: str
+    status: PartialStatus
+    seq: int
+    created_at_ms: int
+
+
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
 OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
 WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
@@ -321,6 +345,7 @@ Record: TypeAlias = (
     | RunRecord
     | OperationRecord
     | InteractionRecord
+    | PartialRecord
 )
 """A record a commit created or changed; tagged by ``record`` on the wire."""
 
@@ -1161,4 +1186,5 @@ RECORD_TYPES: tuple[type[Any], ...] = (
     RunRecord,
     OperationRecord,
     InteractionRecord,
+    PartialRecord,
 )
