@@ -67,6 +67,7 @@ from ._models import (
     UserMessage,
     assemble,
 )
+from ._openai import OpenAIChat
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._watch import WatchStream
@@ -100,6 +101,7 @@ __all__ = [
     "ModelRequest",
     "NotAllowed",
     "NotFound",
+    "OpenAIChat",
     "OperationRecord",
     "OwnerUnavailable",
     "PeerInfo",
