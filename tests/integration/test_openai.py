@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -14,7 +15,9 @@ import trio
 import actors
 from actors import AssistantTurn, ModelError, ModelRequest, OpenAIChat, ToolSpec, TurnBuilder, Usage, UserMessage
 from actors import _openai as openai_module
+from tests.integration._agent_apps import read_ledger
 from tests.integration._openai_server import ReplayServer, error, openai_server, sse, stream, transcript
+from tests.integration._up_helpers import all_up, tether_up
 
 TIMEOUT_S: Final = 30
 LOOKUP = ToolSpec(
@@ -448,3 +451,135 @@ async def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     assert server.requests[0].headers["authorization"] == "Bearer sk-env"
     assert "authorization" not in server.requests[1].headers
     assert server.requests[0].body["model"] == "local"
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+async def run_in(client: actors.Client, run_id: str, status: str) -> None:
+    while True:
+        if (await client.run(run_id)).status == status:
+            return
+        await trio.sleep(0.05)
+
+
+def _tool_call_turn() -> bytes:
+    head = {"id": "chatcmpl-e2e1", "object": "chat.completion.chunk", "model": "gpt-4o-mini"}
+    return sse(
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]},
+        {
+            **head,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_e2e1",
+                                "type": "function",
+                                "function": {"name": "lookup", "arguments": ""},
+                            }
+                        ]
+                    },
+                    "finish_reason": None,
+                }
+            ],
+        },
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"order_'}}]}}],
+        },
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'id": "A1"}'}}]}}],
+        },
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}},
+    )
+
+
+def _answer_turn() -> bytes:
+    head = {"id": "chatcmpl-e2e2", "object": "chat.completion.chunk", "model": "gpt-4o-mini"}
+    usage = {"prompt_tokens": 150, "completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 64}}
+    return sse(
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Order A1"}, "finish_reason": None}],
+        },
+        {**head, "choices": [{"index": 0, "delta": {"content": " has shipped."}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": usage},
+    )
+
+
+async def test_an_agent_on_openai_chat_under_tether_up(db_path: str, tmp_path: Path) -> None:
+    """A run of an agent whose model is OpenAIChat (found from OPENAI_BASE_URL), under ``tether up`` with a manual
+    clock: the first request is rate limited (429, Retry-After 2 s): the run waits durably in ``retry_wait`` until
+    the owner's clock passes the delay, then the model calls the tool, the tool runs once, the model answers."""
+    ledger = tmp_path / "ledger.jsonl"
+    replies = (
+        error(429, RATE_LIMITED, ("retry-after", "2")),
+        stream(_tool_call_turn(), piece_bytes=40),
+        stream(_answer_turn()),
+    )
+    with trio.fail_after(120):
+        async with openai_server(*replies) as server:
+            env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY, "TETHER_TEST_LEDGER": str(ledger)}
+            args = ("--workers", "1", "--clock", "manual", "--app", "tests.integration._openai_apps:app")
+            async with tether_up(db_path, tmp_path, *args, env=env) as up:
+                await up.wait_status(all_up(1), "the worker attached", timeout_s=60)
+                async with actors.connect(db_path) as client:
+                    conversation_id = await client.create_conversation(agent="support")
+                    submission = await client.submit(
+                        conversation_id, kind="input", payload="Where is A1?", request_id="r-1"
+                    )
+                    run_id = submission.run_id
+                    assert run_id is not None
+                    await run_in(client, run_id, "retry_wait")
+                    [op] = await client.operations(run_id)
+                    assert (op.kind, op.status, op.attempt) == ("model", "failed", 1)
+                    assert op.error is not None and op.error.startswith("rate_limit: ") and "HTTP 429" in op.error
+                    assert len(server.requests) == 1
+                    await client.advance_clock(1999)  # the delay is the server's 2 s (above the policy's 1 s)
+                    await trio.sleep(0.3)
+                    assert (await client.run(run_id)).status == "retry_wait" and len(server.requests) == 1
+                    await client.advance_clock(1)
+                    run = await client.wait_for_run(run_id)
+                    entries = await client.entries(conversation_id)
+                    operations = await client.operations(run_id)
+                    by_model = await client.usage()
+            await up.assert_everything_gone()
+    assert run.status == "completed"
+    assert run.answer is not None and run.answer.text == "Order A1 has shipped."
+    assert run.usage == actors.RunUsage(input_tokens=250, output_tokens=18, cached_tokens=64)
+    assert by_model["gpt-4o-mini"] == run.usage
+    assert [(op.kind, op.status, op.attempt) for op in operations] == [
+        ("model", "completed", 2),
+        ("tool", "completed", 1),
+        ("model", "completed", 1),
+    ]
+    assert [(line["tool"], line["args"]) for line in read_ledger(ledger)] == [("lookup", {"order_id": "A1"})]
+    kinds = [(entry.kind, entry.data) for entry in entries]
+    assert [kind for kind, _ in kinds] == ["tether.user", "tether.assistant", "tether.tool_result", "tether.assistant"]
+    assert kinds[1][1]["tool_calls"] == [{"call_id": "call_e2e1", "name": "lookup", "arguments": {"order_id": "A1"}}]
+    assert kinds[2][1]["call_id"] == "call_e2e1" and kinds[2][1]["is_error"] is False
+    assert "shipped" in kinds[2][1]["content"]
+    # The last request carried the call and its result back to the model, with the key from the environment.
+    last = server.requests[-1]
+    assert last.headers["authorization"] == f"Bearer {KEY}"
+    assert last.body["messages"][2:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_e2e1",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"order_id": "A1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_e2e1", "content": kinds[2][1]["content"]},
+    ]
+    assert len(server.requests) == 3
