@@ -309,6 +309,16 @@ async def test_a_response_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (caught.kind, caught.retryable) == ("response_too_large", False)
 
 
+async def test_an_error_body_is_read_and_quoted_within_bounds() -> None:
+    huge = {"error": {"message": "overloaded " + "x" * (2 * openai_module.MAX_ERROR_BODY_BYTES)}}
+    with trio.fail_after(TIMEOUT_S):
+        async with openai_server(error(500, huge)) as server:
+            caught, _ = await failure(model_for(server))
+    assert (caught.kind, caught.retryable) == ("server_error", True)
+    assert "x" * openai_module.MAX_ERROR_MESSAGE_CHARS not in str(caught)
+    assert len(str(caught)) < openai_module.MAX_ERROR_MESSAGE_CHARS + len(server.url) + 100
+
+
 async def test_a_chunk_that_is_not_json() -> None:
     with trio.fail_after(TIMEOUT_S):
         async with openai_server(stream(b'data: {"choices": [\n\n')) as server:
