@@ -684,6 +684,13 @@ class OpenAIChat:
                 return
             for event in self._chunk_events(decoder, name, text):
                 yield event
+        if decoder.chunks == 0 and content_type not in ("text/event-stream", ""):
+            raise ModelError(
+                f"{self._where()} answered with {content_type}, not an event stream (is the base URL that of an "
+                "OpenAI-compatible API, usually ending in /v1?)",
+                kind="invalid_response",
+                retryable=False,
+            )
 
     def _chunk_events(self, decoder: ChatStreamDecoder, name: str, text: str) -> list[StreamEvent]:
         if not text.strip():

@@ -16,7 +16,7 @@ import actors
 from actors import AssistantTurn, ModelError, ModelRequest, OpenAIChat, ToolSpec, TurnBuilder, Usage, UserMessage
 from actors import _openai as openai_module
 from tests.integration._agent_apps import read_ledger
-from tests.integration._openai_server import ReplayServer, error, openai_server, sse, stream, transcript
+from tests.integration._openai_server import ReplayServer, Reply, error, openai_server, sse, stream, transcript
 from tests.integration._up_helpers import all_up, tether_up
 
 TIMEOUT_S: Final = 30
@@ -317,6 +317,15 @@ async def test_an_error_body_is_read_and_quoted_within_bounds() -> None:
     assert (caught.kind, caught.retryable) == ("server_error", True)
     assert "x" * openai_module.MAX_ERROR_MESSAGE_CHARS not in str(caught)
     assert len(str(caught)) < openai_module.MAX_ERROR_MESSAGE_CHARS + len(server.url) + 100
+
+
+async def test_a_page_that_is_not_an_event_stream() -> None:
+    page = Reply(headers=(("content-type", "text/html; charset=utf-8"),), body=b"<html><body>Welcome</body></html>")
+    with trio.fail_after(TIMEOUT_S):
+        async with openai_server(page) as server:
+            caught, _ = await failure(model_for(server))
+    assert (caught.kind, caught.retryable) == ("invalid_response", False)
+    assert "text/html" in str(caught)
 
 
 async def test_a_chunk_that_is_not_json() -> None:
