@@ -616,14 +616,12 @@ class OpenAIChat:
         return headers
 
     def _client(self) -> httpx.AsyncClient:
-        verify: ssl.SSLContext | bool = True
-        if self.base_url.startswith("https:"):
-            if self._ssl_context is None:
-                self._ssl_context = httpx.create_ssl_context()
-            verify = self._ssl_context
+        if self._ssl_context is None:
+            # Built once: httpx builds one for every client otherwise (loading the CA bundle, even for http://).
+            self._ssl_context = httpx.create_ssl_context()
         return httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, CONNECT_TIMEOUT_S)),
-            verify=verify,
+            verify=self._ssl_context,
             follow_redirects=False,
         )
 
@@ -659,7 +657,7 @@ class OpenAIChat:
         content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if content_type == "application/json":  # a server that ignored stream: true, or an error with status 200
             payload = self._json(await self._read(response, MAX_RESPONSE_BYTES, limit_error=True))
-            if isinstance(payload, dict) and ("error" in payload or payload.get("object") == "error"):
+            if isinstance(payload, dict) and (payload.get("error") or payload.get("object") == "error"):
                 raise self._stream_error(ServerError.from_payload(payload))
             for event in decoder.feed(_as_chunk(payload)):
                 yield event
