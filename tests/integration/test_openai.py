@@ -291,6 +291,17 @@ async def test_a_server_silent_past_the_timeout() -> None:
     assert (caught.kind, caught.retryable) == ("timeout", True)
 
 
+async def test_a_cancelled_stream_stops_at_once() -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with openai_server(stream(transcript("openai_text"), piece_bytes=300, delay_s=5.0)) as server:
+            events: list[Any] = []
+            with trio.move_on_after(0.5) as scope:
+                async with contextlib.aclosing(model_for(server).stream(REQUEST)) as stream_events:  # type: ignore[type-var]
+                    async for event in stream_events:
+                        events.append(event)
+    assert scope.cancelled_caught and events == []
+
+
 async def test_connection_refused() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -421,6 +432,13 @@ RATE_LIMITED = {
         ),
         (stream(transcript("openai_error_mid_stream")), "server_error", True, None, "The server had an error"),
         (stream(transcript("vllm_error_mid_stream")), "context_overflow", False, None, "maximum context length"),
+        (
+            stream(b'event: error\ndata: {"message": "Overloaded", "code": 529}\n\n'),
+            "overloaded",
+            True,
+            None,
+            "Overloaded",
+        ),
     ],
 )
 async def test_errors_are_classified(
