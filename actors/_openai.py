@@ -733,8 +733,11 @@ class OpenAIChat:
         kind, retryable = classify_error(response.status_code, error)
         retry_after = parse_retry_after(response.headers, time.time())
         status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+        hint = ""
+        if kind == "authentication" and self._api_key is None:
+            hint = f" (no API key was sent: set {API_KEY_ENV} or pass api_key=)"
         return ModelError(
-            self._redact(f"{self._where()} answered {status}{_describe(error)}"),
+            self._redact(f"{self._where()} answered {status}{_describe(error)}{hint}"),
             kind=kind,
             retryable=retryable,
             retry_after_ms=retry_after,

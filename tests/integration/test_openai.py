@@ -478,6 +478,14 @@ async def test_the_api_key_is_never_in_an_error() -> None:
     assert KEY not in str(caught) and "HTTP 401" in str(caught)
 
 
+async def test_a_401_without_a_key_says_how_to_give_one() -> None:
+    missing = {"error": {"message": "You didn't provide an API key.", "type": "invalid_request_error"}}
+    with trio.fail_after(TIMEOUT_S):
+        async with openai_server(error(401, missing)) as server:
+            caught, _ = await failure(OpenAIChat("gpt-4o-mini", base_url=server.url, api_key=""))
+    assert caught.kind == "authentication" and "set OPENAI_API_KEY or pass api_key=" in str(caught)
+
+
 async def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with openai_server(stream(transcript("llamacpp_text")), stream(transcript("llamacpp_text"))) as server:
