@@ -252,10 +252,11 @@ class SSEParser:
         self._data: list[str] = []
 
     def feed(self, data: bytes) -> list[tuple[str, str]]:
+        scanned = len(self._buffer)  # holds no newline: a long line fed in small pieces is scanned once
         self._buffer += data
         events: list[tuple[str, str]] = []
         start = 0
-        while (end := self._buffer.find(b"\n", start)) >= 0:
+        while (end := self._buffer.find(b"\n", max(start, scanned))) >= 0:
             self._line(bytes(self._buffer[start:end]).rstrip(b"\r"), events)
             start = end + 1
         del self._buffer[:start]
@@ -693,7 +694,7 @@ class OpenAIChat:
     def _chunk_events(self, decoder: ChatStreamDecoder, name: str, text: str) -> list[StreamEvent]:
         if not text.strip():
             return []
-        chunk = self._json(text.encode())
+        chunk = self._json(text)
         if name == "error" or (isinstance(chunk, dict) and (chunk.get("error") or chunk.get("object") == "error")):
             raise self._stream_error(ServerError.from_payload(chunk))
         if not isinstance(chunk, dict):
@@ -704,11 +705,11 @@ class OpenAIChat:
             )
         return decoder.feed(chunk)
 
-    def _json(self, data: bytes) -> Any:
+    def _json(self, data: bytes | str) -> Any:
         try:
             return json.loads(data)
         except ValueError:
-            snippet = data[:200].decode("utf-8", errors="replace")
+            snippet = data[:200] if isinstance(data, str) else data[:200].decode("utf-8", errors="replace")
             raise ModelError(
                 f"{self._where()} sent a response that is not JSON: {snippet!r}",
                 kind="invalid_response",
