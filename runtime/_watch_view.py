@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, Generic, TypeVar
 
 import attrs
@@ -72,6 +72,9 @@ class Bounded(Generic[_K, _V]):
 
     def pop(self, key: _K) -> _V | None:
         return self._items.pop(key, None)
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(list(self._items))
 
     def values(self) -> list[_V]:
         return list(self._items.values())
@@ -400,10 +403,12 @@ class WatchView:
             seen[conversation.conversation_id] = conversation.seq
         for run in self.runs.values():
             seen[run.conversation_id] = max(seen.get(run.conversation_id, 0), run.seq)
-        for conversation_id in list(seen):
+        for conversation_id in self._entries:
             entries = self.entries(conversation_id)
             if entries:
-                seen[conversation_id] = max(seen[conversation_id], entries[-1].seq)
+                seen[conversation_id] = max(seen.get(conversation_id, 0), entries[-1].seq)
+        for stream in self.partials.streams():
+            seen[stream.conversation_id] = max(seen.get(stream.conversation_id, 0), stream.seq)
         return sorted(seen, key=lambda conversation_id: seen[conversation_id])
 
     def runs_of(self, conversation_id: str | None = None) -> list[RunRecord]:
