@@ -25,7 +25,7 @@ REPAINT_S: Final = 0.1
 """The terminal view is drawn again at most this often (a busy stream is shown in steps, not character by
 character); a trio-clock interval for the screen, not durable time."""
 CONNECTION_POLL_S: Final = 0.5
-"""How often the view checks whether the owner is reachable, to say so on screen."""
+"""How often the view checks whether the owner is reachable (to say so on screen) and the terminal's size."""
 
 Mode = Literal["live", "plain", "json"]
 
@@ -130,12 +130,15 @@ async def _live(view: WatchView, client: actors.Client, changes: actors.WatchStr
             view.apply(change.seq, change.records)
             dirty.set()
 
-    async def check_connection() -> None:
+    async def check_terminal() -> None:
+        """Say on screen when the owner is out of reach (and when it is back); redraw after a resize."""
         nonlocal connected
+        size = console.size
         while True:
             await trio.sleep(CONNECTION_POLL_S)
-            if client.connection.is_up != connected:
+            if client.connection.is_up != connected or console.size != size:
                 connected = client.connection.is_up
+                size = console.size
                 dirty.set()
 
     with Live(
@@ -149,7 +152,7 @@ async def _live(view: WatchView, client: actors.Client, changes: actors.WatchStr
         live.refresh()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(fold)
-            nursery.start_soon(check_connection)
+            nursery.start_soon(check_terminal)
             while True:
                 await dirty.wait()
                 dirty = trio.Event()

@@ -81,7 +81,7 @@ def _header(view: WatchView, connected: bool) -> Text:
     )
     header = Text.assemble(("tether watch ", "bold"), (f"{view.db}", "bold"), f"  {what}  seq {view.seq}")
     if not connected:
-        header.append("  (owner unreachable: reconnecting, resumes from this seq)", style="bold red")
+        header.append("  (owner unreachable: reconnecting)", style="bold red")
     header.append("   Ctrl-C to quit", style="dim")
     return header
 

@@ -375,3 +375,12 @@ def test_a_json_line_has_the_records_fields_its_kind_and_its_commits_seq() -> No
         '{"entry_id": "e0", "conversation_id": "' + CONVERSATION + '", "position": 0, "seq": 42, '
         '"kind": "tether.user", "data": {"text": "hi"}, "created_at_ms": 0, "record": "entry"}'
     )
+
+
+def test_the_header_says_when_the_owner_is_out_of_reach() -> None:
+    view = approval_story()
+    console = Console(file=io.StringIO(), width=120, height=40, record=True, color_system=None)
+    console.print(render(view, console, connected=False))
+    text = console.export_text()
+    assert "seq 8  (owner unreachable: reconnecting)" in text
+    assert "owner unreachable" not in screen(view)
