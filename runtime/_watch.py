@@ -98,11 +98,10 @@ async def _follow(
 
 async def _json(view: WatchView, changes: actors.WatchStream, out: TextIO) -> None:
     async for change in changes:
-        for record in change.records:
-            if view.matches(record):
-                view.apply(change.seq, [record])
-                out.write(json_line(record, change.seq) + "\n")
-        out.flush()
+        _, records = view.fold(change.seq, change.records)
+        if records:
+            out.write("".join(json_line(record, change.seq) + "\n" for record in records))
+            out.flush()
 
 
 async def _plain(view: WatchView, changes: actors.WatchStream, out: TextIO) -> None:

@@ -250,13 +250,23 @@ class WatchView:
 
     def apply(self, seq: int, records: Iterable[Record]) -> list[str]:
         """Fold the records of the commit ``seq``; return a plain line for each thing a person would notice."""
-        ordered = sorted(records, key=lambda record: not isinstance(record, RunRecord))  # a run names its task
+        return self.fold(seq, records)[0]
+
+    def fold(self, seq: int, records: Iterable[Record]) -> tuple[list[str], list[Record]]:
+        """Fold the records of the commit ``seq``; return the plain lines, and the records that belong to this view
+        in their commit order. A run's records are folded first: a run names its task, which may come before it in
+        the commit (a retried run's new task)."""
+        records = list(records)
+        ordered = sorted(range(len(records)), key=lambda index: not isinstance(records[index], RunRecord))
         lines: list[str] = []
-        for record in ordered:
+        matched: list[int] = []
+        for index in ordered:
+            record = records[index]
             if self.matches(record):
+                matched.append(index)
                 lines.extend(self._apply(record))
         self.seq = max(self.seq, seq)
-        return lines
+        return lines, [records[index] for index in sorted(matched)]
 
     def matches(self, record: Record) -> bool:
         """Whether ``record`` belongs to what this view shows."""

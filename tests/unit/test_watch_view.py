@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 from actors._runs import tool_operation_id
@@ -384,3 +385,14 @@ def test_the_header_says_when_the_owner_is_out_of_reach() -> None:
     text = console.export_text()
     assert "seq 8  (owner unreachable: reconnecting)" in text
     assert "owner unreachable" not in screen(view)
+
+
+def test_a_retried_runs_new_task_joins_the_run_view_though_it_comes_before_the_run_in_its_commit() -> None:
+    view = WatchView("tether.db", run_id=RUN)
+    view.follow(run("failed"))
+    retried = attrs.evolve(run("pending", seq=20), task_id="t-retry")
+    _, records = view.fold(20, [task("t-retry", "agent:support", "pending"), retried])
+    assert [type(record).__name__ for record in records] == ["TaskRecord", "RunRecord"]  # commit order kept
+    _, records = view.fold(21, [task("tool-9", "tool:lookup", "pending", owner="t-retry")])
+    assert len(records) == 1
+    assert [t.task_id for _, t in view.task_tree(retried)] == ["t-retry", "tool-9"]
