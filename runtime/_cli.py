@@ -179,6 +179,41 @@ def _add_runs_commands(commands: Any) -> None:
     interactions.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     interactions.add_argument("--json", action="store_true", help="print one JSON object with the interactions")
 
+    watch = commands.add_parser(
+        "watch",
+        help="follow runs live: the transcript as it streams, tool calls, approvals, the task tree",
+        description=(
+            "Show what a database's runs do as it is committed: the transcript (user, assistant text, tool calls with "
+            "their arguments, status and result), a model's text while it streams (a cut-off attempt marked as such, "
+            "never as an answer), the runs and their states, each open approval and each run that needs attention "
+            "with the command that answers it, and the task tree below the run. Without --conversation or --run, "
+            "one line per conversation. Reads what exists first (from --from-seq), then follows new commits; after "
+            "an owner restart it goes on from the last seq it showed. On a terminal the view is redrawn in place; "
+            "otherwise (or with --plain) it prints one line per event; --json prints one JSON object per record. "
+            "Ctrl-C (SIGINT) or SIGTERM end it with exit status 0."
+        ),
+    )
+    watch.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    scope = watch.add_mutually_exclusive_group()
+    scope.add_argument("--conversation", metavar="ID", help="only this conversation")
+    scope.add_argument("--run", metavar="RUN_ID", help="only this run (in its conversation)")
+    watch.add_argument(
+        "--from-seq",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="start after commit N (default 0: everything the database holds); a --json reader resumes with the "
+        "last seq it printed",
+    )
+    output = watch.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="print each record as one JSON object per line (its fields, plus record: its kind, and seq: its "
+        "commit), flushed line by line",
+    )
+    output.add_argument("--plain", action="store_true", help="print one line per event even on a terminal")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -435,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _abort(args)
         if args.command in RUNS_COMMANDS:
             return _runs_command(args)
+        if args.command == "watch":
+            return _watch(args)
         if args.command == "stop":
             from ._status import stop
 
@@ -585,6 +622,20 @@ def _runs_command(args: argparse.Namespace) -> int:
         record = trio.run(_runs.retry if args.command == "retry" else _runs.cancel, db, args.run_id)
         line = _runs.describe_run(record)
     print(json.dumps(_runs.record_json(record)) if args.json else line, flush=True)
+    return EXIT_OK
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ._watch import Mode, watch
+
+    mode: Mode = "json" if args.json else "plain" if args.plain or not sys.stdout.isatty() else "live"
+    function = partial(
+        watch, args.db, conversation_id=args.conversation, run_id=args.run, from_seq=args.from_seq, mode=mode
+    )
+    try:
+        _run_trio(function)
+    except BrokenPipeError:  # the reader of our output went away (``tether watch --json | head``): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
     return EXIT_OK
 
 

@@ -1,0 +1,566 @@
+"""What ``tether watch`` shows, as pure state fed with committed records (no I/O, no trio, no terminal).
+
+:class:`PartialText` assembles the streamed text of model requests from :class:`~protocol.PartialRecord` pieces;
+:class:`WatchView` folds every record of a watch into what a person wants to see (the transcript with its tool
+calls, the text streaming now, the runs, what waits for a person and the command that answers it, the task tree)
+and says in plain lines what each record changed. :mod:`runtime._watch_render` draws it with rich; ``runtime._watch``
+feeds it from a watch.
+
+Everything held is bounded (docs/operations.md lists the bounds): the transcript keeps its last
+``MAX_ENTRIES_PER_CONVERSATION`` entries per conversation, a streamed text its last ``MAX_PARTIAL_CHARS``
+characters, and each table its most recently changed ``MAX_*`` items.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+
+from actors._runs import tool_operation_id as _derive_tool_operation_id
+from protocol import (
+    ConversationRecord,
+    EntryRecord,
+    InteractionRecord,
+    OperationRecord,
+    PartialRecord,
+    Record,
+    RunRecord,
+    TaskRecord,
+)
+
+MAX_PARTIAL_CHARS: Final = 20_000
+"""The characters of one streamed text kept (its tail; the view shows ``…`` before a text it cut)."""
+MAX_STREAMS: Final = 64
+"""Streamed texts held at once (those of model requests without a result yet, and cut-off ones)."""
+MAX_ENTRIES_PER_CONVERSATION: Final = 200
+MAX_CONVERSATIONS: Final = 500
+MAX_RUNS: Final = 500
+MAX_OPERATIONS: Final = 2_000
+MAX_INTERACTIONS: Final = 500
+MAX_TASKS: Final = 2_000
+PREVIEW_CHARS: Final = 200
+"""A tool result or argument list longer than this is shown cut, with ``…``."""
+
+USER_ENTRY: Final = "tether.user"
+ASSISTANT_ENTRY: Final = "tether.assistant"
+TOOL_RESULT_ENTRY: Final = "tether.tool_result"
+ACTIVE_RUN: Final = frozenset({"queued", "retry_wait", "pending", "running", "waiting", "needs_attention"})
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class Bounded(Generic[_K, _V]):
+    """A map that keeps its ``limit`` most recently put items (a put moves an item to the end)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: OrderedDict[_K, _V] = OrderedDict()
+
+    def put(self, key: _K, value: _V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.limit:
+            self._items.popitem(last=False)
+
+    def get(self, key: _K) -> _V | None:
+        return self._items.get(key)
+
+    def pop(self, key: _K) -> _V | None:
+        return self._items.pop(key, None)
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(list(self._items))
+
+    def values(self) -> list[_V]:
+        return list(self._items.values())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+# ------------------------------------------------------------------------------------------- streamed text
+
+
+@attrs.define
+class Stream:
+    """The text one model request (``operation_id``) has streamed so far, in its latest ``attempt``.
+
+    ``start`` is the offset of the first character held: above 0 when the watch began after the stream did, or when
+    the text outgrew ``MAX_PARTIAL_CHARS`` and its head was dropped.
+    """
+
+    operation_id: str
+    run_id: str
+    conversation_id: str
+    attempt: int
+    start: int
+    text: str
+    status: str
+    seq: int
+
+    @property
+    def end(self) -> int:
+        """The offset after the last character held."""
+        return self.start + len(self.text)
+
+    @property
+    def cut_off(self) -> bool:
+        return self.status == "aborted"
+
+
+class PartialText:
+    """The streamed text of each model request, assembled from its pieces (the rules of
+    :class:`~protocol.PartialRecord`):
+
+    1. One text per operation; a piece of an older attempt than the one held is ignored, and a piece of a later
+       attempt drops the text held (the retried attempt replaces the earlier one's output).
+    2. A piece whose characters are all held already is skipped; one that overlaps what is held adds only its new
+       characters, so no character is ever shown twice.
+    3. A piece that starts past the end of what is held (the watch began mid-stream) starts the text over at its
+       offset; the view marks the gap.
+    4. ``aborted`` marks the text cut off (never an answer). ``done``, or the operation's result being committed,
+       forgets the text: the answer is then the assistant entry.
+    """
+
+    def __init__(self, *, max_streams: int = MAX_STREAMS, max_chars: int = MAX_PARTIAL_CHARS) -> None:
+        self.max_chars = max_chars
+        self._streams: Bounded[str, Stream] = Bounded(max_streams)
+
+    def feed(self, piece: PartialRecord) -> str:
+        """Take one piece; return the characters it added to what is shown (``""`` if none)."""
+        held = self._streams.get(piece.operation_id)
+        if held is not None and piece.attempt < held.attempt:
+            return ""  # rule 1: a late piece of a replaced attempt
+        if piece.status == "done":
+            self._streams.pop(piece.operation_id)  # rule 4
+            return ""
+        if held is None or piece.attempt > held.attempt or piece.offset > held.end:
+            held = Stream(
+                operation_id=piece.operation_id,
+                run_id=piece.run_id,
+                conversation_id=piece.conversation_id,
+                attempt=piece.attempt,
+                start=piece.offset,
+                text="",
+                status="streaming",
+                seq=piece.seq,
+            )
+        added = piece.text[held.end - piece.offset :]  # rule 2
+        text = held.text + added
+        start = held.start
+        if len(text) > self.max_chars:
+            start += len(text) - self.max_chars
+            text = text[-self.max_chars :]
+        status = "aborted" if piece.status == "aborted" or held.cut_off else "streaming"
+        self._streams.put(piece.operation_id, attrs.evolve(held, start=start, text=text, status=status, seq=piece.seq))
+        return added
+
+    def settle(self, operation: OperationRecord) -> bool:
+        """The operation's journal record: its result forgets the text (the assistant entry answers); a failed or
+        interrupted attempt marks the text of that attempt cut off. Return whether a text was cut off."""
+        held = self._streams.get(operation.operation_id)
+        if held is None or operation.kind != "model":
+            return False
+        if operation.status in ("completed", "resolved"):
+            self._streams.pop(operation.operation_id)
+            return False
+        if operation.status in ("failed", "interrupted") and operation.attempt >= held.attempt and not held.cut_off:
+            self._streams.put(operation.operation_id, attrs.evolve(held, status="aborted"))
+            return True
+        return False
+
+    def get(self, operation_id: str) -> Stream | None:
+        return self._streams.get(operation_id)
+
+    def streams(self, *, conversation_id: str | None = None) -> list[Stream]:
+        """The texts held, oldest piece first (of one conversation when given)."""
+        found = [s for s in self._streams.values() if conversation_id in (None, s.conversation_id)]
+        return sorted(found, key=lambda stream: stream.seq)
+
+
+# ---------------------------------------------------------------------------------------------- the view
+
+
+@attrs.frozen
+class ToolCallView:
+    """A tool call of an assistant entry, with what became of it."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    operation_id: str | None
+    status: str
+    """``waiting for approval``, ``denied``, ``running``, ``needs attention``, ``done``, ``error``, or ``requested``
+    (no worker has taken it up yet)."""
+    result: str | None
+    is_error: bool
+
+
+@attrs.frozen
+class Attention:
+    """Something that waits for a person, and the commands that answer it."""
+
+    run_id: str
+    conversation_id: str
+    what: str
+    commands: tuple[str, ...]
+
+
+class WatchView:
+    """Everything ``tether watch`` shows, folded from the records of a watch in seq order.
+
+    ``conversation_id`` or ``run_id`` narrows it to one conversation or one run (the run's conversation is learnt
+    from its record); without either it holds every conversation. ``db`` is the database as the person named it,
+    used in the commands it suggests.
+    """
+
+    def __init__(self, db: str, *, conversation_id: str | None = None, run_id: str | None = None) -> None:
+        self.db = db
+        self.conversation_id = conversation_id
+        self.run_id = run_id
+        self.seq = 0
+        self.partials = PartialText()
+        self.conversations: Bounded[str, ConversationRecord] = Bounded(MAX_CONVERSATIONS)
+        self._entries: Bounded[str, deque[EntryRecord]] = Bounded(MAX_CONVERSATIONS)
+        self._results: Bounded[tuple[str, str], EntryRecord] = Bounded(MAX_OPERATIONS)
+        self.runs: Bounded[str, RunRecord] = Bounded(MAX_RUNS)
+        self.operations: Bounded[str, OperationRecord] = Bounded(MAX_OPERATIONS)
+        self.interactions: Bounded[str, InteractionRecord] = Bounded(MAX_INTERACTIONS)
+        self.tasks: Bounded[str, TaskRecord] = Bounded(MAX_TASKS)
+        self._run_tasks: Bounded[str, str] = Bounded(MAX_TASKS)
+        """Task id -> the run whose tree it is in (the run's task, and every task owned by one in the tree)."""
+        self._run_conversation_id: str | None = None
+
+    def follow(self, run: RunRecord) -> None:
+        """Narrowed to ``run``: learn its conversation and its task from its record as read now (a watch from a
+        later seq than its creation would not show them)."""
+        self._run_conversation_id = run.conversation_id
+        if run.task_id is not None:
+            self._run_tasks.put(run.task_id, run.run_id)
+
+    # ------------------------------------------------------------------------------------------ folding
+
+    def apply(self, seq: int, records: Iterable[Record]) -> list[str]:
+        """Fold the records of the commit ``seq``; return a plain line for each thing a person would notice."""
+        return self.fold(seq, records)[0]
+
+    def fold(self, seq: int, records: Iterable[Record]) -> tuple[list[str], list[Record]]:
+        """Fold the records of the commit ``seq``; return the plain lines, and the records that belong to this view
+        in their commit order. A run's records are folded first: a run names its task, which may come before it in
+        the commit (a retried run's new task)."""
+        records = list(records)
+        ordered = sorted(range(len(records)), key=lambda index: not isinstance(records[index], RunRecord))
+        lines: list[str] = []
+        matched: list[int] = []
+        for index in ordered:
+            record = records[index]
+            if self.matches(record):
+                matched.append(index)
+                lines.extend(self._apply(record))
+        self.seq = max(self.seq, seq)
+        return lines, [records[index] for index in sorted(matched)]
+
+    def matches(self, record: Record) -> bool:
+        """Whether ``record`` belongs to what this view shows."""
+        conversation_id = getattr(record, "conversation_id", None)
+        if self.conversation_id is not None and conversation_id != self.conversation_id:
+            return False
+        if self.run_id is None:
+            return True
+        if isinstance(record, RunRecord | OperationRecord | InteractionRecord | PartialRecord):
+            return record.run_id == self.run_id
+        if isinstance(record, EntryRecord):
+            return isinstance(record.data, dict) and record.data.get("run_id") == self.run_id
+        if isinstance(record, TaskRecord):
+            return self._run_of_task(record) == self.run_id
+        return isinstance(record, ConversationRecord) and self.shown_conversation() == record.conversation_id
+
+    def shown_conversation(self) -> str | None:
+        """The one conversation shown: the one named, or the run's; ``None`` for every conversation."""
+        if self.conversation_id is not None or self.run_id is None:
+            return self.conversation_id
+        run = self.runs.get(self.run_id)
+        return self._run_conversation_id if run is None else run.conversation_id
+
+    def _run_of_task(self, task: TaskRecord) -> str | None:
+        run_id = self._run_tasks.get(task.task_id)
+        if run_id is None and task.owner_task_id is not None:
+            run_id = self._run_tasks.get(task.owner_task_id)
+        if run_id is not None:
+            self._run_tasks.put(task.task_id, run_id)
+        return run_id
+
+    def _apply(self, record: Record) -> list[str]:
+        if isinstance(record, EntryRecord):
+            return self._entry(record)
+        if isinstance(record, PartialRecord):
+            return self._partial(record)
+        if isinstance(record, OperationRecord):
+            return self._operation(record)
+        if isinstance(record, RunRecord):
+            return self._run(record)
+        if isinstance(record, InteractionRecord):
+            return self._interaction(record)
+        if isinstance(record, TaskRecord):
+            self._run_of_task(record)
+            self.tasks.put(record.task_id, record)
+            return []
+        if isinstance(record, ConversationRecord):
+            self.conversations.put(record.conversation_id, record)
+            return []
+        return []
+
+    def _entry(self, entry: EntryRecord) -> list[str]:
+        held = self._entries.get(entry.conversation_id)
+        if held is None:
+            held = deque(maxlen=MAX_ENTRIES_PER_CONVERSATION)
+        held.append(entry)
+        self._entries.put(entry.conversation_id, held)
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.kind == USER_ENTRY:
+            return [f"user: {data.get('text', '')}"]
+        if entry.kind == ASSISTANT_ENTRY:
+            lines = [f"assistant: {data['text']}"] if data.get("text") else []
+            for call in data.get("tool_calls") or ():
+                lines.append(f"assistant calls {call.get('name')} {preview(call.get('arguments'))}")
+            return lines
+        if entry.kind == TOOL_RESULT_ENTRY:
+            self._results.put((str(data.get("run_id")), str(data.get("call_id"))), entry)
+            failed = " (error)" if data.get("is_error") else ""
+            return [f"tool {data.get('name')} result{failed}: {preview(data.get('content'))}"]
+        return [f"{entry.kind}: {preview(entry.data)}"]
+
+    def _partial(self, piece: PartialRecord) -> list[str]:
+        held = self.partials.get(piece.operation_id)
+        replaced = held is not None and piece.attempt > held.attempt and held.text
+        was_cut = held is not None and held.attempt == piece.attempt and held.cut_off
+        added = self.partials.feed(piece)
+        lines = [f"(attempt {held.attempt} replaced by attempt {piece.attempt})"] if replaced and held else []
+        if added:
+            lines.append(f"streaming: {added}")
+        now = self.partials.get(piece.operation_id)
+        if now is not None and now.cut_off and not was_cut:
+            lines.append(f"(cut off: attempt {now.attempt} stopped here; this is not an answer)")
+        return lines
+
+    def _operation(self, operation: OperationRecord) -> list[str]:
+        self.operations.put(operation.operation_id, operation)
+        if self.partials.settle(operation):
+            return [f"(cut off: attempt {operation.attempt} {operation.status}; this is not an answer)"]
+        if operation.kind == "tool" and operation.status == "started":
+            return [f"tool {operation.name} running"]
+        if operation.kind == "tool" and operation.status == "interrupted":
+            return [f"tool {operation.name} interrupted: its effect is unknown"]
+        return []
+
+    def _run(self, run: RunRecord) -> list[str]:
+        previous = self.runs.get(run.run_id)
+        self.runs.put(run.run_id, run)
+        if run.task_id is not None:
+            self._run_tasks.put(run.task_id, run.run_id)
+        if previous is not None and (previous.status, previous.reason) == (run.status, run.reason):
+            return []
+        line = f"run {run.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else "")
+        lines = [line]
+        if run.status == "completed" and run.answer is not None and previous is not None:
+            lines[0] += " with its answer"
+        lines.extend(f"  {command}" for command in self.attention_commands(run))
+        return lines
+
+    def _interaction(self, interaction: InteractionRecord) -> list[str]:
+        self.interactions.put(interaction.interaction_id, interaction)
+        if interaction.status == "open":
+            return [
+                f"{interaction.kind} {interaction.interaction_id} waits: {self._call_name(interaction)} "
+                f"{preview(interaction.args)}",
+                f"  {respond_command(self.db, interaction.interaction_id, approve=True)}",
+                f"  {respond_command(self.db, interaction.interaction_id, approve=False)}",
+            ]
+        verdict = "answered"
+        if interaction.answer is not None:
+            verdict = "approved" if interaction.answer.approve else "denied"
+        return [f"{interaction.kind} {interaction.interaction_id} {verdict}"]
+
+    def _call_name(self, interaction: InteractionRecord) -> str:
+        operation = self.operations.get(interaction.operation_id)
+        if operation is not None:
+            return operation.name
+        for entry in self.entries(interaction.conversation_id):
+            for call in self._calls_of(entry):
+                if call.operation_id == interaction.operation_id:
+                    return call.name
+        return "a tool"
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def entries(self, conversation_id: str) -> list[EntryRecord]:
+        """The transcript held for the conversation, oldest first."""
+        held = self._entries.get(conversation_id)
+        return [] if held is None else list(held)
+
+    def conversation_ids(self) -> list[str]:
+        """Every conversation seen, the most recently active last."""
+        seen: dict[str, int] = {}
+        for conversation in self.conversations.values():
+            seen[conversation.conversation_id] = conversation.seq
+        for run in self.runs.values():
+            seen[run.conversation_id] = max(seen.get(run.conversation_id, 0), run.seq)
+        for conversation_id in self._entries:
+            entries = self.entries(conversation_id)
+            if entries:
+                seen[conversation_id] = max(seen.get(conversation_id, 0), entries[-1].seq)
+        for stream in self.partials.streams():
+            seen[stream.conversation_id] = max(seen.get(stream.conversation_id, 0), stream.seq)
+        return sorted(seen, key=lambda conversation_id: seen[conversation_id])
+
+    def runs_of(self, conversation_id: str | None = None) -> list[RunRecord]:
+        """The runs held (of one conversation when given), in id order: the order they were submitted."""
+        runs = [run for run in self.runs.values() if conversation_id in (None, run.conversation_id)]
+        return sorted(runs, key=lambda run: run.run_id)
+
+    def tool_calls(self, entry: EntryRecord) -> list[ToolCallView]:
+        """The tool calls an assistant entry made, with their status and result."""
+        return self._calls_of(entry)
+
+    def _calls_of(self, entry: EntryRecord) -> list[ToolCallView]:
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.kind != ASSISTANT_ENTRY:
+            return []
+        run_id = str(data.get("run_id"))
+        views: list[ToolCallView] = []
+        for call in data.get("tool_calls") or ():
+            call_id = str(call.get("call_id"))
+            operation_id = tool_operation_id(run_id, data.get("turn"), call_id)
+            result = self._results.get((run_id, call_id))
+            result_data = result.data if result is not None and isinstance(result.data, dict) else None
+            views.append(
+                ToolCallView(
+                    call_id=call_id,
+                    name=str(call.get("name")),
+                    arguments=call.get("arguments"),
+                    operation_id=operation_id,
+                    status=self._call_status(operation_id, result_data),
+                    result=None if result_data is None else str(result_data.get("content", "")),
+                    is_error=bool(result_data and result_data.get("is_error")),
+                )
+            )
+        return views
+
+    def _call_status(self, operation_id: str | None, result: dict[str, Any] | None) -> str:
+        if result is not None:
+            return "error" if result.get("is_error") else "done"
+        operation = self.operations.get(operation_id) if operation_id is not None else None
+        if operation is not None:
+            if operation.status == "interrupted":
+                return "needs attention"
+            if operation.status == "started":
+                return "running"
+            return "error" if operation.status == "failed" or operation.is_error else "done"
+        for interaction in self.interactions.values():
+            if interaction.operation_id == operation_id:
+                if interaction.status == "open":
+                    return "waiting for approval"
+                if interaction.answer is not None and not interaction.answer.approve:
+                    return "denied"
+                return "approved"
+        return "requested"
+
+    def attention(self) -> list[Attention]:
+        """What waits for a person, with the command that answers it: open approvals and runs that need attention."""
+        found: list[Attention] = []
+        for interaction in sorted(self.interactions.values(), key=lambda i: i.interaction_id):
+            if interaction.status != "open":
+                continue
+            found.append(
+                Attention(
+                    run_id=interaction.run_id,
+                    conversation_id=interaction.conversation_id,
+                    what=f"{interaction.kind} {interaction.interaction_id}: {self._call_name(interaction)} "
+                    f"{preview(interaction.args)}",
+                    commands=(
+                        respond_command(self.db, interaction.interaction_id, approve=True),
+                        respond_command(self.db, interaction.interaction_id, approve=False),
+                    ),
+                )
+            )
+        for run in self.runs_of():
+            if run.status in ("needs_attention", "failed"):
+                why = f"run {run.run_id} {run.status}" + (f" ({run.reason})" if run.reason else "")
+                commands = tuple(self.attention_commands(run))
+                if commands and (run.status == "needs_attention" or self._latest_of_conversation(run)):
+                    found.append(Attention(run.run_id, run.conversation_id, why, commands))
+        return found
+
+    def _latest_of_conversation(self, run: RunRecord) -> bool:
+        return self.runs_of(run.conversation_id)[-1].run_id == run.run_id
+
+    def attention_commands(self, run: RunRecord) -> list[str]:
+        """The commands that settle a run stopped for a person."""
+        db = self.db
+        if run.status == "needs_attention" and run.reason == "tool_interrupted" and run.operation_id is not None:
+            return [
+                f"tether resolve --db {db} {run.operation_id} --output JSON   (check what the tool did first)",
+                f"tether cancel --db {db} {run.run_id}",
+            ]
+        if run.status == "needs_attention":
+            return [
+                f"start a worker that has {run.agent}@{run.version}: tether worker --db {db} --app MODULE:ATTR",
+                f"tether cancel --db {db} {run.run_id}",
+            ]
+        if run.status == "failed":
+            return [f"tether retry --db {db} {run.run_id}"]
+        return []
+
+    def task_tree(self, run: RunRecord) -> list[tuple[int, TaskRecord]]:
+        """The run's task and the tasks below it (tool tasks, approval tasks, ...) as (depth, record), depth first."""
+        if run.task_id is None:
+            return []
+        children: dict[str, list[TaskRecord]] = {}
+        for task in self.tasks.values():
+            if task.owner_task_id is not None:
+                children.setdefault(task.owner_task_id, []).append(task)
+        root = self.tasks.get(run.task_id)
+        if root is None:
+            return []
+        tree: list[tuple[int, TaskRecord]] = []
+        stack = [(0, root)]
+        while stack:
+            depth, task = stack.pop()
+            tree.append((depth, task))
+            below = sorted(children.get(task.task_id, ()), key=lambda t: t.task_id, reverse=True)
+            stack.extend((depth + 1, child) for child in below)
+        return tree
+
+    def unseen_waits(self, task: TaskRecord) -> list[tuple[str, InteractionRecord | None]]:
+        """What a waiting task waits on that has no record of its own here: the ``tether.approval`` task of an
+        interaction (the owner creates it with the interaction), or a task committed outside this view."""
+        if task.status != "waiting":
+            return []
+        by_task = {interaction.task_id: interaction for interaction in self.interactions.values()}
+        return [(task_id, by_task.get(task_id)) for task_id in task.on if task_id not in self.tasks]
+
+
+def tool_operation_id(run_id: str, turn: Any, call_id: str) -> str | None:
+    """The operation of a tool call of an assistant entry (as the run loop derives it), or ``None`` without a turn."""
+    if not isinstance(turn, int):
+        return None
+    return _derive_tool_operation_id(run_id, turn, call_id)
+
+
+def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:
+    return f"tether respond --db {db} {interaction_id} {'--approve' if approve else '--deny'}"
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """A value on one line: a string as is, anything else as compact JSON; cut with ``…`` past ``limit``."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,398 @@
+"""``tether watch``'s pure parts: the assembly of streamed text from partial records, the view folded from records,
+and its rendering (on a rich console of a fixed size, read back as text)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import attrs
+from rich.console import Console
+
+from actors._runs import tool_operation_id
+from protocol import (
+    EntryRecord,
+    InteractionAnswer,
+    InteractionRecord,
+    JsonValue,
+    OperationRecord,
+    PartialRecord,
+    RunRecord,
+    TaskOutcome,
+    TaskRecord,
+)
+from runtime._watch import json_line
+from runtime._watch_render import render
+from runtime._watch_view import MAX_ENTRIES_PER_CONVERSATION, MAX_STREAMS, PartialText, WatchView
+
+CONVERSATION = "c0000000-0000-7000-8000-000000000001"
+RUN = "r0000000-0000-7000-8000-000000000001"
+TASK = "t0000000-0000-7000-8000-000000000001"
+MODEL_OP = "m0000000-0000-7000-8000-000000000001"
+
+
+def piece(
+    offset: int, text: str, *, attempt: int = 1, status: str = "streaming", seq: int = 10, op: str = MODEL_OP
+) -> Any:
+    return PartialRecord(
+        operation_id=op,
+        run_id=RUN,
+        conversation_id=CONVERSATION,
+        attempt=attempt,
+        offset=offset,
+        text=text,
+        status=status,  # type: ignore[arg-type]
+        seq=seq,
+        created_at_ms=0,
+    )
+
+
+def operation(status: str, *, kind: str = "model", attempt: int = 1, op: str = MODEL_OP, name: str = "scripted") -> Any:
+    return OperationRecord(
+        operation_id=op,
+        run_id=RUN,
+        conversation_id=CONVERSATION,
+        task_id=TASK,
+        kind=kind,  # type: ignore[arg-type]
+        name=name,
+        version=1,
+        turn=1,
+        attempt=attempt,
+        digest="d",
+        status=status,  # type: ignore[arg-type]
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+
+
+def run(status: str, *, reason: str | None = None, operation_id: str | None = None, seq: int = 1) -> RunRecord:
+    return RunRecord(
+        run_id=RUN,
+        conversation_id=CONVERSATION,
+        agent="support",
+        version=1,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        operation_id=operation_id,
+        submission_id=RUN,
+        task_id=TASK,
+        seq=seq,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+
+
+def entry(position: int, kind: str, data: dict[str, Any], *, conversation_id: str = CONVERSATION) -> EntryRecord:
+    return EntryRecord(
+        entry_id=f"e{position}",
+        conversation_id=conversation_id,
+        position=position,
+        seq=position + 1,
+        kind=kind,
+        data=JsonValue(data),
+        created_at_ms=0,
+    )
+
+
+def task(task_id: str, kind: str, status: str, *, owner: str | None = None, on: tuple[str, ...] = ()) -> TaskRecord:
+    outcome = TaskOutcome(status="completed") if status == "terminal" else None
+    return TaskRecord(
+        task_id=task_id,
+        kind=kind,
+        version=1,
+        conversation_id=CONVERSATION,
+        owner_task_id=owner,
+        background=False,
+        abandon_on_restart=False,
+        status=status,  # type: ignore[arg-type]
+        phase=None,
+        on=on,
+        outcome=outcome,
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+
+
+def interaction(status: str, *, approve: bool | None = None) -> InteractionRecord:
+    tool_op = tool_operation_id(RUN, 1, "call-1")
+    answer = None if approve is None else InteractionAnswer(approve=approve, note=None, responded_by=None, at_ms=0)
+    return InteractionRecord(
+        interaction_id="i0000000-0000-7000-8000-000000000001",
+        run_id=RUN,
+        conversation_id=CONVERSATION,
+        operation_id=tool_op,
+        task_id="a0000000-0000-7000-8000-000000000001",
+        kind="approval",
+        status=status,  # type: ignore[arg-type]
+        args=JsonValue({"order_id": "A1"}),
+        digest="d",
+        answer=answer,
+        seq=7,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+
+
+def screen(view: WatchView, *, width: int = 120, height: int = 40) -> str:
+    console = Console(file=io.StringIO(), width=width, height=height, record=True, color_system=None)
+    console.print(render(view, console))
+    return console.export_text()
+
+
+# ------------------------------------------------------------------------------------------- PartialText
+
+
+def test_pieces_are_assembled_in_order_and_report_what_they_added() -> None:
+    text = PartialText()
+    assert text.feed(piece(0, "Your or")) == "Your or"
+    assert text.feed(piece(7, "der ")) == "der "
+    assert text.feed(piece(11, "shipped.")) == "shipped."
+    stream = text.get(MODEL_OP)
+    assert stream is not None and stream.text == "Your order shipped." and not stream.cut_off
+
+
+def test_a_piece_already_held_is_skipped_and_an_overlap_adds_only_its_new_characters() -> None:
+    text = PartialText()
+    text.feed(piece(0, "Hello, wor"))
+    assert text.feed(piece(0, "Hello")) == ""  # a repeat (e.g. a resubscription from an earlier seq)
+    assert text.feed(piece(7, "world!")) == "ld!"
+    stream = text.get(MODEL_OP)
+    assert stream is not None and stream.text == "Hello, world!"
+
+
+def test_a_later_attempt_replaces_the_earlier_ones_text_and_late_pieces_of_the_old_one_are_ignored() -> None:
+    text = PartialText()
+    text.feed(piece(0, "First try, cut"))
+    assert text.feed(piece(0, "Second", attempt=2)) == "Second"
+    assert text.feed(piece(14, " and more", attempt=1)) == ""
+    stream = text.get(MODEL_OP)
+    assert stream is not None and (stream.attempt, stream.text) == (2, "Second")
+
+
+def test_an_aborted_piece_marks_the_text_cut_off_and_a_retry_replaces_it() -> None:
+    text = PartialText()
+    text.feed(piece(0, "Half an ans"))
+    text.feed(piece(11, "wer", status="aborted"))
+    stream = text.get(MODEL_OP)
+    assert stream is not None and stream.cut_off and stream.text == "Half an answer"
+    text.feed(piece(0, "A whole answer.", attempt=2))
+    stream = text.get(MODEL_OP)
+    assert stream is not None and not stream.cut_off and stream.text == "A whole answer."
+
+
+def test_done_or_the_committed_result_forgets_the_text_and_a_failed_attempt_cuts_it_off() -> None:
+    text = PartialText()
+    text.feed(piece(0, "abc"))
+    text.feed(piece(3, "", status="done"))
+    assert text.get(MODEL_OP) is None
+    text.feed(piece(0, "abc", attempt=2))
+    assert text.settle(operation("failed", attempt=2)) is True
+    stream = text.get(MODEL_OP)
+    assert stream is not None and stream.cut_off
+    text.feed(piece(0, "xyz", attempt=3))
+    assert text.settle(operation("completed", attempt=3)) is False
+    assert text.get(MODEL_OP) is None
+
+
+def test_a_watch_that_starts_mid_stream_keeps_the_offset_of_what_it_holds() -> None:
+    text = PartialText()
+    assert text.feed(piece(40, "tail")) == "tail"
+    stream = text.get(MODEL_OP)
+    assert stream is not None and (stream.start, stream.end) == (40, 44)
+
+
+def test_the_text_held_and_the_streams_held_are_bounded() -> None:
+    text = PartialText(max_chars=10)
+    for offset in range(0, 100, 5):
+        text.feed(piece(offset, "abcde"))
+    stream = text.get(MODEL_OP)
+    assert stream is not None and stream.text == "abcdeabcde" and (stream.start, stream.end) == (90, 100)
+    assert text.feed(piece(95, "abcdeXY")) == "XY"  # offsets stay right after the head was dropped
+    many = PartialText()
+    for index in range(MAX_STREAMS + 10):
+        many.feed(piece(0, "x", op=f"op-{index}"))
+    assert len(many.streams()) == MAX_STREAMS
+    assert many.get("op-0") is None and many.get(f"op-{MAX_STREAMS + 9}") is not None
+
+
+# ---------------------------------------------------------------------------------------------- the view
+
+
+def approval_story() -> WatchView:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(2, [run("queued", seq=2)])
+    view.apply(
+        3,
+        [
+            entry(0, "tether.user", {"text": "where is A1", "run_id": RUN}),
+            task(TASK, "agent:support", "running"),
+            run("running", seq=3),
+        ],
+    )
+    view.apply(4, [piece(0, "Let me look", seq=4)])
+    assistant = {
+        "run_id": RUN,
+        "turn": 1,
+        "text": "",
+        "tool_calls": [{"call_id": "call-1", "name": "lookup", "arguments": {"order_id": "A1"}}],
+    }
+    view.apply(
+        5,
+        [
+            operation("completed"),
+            entry(1, "tether.assistant", assistant),
+            task("tool-1", "tool:lookup", "pending", owner=TASK),
+        ],
+    )
+    view.apply(
+        7,
+        [
+            interaction("open"),
+            task("tool-1", "tool:lookup", "waiting", owner=TASK, on=("a0000000-0000-7000-8000-000000000001",)),
+        ],
+    )
+    view.apply(8, [run("waiting", operation_id=tool_operation_id(RUN, 1, "call-1"), seq=8)])
+    return view
+
+
+def test_the_view_shows_an_open_approval_with_the_commands_that_answer_it() -> None:
+    view = approval_story()
+    [waiting] = view.attention()
+    assert waiting.commands == (
+        "tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --approve",
+        "tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --deny",
+    )
+    [assistant] = [e for e in view.entries(CONVERSATION) if e.kind == "tether.assistant"]
+    [call] = view.tool_calls(assistant)
+    assert (call.name, call.arguments, call.status) == ("lookup", {"order_id": "A1"}, "waiting for approval")
+    assert view.partials.get(MODEL_OP) is None  # the committed result replaced the streamed text
+    text = screen(view)
+    assert "waiting for you" in text and "approval i0000000-0000-7000-8000-000000000001: lookup" in text
+    assert "tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --approve" in text
+    assert "you: where is A1" in text and 'tool lookup {"order_id":"A1"}  waiting for approval' in text
+    assert "tether.approval" in text and "tool:lookup" in text and "agent:support" in text
+
+
+def test_the_answer_the_result_and_the_settled_run_replace_what_waited() -> None:
+    view = approval_story()
+    view.apply(9, [interaction("answered", approve=True)])
+    result = {
+        "run_id": RUN,
+        "operation_id": "x",
+        "call_id": "call-1",
+        "name": "lookup",
+        "content": '{"status": "shipped"}',
+        "is_error": False,
+    }
+    view.apply(12, [entry(2, "tether.tool_result", result)])
+    view.apply(14, [piece(0, "Your order ", seq=14, op="m2")])
+    streaming = screen(view)
+    assert "assistant (streaming, attempt 1): Your order" in streaming
+    view.apply(
+        15,
+        [
+            operation("completed", op="m2"),
+            entry(3, "tether.assistant", {"run_id": RUN, "turn": 2, "text": "Your order shipped.", "tool_calls": []}),
+            run("completed", seq=15),
+        ],
+    )
+    assert view.attention() == []
+    text = screen(view)
+    assert "waiting for you" not in text and "streaming" not in text
+    assert "done" in text and '{"status": "shipped"}' in text and "assistant: Your order shipped." in text
+
+
+def test_a_cut_off_stream_is_shown_as_such_never_as_an_answer() -> None:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(3, [run("running", seq=3)])
+    lines = view.apply(4, [piece(0, "Half an answ", status="aborted", seq=4)])
+    assert lines[-1] == "(cut off: attempt 1 stopped here; this is not an answer)"
+    text = screen(view)
+    assert "assistant (attempt 1, cut off): Half an answ" in text and "cut off here: not an answer" in text
+    assert "assistant: Half" not in text
+
+
+def test_needs_attention_and_failed_runs_give_the_command_that_settles_them() -> None:
+    view = WatchView("db.sqlite")
+    view.apply(5, [run("needs_attention", reason="tool_interrupted", operation_id="op-9")])
+    [item] = view.attention()
+    assert item.commands[0].startswith("tether resolve --db db.sqlite op-9 --output JSON")
+    view.apply(6, [run("failed", reason="model_error", seq=6)])
+    [item] = view.attention()
+    assert item.commands == (f"tether retry --db db.sqlite {RUN}",)
+    assert f"tether retry --db db.sqlite {RUN}" in screen(view)
+
+
+def test_a_run_view_keeps_only_that_runs_records_and_its_task_tree() -> None:
+    view = WatchView("tether.db", run_id=RUN)
+    other_run = "r0000000-0000-7000-8000-000000000002"
+    view.follow(run("running"))
+    view.apply(
+        3,
+        [
+            entry(0, "tether.user", {"text": "mine", "run_id": RUN}),
+            entry(1, "tether.user", {"text": "theirs", "run_id": other_run}),
+        ],
+    )
+    view.apply(
+        4,
+        [
+            task(TASK, "agent:support", "running"),
+            task("other-task", "agent:support", "running"),
+            task("tool-1", "tool:lookup", "running", owner=TASK),
+        ],
+    )
+    assert [e.data for e in view.entries(CONVERSATION)] == [{"text": "mine", "run_id": RUN}]
+    assert set(view.tasks) == {TASK, "tool-1"}
+    assert [(depth, t.task_id) for depth, t in view.task_tree(run("running"))] == [(0, TASK), (1, "tool-1")]
+
+
+def test_the_compact_view_has_a_line_per_conversation() -> None:
+    view = WatchView("tether.db")
+    second = "c0000000-0000-7000-8000-000000000002"
+    view.apply(2, [entry(0, "tether.user", {"text": "first question", "run_id": RUN})])
+    view.apply(3, [entry(0, "tether.user", {"text": "second question", "run_id": "x"}, conversation_id=second)])
+    view.apply(4, [run("running", seq=4)])
+    text = screen(view)
+    assert CONVERSATION in text and second in text and "first question" in text and "second question" in text
+
+
+def test_the_transcript_is_bounded_and_shows_its_newest_lines_in_the_height() -> None:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    for position in range(MAX_ENTRIES_PER_CONVERSATION + 50):
+        view.apply(position + 1, [entry(position, "tether.user", {"text": f"message {position}", "run_id": RUN})])
+    held = view.entries(CONVERSATION)
+    assert len(held) == MAX_ENTRIES_PER_CONVERSATION and held[-1].position == MAX_ENTRIES_PER_CONVERSATION + 49
+    text = screen(view, height=20)
+    assert f"message {MAX_ENTRIES_PER_CONVERSATION + 49}" in text and "earlier lines" in text
+    assert len(text.rstrip("\n").splitlines()) <= 20
+
+
+def test_a_json_line_has_the_records_fields_its_kind_and_its_commits_seq() -> None:
+    line = json_line(entry(0, "tether.user", {"text": "hi"}), 42)
+    assert line == (
+        '{"entry_id": "e0", "conversation_id": "' + CONVERSATION + '", "position": 0, "seq": 42, '
+        '"kind": "tether.user", "data": {"text": "hi"}, "created_at_ms": 0, "record": "entry"}'
+    )
+
+
+def test_the_header_says_when_the_owner_is_out_of_reach() -> None:
+    view = approval_story()
+    console = Console(file=io.StringIO(), width=120, height=40, record=True, color_system=None)
+    console.print(render(view, console, connected=False))
+    text = console.export_text()
+    assert "seq 8  (owner unreachable: reconnecting)" in text
+    assert "owner unreachable" not in screen(view)
+
+
+def test_a_retried_runs_new_task_joins_the_run_view_though_it_comes_before_the_run_in_its_commit() -> None:
+    view = WatchView("tether.db", run_id=RUN)
+    view.follow(run("failed"))
+    retried = attrs.evolve(run("pending", seq=20), task_id="t-retry")
+    _, records = view.fold(20, [task("t-retry", "agent:support", "pending"), retried])
+    assert [type(record).__name__ for record in records] == ["TaskRecord", "RunRecord"]  # commit order kept
+    _, records = view.fold(21, [task("tool-9", "tool:lookup", "pending", owner="t-retry")])
+    assert len(records) == 1
+    assert [t.task_id for _, t in view.task_tree(retried)] == ["t-retry", "tool-9"]
