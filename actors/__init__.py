@@ -4,6 +4,7 @@
 """
 
 from protocol import (
+    Budget,
     Change,
     Conflict,
     ConnectionLost,
@@ -16,6 +17,7 @@ from protocol import (
     InteractionAnswer,
     InteractionRecord,
     InvalidRequest,
+    ModelPrice,
     NotAllowed,
     NotFound,
     OperationRecord,
@@ -78,6 +80,7 @@ __all__ = [
     "AppLoadError",
     "AssistantMessage",
     "AssistantTurn",
+    "Budget",
     "Change",
     "Client",
     "Conflict",
@@ -97,6 +100,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelError",
+    "ModelPrice",
     "ModelRequest",
     "NotAllowed",
     "NotFound",
