@@ -5,6 +5,7 @@
 
 from protocol import (
     Budget,
+    BudgetExceeded,
     Change,
     Conflict,
     ConnectionLost,
@@ -81,6 +82,7 @@ __all__ = [
     "AssistantMessage",
     "AssistantTurn",
     "Budget",
+    "BudgetExceeded",
     "Change",
     "Client",
     "Conflict",

@@ -138,13 +138,17 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- public API
 
-    async def create_conversation(self, conversation_id: str | None = None, *, agent: str | None = None) -> str:
+    async def create_conversation(
+        self, conversation_id: str | None = None, *, agent: str | None = None, owner_task_id: str | None = None
+    ) -> str:
         """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable.
 
-        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run.
+        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run. With
+        ``owner_task_id``, a live task owns it (a subagent's transcript): aborting the task aborts its runs, and their
+        usage counts toward that task's tree.
         """
         async with self.commit() as tx:
-            conversation_id = tx.create_conversation(conversation_id, agent=agent)
+            conversation_id = tx.create_conversation(conversation_id, agent=agent, owner_task_id=owner_task_id)
         return conversation_id
 
     async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:

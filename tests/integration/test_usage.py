@@ -179,3 +179,18 @@ async def test_bad_prices_and_budgets_exit_1_and_change_nothing(manual_owner: Ow
         await tether_json("budget", "--db", db, "--conversation", conversation_id, "--max-cost", "2.5")
         cleared = await tether_json("budget", "--db", db, "--conversation", conversation_id, "--clear")
         assert row(cleared, "conversation")["budget"] is None
+
+
+async def test_a_task_owned_conversation_shows_the_tree_it_counts_toward(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(db) as client:
+            parent = await client.create_conversation()
+            task_id = await client.create_task("research.plan", {}, conversation_id=parent)
+            conversation_id = await client.create_conversation(agent="support", owner_task_id=task_id)
+            assert (await client.conversation(conversation_id)).owner_task_id == task_id
+        await tether_json("budget", "--db", db, "--task", task_id, "--max-cost", "4")
+        shown = await tether_json("usage", "--db", db, "--conversation", conversation_id)
+        tree = row(shown, "tree", task_id)
+        assert (tree["input_tokens"], tree["cost"]) == (0, None)
+        assert tree["budget"] == {"max_tokens": None, "max_cost": 4.0}

@@ -335,3 +335,28 @@ def test_bad_budgets_are_refused_and_change_nothing(sim: RunSim, fields: dict[st
     request = SetBudget(**{"scope": "conversation", "key": conversation_id, **fields})  # type: ignore[arg-type]
     assert error_code(sim.request(sim.client, request)) == code
     assert totals(sim, "conversation", conversation_id).budgets == (kept,)
+
+
+def test_the_price_table_is_bounded(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("storage_owner.core._usage.MAX_PRICED_MODELS", 3)
+    table = tuple(ModelPrice(model=f"m{n}", input_per_mtok=1.0, output_per_mtok=1.0) for n in range(3))
+    expect(set_prices(sim, *table), PricesReply)
+    one_more = ModelPrice(model="m3", input_per_mtok=1.0, output_per_mtok=1.0)
+    assert error_code(set_prices(sim, one_more)) == ErrorCode.INVALID
+    # Replacing a price, or one in and one out, stays within the bound.
+    expect(set_prices(sim, one_more, remove=("m0",)), PricesReply)
+    assert [price.model for price in prices(sim)] == ["m1", "m2", "m3"]
+
+
+def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("storage_owner.core._usage.MAX_CACHED_ROOTS", 2)
+    accounting = sim.core.runs.accounting
+    _, parent_task, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, parent_task)
+    sub_conversation = fresh_id()
+    tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
+    sub_task = sim.run(sim.start_run(sub_conversation)).task_id
+    assert sub_task is not None
+    for _ in range(3):
+        assert [accounting.tree_root(task) for task in (parent_task, tool_id, sub_task)] == [parent_task] * 3
+        assert len(accounting._roots) <= 2
