@@ -545,8 +545,10 @@ class OwnerCore:
             if guarded:
                 store.rollback_savepoint()
             self.tasks.rollback()
-            if isinstance(refusal, BudgetRefusal) and request.lease is not None:
-                self._end_over_budget(request.lease, refusal, now_ms)
+            if isinstance(refusal, BudgetRefusal) and not self._end_over_budget(request.lease, refusal, now_ms):
+                # Nothing ended the lease (not the run task's, or its abort handler's): a plain refusal, which the
+                # phase meets as an error, as it would any other.
+                raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
             raise
         self.tasks.commit()
         if guarded:
@@ -792,11 +794,12 @@ class OwnerCore:
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
         self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
 
-    def _end_over_budget(self, lease: LeaseRef, refusal: BudgetRefusal, now_ms: int) -> None:
+    def _end_over_budget(self, lease: LeaseRef | None, refusal: BudgetRefusal, now_ms: int) -> bool:
         """A run's model request was refused for its budget (``_usage`` rule 4): its task ends ``failed``
-        (``budget_exceeded``) in a commit of its own, in place of the refused one, which ends the phase's lease."""
-        if lease.task_id != refusal.task_id:
-            return  # not under the run task's lease: the refusal alone
+        (``budget_exceeded``) in a commit of its own, in place of the refused one, which ends the phase's lease.
+        Whether it did (not under another task's lease, nor an abort handler's)."""
+        if lease is None or lease.task_id != refusal.task_id:
+            return False
         seq = self._head_seq + 1
         self._store.savepoint()
         self.tasks.begin()
@@ -807,7 +810,7 @@ class OwnerCore:
         except Refusal:  # an abort handler's lease: it ends as it was going to
             self._store.rollback_savepoint()
             self.tasks.rollback()
-            return
+            return False
         self.tasks.commit()
         self._store.release_savepoint()
         self.runs.tasks_changed((record,))
@@ -816,23 +819,18 @@ class OwnerCore:
         self._store.log_commit(logged, frozenset(touched))
         self._head_seq = seq
         self._fan_out(logged, touched)
+        return True
 
     def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
         self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
 
     def _on_set_prices(self, peer: PeerId, call_id: int, request: SetPrices, now_ms: int) -> None:
         """Settings, not history: a price change takes no seq (results committed from now on use it)."""
-        accounting = self.runs.accounting
-        accounting.set_prices(request)
-        self._reply(
-            peer, call_id, PricesReply(prices=tuple(accounting.prices[key] for key in sorted(accounting.prices)))
-        )
+        self.runs.accounting.set_prices(request)
+        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
 
     def _on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> None:
-        accounting = self.runs.accounting
-        self._reply(
-            peer, call_id, PricesReply(prices=tuple(accounting.prices[key] for key in sorted(accounting.prices)))
-        )
+        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
 
     def _on_set_budget(self, peer: PeerId, call_id: int, request: SetBudget, now_ms: int) -> None:
         """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""

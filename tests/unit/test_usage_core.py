@@ -13,6 +13,7 @@ import pytest
 from protocol import (
     Budget,
     BudgetReply,
+    CancelRun,
     Committed,
     CreateConversation,
     CreateTask,
@@ -21,6 +22,7 @@ from protocol import (
     FinishOperation,
     JsonValue,
     ModelPrice,
+    Ok,
     OperationReply,
     PricesReply,
     ReadOperation,
@@ -39,7 +41,7 @@ from protocol import (
 )
 from storage_owner.core._usage import cost_of
 from tests.unit.test_runs_core import RunSim, leased_run, model_intent, tool_intent
-from tests.unit.test_tasks_core import Worker, completed, error_code, expect, fresh_id
+from tests.unit.test_tasks_core import Worker, completed, ended, error_code, expect, fresh_id
 
 GPT = ModelPrice(model="scripted", input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
 
@@ -360,3 +362,23 @@ def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, mo
     for _ in range(3):
         assert [accounting.tree_root(task) for task in (parent_task, tool_id, sub_task)] == [parent_task] * 3
         assert len(accounting._roots) <= 2
+
+
+def test_a_model_request_past_budget_under_a_lease_the_owner_cannot_end_is_only_refused(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, task_id)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=0)), BudgetReply)
+    head = sim.core.head_seq
+    # Under a tool task's lease (not the run's): refused like any bad write, and nothing ends.
+    assert error_code(tools.commit(tool_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and tools.holds(tool_id)
+    assert sim.run(run_id).status == "running"
+    # An abort handler's lease: its phase cannot end failed, so the refusal alone (the handler ends as it will).
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    expect(tools.release(tool_id), Ok)
+    tools.ok(tool_id, ended(tool_id, "aborted"))
+    assert worker.holds(task_id) and worker.lease(task_id).mode == "abort"
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
+    worker.ok(task_id, ended(task_id, "aborted"))
+    assert sim.run(run_id).status == "cancelled"
