@@ -1025,7 +1025,7 @@ class InteractionsReply:
 
 @attrs.frozen(kw_only=True)
 class UsageTotal:
-    """Usage accounted to one conversation or one model (``key``)."""
+    """Usage accounted to one conversation, one model or one task tree (``key``: its root task)."""
 
     scope: Literal["conversation", "model", "tree"]
     key: str
