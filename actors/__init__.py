@@ -4,6 +4,8 @@
 """
 
 from protocol import (
+    Budget,
+    BudgetExceeded,
     Change,
     Conflict,
     ConnectionLost,
@@ -16,6 +18,7 @@ from protocol import (
     InteractionAnswer,
     InteractionRecord,
     InvalidRequest,
+    ModelPrice,
     NotAllowed,
     NotFound,
     OperationRecord,
@@ -79,6 +82,8 @@ __all__ = [
     "AppLoadError",
     "AssistantMessage",
     "AssistantTurn",
+    "Budget",
+    "BudgetExceeded",
     "Change",
     "Client",
     "Conflict",
@@ -98,6 +103,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelError",
+    "ModelPrice",
     "ModelRequest",
     "NotAllowed",
     "NotFound",

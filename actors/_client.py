@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -22,6 +22,8 @@ from protocol import (
     AdvanceClock,
     Announce,
     AppendEntry,
+    Budget,
+    BudgetReply,
     CancelRun,
     ClockReply,
     Commit,
@@ -38,6 +40,7 @@ from protocol import (
     InteractionRecord,
     InteractionReply,
     InteractionsReply,
+    ModelPrice,
     Ok,
     OperationRecord,
     OperationReply,
@@ -48,6 +51,7 @@ from protocol import (
     PeersReply,
     Ping,
     Pong,
+    PricesReply,
     PutDocument,
     ReadConversation,
     ReadDocument,
@@ -56,12 +60,14 @@ from protocol import (
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
+    ReadPrices,
     ReadRun,
     ReadRuns,
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
+    ReadUsageTotals,
     Request,
     Resolve,
     Respond,
@@ -70,6 +76,8 @@ from protocol import (
     RunReply,
     RunsReply,
     RunUsage,
+    SetBudget,
+    SetPrices,
     SubmissionRecord,
     SubmissionReply,
     Submit,
@@ -81,6 +89,8 @@ from protocol import (
     TaskReply,
     UsageError,
     UsageReply,
+    UsageTotal,
+    UsageTotalsReply,
     WaitRun,
     WaitTask,
     Welcome,
@@ -128,13 +138,17 @@ class Client:
 
     # ------------------------------------------------------------------------------------------- public API
 
-    async def create_conversation(self, conversation_id: str | None = None, *, agent: str | None = None) -> str:
+    async def create_conversation(
+        self, conversation_id: str | None = None, *, agent: str | None = None, owner_task_id: str | None = None
+    ) -> str:
         """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable.
 
-        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run.
+        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run. With
+        ``owner_task_id``, a live task owns it (a subagent's transcript): aborting the task aborts its runs, and their
+        usage counts toward that task's tree.
         """
         async with self.commit() as tx:
-            conversation_id = tx.create_conversation(conversation_id, agent=agent)
+            conversation_id = tx.create_conversation(conversation_id, agent=agent, owner_task_id=owner_task_id)
         return conversation_id
 
     async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:
@@ -469,6 +483,55 @@ class Client:
         each model's (keyed by model). :class:`~protocol.NotFound` for a conversation that does not exist."""
         reply = await self.connection.call(ReadUsage(conversation_id=conversation_id), UsageReply)
         return {total.key: total.usage for total in reply.totals}
+
+    async def usage_totals(
+        self, scope: Literal["model", "conversation", "tree"], key: str | None = None
+    ) -> tuple[list[UsageTotal], list[Budget]]:
+        """Usage totals of ``scope`` (every model's, conversation's or task tree's; or the one ``key`` names, zero when
+        it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the budgets set on
+        them. Reads page by page."""
+        totals: list[UsageTotal] = []
+        budgets: list[Budget] = []
+        after: str | None = None
+        while True:
+            request = ReadUsageTotals(scope=scope, key=key, after_key=after, limit=RUNS_PAGE)
+            reply = await self.connection.call(request, UsageTotalsReply)
+            totals.extend(reply.totals)
+            budgets.extend(reply.budgets)
+            if reply.next_after_key is None:
+                return totals, budgets
+            after = reply.next_after_key
+
+    async def prices(self) -> list[ModelPrice]:
+        """The price table (per model, per million tokens), by model."""
+        return list((await self.connection.call(ReadPrices(), PricesReply)).prices)
+
+    async def set_prices(self, prices: Iterable[ModelPrice] = (), *, remove: Iterable[str] = ()) -> list[ModelPrice]:
+        """Set (or replace) these models' prices and drop those in ``remove``, all at once or not at all (a bad price:
+        :class:`~protocol.InvalidRequest`, nothing changed); the whole table after. Results committed from now on are
+        costed with it; committed costs never change."""
+        request = SetPrices(prices=tuple(prices), remove=tuple(remove))
+        return list((await self.connection.call(request, PricesReply)).prices)
+
+    async def set_budget(
+        self,
+        *,
+        conversation_id: str | None = None,
+        task_id: str | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+    ) -> Budget | None:
+        """Set the budget of a conversation, or of the task tree ``task_id`` belongs to (kept under its root task);
+        without ``max_tokens`` and ``max_cost`` remove it. A run's model request past it ends the run ``failed``
+        (``budget_exceeded``) before the model is called. Returns the budget as stored (``None``: removed)."""
+        if (conversation_id is None) == (task_id is None):
+            raise UsageError("set_budget() needs exactly one of conversation_id=ID or task_id=ID")
+        if conversation_id is not None:
+            request = SetBudget(scope="conversation", key=conversation_id, max_tokens=max_tokens, max_cost=max_cost)
+        else:
+            assert task_id is not None
+            request = SetBudget(scope="tree", key=task_id, max_tokens=max_tokens, max_cost=max_cost)
+        return (await self.connection.call(request, BudgetReply)).budget
 
     # ---------------------------------------------------------------------------------------------- peers
 

@@ -12,7 +12,9 @@ Errors cross the wire as an :class:`ErrorCode` plus a message, never as exceptio
     │   ├── Duplicate
     │   ├── Conflict
     │   ├── InvalidRequest
-    │   └── NotAllowed
+    │   ├── NotAllowed
+    │   └── StaleLease
+    │       └── BudgetExceeded
     ├── StorageError           the database failed; the owner fails closed
     ├── SchemaTooNew           the database was written by a newer engine
     ├── OwnerAlreadyRunning    another live owner holds the database
@@ -52,6 +54,9 @@ class ErrorCode(enum.StrEnum):
     """A commit under a lease the owner has since given to someone else (or ended); nothing was written."""
     STORAGE_FAILED = "storage_failed"
     """The database failed; the owner is failing closed and will exit."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """A run's model request would start past its conversation's or task tree's budget: nothing of the commit was
+    written, and the owner ended the run's task ``failed`` (reason ``budget_exceeded``), which ends the lease."""
     SHUTTING_DOWN = "shutting_down"
     """The owner is stopping and did not take the request."""
 
@@ -130,6 +135,11 @@ class StaleLease(RequestFailed):
     """The commit's lease is no longer valid: the task was given to another worker, aborted or ended."""
 
 
+class BudgetExceeded(StaleLease):
+    """The run's budget is spent: the owner refused the model request and ended the run ``failed``
+    (``budget_exceeded``); the phase's lease ended with it, as a stale lease's does."""
+
+
 class StorageError(TetherError):
     """The database failed. The owner fails closed: it exits and recovers from the committed state."""
 
@@ -158,6 +168,7 @@ _REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
     ErrorCode.READ_ONLY: NotAllowed,
     ErrorCode.NOT_ALLOWED: NotAllowed,
     ErrorCode.STALE_LEASE: StaleLease,
+    ErrorCode.BUDGET_EXCEEDED: BudgetExceeded,
 }
 
 

@@ -259,12 +259,13 @@ BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_fa
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
 OutcomeReason: TypeAlias = Literal[
-    FaultReason, BlockedReason, "restart", "model_retries_exhausted", "max_turns", "model_error"
+    FaultReason, BlockedReason, "restart", "model_retries_exhausted", "max_turns", "model_error", "budget_exceeded"
 ]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
 model request was cut off past its last attempt; ``max_turns`` and ``model_error`` for a run that its worker failed
-(the agent's turn limit reached, a final model error or the last attempt's)."""
+(the agent's turn limit reached, a final model error or the last attempt's); ``budget_exceeded`` for a run's task
+that the owner ended instead of starting a model request past its conversation's or task tree's budget."""
 
 
 def phase_of(checkpoint: object) -> str | None:
@@ -775,6 +776,73 @@ class ReadUsage:
 
 
 @attrs.frozen(kw_only=True)
+class ModelPrice:
+    """A model's price per million tokens. ``cached_input_per_mtok`` prices the cached part of the input (the input
+    price when ``None``); ``reasoning_per_mtok`` the reasoning part of the output (the output price when ``None``)."""
+
+    model: str
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+    reasoning_per_mtok: float | None = None
+
+
+BudgetScope: TypeAlias = Literal["conversation", "tree"]
+
+
+@attrs.frozen(kw_only=True)
+class Budget:
+    """A limit on the usage of one conversation or one task tree (``key``: the conversation id, or the tree's root
+    task id): no model request starts once the usage has reached ``max_tokens`` (input + output) or ``max_cost``."""
+
+    scope: BudgetScope
+    key: str
+    max_tokens: int | None = None
+    max_cost: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ReadUsageTotals:
+    """A page of usage totals of one scope in key order: every model's, conversation's or task tree's, or the one
+    ``key`` names (for ``tree``, any task id: the total is its tree's, keyed by the root task id)."""
+
+    TYPE: ClassVar[str] = "read_usage_totals"
+    scope: Literal["model", "conversation", "tree"]
+    key: str | None = None
+    after_key: str | None = None
+    limit: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class SetPrices:
+    """Set (or replace) the price of each model in ``prices`` and drop the prices of the models in ``remove``, all
+    at once or not at all; writers only. Prices apply to results committed from then on."""
+
+    TYPE: ClassVar[str] = "set_prices"
+    prices: tuple[ModelPrice, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ReadPrices:
+    """The price table."""
+
+    TYPE: ClassVar[str] = "read_prices"
+
+
+@attrs.frozen(kw_only=True)
+class SetBudget:
+    """Set the budget of a conversation or task tree (``key``: a conversation id, or any task of the tree: the
+    budget is kept under its root); ``max_tokens`` and ``max_cost`` both ``None`` remove it. Writers only."""
+
+    TYPE: ClassVar[str] = "set_budget"
+    scope: BudgetScope
+    key: str
+    max_tokens: int | None = None
+    max_cost: float | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Resolve:
     """Settle an interrupted manual tool call with ``output`` (its result the model sees); writers only."""
 
@@ -957,9 +1025,9 @@ class InteractionsReply:
 
 @attrs.frozen(kw_only=True)
 class UsageTotal:
-    """Usage accounted to one conversation or one model (``key``)."""
+    """Usage accounted to one conversation, one model or one task tree (``key``: its root task)."""
 
-    scope: Literal["conversation", "model"]
+    scope: Literal["conversation", "model", "tree"]
     key: str
     usage: RunUsage
 
@@ -968,6 +1036,34 @@ class UsageTotal:
 class UsageReply:
     TYPE: ClassVar[str] = "usage"
     totals: tuple[UsageTotal, ...]
+
+
+@attrs.frozen(kw_only=True)
+class UsageTotalsReply:
+    """A page of totals with the budgets set on their keys; ``next_after_key`` continues it (``None``: the last)."""
+
+    TYPE: ClassVar[str] = "usage_totals"
+    totals: tuple[UsageTotal, ...]
+    budgets: tuple[Budget, ...] = ()
+    next_after_key: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PricesReply:
+    """The whole price table, by model."""
+
+    TYPE: ClassVar[str] = "prices"
+    prices: tuple[ModelPrice, ...]
+
+
+@attrs.frozen(kw_only=True)
+class BudgetReply:
+    """The budget as stored now (``None``: none is set)."""
+
+    TYPE: ClassVar[str] = "budget"
+    scope: BudgetScope
+    key: str
+    budget: Budget | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -1078,6 +1174,10 @@ Request: TypeAlias = (
     | ReadOperations
     | ReadOperation
     | ReadUsage
+    | ReadUsageTotals
+    | SetPrices
+    | ReadPrices
+    | SetBudget
     | Resolve
     | Respond
     | RetryRun
@@ -1102,6 +1202,9 @@ Reply: TypeAlias = (
     | RunsReply
     | OperationsReply
     | UsageReply
+    | UsageTotalsReply
+    | PricesReply
+    | BudgetReply
     | OperationReply
     | InteractionReply
     | InteractionsReply
@@ -1135,6 +1238,10 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadOperations,
     ReadOperation,
     ReadUsage,
+    ReadUsageTotals,
+    SetPrices,
+    ReadPrices,
+    SetBudget,
     Resolve,
     Respond,
     RetryRun,
@@ -1159,6 +1266,9 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     RunsReply,
     OperationsReply,
     UsageReply,
+    UsageTotalsReply,
+    PricesReply,
+    BudgetReply,
     OperationReply,
     InteractionReply,
     InteractionsReply,

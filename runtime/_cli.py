@@ -28,6 +28,7 @@ from ._parent import watch_parent
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
+USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 
 DEFAULT_APP: Final = "runtime.demo_app:app"
 EXIT_OK: Final = 0
@@ -428,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_runs_commands(commands)
+    from ._usage import add_usage_commands
+
+    add_usage_commands(commands)
     for command in (owner, up):
         command.add_argument(
             "--max-concurrent-runs",
@@ -472,6 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _runs_command(args)
         if args.command == "watch":
             return _watch(args)
+        if args.command in USAGE_COMMANDS:
+            from ._usage import run_usage_command
+
+            run_usage_command(args, partial(print, flush=True))
+            return EXIT_OK
         if args.command == "stop":
             from ._status import stop
 

@@ -71,6 +71,7 @@ from protocol import (
     PeersReply,
     Ping,
     Pong,
+    PricesReply,
     PutDocument,
     ReadConversation,
     ReadDocument,
@@ -80,12 +81,14 @@ from protocol import (
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
+    ReadPrices,
     ReadRun,
     ReadRuns,
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
+    ReadUsageTotals,
     Received,
     Record,
     Refused,
@@ -97,6 +100,8 @@ from protocol import (
     RunRecord,
     RunReply,
     RunsReply,
+    SetBudget,
+    SetPrices,
     SetTaskState,
     StartOperation,
     SubmissionRecord,
@@ -130,6 +135,7 @@ from ._checks import (
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
+from ._usage import BudgetRefusal
 
 PeerId = int
 Output = tuple[PeerId, int | None, Frame]
@@ -260,13 +266,17 @@ class OwnerCore:
             ReadOperations: self._on_read_operations,
             ReadOperation: self._on_read_operation,
             ReadUsage: self._on_read_usage,
+            ReadUsageTotals: self._on_read_usage_totals,
+            SetPrices: self._on_set_prices,
+            ReadPrices: self._on_read_prices,
+            SetBudget: self._on_set_budget,
             Resolve: self._on_resolve,
             Respond: self._on_respond,
             RetryRun: self._on_retry_run,
             ReadInteractions: self._on_read_interactions,
         }
         self._writes: frozenset[type[Any]] = frozenset(
-            {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun}
+            {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun, SetPrices, SetBudget}
         )
 
     # ------------------------------------------------------------------------------------------ inspection
@@ -531,10 +541,14 @@ class OwnerCore:
             records.extend(runs_changed.values())
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
-        except Refusal:  # undo this request alone (rule 1), then let handle() answer it
+        except Refusal as refusal:  # undo this request alone (rule 1), then let handle() answer it
             if guarded:
                 store.rollback_savepoint()
             self.tasks.rollback()
+            if isinstance(refusal, BudgetRefusal) and not self._end_over_budget(request.lease, refusal, now_ms):
+                # Nothing ended the lease (not the run task's, or its abort handler's): a plain refusal, which the
+                # phase meets as an error, as it would any other.
+                raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
             raise
         self.tasks.commit()
         if guarded:
@@ -779,6 +793,48 @@ class OwnerCore:
             found = self._store.usage("conversation", request.conversation_id)
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
         self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
+
+    def _end_over_budget(self, lease: LeaseRef | None, refusal: BudgetRefusal, now_ms: int) -> bool:
+        """A run's model request was refused for its budget (``_usage`` rule 4): its task ends ``failed``
+        (``budget_exceeded``) in a commit of its own, in place of the refused one, which ends the phase's lease.
+        Whether it did (not under another task's lease, nor an abort handler's)."""
+        if lease is None or lease.task_id != refusal.task_id:
+            return False
+        seq = self._head_seq + 1
+        self._store.savepoint()
+        self.tasks.begin()
+        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.message)
+        end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
+        try:
+            record = self.tasks.set_state(end, lease, seq, now_ms, "budget")
+        except Refusal:  # an abort handler's lease: it ends as it was going to
+            self._store.rollback_savepoint()
+            self.tasks.rollback()
+            return False
+        self.tasks.commit()
+        self._store.release_savepoint()
+        self.runs.tasks_changed((record,))
+        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
+        touched = {record.conversation_id}
+        self._store.log_commit(logged, frozenset(touched))
+        self._head_seq = seq
+        self._fan_out(logged, touched)
+        return True
+
+    def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
+        self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
+
+    def _on_set_prices(self, peer: PeerId, call_id: int, request: SetPrices, now_ms: int) -> None:
+        """Settings, not history: a price change takes no seq (results committed from now on use it)."""
+        self.runs.accounting.set_prices(request)
+        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
+
+    def _on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> None:
+        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
+
+    def _on_set_budget(self, peer: PeerId, call_id: int, request: SetBudget, now_ms: int) -> None:
+        """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""
+        self._reply(peer, call_id, self.runs.accounting.set_budget(request))
 
     def _owner_decision(
         self, peer: PeerId, call_id: int, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]

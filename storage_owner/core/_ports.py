@@ -8,10 +8,12 @@ from typing import Any, Final, Protocol
 import attrs
 
 from protocol import (
+    Budget,
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
     InteractionRecord,
+    ModelPrice,
     OperationRecord,
     Order,
     Record,
@@ -144,6 +146,26 @@ class Store(Protocol):
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None: ...
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]: ...
+
+    def usage_page(self, scope: str, after_key: str | None, limit: int) -> tuple[list[tuple[str, RunUsage]], bool]:
+        """Usage totals of ``scope`` in key order after ``after_key``, at most ``limit``; whether more follow."""
+        ...
+
+    def prices(self) -> list[ModelPrice]:
+        """The price table, by model."""
+        ...
+
+    def put_price(self, price: ModelPrice) -> None: ...
+
+    def delete_price(self, model: str) -> None: ...
+
+    def budget(self, scope: str, key: str) -> Budget | None: ...
+
+    def put_budget(self, budget: Budget) -> None: ...
+
+    def delete_budget(self, scope: str, key: str) -> None: ...
+
+    def budget_count(self) -> int: ...
 
     def later_run_started(self, run_id: str) -> bool:
         """Whether a run created after this one in its conversation has been admitted."""

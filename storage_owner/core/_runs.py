@@ -58,6 +58,7 @@ from protocol import (
 from ._checks import Refusal, check_id, check_name, same_json
 from ._ports import Store, StoreConflict
 from ._tasks import CutOffRule, TaskEngine
+from ._usage import Accounting, check_usage
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 AGENT_KIND_PREFIX: Final = "agent:"
@@ -206,6 +207,8 @@ class Runs:
         self._dirty: dict[str, None] = {}
         """Runs whose status settling derives again."""
         self._admit_due = False
+        self.accounting = Accounting(store, tasks)
+        """Prices, roll-ups and budgets (``_usage``)."""
         self.settle_records: list[Record] = []
         """Operation records settling changed (cut-off operations), logged with the settling commit."""
         tasks.cut_off_hook = self.cut_off
@@ -470,6 +473,8 @@ class Runs:
         retry = write.retry if write.kind == "tool" else (write.retry or Retry())
         if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
             raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
+        if write.kind == "model":
+            self.accounting.check_budget(run, task, write.name)  # before anything is written
         existing = self._store.operation(write.operation_id)
         what = f"{where}: operation {write.operation_id}"
         if existing is None:
@@ -554,23 +559,27 @@ class Runs:
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
         if write.status not in ("completed", "failed"):
             raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
+        check_usage(write.usage, where)
+        usage = write.usage
+        if usage is not None and op.kind == "model":
+            usage = self.accounting.priced(op.name, usage)  # the cost as of this commit, stored with the result
         record = attrs.evolve(
             op,
             status=write.status,
             result=write.result,
             is_error=write.is_error,
             error=write.error,
-            usage=op.usage if write.usage is None else add_usage(op.usage or RunUsage(), write.usage),
+            usage=op.usage if usage is None else add_usage(op.usage or RunUsage(), usage),
             seq=seq,
             updated_at_ms=now_ms,
         )
         self._store.update_operation(record)
-        if write.usage is None:
+        if usage is None:
             return record, None
-        self._store.add_usage("conversation", run.conversation_id, write.usage)
-        if op.kind == "model":
-            self._store.add_usage("model", op.name, write.usage)
-        new = attrs.evolve(run, usage=add_usage(run.usage, write.usage), seq=seq, updated_at_ms=now_ms)
+        task = self._tasks.record(op.task_id)
+        assert task is not None
+        self.accounting.add(run, task, op.kind, op.name, usage)
+        new = attrs.evolve(run, usage=add_usage(run.usage, usage), seq=seq, updated_at_ms=now_ms)
         self.put_in_request(new)
         return record, new
 

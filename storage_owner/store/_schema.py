@@ -161,6 +161,25 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (scope, key)
     ) WITHOUT ROWID;
     """,
+    # 4: usage and cost. The price table (per model, per million tokens; read whole by the owner at start), and the
+    # budgets per conversation or task tree (`scope`, `key`). Usage totals of task trees are rows of `usage` with
+    # scope 'tree' keyed by the root task id.
+    """
+    CREATE TABLE prices (
+        model TEXT PRIMARY KEY,
+        input_per_mtok REAL NOT NULL,
+        output_per_mtok REAL NOT NULL,
+        cached_input_per_mtok REAL,
+        reasoning_per_mtok REAL
+    ) WITHOUT ROWID;
+    CREATE TABLE budgets (
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        max_tokens INTEGER,
+        max_cost REAL,
+        PRIMARY KEY (scope, key)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

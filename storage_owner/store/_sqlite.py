@@ -22,10 +22,12 @@ import attrs
 import msgpack
 
 from protocol import (
+    Budget,
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
     InteractionRecord,
+    ModelPrice,
     OperationRecord,
     Order,
     Record,
@@ -612,6 +614,78 @@ class SqliteStore:
             (key, RunUsage(input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost))
             for key, i, o, c, r, cost in rows
         ]
+
+    def usage_page(self, scope: str, after_key: str | None, limit: int) -> tuple[list[tuple[str, RunUsage]], bool]:
+        """Up to ``limit`` usage totals of ``scope`` in key order after ``after_key``; whether more follow."""
+        rows: list[Any] = self._db.execute(
+            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost FROM usage "
+            "WHERE scope = ?1 AND key > ?2 ORDER BY key LIMIT ?3",
+            (scope, after_key or "", limit + 1),
+        ).fetchall()
+        page = [
+            (key, RunUsage(input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost))
+            for key, i, o, c, r, cost in rows[:limit]
+        ]
+        return page, len(rows) > limit
+
+    def prices(self) -> list[ModelPrice]:
+        rows = self._db.execute(
+            "SELECT model, input_per_mtok, output_per_mtok, cached_input_per_mtok, reasoning_per_mtok FROM prices "
+            "ORDER BY model"
+        )
+        return [
+            ModelPrice(
+                model=model,
+                input_per_mtok=float(i),
+                output_per_mtok=float(o),
+                cached_input_per_mtok=None if c is None else float(c),
+                reasoning_per_mtok=None if r is None else float(r),
+            )
+            for model, i, o, c, r in rows
+        ]
+
+    def put_price(self, price: ModelPrice) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO prices (model, input_per_mtok, output_per_mtok, cached_input_per_mtok, "
+            "reasoning_per_mtok) VALUES (?, ?, ?, ?, ?)",
+            (
+                price.model,
+                price.input_per_mtok,
+                price.output_per_mtok,
+                price.cached_input_per_mtok,
+                price.reasoning_per_mtok,
+            ),
+        )
+
+    def delete_price(self, model: str) -> None:
+        self._db.execute("DELETE FROM prices WHERE model = ?", (model,))
+
+    def budget(self, scope: str, key: str) -> Budget | None:
+        row = self._db.execute(
+            "SELECT max_tokens, max_cost FROM budgets WHERE scope = ? AND key = ?", (scope, key)
+        ).fetchone()
+        if row is None:
+            return None
+        max_tokens, max_cost = row
+        return Budget(
+            scope=scope,  # type: ignore[arg-type]
+            key=key,
+            max_tokens=max_tokens,
+            max_cost=None if max_cost is None else float(max_cost),
+        )
+
+    def put_budget(self, budget: Budget) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO budgets (scope, key, max_tokens, max_cost) VALUES (?, ?, ?, ?)",
+            (budget.scope, budget.key, budget.max_tokens, budget.max_cost),
+        )
+
+    def delete_budget(self, scope: str, key: str) -> None:
+        self._db.execute("DELETE FROM budgets WHERE scope = ? AND key = ?", (scope, key))
+
+    def budget_count(self) -> int:
+        row = self._db.execute("SELECT count(*) FROM budgets").fetchone()
+        return 0 if row is None else int(row[0])
 
     # ---------------------------------------------------------------------------------------------- tasks
 

@@ -26,6 +26,8 @@ from protocol import (
     Announce,
     AppendEntry,
     BadFrame,
+    Budget,
+    BudgetReply,
     CancelLease,
     CancelRun,
     Capability,
@@ -55,6 +57,7 @@ from protocol import (
     JsonValue,
     Lease,
     LeaseRef,
+    ModelPrice,
     Ok,
     OperationRecord,
     OperationReply,
@@ -64,6 +67,7 @@ from protocol import (
     PeersReply,
     Ping,
     Pong,
+    PricesReply,
     ProtocolError,
     PutDocument,
     ReadConversation,
@@ -74,12 +78,14 @@ from protocol import (
     ReadOperations,
     ReadOutcomes,
     ReadPeers,
+    ReadPrices,
     ReadRun,
     ReadRuns,
     ReadSubmission,
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
+    ReadUsageTotals,
     Received,
     Refused,
     Release,
@@ -92,6 +98,8 @@ from protocol import (
     RunReply,
     RunsReply,
     RunUsage,
+    SetBudget,
+    SetPrices,
     SetTaskState,
     StartOperation,
     SubmissionRecord,
@@ -106,6 +114,7 @@ from protocol import (
     Unwatch,
     UsageReply,
     UsageTotal,
+    UsageTotalsReply,
     WaitRun,
     WaitTask,
     Watch,
@@ -416,6 +425,26 @@ EXAMPLES: list[Frame] = [
             UsageTotal(scope="model", key="scripted", usage=RunUsage()),
         ),
     ),
+    ReadUsageTotals(scope="tree", key=TASK, after_key=None, limit=10),
+    UsageTotalsReply(
+        totals=(UsageTotal(scope="tree", key=TASK, usage=RunUsage(input_tokens=5, output_tokens=2, cost=0.25)),),
+        budgets=(Budget(scope="tree", key=TASK, max_tokens=1000, max_cost=2.5),),
+        next_after_key=TASK,
+    ),
+    SetPrices(
+        prices=(
+            ModelPrice(model="gpt-4o-mini", input_per_mtok=0.15, output_per_mtok=0.6, cached_input_per_mtok=0.075),
+        ),
+        remove=("old-model",),
+    ),
+    ReadPrices(),
+    PricesReply(prices=(ModelPrice(model="local", input_per_mtok=0.0, output_per_mtok=0.0, reasoning_per_mtok=1.0),)),
+    SetBudget(scope="conversation", key=AGENT_CONVERSATION, max_tokens=50_000),
+    BudgetReply(
+        scope="conversation",
+        key=AGENT_CONVERSATION,
+        budget=Budget(scope="conversation", key=AGENT_CONVERSATION, max_tokens=50_000),
+    ),
     RunReply(run=RUN_RECORD),
     RunsReply(runs=(RUN_RECORD, QUEUED_RUN_RECORD), next_after_run_id=SUBMISSION),
     ReadConversation(conversation_id=CONVERSATION),
@@ -580,6 +609,13 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "RunsReply": 31,
     "OperationsReply": 34,
     "UsageReply": 35,
+    "ReadUsageTotals": 41,
+    "UsageTotalsReply": 41,
+    "SetPrices": 42,
+    "ReadPrices": 43,
+    "PricesReply": 42,
+    "SetBudget": 44,
+    "BudgetReply": 44,
     "OperationReply": 36,
     "InteractionReply": 37,
     "InteractionsReply": 39,
@@ -1036,6 +1072,43 @@ GOLDEN_HEX: dict[str, str] = {
         "6561736f6e696e675f746f6b656e7300a4636f7374cb3fb999999999999a83a573636f7065a56d6f64656ca36b6579a8"
         "7363726970746564a5757361676585ac696e7075745f746f6b656e7300ad6f75747075745f746f6b656e7300ad636163"
         "6865645f746f6b656e7300b0726561736f6e696e675f746f6b656e7300a4636f7374c0"
+    ),
+    "ReadUsageTotals": (
+        "86a474797065b1726561645f75736167655f746f74616c73a763616c6c5f696429a573636f7065a474726565a36b6579"
+        "d92430313839306135642d616339612d373030302d383030302d303030303030303030303034a961667465725f6b6579"
+        "c0a56c696d69740a"
+    ),
+    "UsageTotalsReply": (
+        "85a474797065ac75736167655f746f74616c73a763616c6c5f696429a6746f74616c739183a573636f7065a474726565"
+        "a36b6579d92430313839306135642d616339612d373030302d383030302d303030303030303030303034a57573616765"
+        "85ac696e7075745f746f6b656e7305ad6f75747075745f746f6b656e7302ad6361636865645f746f6b656e7300b07265"
+        "61736f6e696e675f746f6b656e7300a4636f7374cb3fd0000000000000a7627564676574739184a573636f7065a47472"
+        "6565a36b6579d92430313839306135642d616339612d373030302d383030302d303030303030303030303034aa6d6178"
+        "5f746f6b656e73cd03e8a86d61785f636f7374cb4004000000000000ae6e6578745f61667465725f6b6579d924303138"
+        "39306135642d616339612d373030302d383030302d303030303030303030303034"
+    ),
+    "SetPrices": (
+        "84a474797065aa7365745f707269636573a763616c6c5f69642aa67072696365739185a56d6f64656cab6770742d346f"
+        "2d6d696e69ae696e7075745f7065725f6d746f6bcb3fc3333333333333af6f75747075745f7065725f6d746f6bcb3fe3"
+        "333333333333b56361636865645f696e7075745f7065725f6d746f6bcb3fb3333333333333b2726561736f6e696e675f"
+        "7065725f6d746f6bc0a672656d6f766591a96f6c642d6d6f64656c"
+    ),
+    "ReadPrices": ("82a474797065ab726561645f707269636573a763616c6c5f69642b"),
+    "PricesReply": (
+        "83a474797065a6707269636573a763616c6c5f69642aa67072696365739185a56d6f64656ca56c6f63616cae696e7075"
+        "745f7065725f6d746f6bcb0000000000000000af6f75747075745f7065725f6d746f6bcb0000000000000000b5636163"
+        "6865645f696e7075745f7065725f6d746f6bc0b2726561736f6e696e675f7065725f6d746f6bcb3ff0000000000000"
+    ),
+    "SetBudget": (
+        "86a474797065aa7365745f627564676574a763616c6c5f69642ca573636f7065ac636f6e766572736174696f6ea36b65"
+        "79d92430313839306135642d616361302d373030302d383030302d303030303030303030303061aa6d61785f746f6b65"
+        "6e73cdc350a86d61785f636f7374c0"
+    ),
+    "BudgetReply": (
+        "85a474797065a6627564676574a763616c6c5f69642ca573636f7065ac636f6e766572736174696f6ea36b6579d92430"
+        "313839306135642d616361302d373030302d383030302d303030303030303030303061a662756467657484a573636f70"
+        "65ac636f6e766572736174696f6ea36b6579d92430313839306135642d616361302d373030302d383030302d30303030"
+        "3030303030303061aa6d61785f746f6b656e73cdc350a86d61785f636f7374c0"
     ),
     "Resolve": (
         "85a474797065a77265736f6c7665a763616c6c5f696424ac6f7065726174696f6e5f6964d92430313839306135642d61"

@@ -1,0 +1,331 @@
+"""``tether usage``, ``tether prices`` and ``tether budget``: token usage and cost, the price table and budgets,
+from the command line, against the running owner of a database (docs/runs.md, "Usage and cost")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final
+
+import trio
+
+from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
+
+from ._runs import check_db, connect
+
+PRICE_FILE_KEYS: Final = {
+    "input": "input_per_mtok",
+    "output": "output_per_mtok",
+    "cached_input": "cached_input_per_mtok",
+    "reasoning": "reasoning_per_mtok",
+}
+"""The keys of a model's entry in a prices file, and the price fields they set."""
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, not {text!r}")
+    return value
+
+
+def _tokens(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
+    return int(text)
+
+
+def add_usage_commands(commands: Any) -> None:
+    """``tether usage``, ``tether prices`` and ``tether budget``."""
+    usage = commands.add_parser(
+        "usage",
+        help="token usage and cost per model, conversation, run and task tree",
+        description=(
+            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price) and "
+            "the budgets set on them. Without a filter: every model and every conversation. With --conversation: "
+            "that conversation, each of its runs, and the task tree it belongs to if a task owns it (a subagent's). "
+            "With --run: the run, its conversation and its task tree (a subagent's usage counts toward the tree of "
+            "the task above it). Asks the running owner."
+        ),
+    )
+    usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    which = usage.add_mutually_exclusive_group()
+    which.add_argument("--conversation", metavar="ID", help="one conversation, its runs and its task tree")
+    which.add_argument("--run", metavar="RUN_ID", help="one run, its conversation and its task tree")
+    usage.add_argument("--json", action="store_true", help="print one JSON object: {db, totals: [one record per row]}")
+
+    prices = commands.add_parser(
+        "prices",
+        help="show or change the price table that gives usage a cost",
+        description=(
+            "Prices are per model, in any currency, per million tokens: input, output, and optionally cached "
+            "input (else the input price) and reasoning (else counted as output). A model request's cost is computed "
+            "from the table when its result commits and never changes after; a model without a price has no cost. "
+            "Without an action, print the table. Asks the running owner; every change is all or nothing."
+        ),
+    )
+    prices.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    prices.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    actions = prices.add_subparsers(dest="action", metavar="ACTION")
+    show = actions.add_parser("show", help="print the table (the default)")
+    set_price = actions.add_parser("set", help="set (or replace) one model's price")
+    set_price.add_argument("model", metavar="MODEL", help="the model's name, as its agent's model names it")
+    set_price.add_argument("--input", type=_amount, required=True, metavar="X", help="per million input tokens")
+    set_price.add_argument("--output", type=_amount, required=True, metavar="Y", help="per million output tokens")
+    set_price.add_argument("--cached", type=_amount, metavar="Z", help="per million cached input tokens")
+    set_price.add_argument("--reasoning", type=_amount, metavar="W", help="per million reasoning tokens")
+    remove = actions.add_parser("remove", help="drop one model's price (its later results have no cost)")
+    remove.add_argument("model", metavar="MODEL")
+    load = actions.add_parser(
+        "load",
+        help="set the prices of a JSON file",
+        description='FILE holds {"MODEL": {"input": X, "output": Y, "cached_input": Z, "reasoning": W}, ...} '
+        "(cached_input and reasoning optional). Every model of the file is set, or none is.",
+    )
+    load.add_argument("file", metavar="FILE.json")
+    for action in (show, set_price, remove, load):  # --db and --json before or after the action
+        action.add_argument("--db", default=argparse.SUPPRESS, help="the database (default ./tether.db)")
+        action.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+    budget = commands.add_parser(
+        "budget",
+        help="show, set or remove the budget of a conversation or task tree",
+        description=(
+            "A budget bounds the usage of a conversation, or of a task tree (every run below its root task, "
+            "subagents included): once the usage has reached --max-tokens (input + output) or --max-cost, a run's "
+            "next model request is not started and the run ends failed (budget_exceeded). A cost budget also stops "
+            "a model without a price. Without a limit, print the budget and the usage; --clear removes it."
+        ),
+    )
+    budget.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    of = budget.add_mutually_exclusive_group(required=True)
+    of.add_argument("--conversation", metavar="ID", help="a conversation's budget")
+    of.add_argument("--task", metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)")
+    budget.add_argument("--max-tokens", type=_tokens, metavar="N", help="input + output tokens")
+    budget.add_argument("--max-cost", type=_amount, metavar="X", help="cost, in the price table's currency")
+    budget.add_argument("--clear", action="store_true", help="remove the budget")
+    budget.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> None:
+    """Run ``tether usage``, ``prices`` or ``budget`` (parsed ``args``); ``say`` prints."""
+    db = check_db(args.db)
+    if args.command == "usage":
+        rows = trio.run(partial(read_usage, db, conversation_id=args.conversation, run_id=args.run))
+        say(json.dumps({"db": db, "totals": [row.json() for row in rows]}) if args.json else format_usage(rows))
+    elif args.command == "prices":
+        table = trio.run(partial(change_prices, db, args))
+        if args.json:
+            say(json.dumps({"db": db, "prices": [_price_json(price) for price in table]}))
+        else:
+            say(format_prices(table))
+    else:
+        if args.clear and (args.max_tokens is not None or args.max_cost is not None):
+            raise TetherError("tether budget: --clear removes the budget; give it without --max-tokens/--max-cost")
+        rows = trio.run(partial(change_budget, db, args))
+        say(json.dumps({"db": db, "totals": [row.json() for row in rows]}) if args.json else format_usage(rows))
+
+
+# ------------------------------------------------------------------------------------------------ usage
+
+
+class Row:
+    """One line of ``tether usage``: what the usage is of, its totals, and the budget set on it (if any)."""
+
+    def __init__(self, scope: str, key: str, usage: RunUsage, budget: Budget | None = None, note: str = "") -> None:
+        self.scope = scope
+        self.key = key
+        self.usage = usage
+        self.budget = budget
+        self.note = note
+
+    def json(self) -> dict[str, Any]:
+        usage = self.usage
+        budget = self.budget
+        return {
+            "scope": self.scope,
+            "key": self.key,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "cost": usage.cost,
+            "budget": None if budget is None else {"max_tokens": budget.max_tokens, "max_cost": budget.max_cost},
+        }
+
+
+def _rows(scope: str, totals: list[UsageTotal], budgets: list[Budget], note: str = "") -> list[Row]:
+    by_key = {budget.key: budget for budget in budgets}
+    return [Row(scope, total.key, total.usage, by_key.get(total.key), note) for total in totals]
+
+
+async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None) -> list[Row]:
+    """The rows ``tether usage`` prints (see its ``--help``)."""
+    async with connect(db, "tether-usage") as client:
+        rows: list[Row] = []
+        if run_id is not None:
+            run = await client.run(run_id)
+            rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
+            conversation_id = run.conversation_id
+        if conversation_id is None:
+            rows += _rows("model", *await client.usage_totals("model"))
+            rows += _rows("conversation", *await client.usage_totals("conversation"))
+            return rows
+        rows += _rows("conversation", *await client.usage_totals("conversation", conversation_id))
+        if run_id is None:
+            for run in await client.runs(conversation_id=conversation_id):
+                rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
+            owner = (await client.conversation(conversation_id)).owner_task_id
+            tree_of = owner
+        else:
+            tree_of = run.task_id
+        if tree_of is not None:
+            rows += _rows("tree", *await client.usage_totals("tree", tree_of), note="root task")
+        return rows
+
+
+def _cost(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.6f}".rstrip("0").rstrip(".") if cost else "0"
+
+
+def _budget_text(budget: Budget | None) -> str:
+    if budget is None:
+        return "-"
+    parts = []
+    if budget.max_tokens is not None:
+        parts.append(f"{budget.max_tokens} tokens")
+    if budget.max_cost is not None:
+        parts.append(f"cost {_cost(budget.max_cost)}")
+    return ", ".join(parts)
+
+
+def format_usage(rows: list[Row]) -> str:
+    """The rows as an aligned table."""
+    if not rows:
+        return "no usage yet"
+    header = ("SCOPE", "KEY", "INPUT", "OUTPUT", "CACHED", "REASONING", "COST", "BUDGET", "")
+    lines = [
+        (
+            row.scope,
+            row.key,
+            str(row.usage.input_tokens),
+            str(row.usage.output_tokens),
+            str(row.usage.cached_tokens),
+            str(row.usage.reasoning_tokens),
+            _cost(row.usage.cost),
+            _budget_text(row.budget),
+            row.note,
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *lines)
+    )
+
+
+# ----------------------------------------------------------------------------------------------- prices
+
+
+def read_price_file(path: str) -> list[ModelPrice]:
+    """The prices of a JSON file (see ``tether prices load --help``); :class:`TetherError` naming what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = json.load(file)
+    except OSError as exc:
+        raise TetherError(f"cannot read the prices file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise TetherError(f"the prices file {path} is not JSON: {exc}") from None
+    if not isinstance(document, dict) or not document:
+        raise TetherError(f'the prices file {path} must be an object of models: {{"MODEL": {{"input": X, ...}}}}')
+    found = []
+    for model, entry in document.items():
+        if not isinstance(entry, dict):
+            raise TetherError(f"{path}: model {model!r}: expected an object with input and output, not {entry!r}")
+        unknown = sorted(set(entry) - set(PRICE_FILE_KEYS))
+        if unknown:
+            raise TetherError(f"{path}: model {model!r}: unknown keys {unknown}; use {sorted(PRICE_FILE_KEYS)}")
+        fields: dict[str, float | None] = {}
+        for key, field in PRICE_FILE_KEYS.items():
+            value = entry.get(key)
+            if value is None and key in ("input", "output"):
+                raise TetherError(f"{path}: model {model!r}: {key} is required")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise TetherError(f"{path}: model {model!r}: {key} must be a number, not {value!r}")
+            fields[field] = None if value is None else float(value)
+        found.append(ModelPrice(model=model, **fields))  # type: ignore[arg-type]
+    return found
+
+
+async def change_prices(db: str, args: argparse.Namespace) -> list[ModelPrice]:
+    async with connect(db, "tether-prices") as client:
+        if args.action == "set":
+            price = ModelPrice(
+                model=args.model,
+                input_per_mtok=args.input,
+                output_per_mtok=args.output,
+                cached_input_per_mtok=args.cached,
+                reasoning_per_mtok=args.reasoning,
+            )
+            return await client.set_prices([price])
+        if args.action == "remove":
+            return await client.set_prices(remove=[args.model])
+        if args.action == "load":
+            return await client.set_prices(read_price_file(args.file))
+        return await client.prices()
+
+
+def _price_json(price: ModelPrice) -> dict[str, Any]:
+    return {
+        "model": price.model,
+        "input": price.input_per_mtok,
+        "output": price.output_per_mtok,
+        "cached_input": price.cached_input_per_mtok,
+        "reasoning": price.reasoning_per_mtok,
+    }
+
+
+def format_prices(table: list[ModelPrice]) -> str:
+    if not table:
+        return "no prices: usage has no cost (tether prices set MODEL --input X --output Y)"
+    header = ("MODEL", "INPUT/M", "OUTPUT/M", "CACHED/M", "REASONING/M")
+    lines = [
+        (
+            price.model,
+            _cost(price.input_per_mtok),
+            _cost(price.output_per_mtok),
+            "as input" if price.cached_input_per_mtok is None else _cost(price.cached_input_per_mtok),
+            "as output" if price.reasoning_per_mtok is None else _cost(price.reasoning_per_mtok),
+        )
+        for price in table
+    ]
+    widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *lines)
+    )
+
+
+# ----------------------------------------------------------------------------------------------- budget
+
+
+async def change_budget(db: str, args: argparse.Namespace) -> list[Row]:
+    """Set or clear the budget when asked, then read it back with the usage it bounds."""
+    async with connect(db, "tether-budget") as client:
+        if args.clear or args.max_tokens is not None or args.max_cost is not None:
+            await client.set_budget(
+                conversation_id=args.conversation,
+                task_id=args.task,
+                max_tokens=args.max_tokens,
+                max_cost=args.max_cost,
+            )
+        if args.conversation is not None:
+            return _rows("conversation", *await client.usage_totals("conversation", args.conversation))
+        return _rows("tree", *await client.usage_totals("tree", args.task), note="root task")

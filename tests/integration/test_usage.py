@@ -1,0 +1,196 @@
+"""Usage, cost and budgets end to end: a real owner (``--clock manual``), a scripted agent served in this process,
+and ``tether usage / prices / budget`` as processes. The model counts its calls, so a test shows that a run over
+its budget ends ``failed`` (``budget_exceeded``) without the model being called again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+
+import actors
+from tests.conftest import OwnerProcess
+from tests.integration._up_helpers import nonblank_lines, run_tether
+
+TIMEOUT_S: Final = 60
+MODEL: Final = "counted"
+TURN_USAGE: Final = actors.Usage(input_tokens=1_000_000, output_tokens=200_000, cached_tokens=400_000)
+"""What each scripted turn reports: at 2 per million input, 0.5 cached, 8 output it costs 1.2 + 0.2 + 1.6 = 3.0."""
+PRICE: Final = actors.ModelPrice(model=MODEL, input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
+
+
+class CountingModel:
+    """A scripted model that counts the requests it was asked (a model call the budget must prevent)."""
+
+    name = MODEL
+
+    def __init__(self, turns: list[actors.ScriptedTurn]) -> None:
+        self.inner = actors.ScriptedModel(turns, name=MODEL)
+        self.calls = 0
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        self.calls += 1
+        async for event in self.inner.stream(request):
+            yield event
+
+
+async def lookup(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    return {"order": args["order_id"], "status": "shipped"}
+
+
+def app_with(model: CountingModel) -> actors.App:
+    app = actors.App("usage")
+    app.define_tool(
+        "lookup",
+        lookup,
+        description="Look an order up.",
+        parameters={"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+        recovery="safe",
+    )
+    app.define_agent("support", version=1, model=model, tools=["lookup"])
+    return app
+
+
+def script() -> list[actors.ScriptedTurn]:
+    return [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1"})], usage=TURN_USAGE),
+        actors.ScriptedTurn(text="Your order shipped.", usage=TURN_USAGE),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, app: actors.App) -> AsyncIterator[actors.Client]:
+    async with actors.connect(db) as client, trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def run(*, task_status: trio.TaskStatus[actors.Client]) -> None:
+            with scope:
+                await actors.serve(app, db=db, name="usage-worker", task_status=task_status)
+
+        await nursery.start(run)
+        try:
+            yield client
+        finally:
+            scope.cancel()
+
+
+async def tether_json(*args: str) -> Any:
+    done = await run_tether(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def row(document: dict[str, Any], scope: str, key: str | None = None) -> dict[str, Any]:
+    [found] = [r for r in document["totals"] if r["scope"] == scope and (key is None or r["key"] == key)]
+    return found
+
+
+async def test_a_run_over_its_budget_fails_before_the_next_model_call(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    model = CountingModel(script())
+    with trio.fail_after(TIMEOUT_S):
+        prices = await tether_json(
+            "prices", "--db", db, "set", MODEL, "--input", "2", "--output", "8", "--cached", "0.5"
+        )
+        assert prices["prices"] == [
+            {"model": MODEL, "input": 2.0, "output": 8.0, "cached_input": 0.5, "reasoning": None}
+        ]
+        async with serving(db, app_with(model)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            # 1.2 M tokens a turn: the first request starts (0 used), the second would start past 1 M.
+            budget = await tether_json(
+                "budget", "--db", db, "--conversation", conversation_id, "--max-tokens", "1000000"
+            )
+            assert row(budget, "conversation")["budget"] == {"max_tokens": 1_000_000, "max_cost": None}
+            submission = await client.submit(conversation_id, kind="input", payload="where is A1?", request_id="r-1")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            assert (run.status, run.reason) == ("failed", "budget_exceeded")
+            assert model.calls == 1  # the second model request was never started
+            journal = await client.operations(run.run_id)
+            assert [(op.kind, op.status) for op in journal] == [("model", "completed"), ("tool", "completed")]
+            usage = run.usage
+            assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (1_000_000, 200_000, 400_000)
+            assert usage.cost == pytest.approx(3.0)
+
+            # tether usage --conversation: the conversation (with its budget) and its run.
+            shown = await tether_json("usage", "--db", db, "--conversation", conversation_id)
+            conversation = row(shown, "conversation", conversation_id)
+            assert conversation["input_tokens"] == 1_000_000 and conversation["cost"] == pytest.approx(3.0)
+            assert conversation["budget"] == {"max_tokens": 1_000_000, "max_cost": None}
+            assert row(shown, "run", run.run_id)["output_tokens"] == 200_000
+            # tether usage: every model and conversation; --run: the run, its conversation and its task tree.
+            everything = await tether_json("usage", "--db", db)
+            assert row(everything, "model", MODEL)["cost"] == pytest.approx(3.0)
+            assert row(everything, "conversation", conversation_id)["reasoning_tokens"] == 0
+            of_run = await tether_json("usage", "--db", db, "--run", run.run_id)
+            assert row(of_run, "tree", run.task_id)["input_tokens"] == 1_000_000
+            table = await run_tether("usage", "--db", db, "--conversation", conversation_id)
+            assert table.returncode == 0, table.stderr
+            lines = nonblank_lines(table.stdout)
+            assert lines[0].split()[:3] == ["SCOPE", "KEY", "INPUT"]
+            assert lines[1].split()[:4] == ["conversation", conversation_id, "1000000", "200000"]
+
+            # Raised, the retried run goes on from its committed turns and completes.
+            await tether_json("budget", "--db", db, "--conversation", conversation_id, "--max-tokens", "5000000")
+            await client.retry(run.run_id)
+            run = await client.wait_for_run(run.run_id)
+            assert run.status == "completed" and model.calls == 2
+            assert run.usage.cost == pytest.approx(6.0)
+
+
+async def test_bad_prices_and_budgets_exit_1_and_change_nothing(manual_owner: OwnerProcess, tmp_path: Path) -> None:
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        await tether_json("prices", "--db", db, "set", "kept", "--input", "1", "--output", "2")
+        bad_file = tmp_path / "prices.json"
+        bad_file.write_text(json.dumps({"a": {"input": 1, "output": 2}, "b": {"input": -1, "output": 2}}))
+        refused = await run_tether("prices", "--db", db, "load", str(bad_file))
+        assert refused.returncode == 1 and len(nonblank_lines(refused.stderr)) == 1
+        unknown = tmp_path / "unknown.json"
+        unknown.write_text(json.dumps({"a": {"input": 1, "output": 2, "cache": 1}}))
+        refused = await run_tether("prices", "--db", db, "load", str(unknown))
+        assert refused.returncode == 1 and b"unknown keys" in refused.stderr
+        missing = await run_tether("prices", "--db", db, "remove", "never-priced")
+        assert missing.returncode == 1
+        assert (await tether_json("prices", "--db", db))["prices"] == [
+            {"model": "kept", "input": 1.0, "output": 2.0, "cached_input": None, "reasoning": None}
+        ]
+        usage = await run_tether("prices", "--db", db, "set", "x", "--input", "-1", "--output", "2")
+        assert usage.returncode == 2  # argparse: a negative price is bad usage
+        good = tmp_path / "good.json"
+        good.write_text(json.dumps({"a": {"input": 1, "output": 2, "cached_input": 0.5}}))
+        loaded = await tether_json("prices", "--db", db, "load", str(good))
+        assert [price["model"] for price in loaded["prices"]] == ["a", "kept"]
+
+        async with actors.connect(db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+        nowhere = await run_tether("budget", "--db", db, "--conversation", actors.new_id(), "--max-tokens", "5")
+        assert nowhere.returncode == 1
+        both = await run_tether("budget", "--db", db, "--conversation", conversation_id, "--clear", "--max-cost", "1")
+        assert both.returncode == 1
+        shown = await tether_json("budget", "--db", db, "--conversation", conversation_id)
+        assert row(shown, "conversation")["budget"] is None
+        await tether_json("budget", "--db", db, "--conversation", conversation_id, "--max-cost", "2.5")
+        cleared = await tether_json("budget", "--db", db, "--conversation", conversation_id, "--clear")
+        assert row(cleared, "conversation")["budget"] is None
+
+
+async def test_a_task_owned_conversation_shows_the_tree_it_counts_toward(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(db) as client:
+            parent = await client.create_conversation()
+            task_id = await client.create_task("research.plan", {}, conversation_id=parent)
+            conversation_id = await client.create_conversation(agent="support", owner_task_id=task_id)
+            assert (await client.conversation(conversation_id)).owner_task_id == task_id
+        await tether_json("budget", "--db", db, "--task", task_id, "--max-cost", "4")
+        shown = await tether_json("usage", "--db", db, "--conversation", conversation_id)
+        tree = row(shown, "tree", task_id)
+        assert (tree["input_tokens"], tree["cost"]) == (0, None)
+        assert tree["budget"] == {"max_tokens": None, "max_cost": 4.0}

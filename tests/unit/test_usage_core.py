@@ -1,0 +1,384 @@
+"""Usage and cost in the owner core, sans-IO: cost from the price table at commit, roll-ups per run, conversation,
+model and task tree, no double count on a replayed result, budgets refused before the intent, and bad prices or
+budgets refused changing nothing (storage_owner/core/_usage.py)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protocol import (
+    Budget,
+    BudgetReply,
+    CancelRun,
+    Committed,
+    CreateConversation,
+    CreateTask,
+    Error,
+    ErrorCode,
+    FinishOperation,
+    JsonValue,
+    ModelPrice,
+    Ok,
+    OperationReply,
+    PricesReply,
+    ReadOperation,
+    ReadPrices,
+    ReadUsage,
+    ReadUsageTotals,
+    RetryRun,
+    RunReply,
+    RunUsage,
+    SetBudget,
+    SetPrices,
+    SetTaskState,
+    UsageReply,
+    UsageTotal,
+    UsageTotalsReply,
+)
+from storage_owner.core._usage import cost_of
+from tests.unit.test_runs_core import RunSim, leased_run, model_intent, tool_intent
+from tests.unit.test_tasks_core import Worker, completed, ended, error_code, expect, fresh_id
+
+GPT = ModelPrice(model="scripted", input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[RunSim]:
+    opened = RunSim(tmp_path / "usage.db")
+    yield opened
+    opened.close()
+
+
+def tokens(input_tokens: int, output_tokens: int, cached: int = 0, reasoning: int = 0) -> RunUsage:
+    return RunUsage(
+        input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, reasoning_tokens=reasoning
+    )
+
+
+def set_prices(sim: RunSim, *prices: ModelPrice, remove: tuple[str, ...] = ()) -> object:
+    return sim.request(sim.client, SetPrices(prices=prices, remove=remove))
+
+
+def prices(sim: RunSim) -> tuple[ModelPrice, ...]:
+    return expect(sim.request(sim.client, ReadPrices()), PricesReply).prices
+
+
+def model_turn(sim: RunSim, worker: Worker, task_id: str, run_id: str, usage: RunUsage) -> str:
+    """One model request of the run, its intent and then its result with ``usage``: the operation id."""
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    worker.ok(task_id, FinishOperation(operation_id=op, status="completed", usage=usage))
+    return op
+
+
+def totals(sim: RunSim, scope: str, key: str | None = None, **fields: object) -> UsageTotalsReply:
+    request = ReadUsageTotals(scope=scope, key=key, **fields)  # type: ignore[arg-type]
+    return expect(sim.request(sim.client, request), UsageTotalsReply)
+
+
+# ------------------------------------------------------------------------------------------------ cost
+
+
+def test_cost_prices_cached_input_and_reasoning_output_at_their_own_rates() -> None:
+    usage = tokens(1_000_000, 500_000, cached=400_000, reasoning=100_000)
+    # 600k input at 2, 400k cached at 0.5, 500k output at 8 (reasoning counted as output: no reasoning price).
+    assert cost_of(usage, GPT) == pytest.approx(1.2 + 0.2 + 4.0)
+    with_reasoning = ModelPrice(model="m", input_per_mtok=2.0, output_per_mtok=8.0, reasoning_per_mtok=16.0)
+    # No cached price: cached input at the input price; 400k output at 8 and 100k reasoning at 16.
+    assert cost_of(usage, with_reasoning) == pytest.approx(2.0 + 3.2 + 1.6)
+
+
+def test_cost_is_computed_when_the_result_commits_and_never_recomputed(sim: RunSim) -> None:
+    expect(set_prices(sim, GPT), PricesReply)
+    run_id, task_id, worker = leased_run(sim)
+    op = model_turn(sim, worker, task_id, run_id, tokens(1_000_000, 1_000_000))
+    stored = expect(sim.request(sim.client, ReadOperation(operation_id=op)), OperationReply).operation
+    assert stored.usage is not None and stored.usage.cost == pytest.approx(10.0)
+    assert sim.run(run_id).usage.cost == pytest.approx(10.0)
+    # A later price applies to later results only: the committed cost, and every roll-up of it, stays.
+    expect(set_prices(sim, ModelPrice(model="scripted", input_per_mtok=100.0, output_per_mtok=100.0)), PricesReply)
+    assert sim.run(run_id).usage.cost == pytest.approx(10.0)
+    model_turn(sim, worker, task_id, run_id, tokens(10_000, 0))
+    assert sim.run(run_id).usage.cost == pytest.approx(11.0)
+    [by_model] = expect(sim.request(sim.client, ReadUsage()), UsageReply).totals
+    assert by_model.usage.cost == pytest.approx(11.0)
+    # After an owner restart the table is read back from the database.
+    sim.restart()
+    assert prices(sim) == (ModelPrice(model="scripted", input_per_mtok=100.0, output_per_mtok=100.0),)
+
+
+def test_a_model_without_a_price_has_no_cost(sim: RunSim) -> None:
+    expect(set_prices(sim, ModelPrice(model="other", input_per_mtok=1.0, output_per_mtok=1.0)), PricesReply)
+    run_id, task_id, worker = leased_run(sim)
+    model_turn(sim, worker, task_id, run_id, tokens(100, 100))
+    assert sim.run(run_id).usage == tokens(100, 100)
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (SetPrices(prices=(ModelPrice(model="m", input_per_mtok=-1.0, output_per_mtok=1.0),)), ErrorCode.INVALID),
+        (SetPrices(prices=(ModelPrice(model="m", input_per_mtok=math.nan, output_per_mtok=1.0),)), ErrorCode.INVALID),
+        (SetPrices(prices=(ModelPrice(model="m", input_per_mtok=1.0, output_per_mtok=math.inf),)), ErrorCode.INVALID),
+        (
+            SetPrices(
+                prices=(ModelPrice(model="m", input_per_mtok=1.0, output_per_mtok=1.0, cached_input_per_mtok=-0.1),)
+            ),
+            ErrorCode.INVALID,
+        ),
+        (SetPrices(prices=(ModelPrice(model="", input_per_mtok=1.0, output_per_mtok=1.0),)), ErrorCode.INVALID),
+        (SetPrices(prices=(GPT, GPT)), ErrorCode.INVALID),
+        (SetPrices(prices=(GPT,), remove=("scripted",)), ErrorCode.INVALID),
+        (SetPrices(remove=("never-priced",)), ErrorCode.NOT_FOUND),
+    ],
+)
+def test_bad_prices_are_refused_and_change_nothing(sim: RunSim, request_: SetPrices, code: ErrorCode) -> None:
+    kept = ModelPrice(model="kept", input_per_mtok=1.0, output_per_mtok=3.0)
+    expect(set_prices(sim, kept), PricesReply)
+    # The good price of the same request is not written either: a price table changes whole or not at all.
+    request_ = SetPrices(
+        prices=(*request_.prices, ModelPrice(model="also", input_per_mtok=1.0, output_per_mtok=1.0)),
+        remove=request_.remove,
+    )
+    assert error_code(sim.request(sim.client, request_)) == code
+    assert prices(sim) == (kept,)
+    sim.restart()
+    assert prices(sim) == (kept,)
+
+
+def test_a_price_is_removed_and_a_reader_may_not_set_one(sim: RunSim) -> None:
+    expect(set_prices(sim, GPT), PricesReply)
+    assert expect(set_prices(sim, remove=("scripted",)), PricesReply).prices == ()
+    reader = sim.connect("reader")
+    assert error_code(sim.request(reader, SetPrices(prices=(GPT,)))) == ErrorCode.READ_ONLY
+    assert prices(sim) == ()
+
+
+# ----------------------------------------------------------------------------------------------- roll-ups
+
+
+def test_usage_rolls_up_per_run_conversation_model_and_tree_once(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    finish = FinishOperation(operation_id=op, status="completed", usage=tokens(10, 20))
+    worker.ok(task_id, finish)
+    head = sim.core.head_seq
+    # The same result again (a worker that lost the reply and replays its commit) is refused: counted once.
+    assert error_code(worker.commit(task_id, finish)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    assert sim.run(run_id).usage == tokens(10, 20)
+    assert totals(sim, "conversation", conversation_id).totals == (
+        UsageTotal(scope="conversation", key=conversation_id, usage=tokens(10, 20)),
+    )
+    assert totals(sim, "model").totals == (UsageTotal(scope="model", key="scripted", usage=tokens(10, 20)),)
+    # A top-level run's task is the root of its own tree; any task of the tree names it.
+    assert totals(sim, "tree", task_id).totals == (UsageTotal(scope="tree", key=task_id, usage=tokens(10, 20)),)
+    sim.restart()
+    assert totals(sim, "tree", task_id).totals[0].usage == tokens(10, 20)
+
+
+def test_a_subagent_run_counts_toward_its_parent_task_tree(sim: RunSim) -> None:
+    # A parent agent run whose tool task creates a conversation it owns (a subagent) and submits to it.
+    parent_run, parent_task, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, parent_task)
+    sub_conversation = fresh_id()
+    tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
+    sub_run = sim.start_run(sub_conversation)
+    sub_task = sim.run(sub_run).task_id
+    assert sub_task is not None and worker.holds(sub_task)
+    model_turn(sim, worker, sub_task, sub_run, tokens(100, 50))
+    # The tool's own usage (a tool may report one) counts toward the same tree, but toward no model.
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(parent_run, op, "safe"))
+    tools.ok(tool_id, FinishOperation(operation_id=op, status="completed", usage=tokens(1, 1)))
+    tree = totals(sim, "tree", sub_task).totals
+    assert tree == (UsageTotal(scope="tree", key=parent_task, usage=tokens(101, 51)),)
+    assert totals(sim, "tree", tool_id).totals == tree
+    assert totals(sim, "conversation", sub_conversation).totals[0].usage == tokens(100, 50)
+    assert totals(sim, "model").totals == (UsageTotal(scope="model", key="scripted", usage=tokens(100, 50)),)
+    # Every tree in key order, paged.
+    first = totals(sim, "tree", limit=1)
+    assert [total.key for total in first.totals] == [parent_task] and first.next_after_key is None
+
+
+def test_usage_totals_are_read_in_pages(sim: RunSim) -> None:
+    worker = sim.agent_worker()
+    conversations = []
+    for n in range(3):
+        run_id = sim.start_run(sim.agent_conversation())
+        run = sim.run(run_id)
+        assert run.task_id is not None
+        model_turn(sim, worker, run.task_id, run_id, tokens(n + 1, 0))
+        conversations.append(run.conversation_id)
+    page = totals(sim, "conversation", limit=2)
+    assert [total.key for total in page.totals] == sorted(conversations)[:2]
+    rest = totals(sim, "conversation", limit=2, after_key=page.next_after_key)
+    assert [total.key for total in rest.totals] == sorted(conversations)[2:] and rest.next_after_key is None
+    assert error_code(sim.request(sim.client, ReadUsageTotals(scope="conversation", limit=0))) == ErrorCode.INVALID
+    assert error_code(sim.request(sim.client, ReadUsageTotals(scope="run"))) == ErrorCode.INVALID  # type: ignore[arg-type]
+
+
+def test_a_reported_usage_that_no_provider_reports_is_refused(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    bad = FinishOperation(operation_id=op, status="completed", usage=tokens(-1, 5))
+    assert error_code(worker.commit(task_id, bad)) == ErrorCode.INVALID
+    assert sim.run(run_id).usage == RunUsage()
+
+
+def _tool_task(sim: RunSim, worker: Worker, task_id: str) -> tuple[str, Worker]:
+    tools = sim.worker(kinds=("tool:lookup",))
+    tool_id = fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    assert tools.holds(tool_id)
+    return tool_id, tools
+
+
+# ------------------------------------------------------------------------------------------------ budgets
+
+
+def test_a_model_request_past_the_conversation_budget_fails_the_run_before_its_intent(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    reply = sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=100))
+    assert expect(reply, BudgetReply).budget == Budget(scope="conversation", key=conversation_id, max_tokens=100)
+    model_turn(sim, worker, task_id, run_id, tokens(60, 30))  # 90 of 100: the next request may start
+    model_turn(sim, worker, task_id, run_id, tokens(60, 30))  # started under the budget, ends past it
+    op = fresh_id()
+    head = sim.core.head_seq
+    refused = worker.commit(task_id, model_intent(run_id, op))
+    assert isinstance(refused, Error) and refused.code == ErrorCode.BUDGET_EXCEEDED
+    # The intent was not written (no model may be called for it); the run's task ended failed in its place.
+    assert error_code(sim.request(sim.client, ReadOperation(operation_id=op))) == ErrorCode.NOT_FOUND
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("failed", "budget_exceeded")
+    task = sim.core.tasks.record(task_id)
+    assert task is not None and task.outcome is not None
+    assert (task.outcome.status, task.outcome.reason) == ("failed", "budget_exceeded")
+    assert sim.core.head_seq == head + 2  # the task's end, then the run's derived status
+    # The lease ended with it: a late commit under it is refused and changes nothing.
+    assert error_code(worker.commit(task_id, completed(task_id))) == ErrorCode.STALE_LEASE
+    assert sim.run(run_id).usage == tokens(120, 60)
+
+
+def test_a_tree_budget_is_kept_under_its_root_and_stops_a_subagent(sim: RunSim) -> None:
+    parent_run, parent_task, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, parent_task)
+    expect(set_prices(sim, GPT), PricesReply)
+    reply = sim.request(sim.client, SetBudget(scope="tree", key=tool_id, max_cost=1.0))
+    assert expect(reply, BudgetReply).key == parent_task  # any task of the tree names the root's budget
+    sub_conversation = fresh_id()
+    tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
+    sub_run = sim.start_run(sub_conversation)
+    sub_task = sim.run(sub_run).task_id
+    assert sub_task is not None
+    model_turn(sim, worker, sub_task, sub_run, tokens(500_000, 0))  # $1.00 of $1.00
+    refused = worker.commit(sub_task, model_intent(sub_run, fresh_id()))
+    assert error_code(refused) == ErrorCode.BUDGET_EXCEEDED
+    assert (sim.run(sub_run).status, sim.run(sub_run).reason) == ("failed", "budget_exceeded")
+    read = totals(sim, "tree", sub_task)
+    assert read.budgets == (Budget(scope="tree", key=parent_task, max_cost=1.0),)
+    assert read.totals[0].usage.cost == pytest.approx(1.0)
+    # Raised, the retried run goes on: its next model request starts.
+    expect(sim.request(sim.client, SetBudget(scope="tree", key=parent_task, max_cost=5.0)), BudgetReply)
+    expect(sim.request(sim.client, RetryRun(run_id=sub_run)), RunReply)
+    retried = sim.run(sub_run).task_id
+    assert retried is not None and retried != sub_task and worker.holds(retried)
+    expect(worker.commit(retried, model_intent(sub_run, fresh_id())), Committed)
+    assert sim.run(parent_run).status == "running"
+
+
+def test_a_cost_budget_refuses_a_model_without_a_price(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_cost=10.0)), BudgetReply)
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert sim.run(run_id).reason == "budget_exceeded"
+
+
+def test_a_removed_budget_no_longer_stops_a_run(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=0)), BudgetReply)
+    cleared = sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id))
+    assert expect(cleared, BudgetReply).budget is None
+    expect(worker.commit(task_id, model_intent(run_id, fresh_id())), Committed)
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"max_tokens": -1}, ErrorCode.INVALID),
+        ({"max_cost": -0.5}, ErrorCode.INVALID),
+        ({"max_cost": math.nan}, ErrorCode.INVALID),
+        ({"key": "not-an-id", "max_tokens": 5}, ErrorCode.INVALID),
+        ({"key": "unknown", "max_tokens": 5}, ErrorCode.NOT_FOUND),
+        ({"scope": "tree", "key": "unknown", "max_tokens": 5}, ErrorCode.NOT_FOUND),
+        ({"scope": "run", "max_tokens": 5}, ErrorCode.INVALID),
+    ],
+)
+def test_bad_budgets_are_refused_and_change_nothing(sim: RunSim, fields: dict[str, object], code: ErrorCode) -> None:
+    conversation_id = sim.agent_conversation()
+    kept = Budget(scope="conversation", key=conversation_id, max_tokens=7)
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=7)), BudgetReply)
+    if fields.get("key") == "unknown":
+        fields["key"] = fresh_id()
+    request = SetBudget(**{"scope": "conversation", "key": conversation_id, **fields})  # type: ignore[arg-type]
+    assert error_code(sim.request(sim.client, request)) == code
+    assert totals(sim, "conversation", conversation_id).budgets == (kept,)
+
+
+def test_the_price_table_is_bounded(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("storage_owner.core._usage.MAX_PRICED_MODELS", 3)
+    table = tuple(ModelPrice(model=f"m{n}", input_per_mtok=1.0, output_per_mtok=1.0) for n in range(3))
+    expect(set_prices(sim, *table), PricesReply)
+    one_more = ModelPrice(model="m3", input_per_mtok=1.0, output_per_mtok=1.0)
+    assert error_code(set_prices(sim, one_more)) == ErrorCode.INVALID
+    # Replacing a price, or one in and one out, stays within the bound.
+    expect(set_prices(sim, one_more, remove=("m0",)), PricesReply)
+    assert [price.model for price in prices(sim)] == ["m1", "m2", "m3"]
+
+
+def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("storage_owner.core._usage.MAX_CACHED_ROOTS", 2)
+    accounting = sim.core.runs.accounting
+    _, parent_task, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, parent_task)
+    sub_conversation = fresh_id()
+    tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
+    sub_task = sim.run(sim.start_run(sub_conversation)).task_id
+    assert sub_task is not None
+    for _ in range(3):
+        assert [accounting.tree_root(task) for task in (parent_task, tool_id, sub_task)] == [parent_task] * 3
+        assert len(accounting._roots) <= 2
+
+
+def test_a_model_request_past_budget_under_a_lease_the_owner_cannot_end_is_only_refused(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = _tool_task(sim, worker, task_id)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=0)), BudgetReply)
+    head = sim.core.head_seq
+    # Under a tool task's lease (not the run's): refused like any bad write, and nothing ends.
+    assert error_code(tools.commit(tool_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and tools.holds(tool_id)
+    assert sim.run(run_id).status == "running"
+    # An abort handler's lease: its phase cannot end failed, so the refusal alone (the handler ends as it will).
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    expect(tools.release(tool_id), Ok)
+    tools.ok(tool_id, ended(tool_id, "aborted"))
+    assert worker.holds(task_id) and worker.lease(task_id).mode == "abort"
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
+    worker.ok(task_id, ended(task_id, "aborted"))
+    assert sim.run(run_id).status == "cancelled"
