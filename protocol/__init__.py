@@ -54,6 +54,7 @@ from ._frames import (
     AdvanceClock,
     Announce,
     AppendEntry,
+    AppendPartial,
     BlockedReason,
     CancelLease,
     CancelRun,
@@ -96,6 +97,7 @@ from ._frames import (
     OutcomesReply,
     OutcomeStatus,
     PartialRecord,
+    PartialsReply,
     PartialStatus,
     PeerInfo,
     PeersReply,
@@ -109,6 +111,7 @@ from ._frames import (
     ReadOperation,
     ReadOperations,
     ReadOutcomes,
+    ReadPartials,
     ReadPeers,
     ReadRun,
     ReadRuns,
@@ -159,7 +162,7 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
-from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER
+from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER, MAX_PARTIAL_BYTES, MAX_PARTIAL_PIECE_BYTES
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -185,6 +188,8 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LEASES_PER_WORKER",
     "MAX_MESSAGE_BYTES",
+    "MAX_PARTIAL_BYTES",
+    "MAX_PARTIAL_PIECE_BYTES",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
     "REPLY_TYPES",
@@ -199,6 +204,7 @@ __all__ = [
     "AdvanceClock",
     "Announce",
     "AppendEntry",
+    "AppendPartial",
     "BadFrame",
     "BlockedReason",
     "CancelLease",
@@ -253,6 +259,7 @@ __all__ = [
     "OwnerUnavailable",
     "PartialRecord",
     "PartialStatus",
+    "PartialsReply",
     "PeerInfo",
     "PeersReply",
     "Ping",
@@ -266,6 +273,7 @@ __all__ = [
     "ReadOperation",
     "ReadOperations",
     "ReadOutcomes",
+    "ReadPartials",
     "ReadPeers",
     "ReadRun",
     "ReadRuns",
