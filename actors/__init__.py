@@ -20,6 +20,7 @@ from protocol import (
     NotFound,
     OperationRecord,
     OwnerUnavailable,
+    PartialRecord,
     PeerInfo,
     ProtocolError,
     RequestFailed,
@@ -67,6 +68,7 @@ from ._models import (
     UserMessage,
     assemble,
 )
+from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._watch import WatchStream
@@ -102,6 +104,9 @@ __all__ = [
     "NotFound",
     "OperationRecord",
     "OwnerUnavailable",
+    "PartialOutput",
+    "PartialRecord",
+    "PartialText",
     "PeerInfo",
     "Phase",
     "PhaseEnded",
