@@ -452,7 +452,9 @@ class OwnerCore:
             runs.settle_records = []
         if admitted:
             settled = {record.task_id for record in result.records}
-            records = [r for r in admitted if not (isinstance(r, TaskRecord) and r.task_id in settled)]
+            # Drop the admitted task records settling changed again (logged below), keeping the rest: the
+            # operations it interrupted were lost here once.
+            records = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
         records += result.records
         records += changed_runs.values()
         if records:

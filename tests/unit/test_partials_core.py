@@ -17,6 +17,7 @@ from protocol import (
     ErrorCode,
     FinishOperation,
     JsonValue,
+    OperationRecord,
     PartialRecord,
     PartialsReply,
     ReadPartials,
@@ -229,3 +230,20 @@ def test_a_refused_commit_with_a_piece_changes_nothing_in_store_or_memory(sim: R
     assert stored(sim, operation_id=op) == [(1, 0, "kept", "streaming")]
     # A tool call has no partial output; an unknown operation is not found.
     assert error_code(worker.commit(task_id, piece(fresh_id(), 0, "x"))) == ErrorCode.NOT_FOUND
+
+
+def test_an_interruption_settled_with_an_admission_logs_the_operation_and_its_aborted_output(sim: RunSim) -> None:
+    """Fix: a settling commit that also admitted a run dropped the records of the operations it interrupted from
+    the log (they were stored, but no watch saw them, nor the partial output's abort)."""
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    worker.ok(task_id, piece(op, 0, "cut"))
+    other = sim.agent_conversation()
+    head = sim.core.head_seq
+    worker.leave(settle=False)
+    second = sim.start_run(other)  # its batch settles the cut-off and admits this run
+    assert sim.run(second).status == "pending"
+    logged = [record for commit in sim.store.read_log(head, None, 100) for record in commit.records]
+    assert any(isinstance(r, OperationRecord) and r.operation_id == op and r.status == "interrupted" for r in logged)
+    assert any(isinstance(r, PartialRecord) and r.operation_id == op and r.status == "aborted" for r in logged)
