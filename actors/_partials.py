@@ -23,6 +23,7 @@ from protocol import (
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,
     AppendPartial,
+    Change,
     Commit,
     Committed,
     PartialRecord,
@@ -174,16 +175,23 @@ class PartialText:
     what is held (a retried attempt never shows text twice); characters already held are skipped (overlaps after a
     resumed watch); a record older (by ``seq``) than what is held is ignored.
 
-    ``feed`` takes one record, or a ``Change``'s records (others are skipped); ``texts`` are the held outputs by
+    ``feed`` takes one record, a ``Change``, or records (others are skipped); ``outputs`` are the held outputs by
     operation id, in the order each operation first appeared.
     """
 
     def __init__(self) -> None:
         self.outputs: dict[str, PartialOutput] = {}
 
-    def feed(self, records: PartialRecord | Iterable[object]) -> list[PartialOutput]:
-        """Take ``records``; returns the outputs they changed (in order, one per record that changed one)."""
-        items: Iterable[object] = (records,) if isinstance(records, PartialRecord) else records
+    def feed(self, records: PartialRecord | Change | Iterable[object]) -> list[PartialOutput]:
+        """Take a record, a ``Change`` or any records (others than partial records are skipped); returns the
+        outputs they changed (in order, one per record that changed one)."""
+        items: Iterable[object]
+        if isinstance(records, PartialRecord):
+            items = (records,)
+        elif isinstance(records, Change):
+            items = records.records
+        else:
+            items = records
         changed = []
         for record in items:
             if isinstance(record, PartialRecord):

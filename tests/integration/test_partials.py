@@ -87,7 +87,7 @@ async def test_a_watch_sees_pieces_before_the_answer_and_a_retry_replaces_them(
             # A reader assembling them never holds text twice: always a prefix of one attempt's text.
             reader = actors.PartialText()
             for change in changes:
-                for output in reader.feed(change.records):
+                for output in reader.feed(change):
                     assert STREAMED_ANSWER.startswith(output.text), output
             assert reader.text(done.operation_id) == STREAMED_ANSWER
             assert reader.outputs[done.operation_id].status == "done" and not reader.streaming
