@@ -196,6 +196,11 @@ class Partials:
         streaming = head.status == STREAMING and head.attempt == op.attempt
         if not streaming and not final:
             return None
+        if not streaming and status == "done":
+            # A later attempt completed without streaming text (tool calls only): its ``done`` record (no text)
+            # tells readers to drop the earlier attempt's aborted output.
+            head = attrs.evolve(head, attempt=op.attempt, chars=0, size_bytes=0, status=STREAMING)
+            streaming = True
         return self._close(head, status if streaming else head.status, final, seq, now_ms, emit=streaming)
 
     def _run_ended(self, run_id: str, seq: int, now_ms: int) -> list[PartialRecord]:

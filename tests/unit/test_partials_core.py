@@ -247,3 +247,23 @@ def test_an_interruption_settled_with_an_admission_logs_the_operation_and_its_ab
     logged = [record for commit in sim.store.read_log(head, None, 100) for record in commit.records]
     assert any(isinstance(r, OperationRecord) and r.operation_id == op and r.status == "interrupted" for r in logged)
     assert any(isinstance(r, PartialRecord) and r.operation_id == op and r.status == "aborted" for r in logged)
+
+
+def test_a_retry_that_streams_no_text_still_ends_the_aborted_output_as_done(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "quiet-retry.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        worker.ok(task_id, piece(op, 0, "half an answ"))
+        worker.leave()
+        sim.request(sim.client, AdvanceClock(by_ms=1_000))
+        worker = sim.agent_worker()
+        worker.ok(task_id, model_intent(run_id, op, attempt=2))
+        done = worker.ok(task_id, FinishOperation(operation_id=op, status="completed"), next_turn(task_id))
+        # Tool calls only this time: a done record of attempt 2 replaces attempt 1's aborted text for readers.
+        assert logged_partials(sim)[-1] == (done.seq, 2, 0, "", "done")
+        assert stored(sim, operation_id=op) == [(2, 0, "", "done")]
+        assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+    finally:
+        sim.close()
