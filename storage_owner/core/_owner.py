@@ -852,6 +852,11 @@ class OwnerCore:
 
     def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
         partials = self.partials.read(run_id=request.run_id, operation_id=request.operation_id)
+        if not partials:  # nothing streamed yet, or nothing by that id: say which
+            if request.run_id is not None and self._store.run(request.run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
+            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
         self._reply(peer, call_id, PartialsReply(partials=tuple(partials), seq=self._head_seq))
 
     def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:

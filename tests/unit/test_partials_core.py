@@ -228,7 +228,13 @@ def test_a_refused_commit_with_a_piece_changes_nothing_in_store_or_memory(sim: R
     assert stored(sim, operation_id=op) == [] and sim.core.partials.held_count == 0
     worker.ok(task_id, piece(op, 0, "kept"))
     assert stored(sim, operation_id=op) == [(1, 0, "kept", "streaming")]
-    # A tool call has no partial output; an unknown operation is not found.
+    # Reads: nothing streamed yet is an empty list; an unknown run or operation is not found; one of the two ids.
+    assert stored(sim, run_id=sim.start_run(sim.agent_conversation())) == []
+    for key in ({"run_id": fresh_id()}, {"operation_id": fresh_id()}):
+        assert error_code(sim.request(sim.client, ReadPartials(**key))) == ErrorCode.NOT_FOUND
+    assert error_code(sim.request(sim.client, ReadPartials())) == ErrorCode.INVALID
+    assert error_code(sim.request(sim.client, ReadPartials(run_id=run_id, operation_id=op))) == ErrorCode.INVALID
+    # An unknown operation takes no piece.
     assert error_code(worker.commit(task_id, piece(fresh_id(), 0, "x"))) == ErrorCode.NOT_FOUND
 
 
