@@ -23,6 +23,7 @@ from protocol import (
     NotFound,
     OperationRecord,
     OwnerUnavailable,
+    PartialRecord,
     PeerInfo,
     ProtocolError,
     RequestFailed,
@@ -71,6 +72,7 @@ from ._models import (
     assemble,
 )
 from ._openai import OpenAIChat
+from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._watch import WatchStream
@@ -110,6 +112,9 @@ __all__ = [
     "OpenAIChat",
     "OperationRecord",
     "OwnerUnavailable",
+    "PartialOutput",
+    "PartialRecord",
+    "PartialText",
     "PeerInfo",
     "Phase",
     "PhaseEnded",

@@ -4,6 +4,7 @@ one)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 import attrs
 
@@ -12,6 +13,8 @@ from protocol import UsageError
 from ._models import DEFAULT_RETRY, Message, Model, ModelRequest, Retry
 from ._tools import TOOL_NAME_PATTERN, ToolDefinition, ToolSpec
 
+DEFAULT_PARTIAL_INTERVAL_MS: Final = 100
+MAX_PARTIAL_INTERVAL_MS: Final = 60_000
 AGENT_NAME_PATTERN = TOOL_NAME_PATTERN
 """Agent names follow the tool-name rule: a letter, then at most 63 letters, digits, ``_`` or ``-``."""
 
@@ -32,6 +35,8 @@ class AgentDefinition:
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), repr=False)
     max_turns: int | None = None
     model_retry: Retry = DEFAULT_RETRY
+    partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS
+    """How often, at most, the text a model streams is sent to the owner while it streams (0: only at the end)."""
     _specs: tuple[ToolSpec, ...] = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_specs, takes_self=True)
     )
@@ -63,6 +68,7 @@ def define_agent(
     tools: Iterable[str | ToolDefinition] = (),
     max_turns: int | None = None,
     model_retry: Retry = DEFAULT_RETRY,
+    partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
     known_tools: Mapping[str, ToolDefinition],
 ) -> AgentDefinition:
     """Check an agent's definition against the tools defined so far (``known_tools``) and build it. Raises
@@ -98,6 +104,11 @@ def define_agent(
         raise UsageError(f"agent {name!r}: max_turns must be None (no limit) or 1 or more, not {max_turns!r}")
     if not isinstance(model_retry, Retry):
         raise UsageError(f"agent {name!r}: model_retry must be an actors.Retry, not {type(model_retry).__name__}")
+    if type(partial_interval_ms) is not int or not 0 <= partial_interval_ms <= MAX_PARTIAL_INTERVAL_MS:
+        raise UsageError(
+            f"agent {name!r}: partial_interval_ms must be a whole number of milliseconds from 0 (only at the end) to "
+            f"{MAX_PARTIAL_INTERVAL_MS}, not {partial_interval_ms!r}"
+        )
     return AgentDefinition(
         name=name,
         version=version,
@@ -106,4 +117,5 @@ def define_agent(
         tools=tuple(resolved),
         max_turns=max_turns,
         model_retry=model_retry,
+        partial_interval_ms=partial_interval_ms,
     )

@@ -12,7 +12,7 @@ import attrs
 
 from protocol import Capability, TetherError, UsageError
 
-from ._agents import AgentDefinition, define_agent
+from ._agents import DEFAULT_PARTIAL_INTERVAL_MS, AgentDefinition, define_agent
 from ._models import DEFAULT_RETRY, Model, Retry
 from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, define_tool
 
@@ -190,6 +190,7 @@ class App:
         tools: Iterable[str | ToolDefinition] = (),
         max_turns: int | None = None,
         model_retry: Retry = DEFAULT_RETRY,
+        partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
     ) -> AgentDefinition:
         """Register an agent; its ``tools`` must already be defined in this app. Raises
         :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
@@ -203,6 +204,7 @@ class App:
             tools=tools,
             max_turns=max_turns,
             model_retry=model_retry,
+            partial_interval_ms=partial_interval_ms,
             known_tools=self._tools,
         )
         self._agents[name] = definition

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
+import trio
 
 from protocol import (
     AbortTask,
@@ -47,6 +48,7 @@ from protocol import (
     OperationsReply,
     Order,
     OutcomesReply,
+    PartialsReply,
     PeerInfo,
     PeersReply,
     Ping,
@@ -59,6 +61,7 @@ from protocol import (
     ReadInteractions,
     ReadOperations,
     ReadOutcomes,
+    ReadPartials,
     ReadPeers,
     ReadPrices,
     ReadRun,
@@ -429,6 +432,17 @@ class Client:
             if reply.next_cursor is None:
                 return result
             cursor = reply.next_cursor
+
+    async def partials(self, *, run_id: str | None = None, operation_id: str | None = None) -> PartialsReply:
+        """The stored partial output of one model request (``operation_id``) or of each of a run's (``run_id``):
+        exactly one of the two. Each is one ``PartialRecord`` from offset 0 holding the text streamed so far
+        (``done``: no text, the answer is the assistant entry; ``aborted``: never an answer). The reply's ``seq``
+        is the head as of the read: ``watch(from_seq=reply.seq)`` continues exactly, and feeding both to an
+        :class:`~actors.PartialText` shows each text once. A checkpoint."""
+        if (run_id is None) == (operation_id is None):
+            await trio.lowlevel.checkpoint()
+            raise UsageError("partials() takes exactly one of run_id= and operation_id=")
+        return await self.connection.call(ReadPartials(run_id=run_id, operation_id=operation_id), PartialsReply)
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel a run once durable: a queued one ends ``cancelled`` at once; an active one has its task aborted

@@ -41,6 +41,7 @@ from protocol import (
     RunUsage,
     StartOperation,
     TaskOutcome,
+    Write,
     approval_task_id,
     json_value,
 )
@@ -52,6 +53,7 @@ from ._models import (
     AssistantMessage,
     Message,
     ModelError,
+    TextDelta,
     ToolCallRequest,
     ToolMessage,
     TurnBuilder,
@@ -59,6 +61,7 @@ from ._models import (
     UserMessage,
     backoff_ms,
 )
+from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition
 
@@ -280,15 +283,22 @@ class AgentRun:
                 )
             )
         builder = TurnBuilder()
-        try:
-            async for event in agent.model.stream(request):
-                builder.feed(event)
-            result = builder.result()
-        except ModelError as exc:
-            await self._model_failed(rt, operation_id, turn, attempt, retry, exc)
+        failure: ModelError | None = None
+        async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
+            try:
+                async for event in agent.model.stream(request):
+                    builder.feed(event)
+                    if isinstance(event, TextDelta):
+                        partial.feed(event.text)  # sent in pieces while it streams; never waits
+                result = builder.result()
+            except ModelError as exc:
+                failure = exc
+        if failure is not None:
+            await self._model_failed(rt, operation_id, turn, attempt, retry, failure, partial.final_writes())
             return
         message = result.message
         async with rt.commit() as tx:
+            tx.writes.extend(partial.final_writes())  # the rest of the text, then the result: its output is done
             tx.finish_operation(
                 FinishOperation(
                     operation_id=operation_id,
@@ -306,11 +316,19 @@ class AgentRun:
             self._next(tx, rt, run_id, turn, message)
 
     async def _model_failed(
-        self, rt: Phase, operation_id: str, turn: int, attempt: int, retry: ProtocolRetry, exc: ModelError
+        self,
+        rt: Phase,
+        operation_id: str,
+        turn: int,
+        attempt: int,
+        retry: ProtocolRetry,
+        exc: ModelError,
+        pieces: Sequence[Write] = (),
     ) -> None:
         error = f"{exc.kind}: {exc}"
         delay = backoff_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
         async with rt.commit() as tx:
+            tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
             tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")

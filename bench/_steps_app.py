@@ -1,6 +1,7 @@
 """The app ``bench/steps.py`` runs on its worker (importable as ``_steps_app:app`` with ``bench/`` on the path).
 
 - Task kind ``bench.steps`` (variant ``task``): one committed checkpoint per phase.
+- Agent ``bench-stream``: a slowly streaming model (partial output), see below.
 - Agent ``bench-tools`` (variant ``tool``) on a :class:`actors.ScriptedModel`: ``BENCH_TOOL_STEPS`` calls of the
   trivial ``safe`` tool ``noop`` per run, ``BENCH_TOOL_CALLS_PER_TURN`` calls per model turn (environment, read at
   import, since the worker imports the app), then one closing text turn.
@@ -54,4 +55,37 @@ app.define_tool(
 )
 app.define_agent(
     "bench-tools", version=1, model=script(TOOL_STEPS, CALLS_PER_TURN), instructions="Bench.", tools=["noop"]
+)
+
+
+# Agent ``bench-stream``: a model that streams (the cost of partial output). ``BENCH_STREAM_TURNS`` turns, each
+# streaming ``BENCH_STREAM_CHARS`` characters of text, ``BENCH_STREAM_CHUNK_CHARS`` to a delta every
+# ``BENCH_STREAM_DELAY_MS``, then calling ``noop`` once; then one closing text turn. The worker sends the text in
+# pieces at most every ``BENCH_PARTIAL_INTERVAL_MS`` (100 by default; 0: only with the result).
+STREAM_TURNS = int(os.environ.get("BENCH_STREAM_TURNS", "10"))
+STREAM_CHARS = int(os.environ.get("BENCH_STREAM_CHARS", "2000"))
+STREAM_CHUNK_CHARS = int(os.environ.get("BENCH_STREAM_CHUNK_CHARS", "16"))
+STREAM_DELAY_MS = int(os.environ.get("BENCH_STREAM_DELAY_MS", "10"))
+PARTIAL_INTERVAL_MS = int(os.environ.get("BENCH_PARTIAL_INTERVAL_MS", "100"))
+
+
+def streaming_script(turns: int, chars: int, chunk_chars: int, delay_ms: int) -> actors.ScriptedModel:
+    """``turns`` turns that stream ``chars`` characters of text and then call ``noop``, then a text answer."""
+    text = ("Streaming partial output for the bench. " * (chars // 40 + 1))[:chars]
+    streamed = [
+        actors.ScriptedTurn(
+            text=text, tool_calls=[("noop", {"n": n})], chunk_chars=chunk_chars, delay_s=delay_ms / 1000
+        )
+        for n in range(turns)
+    ]
+    return actors.ScriptedModel([*streamed, actors.ScriptedTurn(text="done")])
+
+
+app.define_agent(
+    "bench-stream",
+    version=1,
+    model=streaming_script(STREAM_TURNS, STREAM_CHARS, STREAM_CHUNK_CHARS, STREAM_DELAY_MS),
+    instructions="Bench.",
+    tools=["noop"],
+    partial_interval_ms=PARTIAL_INTERVAL_MS,
 )

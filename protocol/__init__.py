@@ -55,6 +55,7 @@ from ._frames import (
     AdvanceClock,
     Announce,
     AppendEntry,
+    AppendPartial,
     BlockedReason,
     Budget,
     BudgetReply,
@@ -101,6 +102,7 @@ from ._frames import (
     OutcomesReply,
     OutcomeStatus,
     PartialRecord,
+    PartialsReply,
     PartialStatus,
     PeerInfo,
     PeersReply,
@@ -115,6 +117,7 @@ from ._frames import (
     ReadOperation,
     ReadOperations,
     ReadOutcomes,
+    ReadPartials,
     ReadPeers,
     ReadPrices,
     ReadRun,
@@ -170,7 +173,7 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
-from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER
+from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER, MAX_PARTIAL_BYTES, MAX_PARTIAL_PIECE_BYTES
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -196,6 +199,8 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LEASES_PER_WORKER",
     "MAX_MESSAGE_BYTES",
+    "MAX_PARTIAL_BYTES",
+    "MAX_PARTIAL_PIECE_BYTES",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
     "REPLY_TYPES",
@@ -210,6 +215,7 @@ __all__ = [
     "AdvanceClock",
     "Announce",
     "AppendEntry",
+    "AppendPartial",
     "BadFrame",
     "BlockedReason",
     "Budget",
@@ -269,6 +275,7 @@ __all__ = [
     "OwnerUnavailable",
     "PartialRecord",
     "PartialStatus",
+    "PartialsReply",
     "PeerInfo",
     "PeersReply",
     "Ping",
@@ -283,6 +290,7 @@ __all__ = [
     "ReadOperation",
     "ReadOperations",
     "ReadOutcomes",
+    "ReadPartials",
     "ReadPeers",
     "ReadPrices",
     "ReadRun",

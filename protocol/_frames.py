@@ -508,6 +508,21 @@ class CreateInteraction:
     kind: Literal["approval", "question"] = "approval"
 
 
+@attrs.frozen(kw_only=True)
+class AppendPartial:
+    """Store a piece of a model request's streamed output, under the lease of the run's task that started attempt
+    ``attempt`` of operation ``operation_id`` (open: no result yet). ``text`` is what the attempt streamed after its
+    first ``offset`` characters (Unicode code points); ``offset`` may not pass what is stored (no gap), and may
+    overlap it (a piece resent after a lost reply): only the characters past what is stored are new. The owner pushes
+    a ``PartialRecord`` of the new characters to the conversation's watches in the same commit."""
+
+    OP: ClassVar[str] = "append_partial"
+    operation_id: str
+    attempt: int
+    offset: int
+    text: str
+
+
 Write: TypeAlias = (
     CreateConversation
     | AppendEntry
@@ -518,6 +533,7 @@ Write: TypeAlias = (
     | StartOperation
     | FinishOperation
     | CreateInteraction
+    | AppendPartial
 )
 """One write of a ``Commit``; tagged by ``op`` on the wire."""
 
@@ -883,6 +899,16 @@ class ReadInteractions:
     limit: int = 1000
 
 
+@attrs.frozen(kw_only=True)
+class ReadPartials:
+    """The stored partial output of one operation (``operation_id``) or of every model request of a run
+    (``run_id``): exactly one of the two."""
+
+    TYPE: ClassVar[str] = "read_partials"
+    run_id: str | None = None
+    operation_id: str | None = None
+
+
 # -------------------------------------------------------------------------------------------------- replies
 
 
@@ -1021,6 +1047,17 @@ class InteractionsReply:
     TYPE: ClassVar[str] = "interactions"
     interactions: tuple[InteractionRecord, ...]
     next_after_interaction_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PartialsReply:
+    """Each operation's stored partial output as one record from offset 0 (``done``: no text, the answer is the
+    assistant entry), oldest operation first; ``seq`` is the head as of the read: a watch from it continues
+    exactly."""
+
+    TYPE: ClassVar[str] = "partials"
+    partials: tuple[PartialRecord, ...]
+    seq: int
 
 
 @attrs.frozen(kw_only=True)
@@ -1182,6 +1219,7 @@ Request: TypeAlias = (
     | Respond
     | RetryRun
     | ReadInteractions
+    | ReadPartials
 )
 Reply: TypeAlias = (
     Committed
@@ -1208,6 +1246,7 @@ Reply: TypeAlias = (
     | OperationReply
     | InteractionReply
     | InteractionsReply
+    | PartialsReply
     | Error
 )
 Event: TypeAlias = Change | Goodbye | Lease | CancelLease
@@ -1246,6 +1285,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     Respond,
     RetryRun,
     ReadInteractions,
+    ReadPartials,
 )
 REPLY_TYPES: tuple[type[Any], ...] = (
     Committed,
@@ -1272,6 +1312,7 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     OperationReply,
     InteractionReply,
     InteractionsReply,
+    PartialsReply,
     Error,
 )
 EVENT_TYPES: tuple[type[Any], ...] = (Change, Goodbye, Lease, CancelLease)
@@ -1286,6 +1327,7 @@ WRITE_TYPES: tuple[type[Any], ...] = (
     StartOperation,
     FinishOperation,
     CreateInteraction,
+    AppendPartial,
 )
 RECORD_TYPES: tuple[type[Any], ...] = (
     ConversationRecord,

@@ -8,3 +8,9 @@ MAX_LEASES_PER_WORKER: Final = 100_000
 """The owner's limit on a worker's ``max_leases`` (an ``announce`` over it is refused as ``invalid``)."""
 DEFAULT_MAX_LEASES: Final = 64
 """Phases a worker runs at once unless told otherwise (``actors.serve``, ``tether worker``)."""
+MAX_PARTIAL_BYTES: Final = 1 << 20
+"""A model request's streamed output is stored up to this many bytes (UTF-8) per attempt (1 MiB): a piece past it is
+refused (``invalid``), and a worker stops sending pieces before it; the whole answer still commits with the result."""
+MAX_PARTIAL_PIECE_BYTES: Final = 256 << 10
+"""One ``append_partial`` piece carries at most this many bytes of text (a worker splits a longer one), so a piece
+always fits a message."""

@@ -40,6 +40,7 @@ from protocol import (
     AdvanceClock,
     Announce,
     AppendEntry,
+    AppendPartial,
     BadFrame,
     CancelRun,
     Change,
@@ -67,6 +68,8 @@ from protocol import (
     OperationReply,
     OperationsReply,
     OutcomesReply,
+    PartialRecord,
+    PartialsReply,
     PeerInfo,
     PeersReply,
     Ping,
@@ -80,6 +83,7 @@ from protocol import (
     ReadOperation,
     ReadOperations,
     ReadOutcomes,
+    ReadPartials,
     ReadPeers,
     ReadPrices,
     ReadRun,
@@ -132,6 +136,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
+from ._partials import Partials
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
@@ -236,6 +241,7 @@ class OwnerCore:
         self._clock_ms: int | None = None
         self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
         self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
+        self.partials = Partials(store, self.tasks.on_rollback)
         self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
         """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and
         ``wait_run`` by run id (when the run is terminal or needs attention)."""
@@ -274,6 +280,7 @@ class OwnerCore:
             Respond: self._on_respond,
             RetryRun: self._on_retry_run,
             ReadInteractions: self._on_read_interactions,
+            ReadPartials: self._on_read_partials,
         }
         self._writes: frozenset[type[Any]] = frozenset(
             {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun, SetPrices, SetBudget}
@@ -455,9 +462,13 @@ class OwnerCore:
             runs.settle_records = []
         if admitted:
             settled = {record.task_id for record in result.records}
-            records = [r for r in admitted if not (isinstance(r, TaskRecord) and r.task_id in settled)]
+            # Drop the admitted task records settling changed again (logged below), keeping the rest: the
+            # operations it interrupted were lost here once.
+            records = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
         records += result.records
         records += changed_runs.values()
+        if records:
+            records += self.partials.settled(records, seq, now_ms)  # interrupted streams and ended runs: aborted
         if records:
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             touched = {record.conversation_id for record in records if record.conversation_id is not None}
@@ -519,6 +530,7 @@ class OwnerCore:
             store.savepoint()
         self.tasks.begin()
         runs_changed: dict[str, RunRecord] = {}
+        ended: PartialRecord | None = None
         try:
             for index, write in enumerate(request.writes):
                 where = f"writes[{index}]"
@@ -532,12 +544,24 @@ class OwnerCore:
                     result = 0
                     if run is not None:
                         runs_changed[run.run_id] = run
+                    ended = self.partials.finished(record, seq, now_ms)  # after the operation's record
+                elif isinstance(write, AppendPartial):
+                    op = store.operation(write.operation_id) if write.operation_id else None
+                    piece = self.partials.append(write, op, request.lease, seq, now_ms, where)
+                    results.append(0)
+                    if piece is not None:
+                        records.append(piece)
+                        touched.add(piece.conversation_id)
+                    continue
                 else:
                     record, result = self._apply(write, seq, now_ms, where, positions, request.lease)
                 records.append(record)
                 results.append(result)
                 if record.conversation_id is not None:
                     touched.add(record.conversation_id)
+                if ended is not None:
+                    records.append(ended)
+                    ended = None
             records.extend(runs_changed.values())
             logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
@@ -881,6 +905,15 @@ class OwnerCore:
             return RunReply(run=run), records
 
         self._owner_decision(peer, call_id, now_ms, decide)
+
+    def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
+        partials = self.partials.read(run_id=request.run_id, operation_id=request.operation_id)
+        if not partials:  # nothing streamed yet, or nothing by that id: say which
+            if request.run_id is not None and self._store.run(request.run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
+            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        self._reply(peer, call_id, PartialsReply(partials=tuple(partials), seq=self._head_seq))
 
     def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:

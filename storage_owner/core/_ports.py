@@ -24,6 +24,8 @@ from protocol import (
     TaskStatus,
 )
 
+from ._partial_ports import PartialStore
+
 NO_CHANGE: Final = object()
 """Passed as a checkpoint: keep the stored one."""
 
@@ -62,7 +64,7 @@ class LoggedCommit:
     records: tuple[Record, ...]
 
 
-class Store(Protocol):
+class Store(PartialStore, Protocol):
     """The storage operations the core calls. Every method runs synchronously on the committed-or-pending state
     of the one open transaction; the shell begins and commits that transaction, the core only uses savepoints.
     """

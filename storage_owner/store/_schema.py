@@ -180,6 +180,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (scope, key)
     ) WITHOUT ROWID;
     """,
+    # 5: partial output of model requests (docs/runs.md, "Partial output"): one row per operation (its current
+    # attempt, status and size), its pieces as rows, so that storing a piece writes the piece alone, never the text
+    # so far again. Pieces are deleted once the operation's result commits.
+    """
+    CREATE TABLE partials (
+        operation_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        intent_seq INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        chars INTEGER NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        pieces INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX partials_by_run ON partials (run_id);
+    CREATE INDEX partials_held ON partials (operation_id) WHERE pieces > 0 OR status = 'streaming';
+    CREATE TABLE partial_pieces (
+        operation_id TEXT NOT NULL,
+        char_offset INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        PRIMARY KEY (operation_id, char_offset)
+    );
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

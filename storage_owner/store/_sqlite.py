@@ -43,6 +43,7 @@ from protocol import (
 )
 from storage_owner.core import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, StoreConflict, TaskRow
 
+from ._partials import PartialsSql
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 
 Sync = Literal["normal", "full"]
@@ -110,7 +111,7 @@ def read_schema_version(path: str) -> int | None:
         db.close()
 
 
-class SqliteStore:
+class SqliteStore(PartialsSql):
     """One open database. Not thread-safe: the owner uses it from one thread only."""
 
     def __init__(self, db: apsw.Connection, path: str) -> None:

@@ -128,3 +128,31 @@ class GatedModel:
 gated = actors.App("gated")
 gated.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
 gated.define_agent("support", version=1, model=GatedModel(ONE_CALL), tools=["lookup"])
+
+STREAMED_ANSWER = "Your order A1 left the warehouse on Monday and should arrive by Thursday; tracking follows."
+"""The answer of ``streaming`` / ``streaming_cut``: 92 characters, 4 to a chunk, every 40 ms (about 1 s)."""
+
+
+def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04) -> actors.App:
+    """An agent whose model streams ``STREAMED_ANSWER`` slowly (partial output every 100 ms, the default); with
+    ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``)."""
+    app = actors.App("streaming")
+    turn = actors.ScriptedTurn(
+        text=STREAMED_ANSWER,
+        chunk_chars=4,
+        delay_s=delay_s,
+        cut_after_chars=cut_after_chars,
+        fail_attempts=1 if cut_after_chars is not None else 0,
+    )
+    app.define_agent(
+        "support",
+        version=1,
+        model=actors.ScriptedModel([turn]),
+        model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+    )
+    return app
+
+
+streaming = build_streaming()
+streaming_slow = build_streaming(delay_s=0.25)
+"""About 6 s for the answer: a worker process killed mid-stream (tests/faults/test_partials_faults.py)."""

@@ -63,6 +63,8 @@ from protocol import (
     OperationReply,
     OperationsReply,
     OutcomesReply,
+    PartialRecord,
+    PartialsReply,
     PeerInfo,
     PeersReply,
     Ping,
@@ -77,6 +79,7 @@ from protocol import (
     ReadOperation,
     ReadOperations,
     ReadOutcomes,
+    ReadPartials,
     ReadPeers,
     ReadPrices,
     ReadRun,
@@ -409,6 +412,23 @@ EXAMPLES: list[Frame] = [
     Respond(interaction_id=INTERACTION, approve=False, note="too much", responded_by="ops"),
     RetryRun(run_id=RUN),
     ReadInteractions(status="open", run_id=RUN, after_interaction_id=INTERACTION, limit=5),
+    ReadPartials(run_id=RUN),
+    PartialsReply(
+        partials=(
+            PartialRecord(
+                operation_id=OPERATION,
+                run_id=RUN,
+                conversation_id=AGENT_CONVERSATION,
+                attempt=2,
+                offset=0,
+                text="Refunding ord",
+                status="streaming",
+                seq=12,
+                created_at_ms=1_700_000_000_011,
+            ),
+        ),
+        seq=14,
+    ),
     OperationReply(operation=OPERATION_RECORD),
     InteractionReply(interaction=INTERACTION_RECORD),
     InteractionsReply(
@@ -619,6 +639,8 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "OperationReply": 36,
     "InteractionReply": 37,
     "InteractionsReply": 39,
+    "ReadPartials": 41,
+    "PartialsReply": 41,
 }
 """The call id in the envelope of each example (requests and replies; the ``Error`` example names none)."""
 
@@ -1129,6 +1151,18 @@ GOLDEN_HEX: dict[str, str] = {
         "6e5f6964d92430313839306135642d616339662d373030302d383030302d303030303030303030303039b46166746572"
         "5f696e746572616374696f6e5f6964d92430313839306135642d616361322d373030302d383030302d30303030303030"
         "3030303063a56c696d697405"
+    ),
+    "ReadPartials": (
+        "84a474797065ad726561645f7061727469616c73a763616c6c5f696429a672756e5f6964d92430313839306135642d61"
+        "6339662d373030302d383030302d303030303030303030303039ac6f7065726174696f6e5f6964c0"
+    ),
+    "PartialsReply": (
+        "84a474797065a87061727469616c73a763616c6c5f696429a87061727469616c739189ac6f7065726174696f6e5f6964"
+        "d92430313839306135642d616361312d373030302d383030302d303030303030303030303062a672756e5f6964d92430"
+        "313839306135642d616339662d373030302d383030302d303030303030303030303039af636f6e766572736174696f6e"
+        "5f6964d92430313839306135642d616361302d373030302d383030302d303030303030303030303061a7617474656d70"
+        "7402a66f666673657400a474657874ad526566756e64696e67206f7264a6737461747573a973747265616d696e67a373"
+        "65710cad637265617465645f61745f6d73cf0000018bcfe5680ba37365710e"
     ),
     "OperationReply": (
         "83a474797065a96f7065726174696f6ea763616c6c5f696424a96f7065726174696f6ede0018ac6f7065726174696f6e"

@@ -1,0 +1,300 @@
+"""Partial output of model requests, sans-IO: what the owner stores and pushes while a model streams (docs/runs.md,
+"Partial output").
+
+A worker streaming a model request commits its text in pieces (``append_partial`` writes, under the run task's
+lease); each piece is stored and logged as a :class:`~protocol.PartialRecord` in its commit, so a watch of the
+conversation sees it live, and a watch resumed from a seq (or catching up from the log) replays it exactly. Rules:
+
+1. **Keyed by (operation, attempt).** A piece is accepted only for the open attempt of a model operation, under the
+   lease that started it. The first piece of an attempt replaces whatever an earlier attempt of the operation
+   stored (its pieces are deleted): a reader never gets text twice.
+2. **Contiguous.** A piece may overlap what is stored (a piece resent after a lost reply; only the characters past
+   it are new) but never leave a gap (``conflict``, naming where the stored text ends).
+3. **Bounded.** At most :data:`~protocol.MAX_PARTIAL_BYTES` of text per attempt, at most
+   :data:`~protocol.MAX_PARTIAL_PIECE_BYTES` per piece (``invalid`` past either; nothing is written).
+4. **Ends.** The operation's result commits: a ``done`` record (no text: the answer is the assistant entry) in the
+   same commit, and the pieces are deleted (the final text is kept once, in the result). A failed attempt (the
+   worker reports a failed stream), an interrupted one (the owner decides it: worker gone, lease lost, owner
+   restarted) or the run ending while it streams: an ``aborted`` record. An aborted attempt's pieces stay until the
+   next attempt replaces them, or are deleted once no attempt can follow (last attempt, run ended).
+
+One row per operation in ``partials`` (the current attempt, its status and size) and its pieces as rows of
+``partial_pieces``: appending a piece writes the piece alone, never the text so far again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import attrs
+
+from protocol import (
+    MAX_PARTIAL_BYTES,
+    MAX_PARTIAL_PIECE_BYTES,
+    AppendPartial,
+    ErrorCode,
+    LeaseRef,
+    OperationRecord,
+    PartialRecord,
+    PartialStatus,
+    Record,
+    RunRecord,
+)
+
+from ._checks import Refusal, check_id
+from ._partial_ports import PartialHead, PartialStore
+from ._runs import TERMINAL, has_result
+
+STREAMING: Final = "streaming"
+Callback = Callable[[Callable[[], None]], None]
+"""Journals an undo action for a refused request (the task engine's ``on_rollback``)."""
+
+
+class Partials:
+    """The partial output of one store's model requests; see the module docstring."""
+
+    def __init__(self, store: PartialStore, on_rollback: Callback) -> None:
+        self._store = store
+        self._on_rollback = on_rollback
+        self._held: dict[str, PartialHead] = {head.operation_id: head for head in store.held_partials()}
+        """Heads that stream or whose pieces are stored: at most one per live model request (and per run)."""
+
+    # ---------------------------------------------------------------------------------------------- pieces
+
+    def append(
+        self,
+        write: AppendPartial,
+        op: OperationRecord | None,
+        lease: LeaseRef | None,
+        seq: int,
+        now_ms: int,
+        where: str,
+    ) -> PartialRecord | None:
+        """Store a piece (rules 1 to 3); ``None`` when it holds nothing new (an overlap resent). Every check runs
+        before the first write."""
+        if lease is None:
+            raise Refusal(ErrorCode.NOT_ALLOWED, f"{where}: partial output is written only under the run task's lease")
+        check_id(write.operation_id, f"{where}.operation_id")
+        if write.attempt < 1 or write.offset < 0 or not write.text:
+            message = f"{where}: attempt 1 or more, offset 0 or more and a non-empty text; nothing was written"
+            raise Refusal(ErrorCode.INVALID, message)
+        piece_bytes = len(write.text.encode("utf-8", "surrogatepass"))
+        if piece_bytes > MAX_PARTIAL_PIECE_BYTES:
+            message = (
+                f"{where}: a piece carries at most {MAX_PARTIAL_PIECE_BYTES} bytes of text, not {piece_bytes}: "
+                "split it; nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        if op is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
+        what = f"{where}: operation {op.operation_id}"
+        if op.kind != "model":
+            raise Refusal(ErrorCode.INVALID, f"{what} is a tool call: partial output is a model request's")
+        if op.task_id != lease.task_id:
+            message = f"{what} was started under task {op.task_id}'s lease, not this one; nothing was written"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        if op.status != "started" or op.attempt != write.attempt:
+            message = (
+                f"{what} has no open attempt {write.attempt} (it is {op.status} at attempt {op.attempt}): the piece "
+                "is not stored"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        old = self._held.get(op.operation_id)
+        same = old is not None and old.intent_seq == op.seq and old.attempt == op.attempt
+        if same and old is not None and old.status != STREAMING:
+            raise Refusal(ErrorCode.CONFLICT, f"{what}: attempt {op.attempt}'s partial output is {old.status} already")
+        stored_chars = old.chars if same and old is not None else 0
+        if write.offset > stored_chars:
+            message = (
+                f"{what}: the stored output of attempt {op.attempt} ends at character {stored_chars}; a piece at "
+                f"{write.offset} would leave a gap; nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        new = write.text[stored_chars - write.offset :]
+        if not new:
+            return None
+        new_bytes = len(new.encode("utf-8", "surrogatepass"))
+        stored_bytes = old.size_bytes if same and old is not None else 0
+        if stored_bytes + new_bytes > MAX_PARTIAL_BYTES:
+            message = (
+                f"{what}: attempt {op.attempt}'s partial output would pass {MAX_PARTIAL_BYTES} bytes "
+                f"({stored_bytes} stored, {new_bytes} more); it is kept up to there and the answer commits whole with "
+                "the result"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        # Writes from here on.
+        if same and old is not None:
+            head = attrs.evolve(
+                old,
+                chars=old.chars + len(new),
+                size_bytes=old.size_bytes + new_bytes,
+                pieces=old.pieces + 1,
+                seq=seq,
+                updated_at_ms=now_ms,
+            )
+        else:
+            previous = old if old is not None else self._store.partial(op.operation_id)
+            if previous is not None and previous.pieces:
+                self._store.delete_partial_pieces(op.operation_id)  # an earlier attempt's: replaced (rule 1)
+            head = PartialHead(
+                operation_id=op.operation_id,
+                run_id=op.run_id,
+                conversation_id=op.conversation_id,
+                attempt=op.attempt,
+                intent_seq=op.seq,
+                status=STREAMING,
+                chars=len(new),
+                size_bytes=new_bytes,
+                pieces=1,
+                seq=seq,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+            )
+        self._store.insert_partial_piece(op.operation_id, stored_chars, new)
+        self._store.put_partial(head)
+        self._set(head)
+        return PartialRecord(
+            operation_id=op.operation_id,
+            run_id=op.run_id,
+            conversation_id=op.conversation_id,
+            attempt=op.attempt,
+            offset=stored_chars,
+            text=new,
+            status=STREAMING,
+            seq=seq,
+            created_at_ms=now_ms,
+        )
+
+    # ------------------------------------------------------------------------------------------------ ends
+
+    def finished(self, op: OperationRecord, seq: int, now_ms: int) -> PartialRecord | None:
+        """The operation's attempt got its result (``completed``: ``done``; ``failed``: ``aborted``), rule 4."""
+        if op.kind != "model":
+            return None
+        return self._end(op, "done" if op.status == "completed" else "aborted", has_result(op), seq, now_ms)
+
+    def settled(self, records: Iterable[Record], seq: int, now_ms: int) -> list[PartialRecord]:
+        """What a settling commit changed: model requests the owner decided were interrupted, and runs that ended,
+        abort their streaming output (rule 4)."""
+        out: list[PartialRecord] = []
+        for record in records:
+            if isinstance(record, OperationRecord) and record.kind == "model" and record.status == "interrupted":
+                ended = self._end(record, "aborted", has_result(record), seq, now_ms)
+                if ended is not None:
+                    out.append(ended)
+            elif isinstance(record, RunRecord) and record.status in TERMINAL:
+                out += self._run_ended(record.run_id, seq, now_ms)
+        return out
+
+    def _end(
+        self, op: OperationRecord, status: PartialStatus, final: bool, seq: int, now_ms: int
+    ) -> PartialRecord | None:
+        head = self._held.get(op.operation_id)
+        if head is None:
+            return None
+        streaming = head.status == STREAMING and head.attempt == op.attempt
+        if not streaming and not final:
+            return None
+        if not streaming and status == "done":
+            # A later attempt completed without streaming text (tool calls only): its ``done`` record (no text)
+            # tells readers to drop the earlier attempt's aborted output.
+            head = attrs.evolve(head, attempt=op.attempt, chars=0, size_bytes=0, status=STREAMING)
+            streaming = True
+        return self._close(head, status if streaming else head.status, final, seq, now_ms, emit=streaming)
+
+    def _run_ended(self, run_id: str, seq: int, now_ms: int) -> list[PartialRecord]:
+        out: list[PartialRecord] = []
+        for head in [head for head in self._held.values() if head.run_id == run_id]:
+            status: PartialStatus = "aborted" if head.status == STREAMING else head.status
+            record = self._close(head, status, True, seq, now_ms, emit=head.status == STREAMING)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def _close(
+        self, head: PartialHead, status: PartialStatus, final: bool, seq: int, now_ms: int, *, emit: bool
+    ) -> PartialRecord | None:
+        """End ``head`` as ``status``; ``final``: no attempt can follow, so its pieces are deleted."""
+        if final and head.pieces:
+            self._store.delete_partial_pieces(head.operation_id)
+        new = attrs.evolve(
+            head,
+            status=status,
+            pieces=0 if final else head.pieces,
+            seq=seq if emit else head.seq,
+            updated_at_ms=now_ms,
+        )
+        self._store.put_partial(new)
+        if final:
+            self._forget(head.operation_id)
+        else:
+            self._set(new)
+        if not emit:
+            return None
+        return PartialRecord(
+            operation_id=head.operation_id,
+            run_id=head.run_id,
+            conversation_id=head.conversation_id,
+            attempt=head.attempt,
+            offset=head.chars,
+            text="",
+            status=status,
+            seq=seq,
+            created_at_ms=now_ms,
+        )
+
+    # ------------------------------------------------------------------------------------------------ reads
+
+    def read(self, *, run_id: str | None, operation_id: str | None) -> list[PartialRecord]:
+        """Each operation's stored partial output as one record from offset 0 (``done``: no text, at its end)."""
+        if (run_id is None) == (operation_id is None):
+            raise Refusal(ErrorCode.INVALID, "read_partials names exactly one of run_id and operation_id")
+        if operation_id is not None:
+            check_id(operation_id, "operation_id")
+            head = self._store.partial(operation_id)
+            heads = [] if head is None else [head]
+        else:
+            assert run_id is not None
+            check_id(run_id, "run_id")
+            heads = self._store.run_partials(run_id)
+        out = []
+        for head in heads:
+            text = self._store.partial_text(head.operation_id) if head.pieces else ""
+            done = head.status == "done" or not head.pieces
+            out.append(
+                PartialRecord(
+                    operation_id=head.operation_id,
+                    run_id=head.run_id,
+                    conversation_id=head.conversation_id,
+                    attempt=head.attempt,
+                    offset=head.chars if done else 0,
+                    text=text,
+                    status=head.status,
+                    seq=head.seq,
+                    created_at_ms=head.created_at_ms,
+                )
+            )
+        return out
+
+    @property
+    def held_count(self) -> int:
+        """How many operations stream or keep pieces now (a bound: one per live model request)."""
+        return len(self._held)
+
+    # ------------------------------------------------------------------------------------------- in memory
+
+    def _set(self, head: PartialHead) -> None:
+        old = self._held.get(head.operation_id)
+        self._held[head.operation_id] = head
+        self._on_rollback(lambda: self._restore(head.operation_id, old))
+
+    def _forget(self, operation_id: str) -> None:
+        old = self._held.pop(operation_id, None)
+        self._on_rollback(lambda: self._restore(operation_id, old))
+
+    def _restore(self, operation_id: str, head: PartialHead | None) -> None:
+        if head is None:
+            self._held.pop(operation_id, None)
+        else:
+            self._held[operation_id] = head

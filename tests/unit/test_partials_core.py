@@ -1,0 +1,275 @@
+"""Partial output of model requests in the owner core, sans-IO (storage_owner/core/_partials.py): pieces stored
+and logged with their commit, a new attempt replaces the earlier one's, ``done`` on the result, ``aborted`` when an
+attempt fails or is cut off, stale leases and the bounds refused whole. Driven through ``OwnerCore.run_batch``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from protocol import (
+    MAX_PARTIAL_BYTES,
+    MAX_PARTIAL_PIECE_BYTES,
+    AdvanceClock,
+    AppendEntry,
+    AppendPartial,
+    CancelRun,
+    Change,
+    ErrorCode,
+    FinishOperation,
+    JsonValue,
+    OperationRecord,
+    PartialRecord,
+    PartialsReply,
+    ReadPartials,
+    SetTaskState,
+    Watch,
+    Watching,
+)
+from tests.unit.test_runs_core import RunSim, leased_run, model_intent, sim
+from tests.unit.test_tasks_core import aborted, error_code, expect, fresh_id, sent
+
+__all__ = ["sim"]  # the fixture
+
+
+def piece(op: str, offset: int, text: str, attempt: int = 1) -> AppendPartial:
+    return AppendPartial(operation_id=op, attempt=attempt, offset=offset, text=text)
+
+
+def logged_partials(sim: RunSim, after_seq: int = 0) -> list[tuple[int, int, int, str, str]]:
+    """Every partial record of the commit log after ``after_seq``: (seq, attempt, offset, text, status)."""
+    return [
+        (commit.seq, record.attempt, record.offset, record.text, record.status)
+        for commit in sim.store.read_log(after_seq, None, 10_000)
+        for record in commit.records
+        if isinstance(record, PartialRecord)
+    ]
+
+
+def stored(sim: RunSim, **key: str) -> list[tuple[int, int, str, str]]:
+    reply = expect(sim.request(sim.client, ReadPartials(**key)), PartialsReply)
+    return [(record.attempt, record.offset, record.text, record.status) for record in reply.partials]
+
+
+def test_pieces_are_stored_logged_in_order_and_done_with_the_result(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    head = sim.core.head_seq
+    first = worker.ok(task_id, piece(op, 0, "Hel"))
+    second = worker.ok(task_id, piece(op, 0, "Hello, wo"))  # resent with an overlap: only "lo, wo" is new
+    assert error_code(worker.commit(task_id, piece(op, 12, "gap"))) == ErrorCode.CONFLICT  # the text ends at 9
+    assert stored(sim, run_id=run_id) == [(1, 0, "Hello, wo", "streaming")]
+    assert stored(sim, operation_id=op) == [(1, 0, "Hello, wo", "streaming")]
+    done = worker.ok(
+        task_id,
+        piece(op, 9, "rld"),
+        FinishOperation(operation_id=op, status="completed", result=JsonValue({"text": "Hello, world"})),
+        AppendEntry(conversation_id=conversation_id, entry_id=fresh_id(), kind="tether.assistant", data=JsonValue({})),
+        next_turn(task_id),
+    )
+    assert logged_partials(sim, head) == [
+        (first.seq, 1, 0, "Hel", "streaming"),
+        (second.seq, 1, 3, "lo, wo", "streaming"),
+        (done.seq, 1, 9, "rld", "streaming"),
+        (done.seq, 1, 12, "", "done"),
+    ]
+    # The final text is kept once, in the result: the pieces are gone, the head says how far it streamed.
+    assert sim.store.partial_piece_count() == 0
+    assert stored(sim, run_id=run_id) == [(1, 12, "", "done")]
+    assert sim.core.partials.held_count == 0
+    # A watch of the conversation replays them from the log, in the same commits.
+    watch = sent(Watch(watch_id=7, conversation_id=conversation_id, from_seq=head))
+    out = sim.batch((sim.client, watch))
+    assert any(isinstance(frame, Watching) for _, _, frame in out)
+    changes = [frame for _, _, frame in sim.core.catch_up() if isinstance(frame, Change)]
+    replayed = [(c.seq, r.offset, r.text, r.status) for c in changes for r in c.records if isinstance(r, PartialRecord)]
+    assert replayed == [(seq, offset, text, status) for seq, _, offset, text, status in logged_partials(sim, head)]
+
+
+def next_turn(task_id: str) -> SetTaskState:
+    return SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"phase": "turn", "turn": 2}))
+
+
+def test_a_failed_attempt_is_aborted_and_the_next_attempt_replaces_its_text(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "replace.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        worker.ok(task_id, piece(op, 0, "first try"))
+        lease = worker.lease(task_id).lease
+        until_ms = sim.now_ms + 1_000
+        failed = worker.ok(
+            task_id,
+            FinishOperation(operation_id=op, status="failed", error="server_error: 502"),
+            SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
+        )
+        assert logged_partials(sim)[-1] == (failed.seq, 1, 9, "", "aborted")
+        assert stored(sim, operation_id=op) == [(1, 0, "first try", "aborted")]  # kept until the next attempt
+        # The aborted attempt takes no more pieces: its phase ended with the failure.
+        assert error_code(worker.commit(task_id, piece(op, 9, "more"), lease=lease)) == ErrorCode.STALE_LEASE
+        sim.request(sim.client, AdvanceClock(by_ms=1_000))
+        assert worker.holds(task_id)
+        worker.ok(task_id, model_intent(run_id, op, attempt=2))
+        # A piece of attempt 1 is refused now: only the open attempt streams.
+        assert error_code(worker.commit(task_id, piece(op, 0, "x", attempt=1))) == ErrorCode.CONFLICT
+        second = worker.ok(task_id, piece(op, 0, "second", attempt=2))
+        assert logged_partials(sim)[-1] == (second.seq, 2, 0, "second", "streaming")
+        assert stored(sim, operation_id=op) == [(2, 0, "second", "streaming")]
+        assert sim.store.partial_text(op) == "second"
+    finally:
+        sim.close()
+
+
+def test_an_interrupted_stream_is_aborted_by_the_owner_and_deleted_past_the_last_attempt(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "cut.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        worker.ok(task_id, piece(op, 0, "cut me"))
+        head = sim.core.head_seq
+        worker.leave()  # the settling commit interrupts the operation: its stream is aborted there
+        assert sim.run(run_id).status == "retry_wait"
+        [(seq, attempt, offset, text, status)] = logged_partials(sim, head)
+        assert (attempt, offset, text, status) == (1, 6, "", "aborted") and seq > head
+        assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
+        # An owner restart meanwhile keeps it aborted (never streaming again, never an answer).
+        sim.restart()
+        assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
+        for attempt_number in (2, 3):
+            sim.request(sim.client, AdvanceClock(by_ms=2_000))
+            worker = sim.agent_worker()
+            assert worker.holds(task_id)
+            worker.ok(task_id, model_intent(run_id, op, attempt=attempt_number))
+            worker.ok(task_id, piece(op, 0, f"try {attempt_number}", attempt=attempt_number))
+            assert stored(sim, operation_id=op) == [(attempt_number, 0, f"try {attempt_number}", "streaming")]
+            worker.leave()
+        # Cut off at its last attempt: the run fails, the partial is aborted and its pieces deleted.
+        assert sim.run(run_id).status == "failed"
+        assert logged_partials(sim)[-1][1:] == (3, 5, "", "aborted")
+        assert stored(sim, operation_id=op) == [(3, 5, "", "aborted")]
+        assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+    finally:
+        sim.close()
+
+
+def test_an_owner_restart_mid_stream_aborts_it_in_the_recovery_commit(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    worker.ok(task_id, piece(op, 0, "half"))
+    head = sim.core.head_seq
+    sim.restart()
+    assert [entry[1:] for entry in logged_partials(sim, head)] == [(1, 4, "", "aborted")]
+    assert stored(sim, operation_id=op) == [(1, 0, "half", "aborted")]
+
+
+def test_a_cancelled_run_aborts_its_stream_and_deletes_the_pieces(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    worker.ok(task_id, piece(op, 0, "never mind"))
+    sim.request(sim.client, CancelRun(run_id=run_id))
+    assert task_id in worker.cancelled
+    # The cancelled phase is gone: its lease takes no more pieces.
+    assert error_code(worker.commit(task_id, piece(op, 10, "!"))) == ErrorCode.STALE_LEASE
+    worker.release(task_id)
+    worker.ok(task_id, aborted(task_id))
+    assert sim.run(run_id).status == "cancelled"
+    assert logged_partials(sim)[-1][1:] == (1, 10, "", "aborted")
+    assert stored(sim, run_id=run_id) == [(1, 10, "", "aborted")]
+    assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+
+
+def test_a_stale_lease_is_refused_whole_and_stores_nothing(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    old = worker.lease(task_id).lease
+    worker.leave()
+    head = sim.core.head_seq
+    other = sim.agent_worker()
+    reply = other.commit(task_id, piece(op, 0, "late"), lease=old)
+    assert error_code(reply) == ErrorCode.STALE_LEASE
+    assert logged_partials(sim, head) == [] and sim.store.partial_piece_count() == 0
+    # Nor from a client without a lease, nor for another task's lease.
+    assert error_code(sim.commit(piece(op, 0, "x"))) == ErrorCode.NOT_ALLOWED
+
+
+def test_bounds_refuse_the_piece_whole_and_keep_what_was_stored(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    big = "x" * MAX_PARTIAL_PIECE_BYTES
+    offset = 0
+    while offset + len(big) <= MAX_PARTIAL_BYTES:
+        worker.ok(task_id, piece(op, offset, big))
+        offset += len(big)
+    assert offset == MAX_PARTIAL_BYTES
+    head = sim.core.head_seq
+    assert error_code(worker.commit(task_id, piece(op, offset, "y"))) == ErrorCode.INVALID  # past 1 MiB
+    assert error_code(worker.commit(task_id, piece(op, offset, "é" * (MAX_PARTIAL_PIECE_BYTES // 2 + 1)))) == (
+        ErrorCode.INVALID  # a piece past 256 KiB (bytes, not characters)
+    )
+    assert error_code(worker.commit(task_id, piece(op, offset, ""))) == ErrorCode.INVALID
+    assert sim.core.head_seq == head
+    [(attempt, start, text, status)] = stored(sim, operation_id=op)
+    assert (attempt, start, len(text), status) == (1, 0, MAX_PARTIAL_BYTES, "streaming")
+
+
+def test_a_refused_commit_with_a_piece_changes_nothing_in_store_or_memory(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    bad = FinishOperation(operation_id=fresh_id(), status="completed")  # no such operation: the commit is refused
+    assert error_code(worker.commit(task_id, piece(op, 0, "lost"), bad)) == ErrorCode.NOT_FOUND
+    assert stored(sim, operation_id=op) == [] and sim.core.partials.held_count == 0
+    worker.ok(task_id, piece(op, 0, "kept"))
+    assert stored(sim, operation_id=op) == [(1, 0, "kept", "streaming")]
+    # Reads: nothing streamed yet is an empty list; an unknown run or operation is not found; one of the two ids.
+    assert stored(sim, run_id=sim.start_run(sim.agent_conversation())) == []
+    for key in ({"run_id": fresh_id()}, {"operation_id": fresh_id()}):
+        assert error_code(sim.request(sim.client, ReadPartials(**key))) == ErrorCode.NOT_FOUND
+    assert error_code(sim.request(sim.client, ReadPartials())) == ErrorCode.INVALID
+    assert error_code(sim.request(sim.client, ReadPartials(run_id=run_id, operation_id=op))) == ErrorCode.INVALID
+    # An unknown operation takes no piece.
+    assert error_code(worker.commit(task_id, piece(fresh_id(), 0, "x"))) == ErrorCode.NOT_FOUND
+
+
+def test_an_interruption_settled_with_an_admission_logs_the_operation_and_its_aborted_output(sim: RunSim) -> None:
+    """Fix: a settling commit that also admitted a run dropped the records of the operations it interrupted from
+    the log (they were stored, but no watch saw them, nor the partial output's abort)."""
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op))
+    worker.ok(task_id, piece(op, 0, "cut"))
+    other = sim.agent_conversation()
+    head = sim.core.head_seq
+    worker.leave(settle=False)
+    second = sim.start_run(other)  # its batch settles the cut-off and admits this run
+    assert sim.run(second).status == "pending"
+    logged = [record for commit in sim.store.read_log(head, None, 100) for record in commit.records]
+    assert any(isinstance(r, OperationRecord) and r.operation_id == op and r.status == "interrupted" for r in logged)
+    assert any(isinstance(r, PartialRecord) and r.operation_id == op and r.status == "aborted" for r in logged)
+
+
+def test_a_retry_that_streams_no_text_still_ends_the_aborted_output_as_done(tmp_path: Path) -> None:
+    sim = RunSim(tmp_path / "quiet-retry.db", clock="manual")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        op = fresh_id()
+        worker.ok(task_id, model_intent(run_id, op))
+        worker.ok(task_id, piece(op, 0, "half an answ"))
+        worker.leave()
+        sim.request(sim.client, AdvanceClock(by_ms=1_000))
+        worker = sim.agent_worker()
+        worker.ok(task_id, model_intent(run_id, op, attempt=2))
+        done = worker.ok(task_id, FinishOperation(operation_id=op, status="completed"), next_turn(task_id))
+        # Tool calls only this time: a done record of attempt 2 replaces attempt 1's aborted text for readers.
+        assert logged_partials(sim)[-1] == (done.seq, 2, 0, "", "done")
+        assert stored(sim, operation_id=op) == [(2, 0, "", "done")]
+        assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+    finally:
+        sim.close()
