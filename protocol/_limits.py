@@ -8,3 +8,10 @@ MAX_LEASES_PER_WORKER: Final = 100_000
 """The owner's limit on a worker's ``max_leases`` (an ``announce`` over it is refused as ``invalid``)."""
 DEFAULT_MAX_LEASES: Final = 64
 """Phases a worker runs at once unless told otherwise (``actors.serve``, ``tether worker``)."""
+MAX_PEER_NAME_CHARS: Final = 128
+"""A ``hello``'s ``peer_name``: at most this many printable characters (refused as ``invalid`` otherwise)."""
+MAX_TOKEN_CHARS: Final = 1024
+"""A ``hello``'s ``token``: at most this many characters (refused as ``invalid`` before it is compared)."""
+MAX_ROLE_CHARS: Final = 32
+"""A ``hello``'s ``role``: at most this many characters (refused as ``invalid``; a shorter unknown role is
+``role_not_allowed``)."""
