@@ -340,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("TETHER_TOKEN"),
         help="the owner's access token, with --url (default $TETHER_TOKEN)",
     )
+    worker.add_argument(
+        "--ca",
+        metavar="FILE",
+        help="with a wss:// --url: the CA certificate (PEM) to verify the owner with (default the system's CAs; "
+        "with --db, the one the runtime file names)",
+    )
     worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
     worker.add_argument(
@@ -570,7 +576,14 @@ def _run_worker(args: argparse.Namespace) -> int:
     app = actors.load_app(args.app)
     target = args.db or args.url
     serve = partial(
-        actors.serve, app, db=args.db, url=args.url, token=args.token, name=args.name, max_leases=args.max_leases
+        actors.serve,
+        app,
+        db=args.db,
+        url=args.url,
+        token=args.token,
+        name=args.name,
+        max_leases=args.max_leases,
+        ca=args.ca,
     )
     _run_trio(
         partial(

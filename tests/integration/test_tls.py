@@ -3,6 +3,7 @@ names an address peers can reach and the CA they verify it with, and clients ver
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import trio
 
 import actors
 from protocol import OwnerUnavailable, runtime_path
-from runtime import tether_command
+from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a certificate")
@@ -111,3 +112,42 @@ async def test_insecure_listen_on_a_wildcard_names_a_reachable_address(db_path: 
         await owner.close()
     assert info.url.startswith("ws://127.0.0.1:"), info.url
     assert info.tls_ca is None
+
+
+async def test_a_worker_on_another_host_attaches_over_wss_with_the_ca(
+    db_path: str, certificate: tuple[str, str]
+) -> None:
+    cert, key = certificate
+    owner = OwnerProcess(db_path, "--listen", "0.0.0.0:0", "--tls-cert", cert, "--tls-key", key)
+    info = await owner.start()
+    environment = {**os.environ, "TETHER_TOKEN": info.token}
+    command = tether_command(
+        "worker", "--url", info.url, "--ca", cert, "--app", "runtime.demo_app:app", "--name", "remote-tls"
+    )
+    worker = await trio.lowlevel.open_process(command, env=environment, stdout=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            async with actors.connect(db=db_path, role="reader") as client:
+                while True:
+                    remote = [peer for peer in await client.peers() if peer.peer_name == "remote-tls"]
+                    if remote and remote[0].announced:
+                        break
+                    await trio.sleep(0.05)
+    finally:
+        status = await stop_gracefully(worker)
+        await owner.close()
+    assert remote[0].role == "worker" and remote[0].pid == worker.pid
+    assert status == 0
+
+
+async def test_tether_up_refuses_a_non_loopback_listen_without_tls_before_starting_anything(db_path: str) -> None:
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            tether_command("up", "--db", db_path, "--listen", "0.0.0.0:0", "--workers", "0"),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert b"--insecure-listen" in result.stderr
+    assert not Path(db_path).exists()
