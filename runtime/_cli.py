@@ -464,29 +464,31 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_exposure(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse (exit 2, nothing started) a non-loopback --listen without TLS or --insecure-listen, half a TLS
-    pair, and TLS files that cannot be used."""
-    from storage_owner.io import ExposureRefused, check_exposure, server_ssl_context
+def _exposure_problem(args: argparse.Namespace) -> str | None:
+    """Why ``tether owner`` or ``tether up`` must not start (exit 2, nothing started): a non-loopback --listen
+    without TLS or --insecure-listen, half a TLS pair, TLS files that cannot be used; ``None`` if none."""
+    from storage_owner.io import check_exposure, server_ssl_context
 
     host, _ = args.listen
     if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("--tls-cert and --tls-key go together: give both, or neither")
+        return "--tls-cert and --tls-key go together: give both, or neither; nothing was started"
     if args.tls_ca is not None and args.tls_cert is None:
-        parser.error("--tls-ca needs --tls-cert and --tls-key")
+        return "--tls-ca needs --tls-cert and --tls-key; nothing was started"
     try:
         check_exposure(host, tls=args.tls_cert is not None, insecure_listen=args.insecure_listen)
         if args.tls_cert is not None:
             server_ssl_context(args.tls_cert, args.tls_key)
-    except (ExposureRefused, TetherError) as exc:
-        parser.error(str(exc))
+    except TetherError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command in ("owner", "up"):
-        _check_exposure(parser, args)
+        problem = _exposure_problem(args)
+        if problem is not None:
+            return _fail(f"{args.command}: {problem}", EXIT_USAGE)
     try:
         if args.command == "owner":
             return _run_owner(args)

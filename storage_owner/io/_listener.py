@@ -221,7 +221,9 @@ def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert, key)
     except FileNotFoundError as exc:
-        raise TetherError(f"cannot read the TLS certificate or key: {exc.filename or cert}: no such file") from exc
+        raise TetherError(
+            f"cannot read the TLS certificate or key: {exc.filename or cert}: no such file; nothing was started"
+        ) from exc
     except (OSError, ssl.SSLError) as exc:
         raise TetherError(
             f"cannot use the TLS certificate {cert} with the key {key}: {exc} (both must be PEM files, the key "
