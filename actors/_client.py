@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -677,8 +678,14 @@ async def connect(
     reconnect: bool = True,
     reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
     wait_for_owner_s: float = 0.0,
+    ca: str | os.PathLike[str] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the owner of ``db`` (found through its runtime file) or at ``url`` with ``token``.
+
+    A ``wss://`` owner is verified against ``ca`` (a PEM file of the CA that signed its certificate; for a
+    self-signed certificate, the certificate itself), or the CA the runtime file names (``db=``), or the system's
+    CAs; ``ssl_context`` replaces all of that with a context of your own.
 
     ``role`` is ``"client"`` (read and write), ``"reader"`` (read and watch only) or ``"worker"``. Raises
     :class:`~protocol.OwnerUnavailable` if no owner can be reached within ``wait_for_owner_s`` (0: try once; an
@@ -696,5 +703,7 @@ async def connect(
         reconnect=reconnect,
         reconnect_timeout_s=reconnect_timeout_s,
         wait_for_owner_s=wait_for_owner_s,
+        ca=None if ca is None else os.fspath(ca),
+        ssl_context=ssl_context,
     ) as connection:
         yield Client(connection)

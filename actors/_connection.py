@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Final, Protocol, TypeVar
 
@@ -109,8 +111,12 @@ class Connection:
         name: str,
         reconnect: bool,
         reconnect_timeout_s: float,
+        ca: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._db = db
+        self._ca = ca
+        self._ssl_context = ssl_context
         self._url = url
         self._token = token
         self._role = role
@@ -236,21 +242,34 @@ class Connection:
         self, nursery: trio.Nursery, *, timeout_s: float = CONNECT_TIMEOUT_S
     ) -> trio_websocket.WebSocketConnection:
         """Connect and complete the handshake; raise a :class:`TetherError` saying why not."""
-        url, token = self._url, self._token
+        url, token, ca = self._url, self._token, self._ca
         if self._db is not None:
             info = read_runtime(self._db)
-            url, token = info.url, token or info.token
+            url, token, ca = info.url, token or info.token, ca or info.tls_ca
         if url is None or token is None:
             raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
+        context = None
+        if url.startswith("wss://"):
+            context = self._ssl_context or _client_ssl_context(ca)
         try:
             with trio.fail_after(timeout_s):
-                ws = await trio_websocket.connect_websocket_url(
-                    nursery,
-                    url,
-                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                )
-        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
+                if context is None:
+                    ws = await trio_websocket.connect_websocket_url(
+                        nursery,
+                        url,
+                        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                        receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                    )
+                else:
+                    ws = await _open_tls_websocket(nursery, url, context)
+        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            unverified = exc if isinstance(exc, ssl.SSLCertVerificationError) else exc.__cause__
+            if isinstance(unverified, ssl.SSLCertVerificationError):
+                raise OwnerUnavailable(
+                    f"the owner at {url} could not be verified ({self.describe_target()}): "
+                    f"{unverified.verify_message}; give the CA that signed its certificate (connect(ca=FILE)); "
+                    "nothing was sent"
+                ) from exc
             raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {exc}") from exc
         try:
             with trio.fail_after(timeout_s):
@@ -424,6 +443,40 @@ class Connection:
                 await _close_quietly(ws)
 
 
+async def _open_tls_websocket(
+    nursery: trio.Nursery, url: str, context: ssl.SSLContext
+) -> trio_websocket.WebSocketConnection:
+    """A ``wss://`` WebSocket whose TLS handshake is done (and verified) before the upgrade: trio-websocket would
+    do it inside its reader task, where a verification failure only shows as a handshake that never ends."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    resource = parts.path or "/"
+    tcp = await trio.open_tcp_stream(host, port)
+    stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(tcp)
+        raise
+    host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return await trio_websocket.wrap_client_stream(
+        nursery,
+        stream,
+        host_header,
+        resource,
+        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+        receive_buffer_size=RECEIVE_BUFFER_BYTES,
+    )
+
+
+def _client_ssl_context(ca: str | None) -> ssl.SSLContext:
+    """A context that verifies the owner's certificate: against ``ca`` (a PEM file) or the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise OwnerUnavailable(f"cannot read the CA certificate {ca}: {exc}") from exc
+
+
 def _binary(message: str | bytes) -> bytes:
     if isinstance(message, str):
         raise ProtocolError("the owner sent a text message; the protocol is binary msgpack")
@@ -446,6 +499,8 @@ async def open_connection(
     reconnect: bool,
     reconnect_timeout_s: float,
     wait_for_owner_s: float,
+    ca: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect (see :func:`actors.connect` for the arguments and errors), serve and reconnect in the background
     until the block exits, then close."""
@@ -457,6 +512,8 @@ async def open_connection(
         name=name,
         reconnect=reconnect,
         reconnect_timeout_s=reconnect_timeout_s,
+        ca=ca,
+        ssl_context=ssl_context,
     )
     try:
         async with trio.open_nursery() as nursery:

@@ -180,6 +180,7 @@ async def serve(
     name: str = "",
     max_leases: int = DEFAULT_MAX_LEASES,
     log: Callable[[str], None] = log_stderr,
+    ca: str | os.PathLike[str] | None = None,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until cancelled.
@@ -188,14 +189,16 @@ async def serve(
     re-announces after every reconnection, naming the leases whose phases still run here (the owner cancels those
     it gave to someone else meanwhile). Every leased phase runs in its own cancel scope: an abort from the owner
     cancels it, and the lease is released once the phase has stopped. ``task_status.started`` receives the
-    connected client (for ``nursery.start``).
+    connected client (for ``nursery.start``). ``ca`` verifies a ``wss://`` owner, as for :func:`connect`.
     """
     started = False
     worker_name = name or f"worker-{os.getpid()}"
     while True:
         try:
             async with (
-                connect(db, url=url, token=token, role="worker", name=worker_name, wait_for_owner_s=math.inf) as client,
+                connect(
+                    db, url=url, token=token, role="worker", name=worker_name, wait_for_owner_s=math.inf, ca=ca
+                ) as client,
                 trio.open_nursery() as nursery,
             ):
                 worker = Worker(app, client, nursery, log)

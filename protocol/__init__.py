@@ -14,6 +14,7 @@ from ._codec import (
     describe,
     encode_frame,
     encode_message,
+    is_batch_message,
     join_frames,
     json_value,
     structure_frame,
@@ -173,7 +174,15 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
-from ._limits import DEFAULT_MAX_LEASES, MAX_LEASES_PER_WORKER, MAX_PARTIAL_BYTES, MAX_PARTIAL_PIECE_BYTES
+from ._limits import (
+    DEFAULT_MAX_LEASES,
+    MAX_LEASES_PER_WORKER,
+    MAX_PARTIAL_BYTES,
+    MAX_PARTIAL_PIECE_BYTES,
+    MAX_PEER_NAME_CHARS,
+    MAX_ROLE_CHARS,
+    MAX_TOKEN_CHARS,
+)
 from ._runtime import (
     RUNTIME_SUFFIX,
     RuntimeInfo,
@@ -201,6 +210,9 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_PARTIAL_BYTES",
     "MAX_PARTIAL_PIECE_BYTES",
+    "MAX_PEER_NAME_CHARS",
+    "MAX_ROLE_CHARS",
+    "MAX_TOKEN_CHARS",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
     "REPLY_TYPES",
@@ -360,6 +372,7 @@ __all__ = [
     "encode_frame",
     "encode_message",
     "error_for_code",
+    "is_batch_message",
     "is_id",
     "join_frames",
     "json_value",

@@ -340,6 +340,15 @@ def decode_message(data: object, *, max_bytes: int = MAX_MESSAGE_BYTES) -> list[
     raise ProtocolError(f"a message must be a map or an array of maps, not {type(raw).__name__}")
 
 
+def is_batch_message(data: bytes | bytearray) -> bool:
+    """Whether ``data`` is a batch message (a msgpack array), whatever it holds: a batch of one frame included.
+
+    The handshake needs this: its hello must travel alone, and a one-frame batch decodes to one frame like a bare
+    map does.
+    """
+    return bool(data) and (0x90 <= data[0] <= 0x9F or data[0] in (0xDC, 0xDD))
+
+
 def decode_frame(data: bytes) -> Frame:
     """Decode a message that must hold exactly one well-formed frame; raise :class:`ProtocolError` otherwise.
 

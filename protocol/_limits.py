@@ -14,3 +14,11 @@ refused (``invalid``), and a worker stops sending pieces before it; the whole an
 MAX_PARTIAL_PIECE_BYTES: Final = 256 << 10
 """One ``append_partial`` piece carries at most this many bytes of text (a worker splits a longer one), so a piece
 always fits a message."""
+
+MAX_PEER_NAME_CHARS: Final = 128
+"""A ``hello``'s ``peer_name``: at most this many printable characters (refused as ``invalid`` otherwise)."""
+MAX_TOKEN_CHARS: Final = 1024
+"""A ``hello``'s ``token``: at most this many characters (refused as ``invalid`` before it is compared)."""
+MAX_ROLE_CHARS: Final = 32
+"""A ``hello``'s ``role``: at most this many characters (refused as ``invalid``; a shorter unknown role is
+``role_not_allowed``)."""

@@ -32,6 +32,8 @@ class RuntimeInfo:
     instance: str
     schema_version: int
     clock: str
+    tls_ca: str | None = None
+    """With a ``wss://`` URL: the CA certificate file (absolute) that peers on this host verify the owner with."""
 
 
 def runtime_path(db: str | os.PathLike[str]) -> Path:

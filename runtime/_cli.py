@@ -30,6 +30,9 @@ DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 
+DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
+DEFAULT_MAX_UNAUTHENTICATED: Final = 64
+"""As ``storage_owner.io``'s (not imported: the CLI loads the owner only to run it)."""
 DEFAULT_APP: Final = "runtime.demo_app:app"
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -373,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("TETHER_TOKEN"),
         help="the owner's access token, with --url (default $TETHER_TOKEN)",
     )
+    worker.add_argument(
+        "--ca",
+        metavar="FILE",
+        help="with a wss:// --url: the CA certificate (PEM) to verify the owner with (default the system's CAs; "
+        "with --db, the one the runtime file names)",
+    )
     worker.add_argument("--app", required=True, metavar="MODULE:ATTR", help="the application to serve")
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
     worker.add_argument(
@@ -450,11 +459,75 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="drop a peer silent for S seconds (default 10)",
     )
+    for command in (owner, up):
+        _add_exposure_arguments(command)
     return parser
+
+
+def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
+    """``tether owner``'s listener: TLS, the handshake's bounds, and the consent to listen without TLS."""
+    owner.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve wss:// with this PEM certificate (chain); needs --tls-key. Required (or --insecure-listen) "
+        "to listen on an address other than loopback",
+    )
+    owner.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)")
+    owner.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="the CA certificate peers on this host verify the owner with, named in DB.runtime.json (default "
+        "--tls-cert itself, right for a self-signed certificate)",
+    )
+    owner.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="allow --listen on an address other than loopback without TLS: the access token and every frame "
+        "cross the network in clear",
+    )
+    owner.add_argument(
+        "--handshake-timeout",
+        type=_seconds,
+        default=DEFAULT_HANDSHAKE_TIMEOUT_S,
+        metavar="S",
+        help=f"close a connection that has not finished TLS, the WebSocket upgrade and its hello within S seconds "
+        f"(default {DEFAULT_HANDSHAKE_TIMEOUT_S:g})",
+    )
+    owner.add_argument(
+        "--max-unauthenticated",
+        type=_positive,
+        default=DEFAULT_MAX_UNAUTHENTICATED,
+        metavar="N",
+        help=f"connections in their handshake at once; past N a new one is closed at once (default "
+        f"{DEFAULT_MAX_UNAUTHENTICATED})",
+    )
+
+
+def _exposure_problem(args: argparse.Namespace) -> str | None:
+    """Why ``tether owner`` or ``tether up`` must not start (exit 2, nothing started): a non-loopback --listen
+    without TLS or --insecure-listen, half a TLS pair, TLS files that cannot be used; ``None`` if none."""
+    from storage_owner.io import check_exposure, server_ssl_context
+
+    host, _ = args.listen
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together: give both, or neither; nothing was started"
+    if args.tls_ca is not None and args.tls_cert is None:
+        return "--tls-ca needs --tls-cert and --tls-key; nothing was started"
+    try:
+        check_exposure(host, tls=args.tls_cert is not None, insecure_listen=args.insecure_listen)
+        if args.tls_cert is not None:
+            server_ssl_context(args.tls_cert, args.tls_key)
+    except TetherError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("owner", "up"):
+        problem = _exposure_problem(args)
+        if problem is not None:
+            return _fail(f"{args.command}: {problem}", EXIT_USAGE)
     try:
         if args.command == "owner":
             return _run_owner(args)
@@ -516,12 +589,29 @@ def _run_up(args: argparse.Namespace) -> int:
         restart_window_s=args.restart_window,
         max_leases=args.max_leases,
         max_concurrent_runs=args.max_concurrent_runs,
+        owner_args=_exposure_owner_args(args),
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
     _run_trio(supervisor.run)
     print("tether up: stopped", flush=True)
     return EXIT_OK
+
+
+def _exposure_owner_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """``tether up``'s listener options, as its owner's command line takes them."""
+    owner_args = [
+        "--handshake-timeout",
+        f"{args.handshake_timeout:g}",
+        "--max-unauthenticated",
+        str(args.max_unauthenticated),
+    ]
+    for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)):
+        if value is not None:
+            owner_args += [flag, os.path.abspath(value)]
+    if args.insecure_listen:
+        owner_args.append("--insecure-listen")
+    return tuple(owner_args)
 
 
 def _run_worker(args: argparse.Namespace) -> int:
@@ -534,7 +624,14 @@ def _run_worker(args: argparse.Namespace) -> int:
     app = actors.load_app(args.app)
     target = args.db or args.url
     serve = partial(
-        actors.serve, app, db=args.db, url=args.url, token=args.token, name=args.name, max_leases=args.max_leases
+        actors.serve,
+        app,
+        db=args.db,
+        url=args.url,
+        token=args.token,
+        name=args.name,
+        max_leases=args.max_leases,
+        ca=args.ca,
     )
     _run_trio(
         partial(
@@ -692,6 +789,12 @@ def _run_owner(args: argparse.Namespace) -> int:
         storage_error_at_commit=args.fault_storage_error_at_commit,
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_concurrent_runs=args.max_concurrent_runs,
+        handshake_timeout_s=args.handshake_timeout,
+        max_unauthenticated=args.max_unauthenticated,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        insecure_listen=args.insecure_listen,
     )
     server = OwnerServer(config)
     try:

@@ -82,6 +82,8 @@ class SupervisorConfig:
     stop_timeout_s: float = 10.0
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
+    owner_args: tuple[str, ...] = ()
+    """More ``tether owner`` arguments, passed as they are (the listener's: TLS, handshake bounds)."""
 
 
 @attrs.define(eq=False)
@@ -126,6 +128,7 @@ class Supervisor:
                 f"{config.heartbeat_timeout_s:g}",
                 "--max-concurrent-runs",
                 str(config.max_concurrent_runs),
+                *config.owner_args,
             ),
         )
         self.workers = [

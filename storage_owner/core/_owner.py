@@ -136,6 +136,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
+from ._hello import hello_problem
 from ._partials import Partials
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
@@ -316,6 +317,9 @@ class OwnerCore:
                 ErrorCode.UNSUPPORTED_VERSION,
                 f"protocol version {frame.protocol_version} is not supported; this owner speaks {supported}",
             )
+        problem = hello_problem(frame)
+        if problem is not None:
+            return _refused(ErrorCode.INVALID, f"{problem}; the connection was not attached")
         if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
             return _refused(
                 ErrorCode.BAD_TOKEN,
@@ -1107,6 +1111,8 @@ class OwnerCore:
         self._reply(peer, call_id, reply)
 
     def _on_release(self, peer: PeerId, call_id: int, request: Release, now_ms: int) -> None:
+        if self._peers[peer].role != "worker":
+            raise Refusal(ErrorCode.NOT_ALLOWED, "only workers hold leases: a release is a worker's (nothing changed)")
         self.tasks.release(peer, request.lease, request.migration_error)
         self._reply(peer, call_id, Ok())
 

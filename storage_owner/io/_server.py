@@ -24,7 +24,9 @@ import math
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable
+from functools import partial
 from typing import Final, Literal
 
 import attrs
@@ -47,6 +49,7 @@ from protocol import (
     TetherError,
     decode_message,
     encode_frame,
+    is_batch_message,
     new_id,
     remove_runtime,
     take_message,
@@ -65,9 +68,18 @@ from storage_owner.store import (
 )
 
 from ._clock import Clock, ManualClock, WallClock
+from ._listener import (
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
+    DEFAULT_MAX_UNAUTHENTICATED,
+    HandshakeGate,
+    HandshakeSlot,
+    check_exposure,
+    reachable_host,
+    serve_listeners,
+    server_ssl_context,
+    websocket_request,
+)
 
-HELLO_TIMEOUT_S: Final = 10.0
-"""A connection must send its Hello within this time."""
 MAX_BATCH_REQUESTS: Final = 8192
 """At most this many frames are handled in one transaction; the rest wait for the next one."""
 PIPELINE_BELOW_FRAMES: Final = 64
@@ -110,6 +122,18 @@ class OwnerConfig:
     the owner starts and after the last worker of its kind left, before it ends ``orphaned``."""
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     """Runs ``pending``, ``running`` or ``retry_wait`` at once, across conversations (see docs/runs.md)."""
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
+    """A connection must finish TLS, the WebSocket upgrade and its hello within this time of being accepted."""
+    max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
+    """Connections in their handshake at once; one accepted past it is closed at once (see ``_listener``)."""
+    tls_cert: str | None = None
+    """Serve ``wss://`` with this PEM certificate (chain) and ``tls_key``."""
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    """The CA certificate the runtime file tells local peers to verify the owner with (default ``tls_cert``: right
+    for a self-signed certificate)."""
+    insecure_listen: bool = False
+    """Allow a ``host`` other than loopback without TLS (the token then crosses the network in clear)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -235,6 +259,10 @@ class OwnerServer:
         self._nursery: trio.Nursery | None = None
         self._checkpointer: Checkpointer | None = None
         self.url = ""
+        self._ssl_context: ssl.SSLContext | None = None
+        tls_ca = config.tls_ca or config.tls_cert
+        self._tls_ca = None if tls_ca is None else os.path.abspath(tls_ca)
+        self._gate = HandshakeGate(config.max_unauthenticated)
         self.core: OwnerCore
         self._store: SqliteStore
         self._clock: Clock
@@ -253,6 +281,11 @@ class OwnerServer:
         before the database is opened, so an address in use changes nothing.
         """
         config = self.config
+        check_exposure(config.host, tls=config.tls_cert is not None, insecure_listen=config.insecure_listen)
+        if (config.tls_cert is None) != (config.tls_key is None):
+            raise TetherError("TLS needs both a certificate and its key (--tls-cert FILE --tls-key FILE)")
+        if config.tls_cert is not None and config.tls_key is not None:
+            self._ssl_context = server_ssl_context(config.tls_cert, config.tls_key)
         ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
         try:
             try:
@@ -310,9 +343,19 @@ class OwnerServer:
         self, nursery: trio.Nursery, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]
     ) -> None:
         config = self.config
-        server = await nursery.start(self._listen, nursery, listeners)
-        host = config.host if ":" not in config.host else f"[{config.host}]"
-        self.url = f"ws://{host}:{server.port}"
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(
+            partial(
+                serve_listeners,
+                listeners,
+                self._handle_stream,
+                gate=self._gate,
+                log=self.log,
+                handler_nursery=nursery,
+            )
+        )
+        scheme = "ws" if self._ssl_context is None else "wss"
+        self.url = f"{scheme}://{reachable_host(config.host)}:{port}"
         write_runtime(
             RuntimeInfo(
                 db=self.db,
@@ -324,6 +367,7 @@ class OwnerServer:
                 instance=self.instance,
                 schema_version=SCHEMA_VERSION,
                 clock=config.clock,
+                tls_ca=self._tls_ca,
             )
         )
         task_status.started(self.url)
@@ -355,15 +399,61 @@ class OwnerServer:
 
     # --------------------------------------------------------------------------------------- connections
 
-    async def _handle_connection(self, request: trio_websocket.WebSocketRequest) -> None:
-        """Serve one peer. Runs in the server's nursery: nothing a peer does may raise out of here."""
+    async def _handle_stream(self, stream: trio.SocketStream, slot: HandshakeSlot) -> None:
+        """Serve one accepted TCP connection: the handshake (within the handshake timeout), then the peer.
+
+        Runs in the server's nursery: nothing a peer does may raise out of here. ``slot`` is given back once the
+        hello was answered or the connection ended, whichever comes first.
+        """
         try:
-            ws = await request.accept()
-            connection = await self._handshake(ws)
-        except PEER_GONE:
-            return
-        if connection is None:
-            return
+            async with trio.open_nursery() as nursery:  # the WebSocket's reader task
+                try:
+                    ws = await self._upgrade_and_hello(nursery, stream, slot)
+                finally:
+                    slot.leave()
+                if ws is None:
+                    nursery.cancel_scope.cancel(reason="the handshake did not complete")
+                    return
+                websocket, connection = ws
+                try:
+                    if connection is not None:
+                        await self._serve_peer(connection)
+                finally:
+                    with trio.move_on_after(CLOSE_TIMEOUT_S), contextlib.suppress(*PEER_GONE):
+                        await websocket.aclose()
+                    nursery.cancel_scope.cancel(reason="the connection ended")
+        finally:
+            # A WebSocket closed by its peer or by a limit (1009) does not close its stream: this does.
+            await trio.aclose_forcefully(stream)
+
+    async def _upgrade_and_hello(
+        self, nursery: trio.Nursery, stream: trio.SocketStream, slot: HandshakeSlot
+    ) -> tuple[trio_websocket.WebSocketConnection, _Connection | None] | None:
+        """TLS (when configured), the WebSocket upgrade and the hello, within the handshake timeout. The WebSocket
+        and the attached connection (``None`` if the hello was refused); ``None`` if the connection broke or timed
+        out before it was a WebSocket."""
+        ws: trio_websocket.WebSocketConnection | None = None
+        with trio.move_on_after(self.config.handshake_timeout_s):
+            try:
+                transport: trio.abc.Stream = stream
+                if self._ssl_context is not None:
+                    transport = trio.SSLStream(stream, self._ssl_context, server_side=True)
+                    await transport.do_handshake()
+                request = await websocket_request(
+                    nursery,
+                    transport,
+                    max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+                    receive_buffer_size=RECEIVE_BUFFER_BYTES,
+                )
+                if request is None:
+                    return None
+                ws = await request.accept()
+                return ws, await self._handshake(ws)
+            except PEER_GONE:
+                return None if ws is None else (ws, None)
+        return None if ws is None else (ws, None)
+
+    async def _serve_peer(self, connection: _Connection) -> None:
         try:
             with connection.scope:
                 async with trio.open_nursery() as nursery:
@@ -376,52 +466,27 @@ class OwnerServer:
             self.work.set()
 
     async def _handshake(self, ws: trio_websocket.WebSocketConnection) -> _Connection | None:
-        """Read the Hello and answer it; the attached connection, or ``None`` if it was refused or timed out."""
-        with trio.move_on_after(HELLO_TIMEOUT_S):
-            try:
-                message = await ws.get_message()
-                try:
-                    frames = decode_message(message)
-                except ProtocolError as exc:
-                    frames = [Received(None, BadFrame(code=exc.code, message=str(exc)))]
-                if len(frames) != 1:
-                    message = "the hello must travel alone, not in a batch"
-                    frames = [Received(None, BadFrame(code=ErrorCode.PROTOCOL_VIOLATION, message=message))]
-                hello = frames[0].frame
-                answer = self.core.hello(hello)
-                if isinstance(answer, Refused):
-                    await ws.send_message(encode_frame(answer))
-                    await ws.aclose()
-                    return None
-                assert isinstance(hello, Hello)
-                await ws.send_message(encode_frame(answer))
-                peer = next(self._peer_ids)
-                connection = _Connection(self, peer, ws)
-                self._connections[peer] = connection
-                self.core.attach(peer, hello.role, peer_name=hello.peer_name, now_ms=self._clock.now_ms())
-                return connection
-            except PEER_GONE:
-                return None
-        await ws.aclose()
-        return None
-
-    async def _listen(
-        self,
-        nursery: trio.Nursery,
-        listeners: list[trio.SocketListener],
-        *,
-        task_status: trio.TaskStatus[trio_websocket.WebSocketServer],
-    ) -> None:
-        server = trio_websocket.WebSocketServer(
-            self._handle_connection,
-            listeners,
-            handler_nursery=nursery,
-            max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-            message_queue_size=4,
-            disconnect_timeout=CLOSE_TIMEOUT_S,
-            receive_buffer_size=RECEIVE_BUFFER_BYTES,
-        )
-        await server.run(task_status=task_status)
+        """Read the Hello and answer it; the attached connection, or ``None`` if it was refused. The caller bounds
+        the time it takes."""
+        message = await ws.get_message()
+        try:
+            if isinstance(message, bytes | bytearray) and is_batch_message(message):
+                raise ProtocolError("the hello must travel alone, not in a batch", code=ErrorCode.PROTOCOL_VIOLATION)
+            frames = decode_message(message)
+        except ProtocolError as exc:
+            frames = [Received(None, BadFrame(code=exc.code, message=str(exc)))]
+        hello = frames[0].frame
+        answer = self.core.hello(hello)
+        if isinstance(answer, Refused):
+            await ws.send_message(encode_frame(answer))
+            return None
+        assert isinstance(hello, Hello)
+        await ws.send_message(encode_frame(answer))
+        peer = next(self._peer_ids)
+        connection = _Connection(self, peer, ws)
+        self._connections[peer] = connection
+        self.core.attach(peer, hello.role, peer_name=hello.peer_name, now_ms=self._clock.now_ms())
+        return connection
 
     async def _drop_silent_peers(self) -> None:
         """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer."""

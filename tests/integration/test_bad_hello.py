@@ -49,6 +49,11 @@ def first_messages(token: str) -> dict[str, tuple[bytes | str, str, tuple[str, .
             ErrorCode.PROTOCOL_VIOLATION,
             ("batch",),
         ),
+        "hello in a one-frame batch": (
+            msgpack.packb([msgpack.unpackb(hello(token))]),
+            ErrorCode.PROTOCOL_VIOLATION,
+            ("batch",),
+        ),
         "hello missing its token": (
             msgpack.packb({"type": "hello", "protocol_version": protocol.PROTOCOL_VERSION, "role": "client"}),
             ErrorCode.BAD_FRAME,
@@ -67,6 +72,7 @@ def first_messages(token: str) -> dict[str, tuple[bytes | str, str, tuple[str, .
         "bad token",
         "ping first",
         "hello in a batch",
+        "hello in a one-frame batch",
         "hello missing its token",
         "garbage",
         "text",
