@@ -425,8 +425,9 @@ class Client:
         return reply.run
 
     async def retry(self, run_id: str) -> RunRecord:
-        """Re-attempt a ``failed`` run (a new task, the same run) or a ``needs_attention`` one (a no-op: it resumes
-        once its cause is settled); any other run raises :class:`~protocol.Conflict`."""
+        """Re-attempt a ``failed`` run (a new task, the same run). A run not ended (``needs_attention`` included) is
+        left as is and its record returned: it resumes by itself once its cause is settled. A ``completed`` or
+        ``cancelled`` run raises :class:`~protocol.Conflict`."""
         reply = await self.connection.call(RetryRun(run_id=run_id), RunReply)
         return reply.run
 

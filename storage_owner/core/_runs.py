@@ -123,6 +123,7 @@ def run_status(
     *,
     blocked: str | None = None,
     attention: str | None = None,
+    tool_missing: str | None = None,
     approval: str | None = None,
 ) -> Derived:
     """A run's status, from its task (``None``: not admitted yet) and what it owns. Rules, first match wins:
@@ -143,12 +144,15 @@ def run_status(
     ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
+    ``waiting``                           a tool task it owns that no attached       ``needs_attention``
+                                          worker can run (see :meth:`Runs._derive`)  (``tool_missing``, its op)
     ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
 
     ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
-    ``approval`` the operation ids of the live external tasks it owns (transitively), if any.
+    ``approval`` the operation ids of the live external tasks it owns (transitively), if any, ``tool_missing`` the
+    operation id of a pending tool task it owns that no attached worker can run.
     """
     if task is None:
         return Derived("queued")
@@ -171,6 +175,8 @@ def run_status(
         return Derived("pending")
     if attention is not None:
         return Derived("needs_attention", "tool_interrupted", attention)
+    if tool_missing is not None:
+        return Derived("needs_attention", "tool_missing", tool_missing)
     if approval is not None:
         return Derived("waiting", None, approval)
     return Derived("running")
@@ -260,9 +266,10 @@ class Runs:
                     self._dirty[run_id] = None
 
     def workers_changed(self) -> None:
-        """Workers came or went: a pending run's blocked reason may have changed."""
+        """Workers came or went: a pending run's blocked reason may have changed, and whether a running one's tool
+        calls can run (``tool_missing``)."""
         for run in self.live.values():
-            if run.status in ("pending", "needs_attention"):
+            if run.status in ("pending", "needs_attention", "running"):
                 self._dirty[run.run_id] = None
 
     def put(self, record: RunRecord) -> None:
@@ -342,7 +349,7 @@ class Runs:
 
     def _derive(self, task: TaskRecord) -> Derived:
         blocked = None
-        attention = approval = None
+        attention = tool_missing = approval = None
         if task.status == "pending":
             blocked = self._tasks.blocked_reason_of(task)
         elif task.status == "waiting":
@@ -351,7 +358,21 @@ class Runs:
                     attention = self._operation_of(owned)
                 elif owned.kind == APPROVAL_KIND and approval is None:
                     approval = self._operation_of(owned)
-        return run_status(task, blocked=blocked, attention=attention, approval=approval)
+                elif tool_missing is None and self._tool_missing(task, owned):
+                    tool_missing = self._operation_of(owned)
+        return run_status(task, blocked=blocked, attention=attention, tool_missing=tool_missing, approval=approval)
+
+    def _tool_missing(self, run_task: TaskRecord, owned: TaskRecord) -> bool:
+        """Whether ``owned`` is a pending tool call that no attached worker can run: its tool version is newer than
+        every attached definition or has no migration (``task_too_old`` / ``migration_failed``), or no attached
+        worker has the tool while one runs the run's agent (a deploy dropped the tool). With no worker for the agent
+        either, the workers are coming back, as for any task: not a cause for attention."""
+        if not owned.kind.startswith(TOOL_KIND_PREFIX) or owned.status != "pending" or owned.abort is not None:
+            return False
+        blocked = self._tasks.blocked_reason_of(owned)
+        if blocked in ("task_too_old", "migration_failed"):
+            return True
+        return blocked == "missing_task" and self._tasks.announced(run_task.kind)
 
     def _operation_of(self, external: TaskRecord) -> str:
         """The operation an external task is about (its input's ``operation_id``)."""
@@ -730,8 +751,9 @@ class Runs:
         return resolved, records
 
     def retry_run(self, run_id: str, seq: int, now_ms: int) -> tuple[RunRecord, list[Record]]:
-        """Re-attempt a run. ``needs_attention``: a no-op (it resumes by itself once a worker with the agent
-        version attaches, or once its tool call is resolved). ``failed``: refused once a later run of its
+        """Re-attempt a run. A run not ended (``needs_attention`` included): a no-op returning its record (it goes
+        on, or resumes by itself once a worker with the agent or tool version attaches, or once its tool call is
+        resolved). ``failed``: refused once a later run of its
         conversation has started; otherwise the attempts of its unfinished model requests reset (committed results
         stay) and the run is ``queued`` again at the head of its conversation's queue, which it blocks: admission
         gives it a new task (same run id, its bound version, no second user entry) within ``max_concurrent_runs``,
@@ -739,10 +761,12 @@ class Runs:
         run = self.live.get(run_id) or self._store.run(run_id)
         if run is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
-        if run.status == "needs_attention":
+        if run.status not in TERMINAL:
+            # Nothing to re-attempt: it goes on, or resumes by itself once its cause is settled. A no-op, so that
+            # "attach the worker, then retry" holds however fast the run resumed after the worker attached.
             return run, []
         if run.status != "failed":
-            message = f"run {run_id} is {run.status}: only a failed run, or one that needs attention, is retried"
+            message = f"run {run_id} ended {run.status}: only a failed run is retried (one still going is left as is)"
             raise Refusal(ErrorCode.CONFLICT, message)
         if self._store.later_run_started(run_id):
             message = f"a later run of conversation {run.conversation_id} has started: run {run_id} is not retried"

@@ -390,6 +390,34 @@ async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
                     assert run.status == "completed" and run.version == 1
 
 
+async def test_tool_missing(owner: OwnerProcess, ledger: Path) -> None:
+    # The tool call is stored at tool version 2 (asked for approval under it); the worker attached when it is
+    # approved has version 1 only: nothing runs until a worker with version 2 attaches.
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with serving(owner.db, build(ONE_CALL, approval=True, tool_version=2), name="v2"):
+                conversation_id, run_id = await start_run(client)
+                await run_in(client, run_id, "waiting")
+                [interaction] = await client.interactions(run_id=run_id)
+            async with serving(owner.db, build(ONE_CALL, approval=True), name="v1"):
+                await client.respond(interaction.interaction_id, approve=True)
+                run = await client.wait_for_run(run_id)
+                assert (run.status, run.reason) == ("needs_attention", "tool_missing")
+                assert run.operation_id == interaction.operation_id
+                ops = await client.operations(run_id)
+                assert [(op.kind, op.status) for op in ops] == [("model", "completed")]  # no tool intent, no model
+                assert read_ledger(ledger) == []
+                async with serving(owner.db, build(ONE_CALL, approval=True, tool_version=2), name="v2-again"):
+                    await client.retry(run_id)
+                    run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            [execution] = read_ledger(ledger)
+            assert execution["operation_id"] == interaction.operation_id
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.status, op.version) for op in ops][1] == ("tool", "completed", 2)
+            assert no_dangling_call(await client.entries(conversation_id))
+
+
 async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: OwnerProcess, ledger: Path) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(manual_owner.db) as client:

@@ -198,6 +198,17 @@ def _task(status: str, **fields: Any) -> TaskRecord:
             {"attention": "op-2", "approval": "op-1"},
             Derived("needs_attention", "tool_interrupted", "op-2"),
         ),
+        (_task("waiting"), {"tool_missing": "op-3"}, Derived("needs_attention", "tool_missing", "op-3")),
+        (
+            _task("waiting"),
+            {"tool_missing": "op-3", "approval": "op-1"},
+            Derived("needs_attention", "tool_missing", "op-3"),
+        ),
+        (
+            _task("waiting"),
+            {"attention": "op-2", "tool_missing": "op-3"},
+            Derived("needs_attention", "tool_interrupted", "op-2"),
+        ),
     ],
 )
 def test_run_status_follows_its_table(task: TaskRecord | None, kwargs: dict[str, Any], expected: Derived) -> None:
@@ -625,6 +636,58 @@ def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> 
     assert expect(sim.request(sim.client, wait), RunReply).run == run
 
 
+def call_tool(worker: Worker, task_id: str, kind: str = "tool:lookup", version: int = 1) -> tuple[str, str]:
+    """The run task calls one tool (a tool task at ``version``, input naming its operation): (tool task, op)."""
+    tool_id, op = fresh_id(), fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(
+            task_id=tool_id,
+            kind=kind,
+            version=version,
+            owner_task_id=task_id,
+            input=JsonValue({"operation_id": op, "call_id": "call_1_1"}),
+        ),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    return tool_id, op
+
+
+def test_a_tool_version_no_attached_worker_has_needs_attention_until_one_attaches(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    old_tools = sim.worker(kinds=("tool:lookup",), version=1)
+    tool_id, op = call_tool(worker, task_id, version=2)
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_missing", op)
+    assert not old_tools.holds(tool_id) and sim.task(tool_id).status == "pending"  # nothing runs meanwhile
+    assert not worker.holds(task_id)  # nor the model: the run's task waits on the tool
+    assert expect(sim.request(sim.client, WaitRun(run_id=run_id)), RunReply).run == run
+    head = sim.core.head_seq
+    assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run  # a no-op, as documented
+    assert sim.core.head_seq == head
+    new_tools = sim.worker(kinds=("tool:lookup",), version=2)
+    assert new_tools.holds(tool_id)
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("running", None, None)
+    new_tools.ok(tool_id, completed(tool_id, {"order": "A1"}))
+    assert worker.holds(task_id)  # the run goes on with the tool's result
+
+
+def test_a_tool_no_attached_worker_has_needs_attention_only_while_the_agent_is_served(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, op = call_tool(worker, task_id, kind="tool:dropped")
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_missing", op)
+    worker.leave()
+    # No worker for the agent either: the workers are coming back, as for any task.
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
+    sim.agent_worker()
+    assert sim.run(run_id).reason == "tool_missing"
+    tools = sim.worker(kinds=("tool:dropped",))
+    assert tools.holds(tool_id)
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
+
+
 def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
@@ -875,6 +938,20 @@ def test_retry_run_of_a_run_needing_attention_is_a_no_op(sim: RunSim) -> None:
     head = sim.core.head_seq
     assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run
     assert sim.core.head_seq == head
+
+
+def test_retry_run_of_a_run_still_going_is_a_no_op(sim: RunSim) -> None:
+    # "Attach the worker, then retry": the run may have resumed already; the retry must not fail on that race.
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    sim.agent_worker()
+    head = sim.core.head_seq
+    for run_id in (first, second):  # running, queued
+        run = sim.run(run_id)
+        assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run
+    assert sim.core.head_seq == head
+    assert sim.statuses(first, second) == ["running", "queued"]
 
 
 def test_an_owner_restart_keeps_one_active_run_per_conversation(sim: RunSim) -> None:
