@@ -144,8 +144,8 @@ def run_status(
     ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
-    ``waiting``                           a tool task it owns that no attached       ``needs_attention``
-                                          worker can run (see :meth:`Runs._derive`)  (``tool_missing``, its op)
+    ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
+                                          ``task_too_old`` / ``migration_failed``    (``tool_missing``, its op)
     ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
@@ -358,21 +358,19 @@ class Runs:
                     attention = self._operation_of(owned)
                 elif owned.kind == APPROVAL_KIND and approval is None:
                     approval = self._operation_of(owned)
-                elif tool_missing is None and self._tool_missing(task, owned):
+                elif tool_missing is None and self._tool_missing(owned):
                     tool_missing = self._operation_of(owned)
         return run_status(task, blocked=blocked, attention=attention, tool_missing=tool_missing, approval=approval)
 
-    def _tool_missing(self, run_task: TaskRecord, owned: TaskRecord) -> bool:
-        """Whether ``owned`` is a pending tool call that no attached worker can run: its tool version is newer than
-        every attached definition or has no migration (``task_too_old`` / ``migration_failed``), or no attached
-        worker has the tool while one runs the run's agent (a deploy dropped the tool). With no worker for the agent
-        either, the workers are coming back, as for any task: not a cause for attention."""
+    def _tool_missing(self, owned: TaskRecord) -> bool:
+        """Whether ``owned`` is a pending tool call stored at a tool version no attached worker can run: newer than
+        every attached definition of the tool, or one without a migration (``task_too_old`` / ``migration_failed``).
+        With no worker for the tool at all (``missing_task``) the workers are coming back, as for an agent: not a
+        cause for attention (a split deployment whose tool workers reattach after its agent workers would otherwise
+        free capacity for a moment and overrun ``max_concurrent_runs`` once they are back)."""
         if not owned.kind.startswith(TOOL_KIND_PREFIX) or owned.status != "pending" or owned.abort is not None:
             return False
-        blocked = self._tasks.blocked_reason_of(owned)
-        if blocked in ("task_too_old", "migration_failed"):
-            return True
-        return blocked == "missing_task" and self._tasks.announced(run_task.kind)
+        return self._tasks.blocked_reason_of(owned) in ("task_too_old", "migration_failed")
 
     def _operation_of(self, external: TaskRecord) -> str:
         """The operation an external task is about (its input's ``operation_id``)."""

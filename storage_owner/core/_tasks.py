@@ -324,10 +324,6 @@ class TaskEngine:
         blocked = self._placement.blocked_reason(record)
         return None if blocked is None else blocked.reason
 
-    def announced(self, kind: str) -> bool:
-        """Whether an attached worker announces task kind ``kind`` (at any version)."""
-        return any(kind in worker.capabilities for worker in self._placement.workers.values())
-
     def live_descendants(self, task_id: str) -> list[TaskRecord]:
         """The live tasks ``task_id`` owns, directly or through tasks it owns (not through conversations)."""
         found: list[TaskRecord] = []

@@ -673,17 +673,14 @@ def test_a_tool_version_no_attached_worker_has_needs_attention_until_one_attache
     assert worker.holds(task_id)  # the run goes on with the tool's result
 
 
-def test_a_tool_no_attached_worker_has_needs_attention_only_while_the_agent_is_served(sim: RunSim) -> None:
+def test_a_tool_no_attached_worker_has_at_any_version_is_waited_for_as_workers_come_back(sim: RunSim) -> None:
+    # As for an agent with no worker at all: not a version mismatch, so no cause for attention (and no capacity
+    # freed for a moment while a split deployment's tool workers reattach).
     run_id, task_id, worker = leased_run(sim)
-    tool_id, op = call_tool(worker, task_id, kind="tool:dropped")
-    run = sim.run(run_id)
-    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_missing", op)
-    worker.leave()
-    # No worker for the agent either: the workers are coming back, as for any task.
+    tool_id, _ = call_tool(worker, task_id, kind="tool:elsewhere")
     assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
-    sim.agent_worker()
-    assert sim.run(run_id).reason == "tool_missing"
-    tools = sim.worker(kinds=("tool:dropped",))
+    assert sim.graph()[tool_id].blocked == "missing_task"
+    tools = sim.worker(kinds=("tool:elsewhere",))
     assert tools.holds(tool_id)
     assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
 
