@@ -420,7 +420,9 @@ class Client:
         """Cancel a run once durable: a queued one ends ``cancelled`` at once; an active one has its task aborted
         and ends ``cancelled`` once that is terminal (wait with :meth:`wait_for_run`). Cancelling a cancelled run
         again is a no-op; a run that ended otherwise raises :class:`~protocol.Conflict`. Returns the run's record
-        as the cancel found it."""
+        as the owner's batch that committed the cancel left it: ``cancelled`` when nothing had to run first,
+        otherwise its status with reason ``cancelling`` (never ``waiting`` nor ``needs_attention``: its open
+        interactions are ``cancelled``, nobody is asked anything any more)."""
         reply = await self.connection.call(CancelRun(run_id=run_id), RunReply)
         return reply.run
 
@@ -452,7 +454,7 @@ class Client:
         return reply.interaction
 
     async def interactions(
-        self, *, status: Literal["open", "answered"] | None = "open", run_id: str | None = None
+        self, *, status: Literal["open", "answered", "cancelled"] | None = "open", run_id: str | None = None
     ) -> list[InteractionRecord]:
         """The interactions in ``status`` (every status when ``None``), of one run when given, oldest first."""
         result: list[InteractionRecord] = []

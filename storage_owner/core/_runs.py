@@ -137,6 +137,9 @@ def run_status(
     ``abort`` and terminal otherwise)
     terminal otherwise                                                               ``failed`` (outcome's reason,
                                                                                      else its status)
+    marked ``abort`` (being cancelled)                                               ``retry_wait`` if sleeping,
+                                                                                     ``pending`` if pending, else
+                                                                                     ``running`` (``cancelling``)
     ``sleeping``                                                                     ``retry_wait``
     ``running``, ``completing``                                                      ``running``
     ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
@@ -165,6 +168,11 @@ def run_status(
         if outcome.status == "aborted" or task.abort == "abort":
             return Derived("cancelled")
         return Derived("failed", outcome.reason or outcome.status)
+    if task.abort == "abort":
+        # Being cancelled: nobody is asked anything any more; it ends ``cancelled`` once its task is terminal.
+        return Derived(
+            "retry_wait" if status == "sleeping" else "pending" if status == "pending" else "running", "cancelling"
+        )
     if status == "sleeping":
         return Derived("retry_wait")
     if status in ("running", "completing"):
@@ -212,6 +220,8 @@ class Runs:
         self._dirty: dict[str, None] = {}
         """Runs whose status settling derives again."""
         self._admit_due = False
+        self._closing: dict[str, None] = {}
+        """Approval tasks that ended: settling closes their interactions if still open (``cancelled``)."""
         self.settle_records: list[Record] = []
         """Operation records settling changed (cut-off operations), logged with the settling commit."""
         tasks.cut_off_hook = self.cut_off
@@ -225,7 +235,7 @@ class Runs:
 
     def needs_settle(self) -> bool:
         """Whether settling has runs to derive again, or a queued run it may admit now."""
-        if self._dirty:
+        if self._dirty or self._closing:
             return True
         if not self._admit_due or not self._has_capacity():
             return False
@@ -261,6 +271,8 @@ class Runs:
         """Task records a commit or a settle changed: their runs' statuses are derived again."""
         for record in records:
             if isinstance(record, TaskRecord):
+                if record.kind == APPROVAL_KIND and record.status == "terminal":
+                    self._closing[record.task_id] = None
                 run_id = self.run_of_task(record)
                 if run_id is not None:
                     self._dirty[run_id] = None
@@ -325,7 +337,10 @@ class Runs:
     # --------------------------------------------------------------------------------------------- settling
 
     def refresh(self, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
-        """Derive the status of every dirty run again; a run whose record changes is stored and put in ``changed``."""
+        """Derive the status of every dirty run again; a run whose record changes is stored and put in ``changed``.
+        Close the interactions whose approval task ended unanswered first."""
+        if self._closing:
+            self._close_interactions(seq, now_ms)
         dirty, self._dirty = self._dirty, {}
         for run_id in dirty:
             run = self.live.get(run_id)
@@ -346,6 +361,22 @@ class Runs:
                 new = attrs.evolve(new, seq=seq, updated_at_ms=now_ms)
                 self.put(new)
                 changed[run_id] = new
+
+    def _close_interactions(self, seq: int, now_ms: int) -> None:
+        """An approval task ended without an answer (its run was cancelled, or its tool call or run ended otherwise):
+        its interaction, still ``open``, becomes ``cancelled`` in the settling commit, so ``interactions(status=
+        "open")`` lists only what a person can still answer."""
+        closing, self._closing = self._closing, {}
+        for task_id in closing:
+            input_value, _ = self._store.task_data(task_id)
+            if not isinstance(input_value, dict) or not isinstance(input_value.get("interaction_id"), str):
+                continue
+            interaction = self._store.interaction(input_value["interaction_id"])
+            if interaction is None or interaction.status != "open":
+                continue
+            closed = attrs.evolve(interaction, status="cancelled", seq=seq, updated_at_ms=now_ms)
+            self._store.update_interaction(closed)
+            self.settle_records.append(closed)
 
     def _derive(self, task: TaskRecord) -> Derived:
         blocked = None

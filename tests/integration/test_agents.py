@@ -324,9 +324,18 @@ async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
         async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
             conversation_id, run_id = await start_run(client)
             await run_in(client, run_id, "waiting")
-            await client.cancel_run(run_id)
+            [interaction] = await client.interactions(status="open")
+            marked = await client.cancel_run(run_id)
+            assert marked.status in ("running", "cancelled") and marked.operation_id is None
             run = await client.wait_for_run(run_id)
             assert run.status == "cancelled"
+            [closed] = await client.interactions(status=None, run_id=run_id)
+            assert (closed.interaction_id, closed.status, closed.answer) == (
+                interaction.interaction_id,
+                "cancelled",
+                None,
+            )
+            assert await client.interactions(status="open") == []
             entries = await client.entries(conversation_id)
             assert no_dangling_call(entries)
             assert transcript(entries)[-1][0] == "tether.tool_result"
