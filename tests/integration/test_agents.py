@@ -207,6 +207,13 @@ async def test_invalid_arguments_run_nothing(owner: OwnerProcess, ledger: Path) 
             assert results["call_1_1"][0] is True and "$.order_id" in results["call_1_1"][1]
             assert results["call_1_2"][0] is True and "not a JSON object" in results["call_1_2"][1]
             assert read_ledger(ledger) == []
+            # The journal shows each refused call as a failed operation with the error the model saw.
+            tools = {op.tool_call_id: op for op in await client.operations(run_id) if op.kind == "tool"}
+            for call_id in ("call_1_1", "call_1_2"):
+                op = tools[call_id]
+                assert (op.status, op.attempt, op.is_error, op.policy) == ("failed", 1, True, "manual")
+                assert op.error == results[call_id][1]
+            assert tools["call_1_1"].arguments == {"order_id": 42}
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -234,6 +241,13 @@ async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> Non
                 assert read_ledger(ledger) == []
                 assert result.data["is_error"] is True  # type: ignore[index]
                 assert "denied" in result.data["content"] and "checked" in result.data["content"]  # type: ignore[index]
+            [tool_op] = [op for op in await client.operations(run_id) if op.kind == "tool"]
+            assert tool_op.operation_id == interaction.operation_id and tool_op.attempt == 1
+            if approve:
+                assert (tool_op.status, tool_op.is_error) == ("completed", False)
+            else:
+                assert (tool_op.status, tool_op.is_error) == ("failed", True)
+                assert tool_op.error == result.data["content"]  # type: ignore[index]
 
 
 async def test_submit_wait_follows_the_run_and_names_the_approval_it_waits_for(
