@@ -267,3 +267,43 @@ async def test_owner_killed_around_a_model_request(db_path: str, ledger: Path, t
 async def _status(client: actors.Client, run_id: str, status: str) -> actors.RunRecord | None:
     run = await client.run(run_id)
     return run if run.status == status else None
+
+
+@pytest.mark.parametrize(("stored", "registered"), [("manual", "safe"), ("safe", "manual"), ("idempotent", "manual")])
+async def test_the_stored_policy_wins_over_a_new_registration_after_an_owner_kill(
+    db_path: str, ledger: Path, tmp_path: Path, stored: actors.Recovery, registered: actors.Recovery
+) -> None:
+    # The owner dies mid-tool; the tool comes back registered under another policy: the intent's policy decides.
+    gate = tmp_path / "gate"
+    faulty = OwnerProcess(db_path, *MANUAL)
+    healthy = OwnerProcess(db_path, *MANUAL)
+    try:
+        with trio.fail_after(TIMEOUT_S):
+            await faulty.start()
+            async with worker(db_path, tool_app(stored)):
+                conversation_id, run_id = await start_run(db_path)
+                assert await kill_at("mid_tool", faulty, db_path, run_id, ledger) == -signal.SIGKILL
+            [first] = executions(ledger)
+            await healthy.start()
+            gate.touch()
+            async with worker(db_path, tool_app(registered)), actors.connect(db_path) as client:
+                if stored == "manual":
+                    run = await until(lambda: _needs_attention(client, run_id))
+                    assert (run.reason, run.operation_id) == ("tool_interrupted", first["operation_id"])
+                    await trio.sleep(0.3)  # a worker registered as safe is attached: it must not run it
+                    assert executions(ledger) == [first]
+                    await client.resolve(first["operation_id"], {"order": "A1", "status": "by hand"})
+                run = await client.wait_for_run(run_id)
+                ops = await client.operations(run_id)
+                entries = await client.entries(conversation_id)
+    finally:
+        await faulty.close()
+        await healthy.close()
+    assert run.status == "completed" and transcript_whole(entries)
+    tool = ops[1]
+    assert tool.policy == stored
+    if stored == "manual":
+        assert executions(ledger) == [first] and tool.status == "resolved"
+    else:
+        assert [line["attempt"] for line in executions(ledger)] == [1, 2]
+        assert (tool.status, tool.attempt) == ("completed", 2)
