@@ -449,13 +449,16 @@ class Client:
         """Cancel a run once durable: a queued one ends ``cancelled`` at once; an active one has its task aborted
         and ends ``cancelled`` once that is terminal (wait with :meth:`wait_for_run`). Cancelling a cancelled run
         again is a no-op; a run that ended otherwise raises :class:`~protocol.Conflict`. Returns the run's record
-        as the cancel found it."""
+        as the owner's batch that committed the cancel left it: ``cancelled`` when nothing had to run first,
+        otherwise its status with reason ``cancelling`` (never ``waiting`` nor ``needs_attention``: its open
+        interactions are ``cancelled``, nobody is asked anything any more)."""
         reply = await self.connection.call(CancelRun(run_id=run_id), RunReply)
         return reply.run
 
     async def retry(self, run_id: str) -> RunRecord:
-        """Re-attempt a ``failed`` run (a new task, the same run) or a ``needs_attention`` one (a no-op: it resumes
-        once its cause is settled); any other run raises :class:`~protocol.Conflict`."""
+        """Re-attempt a ``failed`` run (a new task, the same run). A run not ended (``needs_attention`` included) is
+        left as is and its record returned: it resumes by itself once its cause is settled. A ``completed`` or
+        ``cancelled`` run raises :class:`~protocol.Conflict`."""
         reply = await self.connection.call(RetryRun(run_id=run_id), RunReply)
         return reply.run
 
@@ -480,7 +483,7 @@ class Client:
         return reply.interaction
 
     async def interactions(
-        self, *, status: Literal["open", "answered"] | None = "open", run_id: str | None = None
+        self, *, status: Literal["open", "answered", "cancelled"] | None = "open", run_id: str | None = None
     ) -> list[InteractionRecord]:
         """The interactions in ``status`` (every status when ``None``), of one run when given, oldest first."""
         result: list[InteractionRecord] = []

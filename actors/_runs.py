@@ -351,6 +351,17 @@ class AgentRun:
                     if tool is None
                     else f"error: the arguments are not a JSON object: {call.invalid_arguments}"
                 )
+                if tool is not None:  # an unknown tool has no version nor policy: its error is in the transcript only
+                    _refused_call(
+                        tx,
+                        tool,
+                        run_id=run_id,
+                        operation_id=operation_id,
+                        turn=turn,
+                        call_id=call.call_id,
+                        arguments=call.arguments,
+                        error=content,
+                    )
                 _result_entry(
                     tx,
                     rt.conversation_id,
@@ -443,6 +454,40 @@ def _message_data(message: Message) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ tool task
+
+
+def _refused_call(
+    tx: PhaseTransaction,
+    tool: ToolDefinition,
+    *,
+    run_id: str,
+    operation_id: str,
+    turn: int,
+    call_id: str,
+    arguments: Any,
+    error: str,
+) -> None:
+    """Journal a call of ``tool`` that runs nothing (arguments that are not JSON or fail its schema, a denial): its
+    intent and its ``failed`` result (the error the model sees) in the commit that writes its result entry, so the
+    journal lists it and a call and its result still land together. Never for a call that started an attempt."""
+    tx.start_operation(
+        StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="tool",
+            name=tool.name,
+            version=tool.version,
+            turn=turn,
+            attempt=1,
+            digest=digest(arguments),
+            tool_call_id=call_id,
+            policy=tool.recovery,
+            arguments=json_value(arguments),
+        )
+    )
+    tx.finish_operation(
+        FinishOperation(operation_id=operation_id, status="failed", result=JsonValue(error), is_error=True, error=error)
+    )
 
 
 class ToolRun:
@@ -546,10 +591,22 @@ class ToolRun:
         await self._finish(rt, operation_id, value, is_error=False)
 
     async def _finish(self, rt: Phase, operation_id: str | None, result: Any, *, is_error: bool) -> None:
-        """ONE commit: the operation's result (when it started one), the result entry and the task's completion."""
+        """ONE commit: the operation's result, the result entry and the task's completion. A call that ran nothing
+        (``operation_id`` ``None``: invalid arguments, a denial) is journaled by :func:`_refused_call`."""
         inp = rt.input
         async with rt.commit() as tx:
-            if operation_id is not None:
+            if operation_id is None:
+                _refused_call(
+                    tx,
+                    self.tool,
+                    run_id=str(inp["run_id"]),
+                    operation_id=str(inp["operation_id"]),
+                    turn=int(inp["turn"]),
+                    call_id=str(inp["call_id"]),
+                    arguments=inp["arguments"],
+                    error=str(result),
+                )
+            else:
                 tx.finish_operation(
                     FinishOperation(
                         operation_id=operation_id,

@@ -209,7 +209,9 @@ class InteractionAnswer:
 @attrs.frozen(kw_only=True)
 class InteractionRecord:
     """A question a tool call asks a person (an approval of its exact arguments), bound to the call's operation.
-    ``task_id`` is the ``tether.approval`` task the tool task waits on; ``answer`` is set once, by ``respond``."""
+    ``task_id`` is the ``tether.approval`` task the tool task waits on; ``answer`` is set once, by ``respond``.
+    ``status`` is ``open`` until answered (``answered``), or ``cancelled`` once its run no longer awaits it (the run
+    was cancelled or ended otherwise while it was open)."""
 
     RECORD: ClassVar[str] = "interaction"
     interaction_id: str
@@ -218,7 +220,7 @@ class InteractionRecord:
     operation_id: str
     task_id: str
     kind: Literal["approval", "question"]
-    status: Literal["open", "answered"]
+    status: Literal["open", "answered", "cancelled"]
     args: JsonValue
     digest: str
     answer: InteractionAnswer | None = None

@@ -268,6 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="fault injection: SIGKILL this owner right after its K-th writing COMMIT",
     )
     owner.add_argument(
+        "--fault-kill-before-result",
+        type=_positive,
+        metavar="K",
+        help="fault injection: SIGKILL this owner right before committing the K-th operation result it receives",
+    )
+    owner.add_argument(
+        "--fault-kill-after-result",
+        type=_positive,
+        metavar="K",
+        help="fault injection: SIGKILL this owner right after committing the K-th operation result it receives",
+    )
+    owner.add_argument(
         "--fault-storage-error-at-commit",
         type=_positive,
         metavar="K",
@@ -786,6 +798,8 @@ def _run_owner(args: argparse.Namespace) -> int:
         clock=args.clock,
         kill_before_commit=args.fault_kill_before_commit,
         kill_after_commit=args.fault_kill_after_commit,
+        kill_before_result=args.fault_kill_before_result,
+        kill_after_result=args.fault_kill_after_result,
         storage_error_at_commit=args.fault_storage_error_at_commit,
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_concurrent_runs=args.max_concurrent_runs,

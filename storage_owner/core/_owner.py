@@ -244,6 +244,8 @@ class OwnerCore:
         self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
         self.partials = Partials(store, self.tasks.on_rollback)
         self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
+        self._cancel_replies: list[tuple[PeerId, int, str]] = []
+        """``cancel_run`` requests of this batch, answered after its settle with the run as it is then."""
         """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and
         ``wait_run`` by run id (when the run is terminal or needs attention)."""
         self._next_positions: dict[str, int] = {}
@@ -481,6 +483,10 @@ class OwnerCore:
             self._fan_out(logged, touched)
         for run in changed_runs.values():
             self._answer_run_waits(run)
+        if self._cancel_replies:
+            cancels, self._cancel_replies = self._cancel_replies, []
+            for peer, call_id, run_id in cancels:
+                self._reply(peer, call_id, RunReply(run=self._require_run(run_id)))
         for record in result.ended:
             waits = self._take_waits("task", record.task_id)
             if waits:
@@ -770,7 +776,8 @@ class OwnerCore:
     def _on_cancel_run(self, peer: PeerId, call_id: int, request: CancelRun, now_ms: int) -> None:
         """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
         engine) and ends ``cancelled`` once that is terminal. Cancelling a cancelled run again is a no-op; a run that
-        ended otherwise is a ``conflict``."""
+        ended otherwise is a ``conflict``. The reply is the run as it is once this batch has settled the mark:
+        ``cancelled`` if nothing had to run first, otherwise its status with reason ``cancelling``."""
         run = self._require_run(request.run_id)
         if run.status in TERMINAL:
             if run.status == "cancelled":
@@ -791,9 +798,13 @@ class OwnerCore:
         logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
         touched = {run.conversation_id}
         self._store.log_commit(logged, frozenset(touched))
-        self._published(peer, call_id, RunReply(run=run), logged, touched)
         if run.status == "cancelled":
+            self._published(peer, call_id, RunReply(run=run), logged, touched)
             self._answer_run_waits(run)
+            return
+        self._head_seq = logged.seq
+        self._fan_out(logged, touched)
+        self._cancel_replies.append((peer, call_id, run.run_id))
 
     def _on_read_operations(self, peer: PeerId, call_id: int, request: ReadOperations, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:

@@ -124,6 +124,7 @@ def run_status(
     *,
     blocked: str | None = None,
     attention: str | None = None,
+    tool_missing: str | None = None,
     approval: str | None = None,
 ) -> Derived:
     """A run's status, from its task (``None``: not admitted yet) and what it owns. Rules, first match wins:
@@ -137,6 +138,9 @@ def run_status(
     ``abort`` and terminal otherwise)
     terminal otherwise                                                               ``failed`` (outcome's reason,
                                                                                      else its status)
+    marked ``abort`` (being cancelled)                                               ``retry_wait`` if sleeping,
+                                                                                     ``pending`` if pending, else
+                                                                                     ``running`` (``cancelling``)
     ``sleeping``                                                                     ``retry_wait``
     ``running``, ``completing``                                                      ``running``
     ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
@@ -144,12 +148,15 @@ def run_status(
     ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
+    ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
+                                          ``task_too_old`` / ``migration_failed``    (``tool_missing``, its op)
     ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
 
     ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
-    ``approval`` the operation ids of the live external tasks it owns (transitively), if any.
+    ``approval`` the operation ids of the live external tasks it owns (transitively), if any, ``tool_missing`` the
+    operation id of a pending tool task it owns that no attached worker can run.
     """
     if task is None:
         return Derived("queued")
@@ -162,6 +169,11 @@ def run_status(
         if outcome.status == "aborted" or task.abort == "abort":
             return Derived("cancelled")
         return Derived("failed", outcome.reason or outcome.status)
+    if task.abort == "abort":
+        # Being cancelled: nobody is asked anything any more; it ends ``cancelled`` once its task is terminal.
+        return Derived(
+            "retry_wait" if status == "sleeping" else "pending" if status == "pending" else "running", "cancelling"
+        )
     if status == "sleeping":
         return Derived("retry_wait")
     if status in ("running", "completing"):
@@ -172,6 +184,8 @@ def run_status(
         return Derived("pending")
     if attention is not None:
         return Derived("needs_attention", "tool_interrupted", attention)
+    if tool_missing is not None:
+        return Derived("needs_attention", "tool_missing", tool_missing)
     if approval is not None:
         return Derived("waiting", None, approval)
     return Derived("running")
@@ -209,6 +223,8 @@ class Runs:
         self._admit_due = False
         self.accounting = Accounting(store, tasks)
         """Prices, roll-ups and budgets (``_usage``)."""
+        self._closing: dict[str, None] = {}
+        """Approval tasks that ended: settling closes their interactions if still open (``cancelled``)."""
         self.settle_records: list[Record] = []
         """Operation records settling changed (cut-off operations), logged with the settling commit."""
         tasks.cut_off_hook = self.cut_off
@@ -222,7 +238,7 @@ class Runs:
 
     def needs_settle(self) -> bool:
         """Whether settling has runs to derive again, or a queued run it may admit now."""
-        if self._dirty:
+        if self._dirty or self._closing:
             return True
         if not self._admit_due or not self._has_capacity():
             return False
@@ -258,14 +274,17 @@ class Runs:
         """Task records a commit or a settle changed: their runs' statuses are derived again."""
         for record in records:
             if isinstance(record, TaskRecord):
+                if record.kind == APPROVAL_KIND and record.status == "terminal":
+                    self._closing[record.task_id] = None
                 run_id = self.run_of_task(record)
                 if run_id is not None:
                     self._dirty[run_id] = None
 
     def workers_changed(self) -> None:
-        """Workers came or went: a pending run's blocked reason may have changed."""
+        """Workers came or went: a pending run's blocked reason may have changed, and whether a running one's tool
+        calls can run (``tool_missing``)."""
         for run in self.live.values():
-            if run.status in ("pending", "needs_attention"):
+            if run.status in ("pending", "needs_attention", "running"):
                 self._dirty[run.run_id] = None
 
     def put(self, record: RunRecord) -> None:
@@ -321,7 +340,10 @@ class Runs:
     # --------------------------------------------------------------------------------------------- settling
 
     def refresh(self, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
-        """Derive the status of every dirty run again; a run whose record changes is stored and put in ``changed``."""
+        """Derive the status of every dirty run again; a run whose record changes is stored and put in ``changed``.
+        Close the interactions whose approval task ended unanswered first."""
+        if self._closing:
+            self._close_interactions(seq, now_ms)
         dirty, self._dirty = self._dirty, {}
         for run_id in dirty:
             run = self.live.get(run_id)
@@ -343,9 +365,25 @@ class Runs:
                 self.put(new)
                 changed[run_id] = new
 
+    def _close_interactions(self, seq: int, now_ms: int) -> None:
+        """An approval task ended without an answer (its run was cancelled, or its tool call or run ended otherwise):
+        its interaction, still ``open``, becomes ``cancelled`` in the settling commit, so ``interactions(status=
+        "open")`` lists only what a person can still answer."""
+        closing, self._closing = self._closing, {}
+        for task_id in closing:
+            input_value, _ = self._store.task_data(task_id)
+            if not isinstance(input_value, dict) or not isinstance(input_value.get("interaction_id"), str):
+                continue
+            interaction = self._store.interaction(input_value["interaction_id"])
+            if interaction is None or interaction.status != "open":
+                continue
+            closed = attrs.evolve(interaction, status="cancelled", seq=seq, updated_at_ms=now_ms)
+            self._store.update_interaction(closed)
+            self.settle_records.append(closed)
+
     def _derive(self, task: TaskRecord) -> Derived:
         blocked = None
-        attention = approval = None
+        attention = tool_missing = approval = None
         if task.status == "pending":
             blocked = self._tasks.blocked_reason_of(task)
         elif task.status == "waiting":
@@ -354,7 +392,19 @@ class Runs:
                     attention = self._operation_of(owned)
                 elif owned.kind == APPROVAL_KIND and approval is None:
                     approval = self._operation_of(owned)
-        return run_status(task, blocked=blocked, attention=attention, approval=approval)
+                elif tool_missing is None and self._tool_missing(owned):
+                    tool_missing = self._operation_of(owned)
+        return run_status(task, blocked=blocked, attention=attention, tool_missing=tool_missing, approval=approval)
+
+    def _tool_missing(self, owned: TaskRecord) -> bool:
+        """Whether ``owned`` is a pending tool call stored at a tool version no attached worker can run: newer than
+        every attached definition of the tool, or one without a migration (``task_too_old`` / ``migration_failed``).
+        With no worker for the tool at all (``missing_task``) the workers are coming back, as for an agent: not a
+        cause for attention (a split deployment whose tool workers reattach after its agent workers would otherwise
+        free capacity for a moment and overrun ``max_concurrent_runs`` once they are back)."""
+        if not owned.kind.startswith(TOOL_KIND_PREFIX) or owned.status != "pending" or owned.abort is not None:
+            return False
+        return self._tasks.blocked_reason_of(owned) in ("task_too_old", "migration_failed")
 
     def _operation_of(self, external: TaskRecord) -> str:
         """The operation an external task is about (its input's ``operation_id``)."""
@@ -739,8 +789,9 @@ class Runs:
         return resolved, records
 
     def retry_run(self, run_id: str, seq: int, now_ms: int) -> tuple[RunRecord, list[Record]]:
-        """Re-attempt a run. ``needs_attention``: a no-op (it resumes by itself once a worker with the agent
-        version attaches, or once its tool call is resolved). ``failed``: refused once a later run of its
+        """Re-attempt a run. A run not ended (``needs_attention`` included): a no-op returning its record (it goes
+        on, or resumes by itself once a worker with the agent or tool version attaches, or once its tool call is
+        resolved). ``failed``: refused once a later run of its
         conversation has started; otherwise the attempts of its unfinished model requests reset (committed results
         stay) and the run is ``queued`` again at the head of its conversation's queue, which it blocks: admission
         gives it a new task (same run id, its bound version, no second user entry) within ``max_concurrent_runs``,
@@ -748,10 +799,12 @@ class Runs:
         run = self.live.get(run_id) or self._store.run(run_id)
         if run is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
-        if run.status == "needs_attention":
+        if run.status not in TERMINAL:
+            # Nothing to re-attempt: it goes on, or resumes by itself once its cause is settled. A no-op, so that
+            # "attach the worker, then retry" holds however fast the run resumed after the worker attached.
             return run, []
         if run.status != "failed":
-            message = f"run {run_id} is {run.status}: only a failed run, or one that needs attention, is retried"
+            message = f"run {run_id} ended {run.status}: only a failed run is retried (one still going is left as is)"
             raise Refusal(ErrorCode.CONFLICT, message)
         if self._store.later_run_started(run_id):
             message = f"a later run of conversation {run.conversation_id} has started: run {run_id} is not retried"

@@ -36,8 +36,10 @@ import trio_websocket
 from protocol import (
     WEBSOCKET_HARD_LIMIT_BYTES,
     BadFrame,
+    Commit,
     Error,
     ErrorCode,
+    FinishOperation,
     Frame,
     Goodbye,
     Hello,
@@ -112,6 +114,13 @@ class OwnerConfig:
     """Fault injection: SIGKILL this process right before its k-th writing COMMIT (counting from 1)."""
     kill_after_commit: int | None = None
     """Fault injection: SIGKILL this process right after its k-th writing COMMIT."""
+    kill_before_result: int | None = None
+    """Fault injection: SIGKILL this process right before the COMMIT of the batch holding the k-th operation result
+    (a ``finish_operation`` write) it receives: the result is lost, whatever else the batch held."""
+    kill_after_result: int | None = None
+    """Fault injection: SIGKILL this process right after the COMMIT of the batch holding the k-th operation result it
+    receives: the result is durable, its acknowledgement never sent. Counting results, not commits, pins a point of
+    a run's journal however many commits a step takes."""
     heartbeat_timeout_s: float = 10.0
     """A peer silent for this long is dropped (its connection closed, its leases cut off); peers are told to send
     something every quarter of it."""
@@ -244,6 +253,7 @@ class OwnerServer:
         self._connections: dict[PeerId, _Connection] = {}
         self._peer_ids = itertools.count(1)
         self._writing_commits = 0
+        self._results_received = 0
         self._stop = _Stop(
             code=ErrorCode.SHUTTING_DOWN,
             reason="the owner is stopping",
@@ -541,13 +551,33 @@ class OwnerServer:
         except StorageError as exc:
             self._fail_closed(batch, exc)
 
+    def _kill_at_result(self, batch: list[tuple[PeerId, Received]]) -> Literal["before", "after"] | None:
+        """Fault injection: whether this batch holds the operation result a ``kill_*_result`` setting names."""
+        config = self.config
+        if config.kill_before_result is None and config.kill_after_result is None:
+            return None
+        for _, received in batch:
+            frame = received.frame
+            if isinstance(frame, Commit):
+                self._results_received += sum(isinstance(write, FinishOperation) for write in frame.writes)
+        if self._results_received == 0:
+            return None
+        if config.kill_before_result is not None and self._results_received >= config.kill_before_result:
+            return "before"
+        if config.kill_after_result is not None and self._results_received >= config.kill_after_result:
+            return "after"
+        return None
+
     def _run_batch(self, batch: list[tuple[PeerId, Received]]) -> None:
         """One transaction: BEGIN, the core's batch, COMMIT; then what it produced goes out (never before)."""
         core = self.core
         store = self._store
+        kill_at_result = self._kill_at_result(batch)
         with storage_errors("committing a batch"):
             store.begin()
             wrote = core.run_batch(batch, self._clock.now_ms())
+            if kill_at_result == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
             if wrote:
                 self._writing_commits += 1
                 if self._writing_commits == self.config.kill_before_commit:
@@ -555,7 +585,7 @@ class OwnerServer:
                 if self._writing_commits == self.config.storage_error_at_commit:
                     raise StorageError(f"injected storage failure at writing commit {self._writing_commits}")
             store.commit()
-            if wrote and self._writing_commits == self.config.kill_after_commit:
+            if (wrote and self._writing_commits == self.config.kill_after_commit) or kill_at_result == "after":
                 os.kill(os.getpid(), signal.SIGKILL)
         out, effects = core.take_output()
         if effects.clock_ms is not None:

@@ -70,6 +70,7 @@ def build(
     version: int = 1,
     retry: actors.Retry | None = None,
     max_turns: int | None = None,
+    tool_version: int = 1,
 ) -> actors.App:
     app = actors.App("agents")
     app.define_tool(
@@ -78,6 +79,7 @@ def build(
         description="Look an order up.",
         parameters=ORDER,
         recovery=recovery,
+        version=tool_version,
         needs_approval=(lambda args: True) if approval else None,
     )
     app.define_tool("boom", boom, description="Always fails.", parameters={"type": "object"})

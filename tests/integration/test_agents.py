@@ -207,6 +207,13 @@ async def test_invalid_arguments_run_nothing(owner: OwnerProcess, ledger: Path) 
             assert results["call_1_1"][0] is True and "$.order_id" in results["call_1_1"][1]
             assert results["call_1_2"][0] is True and "not a JSON object" in results["call_1_2"][1]
             assert read_ledger(ledger) == []
+            # The journal shows each refused call as a failed operation with the error the model saw.
+            tools = {op.tool_call_id: op for op in await client.operations(run_id) if op.kind == "tool"}
+            for call_id in ("call_1_1", "call_1_2"):
+                op = tools[call_id]
+                assert (op.status, op.attempt, op.is_error, op.policy) == ("failed", 1, True, "manual")
+                assert op.error == results[call_id][1]
+            assert tools["call_1_1"].arguments == {"order_id": 42}
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -234,6 +241,13 @@ async def test_approval(owner: OwnerProcess, ledger: Path, approve: bool) -> Non
                 assert read_ledger(ledger) == []
                 assert result.data["is_error"] is True  # type: ignore[index]
                 assert "denied" in result.data["content"] and "checked" in result.data["content"]  # type: ignore[index]
+            [tool_op] = [op for op in await client.operations(run_id) if op.kind == "tool"]
+            assert tool_op.operation_id == interaction.operation_id and tool_op.attempt == 1
+            if approve:
+                assert (tool_op.status, tool_op.is_error) == ("completed", False)
+            else:
+                assert (tool_op.status, tool_op.is_error) == ("failed", True)
+                assert tool_op.error == result.data["content"]  # type: ignore[index]
 
 
 async def test_submit_wait_follows_the_run_and_names_the_approval_it_waits_for(
@@ -324,9 +338,18 @@ async def test_cancel_a_waiting_run(owner: OwnerProcess, ledger: Path) -> None:
         async with serving(owner.db, build(ONE_CALL, approval=True)) as client:
             conversation_id, run_id = await start_run(client)
             await run_in(client, run_id, "waiting")
-            await client.cancel_run(run_id)
+            [interaction] = await client.interactions(status="open")
+            marked = await client.cancel_run(run_id)
+            assert marked.status in ("running", "cancelled") and marked.operation_id is None
             run = await client.wait_for_run(run_id)
             assert run.status == "cancelled"
+            [closed] = await client.interactions(status=None, run_id=run_id)
+            assert (closed.interaction_id, closed.status, closed.answer) == (
+                interaction.interaction_id,
+                "cancelled",
+                None,
+            )
+            assert await client.interactions(status="open") == []
             entries = await client.entries(conversation_id)
             assert no_dangling_call(entries)
             assert transcript(entries)[-1][0] == "tether.tool_result"
@@ -388,6 +411,34 @@ async def test_agent_version_missing(owner: OwnerProcess, ledger: Path) -> None:
                 async with serving(owner.db, _agent_apps.approving, name="v1-again"):
                     run = await client.wait_for_run(run_id)
                     assert run.status == "completed" and run.version == 1
+
+
+async def test_tool_missing(owner: OwnerProcess, ledger: Path) -> None:
+    # The tool call is stored at tool version 2 (asked for approval under it); the worker attached when it is
+    # approved has version 1 only: nothing runs until a worker with version 2 attaches.
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with serving(owner.db, build(ONE_CALL, approval=True, tool_version=2), name="v2"):
+                conversation_id, run_id = await start_run(client)
+                await run_in(client, run_id, "waiting")
+                [interaction] = await client.interactions(run_id=run_id)
+            async with serving(owner.db, build(ONE_CALL, approval=True), name="v1"):
+                await client.respond(interaction.interaction_id, approve=True)
+                run = await client.wait_for_run(run_id)
+                assert (run.status, run.reason) == ("needs_attention", "tool_missing")
+                assert run.operation_id == interaction.operation_id
+                ops = await client.operations(run_id)
+                assert [(op.kind, op.status) for op in ops] == [("model", "completed")]  # no tool intent, no model
+                assert read_ledger(ledger) == []
+                async with serving(owner.db, build(ONE_CALL, approval=True, tool_version=2), name="v2-again"):
+                    await client.retry(run_id)
+                    run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            [execution] = read_ledger(ledger)
+            assert execution["operation_id"] == interaction.operation_id
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.status, op.version) for op in ops][1] == ("tool", "completed", 2)
+            assert no_dangling_call(await client.entries(conversation_id))
 
 
 async def test_worker_killed_mid_stream_retries_after_the_delay(manual_owner: OwnerProcess, ledger: Path) -> None:

@@ -82,7 +82,8 @@ async def test_cancel_a_queued_and_a_pending_run(manual_owner: OwnerProcess) -> 
             assert pending.run_id is not None and queued.run_id is not None
             assert (await client.cancel_run(queued.run_id)).status == "cancelled"
             assert (await client.run(queued.run_id)).status == "cancelled"
-            assert (await client.cancel_run(pending.run_id)).status == "pending"  # its task is marked for abort
+            marked = await client.cancel_run(pending.run_id)  # its task is marked for abort, kept for a worker
+            assert (marked.status, marked.reason) == ("pending", "cancelling")
             await client.advance_clock(PAST_GRACE_MS)
             assert (await client.wait_for_run(pending.run_id)).status == "cancelled"
             assert (await client.cancel_run(pending.run_id)).status == "cancelled"  # again: a no-op

@@ -198,6 +198,17 @@ def _task(status: str, **fields: Any) -> TaskRecord:
             {"attention": "op-2", "approval": "op-1"},
             Derived("needs_attention", "tool_interrupted", "op-2"),
         ),
+        (_task("waiting"), {"tool_missing": "op-3"}, Derived("needs_attention", "tool_missing", "op-3")),
+        (
+            _task("waiting"),
+            {"tool_missing": "op-3", "approval": "op-1"},
+            Derived("needs_attention", "tool_missing", "op-3"),
+        ),
+        (
+            _task("waiting"),
+            {"attention": "op-2", "tool_missing": "op-3"},
+            Derived("needs_attention", "tool_interrupted", "op-2"),
+        ),
     ],
 )
 def test_run_status_follows_its_table(task: TaskRecord | None, kwargs: dict[str, Any], expected: Derived) -> None:
@@ -392,7 +403,9 @@ def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(si
     assert tools.holds(tool_id)
     assert sim.run(first).status == "running"
     reply = expect(sim.request(sim.client, CancelRun(run_id=first)), RunReply)
-    assert reply.run.status == "running"  # its task is marked; it ends cancelled once that is terminal
+    # Its task is marked; it ends cancelled once that is terminal. The reply is the run as the mark left it.
+    assert (reply.run.status, reply.run.reason) == ("running", "cancelling")
+    assert reply.run == sim.run(first)
     assert tool_id in tools.cancelled
     expect(tools.release(tool_id), Ok)
     assert tools.lease(tool_id).mode == "abort"  # the tool's abort handler first
@@ -401,6 +414,28 @@ def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(si
     assert sim.run(first).status == "running"
     worker.ok(task_id, aborted(task_id))
     assert sim.statuses(first, second) == ["cancelled", "running"]
+
+
+def test_cancel_run_answers_with_the_run_as_the_batch_left_it(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    # No worker holds its task and none can run its abort handler (no grace here): it ends in the same batch, and
+    # the reply says so (it used to be the run as the cancel found it: pending).
+    reply = expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    assert (reply.run.status, reply.run.reason) == ("cancelled", None)
+    assert reply.run == sim.run(run_id)
+    waiting_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    expect(ask(sim, tools, tool_id, waiting_id, fresh_id()), Committed)
+    assert sim.run(waiting_id).status == "waiting"
+    reply = expect(sim.request(sim.client, CancelRun(run_id=waiting_id)), RunReply)
+    # Its approval ended at once; its tool's abort handler runs: nobody is asked anything any more.
+    assert (reply.run.status, reply.run.reason, reply.run.operation_id) == ("running", "cancelling", None)
+    assert reply.run == sim.run(waiting_id)
+    assert tools.lease(tool_id).mode == "abort"
+    tools.ok(tool_id, aborted(tool_id))
+    worker.ok(task_id, aborted(task_id))
+    assert (sim.run(waiting_id).status, sim.run(waiting_id).reason) == ("cancelled", None)
 
 
 def test_cancel_a_completed_run_is_a_conflict(sim: RunSim) -> None:
@@ -625,6 +660,55 @@ def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> 
     assert expect(sim.request(sim.client, wait), RunReply).run == run
 
 
+def call_tool(worker: Worker, task_id: str, kind: str = "tool:lookup", version: int = 1) -> tuple[str, str]:
+    """The run task calls one tool (a tool task at ``version``, input naming its operation): (tool task, op)."""
+    tool_id, op = fresh_id(), fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(
+            task_id=tool_id,
+            kind=kind,
+            version=version,
+            owner_task_id=task_id,
+            input=JsonValue({"operation_id": op, "call_id": "call_1_1"}),
+        ),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    return tool_id, op
+
+
+def test_a_tool_version_no_attached_worker_has_needs_attention_until_one_attaches(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    old_tools = sim.worker(kinds=("tool:lookup",), version=1)
+    tool_id, op = call_tool(worker, task_id, version=2)
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_missing", op)
+    assert not old_tools.holds(tool_id) and sim.task(tool_id).status == "pending"  # nothing runs meanwhile
+    assert not worker.holds(task_id)  # nor the model: the run's task waits on the tool
+    assert expect(sim.request(sim.client, WaitRun(run_id=run_id)), RunReply).run == run
+    head = sim.core.head_seq
+    assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run  # a no-op, as documented
+    assert sim.core.head_seq == head
+    new_tools = sim.worker(kinds=("tool:lookup",), version=2)
+    assert new_tools.holds(tool_id)
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("running", None, None)
+    new_tools.ok(tool_id, completed(tool_id, {"order": "A1"}))
+    assert worker.holds(task_id)  # the run goes on with the tool's result
+
+
+def test_a_tool_no_attached_worker_has_at_any_version_is_waited_for_as_workers_come_back(sim: RunSim) -> None:
+    # As for an agent with no worker at all: not a version mismatch, so no cause for attention (and no capacity
+    # freed for a moment while a split deployment's tool workers reattach).
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, _ = call_tool(worker, task_id, kind="tool:elsewhere")
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
+    assert sim.graph()[tool_id].blocked == "missing_task"
+    tools = sim.worker(kinds=("tool:elsewhere",))
+    assert tools.holds(tool_id)
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
+
+
 def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
@@ -818,6 +902,38 @@ def test_a_cancelled_run_no_longer_awaits_its_interaction(sim: RunSim) -> None:
     assert sim.run(run_id).status == "cancelled"
 
 
+def test_a_cancelled_run_closes_its_open_interactions_and_keeps_the_answered_ones(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tools = sim.worker(kinds=("tool:lookup",))
+    first_tool, second_tool = fresh_id(), fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(task_id=first_tool, kind="tool:lookup", version=1, owner_task_id=task_id),
+        CreateTask(task_id=second_tool, kind="tool:lookup", version=1, owner_task_id=task_id),
+        SetTaskState(task_id=task_id, status="waiting", on=(first_tool, second_tool)),
+    )
+    answered_op, open_op = fresh_id(), fresh_id()
+    expect(ask(sim, tools, first_tool, run_id, answered_op), Committed)
+    expect(ask(sim, tools, second_tool, run_id, open_op), Committed)
+    answered = sim.store.operation_interaction(answered_op)
+    assert answered is not None
+    expect(sim.request(sim.client, Respond(interaction_id=answered.interaction_id, approve=True)), InteractionReply)
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    closed = sim.store.operation_interaction(open_op)
+    assert closed is not None and (closed.status, closed.answer) == ("cancelled", None)
+    assert closed.seq == sim.core.head_seq  # in the commit that ended its approval task
+    kept = sim.store.operation_interaction(answered_op)
+    assert kept is not None and kept.status == "answered"
+    listed = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply)
+    assert listed.interactions == ()
+    listed = expect(sim.request(sim.client, ReadInteractions(status="cancelled")), InteractionsReply)
+    assert listed.interactions == (closed,)
+    head = sim.core.head_seq
+    respond = Respond(interaction_id=closed.interaction_id, approve=True)
+    assert error_code(sim.request(sim.client, respond)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+
+
 def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_again(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     first = sim.start_run(conversation_id)
@@ -875,6 +991,20 @@ def test_retry_run_of_a_run_needing_attention_is_a_no_op(sim: RunSim) -> None:
     head = sim.core.head_seq
     assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run
     assert sim.core.head_seq == head
+
+
+def test_retry_run_of_a_run_still_going_is_a_no_op(sim: RunSim) -> None:
+    # "Attach the worker, then retry": the run may have resumed already; the retry must not fail on that race.
+    conversation_id = sim.agent_conversation()
+    first = sim.start_run(conversation_id)
+    second = sim.start_run(conversation_id)
+    sim.agent_worker()
+    head = sim.core.head_seq
+    for run_id in (first, second):  # running, queued
+        run = sim.run(run_id)
+        assert expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run == run
+    assert sim.core.head_seq == head
+    assert sim.statuses(first, second) == ["running", "queued"]
 
 
 def test_an_owner_restart_keeps_one_active_run_per_conversation(sim: RunSim) -> None:

@@ -27,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from protocol import (
     RUN_ACTIVE,
+    RUN_TERMINAL,
     AdvanceClock,
     CancelRun,
     Committed,
@@ -322,6 +323,11 @@ class RunMachine(RuleBasedStateMachine):
                     self.results[op.operation_id] = op
             assert run.usage == total, (run.usage, total)
         assert fresh_busy <= MAX_RUNS, fresh_busy
+        # An interaction is open only while its run awaits it: never once the run ended or is being cancelled.
+        still_open, _ = store.interaction_page("open", None, None, 1000)
+        for interaction in still_open:
+            run = store.run(interaction.run_id)
+            assert run is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling", (interaction, run)
         live = self.sim.core.runs.live
         assert self.sim.core.runs._busy == sum(1 for run in live.values() if run.status in BUSY)
 
