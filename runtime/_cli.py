@@ -16,6 +16,8 @@ import trio
 from protocol import (
     DEFAULT_MAX_LEASES,
     MAX_LEASES_PER_WORKER,
+    DatabaseDamaged,
+    NotATetherDatabase,
     OwnerAlreadyRunning,
     SchemaTooNew,
     StorageError,
@@ -35,6 +37,12 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_SCHEMA_TOO_NEW: Final = 4
+EXIT_NOT_TETHER_DATABASE: Final = 5
+EXIT_DATABASE_DAMAGED: Final = 6
+EXITS_FINAL: Final = frozenset(
+    {EXIT_USAGE, EXIT_ALREADY_RUNNING, EXIT_SCHEMA_TOO_NEW, EXIT_NOT_TETHER_DATABASE, EXIT_DATABASE_DAMAGED}
+)
+"""Exit statuses of ``tether owner`` that retrying cannot change: ``tether up`` stops at once with the same one."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -392,7 +400,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="also wait up to S seconds for the task to end, and print its outcome",
     )
 
+    check = commands.add_parser(
+        "check",
+        help="run SQLite's full integrity check on a database, read-only (also while its owner runs)",
+        description=(
+            "Check the database at DB: that it is a Tether database, and every page of it (PRAGMA integrity_check). "
+            "Reads only: nothing is written, and it runs beside a live owner. Prints ok, or the problems found and "
+            "what to do. Exit 0 if the database is sound, 1 if it has problems (or cannot be read), 5 if it is not a "
+            "Tether database."
+        ),
+    )
+    check.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    check.add_argument(
+        "--json", action="store_true", help="print one JSON object: db, ok, problems, schema_version, pages"
+    )
+
     _add_runs_commands(commands)
+    for command in (owner, up):
+        command.add_argument(
+            "--group-readable",
+            action="store_true",
+            help="create a new database (and its -wal, -shm) readable by the owner's group, mode 0640 (default 0600)",
+        )
     for command in (owner, up):
         command.add_argument(
             "--max-concurrent-runs",
@@ -435,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _abort(args)
         if args.command in RUNS_COMMANDS:
             return _runs_command(args)
+        if args.command == "check":
+            return _check(args)
         if args.command == "stop":
             from ._status import stop
 
@@ -444,6 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, EXIT_ALREADY_RUNNING)
     except SchemaTooNew as exc:
         return _fail(exc, EXIT_SCHEMA_TOO_NEW)
+    except NotATetherDatabase as exc:
+        return _fail(exc, EXIT_NOT_TETHER_DATABASE)
+    except DatabaseDamaged as exc:
+        return _fail(exc, EXIT_DATABASE_DAMAGED)
     except TetherError as exc:
         return _fail(exc, EXIT_FAILED)
     except OSError as exc:  # a missing directory, a port in use, a permission: the system said no
@@ -454,8 +489,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(f"unhandled command {args.command}")
 
 
+def _check(args: argparse.Namespace) -> int:
+    from storage_owner.store import MIGRATIONS, full_check
+    from storage_owner.store._identity import damaged_message
+
+    db = os.path.abspath(args.db)
+    report = full_check(db, MIGRATIONS)
+    if args.json:
+        print(json.dumps(report), flush=True)
+    elif report["ok"]:
+        print(f"{db}: ok (schema version {report['schema_version']}, {report['pages']} pages checked)", flush=True)
+    else:
+        for problem in report["problems"]:
+            print(f"{db}: {problem}", flush=True)
+        print(f"tether: {damaged_message(db, report['problems'])}", file=sys.stderr, flush=True)
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
 def _run_up(args: argparse.Namespace) -> int:
-    from ._supervisor import Supervisor, SupervisorConfig
+    from ._supervisor import OwnerRefused, Supervisor, SupervisorConfig
 
     host, port = args.listen
     config = SupervisorConfig(
@@ -470,10 +522,14 @@ def _run_up(args: argparse.Namespace) -> int:
         restart_window_s=args.restart_window,
         max_leases=args.max_leases,
         max_concurrent_runs=args.max_concurrent_runs,
+        group_readable=args.group_readable,
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
-    _run_trio(supervisor.run)
+    try:
+        _run_trio(supervisor.run)
+    except OwnerRefused as exc:
+        return _fail(exc, exc.exit_status)
     print("tether up: stopped", flush=True)
     return EXIT_OK
 
@@ -593,15 +649,20 @@ async def _serve_until_stopped(
 ) -> None:
     """Start ``serve`` (a function for ``nursery.start``), print ``started(its value)``, and serve until SIGINT or
     SIGTERM, or, for a ``--supervised`` child, until the supervisor is gone (see ``runtime._parent``)."""
-    async with trio.open_nursery() as nursery:
-        if supervised:
-            nursery.start_soon(watch_parent, nursery.cancel_scope)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            if supervised:
+                nursery.start_soon(watch_parent, nursery.cancel_scope)
+            # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
+            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
             value = await nursery.start(serve)
             print(started(value), flush=True)
-            async for _ in signals:
-                nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
-                break
+
+
+async def _cancel_on_signal(signals: Any, cancel: trio.CancelScope) -> None:
+    async for _ in signals:
+        cancel.cancel(reason="SIGINT or SIGTERM")
+        return
 
 
 def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
@@ -632,6 +693,7 @@ def _run_owner(args: argparse.Namespace) -> int:
         storage_error_at_commit=args.fault_storage_error_at_commit,
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_concurrent_runs=args.max_concurrent_runs,
+        group_readable=args.group_readable,
     )
     server = OwnerServer(config)
     try:
