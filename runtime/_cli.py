@@ -433,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for command in (owner, worker):
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    owner.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)  # tether up's warm standby
     owner.add_argument(
         "--heartbeat-timeout",
         type=_seconds,
@@ -694,6 +695,7 @@ def _run_owner(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_concurrent_runs=args.max_concurrent_runs,
         group_readable=args.group_readable,
+        standby=args.standby,
     )
     server = OwnerServer(config)
     try:

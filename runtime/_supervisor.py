@@ -8,6 +8,13 @@ consecutive restart (back-off, :func:`restart_delay`). An owner that exits with 
 (``EXITS_FINAL``: another owner holds the database, a newer schema, not a Tether database, a damaged one) stops the
 supervisor at once with that status (:class:`OwnerRefused`). Workers start only once the owner listens.
 
+Warm standby: once the owner listens, the supervisor starts the next owner ahead of time (``tether owner
+--standby``): it loads everything, then waits for the ownership lock, which the kernel releases the moment the owner
+dies, however it died. So an owner that died after it listened is replaced within milliseconds instead of a process
+start (most of a second, mostly imports); the takeover counts as a restart like any other, and the restart intensity
+still ends a loop of them. An owner that dies before listening has no standby: it backs off as above. The standby
+is stopped first on shutdown, so that it never takes over from an owner that is being stopped.
+
 Children notice a dead supervisor by their stdin pipe (end-of-file, or silence: see ``runtime._parent``), never by
 signals. The supervisor publishes its state next to the database (``DB.supervisor.json``, mode 0600) so that
 ``tether status`` and ``tether stop`` work from any shell.
@@ -160,6 +167,8 @@ class Supervisor:
                 *(["--group-readable"] if config.group_readable else []),
             ),
         )
+        self.standby = _Child("standby", [*self.owner.argv, "--standby"])
+        """The next owner, started once the owner ran well; takes over when the owner dies (see the docstring)."""
         self.workers = [
             _Child(
                 f"worker-{index}",
@@ -179,13 +188,20 @@ class Supervisor:
         self._restart_times: collections.deque[float] = collections.deque()
         self._workers_started = False
         self._stopping = False
-        self._exits: trio.MemorySendChannel[_Child]
+        self._exits: trio.MemorySendChannel[trio.Process]
         self.url: str | None = None
         self.started_at_ms = int(time.time() * 1000)
 
     @property
     def children(self) -> list[_Child]:
         return [self.owner, *self.workers]
+
+    def _role_of(self, process: trio.Process) -> _Child | None:
+        """The child ``process`` is now (a standby becomes the owner), or ``None`` for a process replaced since."""
+        for child in (self.owner, self.standby, *self.workers):
+            if child.process is process:
+                return child
+        return None
 
     # ------------------------------------------------------------------------------------------------ run
 
@@ -195,13 +211,14 @@ class Supervisor:
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
-                    send, receive = trio.open_memory_channel[_Child](16)
+                    send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
                     nursery.start_soon(self._feed_heartbeats)
                     try:
                         await self._start(nursery, self.owner)
                         if await self._wait_owner_ready():
                             await self._start_workers(nursery)
+                            nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                         self._write_state()
                         task_status.started()
                         stop = trio.Event()
@@ -236,7 +253,7 @@ class Supervisor:
         return fd
 
     async def _supervise(
-        self, nursery: trio.Nursery, exits: trio.MemoryReceiveChannel[_Child], stop: trio.Event
+        self, nursery: trio.Nursery, exits: trio.MemoryReceiveChannel[trio.Process], stop: trio.Event
     ) -> None:
         async def wait_stop() -> None:
             await stop.wait()
@@ -244,8 +261,15 @@ class Supervisor:
 
         with trio.CancelScope() as cancel:
             nursery.start_soon(wait_stop)
-            async for child in exits:
-                status = child.process.returncode if child.process is not None else None
+            async for process in exits:
+                child = self._role_of(process)
+                if child is None:
+                    continue
+                status = process.returncode
+                if child is self.standby:  # never served: not a restart; the next owner that runs well gets another
+                    self._say(f"  {'standby':<10}exited with status {status}")
+                    child.process = None
+                    continue
                 now = trio.current_time()
                 ran_s = now - child.started_at
                 self._say(f"  {child.name:<10}exited with status {status} after {ran_s:.1f} s")
@@ -259,12 +283,17 @@ class Supervisor:
                 self._count_restart(child)
                 ready_s = None if child.ready_at is None else now - child.ready_at
                 wait_s, child.backoff_s = restart_delay(child.backoff_s, ready_s)
-                self._say(f"  {child.name:<10}restarting in {wait_s:.1f} s (restart {child.restarts + 1})")
-                await trio.sleep(wait_s)
-                child.restarts += 1
-                await self._start(nursery, child)
-                if child is self.owner and await self._wait_owner_ready() and not self._workers_started:
-                    await self._start_workers(nursery)
+                if child is self.owner and self.standby.running:
+                    self._promote_standby()  # it already took the lock the kernel released: no wait can apply
+                else:
+                    self._say(f"  {child.name:<10}restarting in {wait_s:.1f} s (restart {child.restarts + 1})")
+                    await trio.sleep(wait_s)
+                    child.restarts += 1
+                    await self._start(nursery, child)
+                if child is self.owner and await self._wait_owner_ready():
+                    if not self._workers_started:
+                        await self._start_workers(nursery)
+                    nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                 self._write_state()
         self._say("tether up: stopping (workers first, then the owner)")
 
@@ -284,6 +313,23 @@ class Supervisor:
 
     # ------------------------------------------------------------------------------------------- children
 
+    def _promote_standby(self) -> None:
+        owner, standby = self.owner, self.standby
+        assert standby.process is not None
+        owner.process, standby.process = standby.process, None
+        owner.started_at, owner.started_at_ms = standby.started_at, standby.started_at_ms
+        owner.ready_at = None
+        owner.restarts += 1
+        self._say(f"  {'owner':<10}the standby (pid {owner.pid}) takes over (restart {owner.restarts})")
+
+    async def _arm_standby(self, nursery: trio.Nursery, owner_process: trio.Process | None) -> None:
+        """Start the standby for ``owner_process``, which listens (unless it was replaced or died meanwhile)."""
+        if self._stopping or self.owner.process is not owner_process or not self.owner.running:
+            return
+        if self.standby.process is None or not self.standby.running:
+            await self._start(nursery, self.standby)
+            self._write_state()
+
     async def _start_workers(self, nursery: trio.Nursery) -> None:
         """Start every worker: once, when the owner first listens (a worker then reconnects by itself)."""
         self._workers_started = True
@@ -299,7 +345,7 @@ class Supervisor:
         )
         child.started_at = trio.current_time()
         child.started_at_ms = int(time.time() * 1000)
-        detail = f" (app {self.config.app})" if child is not self.owner else ""
+        detail = f" (app {self.config.app})" if child in self.workers else ""
         self._say(f"  {child.name:<10}pid {child.pid}{detail}")
         nursery.start_soon(self._watch_child, child, child.process)
 
@@ -314,13 +360,14 @@ class Supervisor:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         text = line.decode(errors="replace")
-                        child.tail.append(text)
-                        print(f"[{child.name}] {text}", file=sys.stderr, flush=True)
+                        role = self._role_of(process) or child  # a standby's lines become the owner's
+                        role.tail.append(text)
+                        print(f"[{role.name}] {text}", file=sys.stderr, flush=True)
         await process.wait()
         child.exited.set()
         if not self._stopping:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._exits.send(child)
+                await self._exits.send(process)
 
     async def _wait_owner_ready(self) -> bool:
         """Wait until the owner published its runtime file (True); if it dies first (False), its exit is handled
@@ -343,7 +390,7 @@ class Supervisor:
     async def _feed_heartbeats(self) -> None:
         """A byte on every child's stdin each second: a child whose pipe ends or falls silent stops itself."""
         while True:
-            for child in self.children:
+            for child in (*self.children, self.standby):
                 process = child.process
                 if process is not None and process.returncode is None and process.stdin is not None:
                     with contextlib.suppress(
@@ -353,9 +400,10 @@ class Supervisor:
             await trio.sleep(PARENT_HEARTBEAT_S)
 
     async def _stop_all(self) -> None:
-        """Workers first (they hand their work back), then the owner (it closes the database cleanly)."""
+        """Workers first (they hand their work back), then the standby (so that it never takes over), then the owner
+        (it closes the database cleanly)."""
         self._stopping = True
-        for group in (self.workers, [self.owner]):
+        for group in (self.workers, [self.standby], [self.owner]):
             async with trio.open_nursery() as nursery:
                 for child in group:
                     nursery.start_soon(self._stop_child, child)
@@ -384,6 +432,7 @@ class Supervisor:
             "url": self.url,
             "started_at_ms": self.started_at_ms,
             "owner": _child_state(self.owner),
+            "standby": _child_state(self.standby),
             "workers": [_child_state(worker) for worker in self.workers],
         }
         write_private_json(state_path(self.db), state)

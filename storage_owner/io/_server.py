@@ -40,6 +40,7 @@ from protocol import (
     Frame,
     Goodbye,
     Hello,
+    OwnerAlreadyRunning,
     ProtocolError,
     Received,
     Refused,
@@ -85,6 +86,8 @@ SEND_HARD_LIMIT_BYTES: Final = 64 << 20
 """A peer that leaves this much unread (replies to requests it keeps sending) is dropped: its unread output must not
 grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
+STANDBY_POLL_S: Final = 0.005
+"""How often a standby owner tries the ownership lock."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
 
@@ -118,6 +121,9 @@ class OwnerConfig:
     """Create a new database (and its ``-wal``, ``-shm``) 0640 instead of 0600."""
     start_check_s: float = QUICK_CHECK_BUDGET_S
     """The start check (``PRAGMA quick_check``) of an existing database stops after this long (see docs)."""
+    standby: bool = False
+    """Wait for ownership instead of refusing when another owner holds the database: ``tether up`` keeps such a
+    warm standby (started, imported) so that an owner's death is followed by a takeover within milliseconds."""
 
 
 @attrs.frozen(kw_only=True)
@@ -261,7 +267,10 @@ class OwnerServer:
         before the database is opened, so an address in use changes nothing.
         """
         config = self.config
-        ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
+        if config.standby:
+            ownership = await self._wait_for_ownership()
+        else:
+            ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
         try:
             try:
                 listeners = await trio.open_tcp_listeners(config.port, host=config.host)
@@ -276,6 +285,16 @@ class OwnerServer:
                         await listener.aclose()
         finally:
             ownership.release()
+
+    async def _wait_for_ownership(self) -> Ownership:
+        """A standby's wait: try the lock every ``STANDBY_POLL_S`` until the owner holding it is gone (the kernel
+        releases its lock however it died). A checkpoint; cancelled by SIGTERM like everything else."""
+        while True:
+            self.started_at_ms = WallClock().now_ms()
+            try:
+                return Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
+            except OwnerAlreadyRunning:
+                await trio.sleep(STANDBY_POLL_S)
 
     async def _own(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
         """Open the store and serve on ``listeners`` until cancelled."""
