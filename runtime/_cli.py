@@ -68,6 +68,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, not {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
@@ -200,11 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the storage owner of one database in the foreground",
         description=(
             "Own the database (an exclusive OS lock on DB.lock), listen for peers, and serialize every commit. "
-            "Writes DB.runtime.json (URL and access token, mode 0600) once listening, so peers find it from the "
-            "database path. Stops cleanly on SIGINT or SIGTERM."
+            "Refuses, changing nothing, a file that is not a Tether database (exit 5: another application's, not "
+            "SQLite, or empty) and a damaged one (exit 6, found by a quick check at start). Writes DB.runtime.json "
+            "(URL and access token, mode 0600) once listening, so peers find it from the database path. Stops "
+            "cleanly on SIGINT or SIGTERM."
         ),
     )
-    owner.add_argument("--db", required=True, help="the SQLite database file (created if missing)")
+    owner.add_argument(
+        "--db", required=True, help="the SQLite database file (created if missing, mode 0600, and said so)"
+    )
     owner.add_argument(
         "--listen",
         type=_listen_address,
@@ -279,11 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
         "up",
         help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
         description=(
-            "Start the owner, wait until it listens, then start the workers; restart a child that dies, with "
-            "back-off, and give up past the restart intensity (more than --max-restarts restarts within "
-            "--restart-window seconds), naming the child and its last output. SIGINT or SIGTERM stop the "
-            "workers first, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` "
-            "work from any shell."
+            "Start the owner, wait until it listens, then start the workers and a standby owner (it waits for the "
+            "ownership lock and takes over within milliseconds when the owner dies); restart a child that dies, "
+            "at once if it ran well, else with back-off, and give up past the restart intensity (more than "
+            "--max-restarts restarts within --restart-window seconds), naming the child and its last output. An "
+            "owner exit that retrying cannot change (3: another owner, 4: newer schema, 5: not a Tether database, "
+            "6: damaged) stops everything at once with that status. SIGINT or SIGTERM stop the workers first, then "
+            "the standby, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` work "
+            "from any shell."
         ),
     )
     up.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -418,6 +435,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs_commands(commands)
     for command in (owner, up):
         command.add_argument(
+            "--start-check",
+            type=_seconds_or_zero,
+            default=1.0,
+            metavar="S",
+            help="check an existing database with PRAGMA quick_check for at most S seconds before serving it, and "
+            "refuse it if damaged (default 1; a larger database is served and said to be not checked fully; 0 skips "
+            "the check; `tether check` runs the full one)",
+        )
+        command.add_argument(
             "--group-readable",
             action="store_true",
             help="create a new database (and its -wal, -shm) readable by the owner's group, mode 0640 (default 0600)",
@@ -524,6 +550,7 @@ def _run_up(args: argparse.Namespace) -> int:
         max_leases=args.max_leases,
         max_concurrent_runs=args.max_concurrent_runs,
         group_readable=args.group_readable,
+        start_check_s=args.start_check,
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
@@ -695,6 +722,7 @@ def _run_owner(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_concurrent_runs=args.max_concurrent_runs,
         group_readable=args.group_readable,
+        start_check_s=args.start_check,
         standby=args.standby,
     )
     server = OwnerServer(config)

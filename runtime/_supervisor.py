@@ -118,6 +118,8 @@ class SupervisorConfig:
     """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
     group_readable: bool = False
     """``tether owner --group-readable``: a new database is created 0640."""
+    start_check_s: float = 1.0
+    """``tether owner --start-check``: how long the owner's start check may take."""
 
 
 @attrs.define(eq=False)
@@ -164,6 +166,8 @@ class Supervisor:
                 f"{config.heartbeat_timeout_s:g}",
                 "--max-concurrent-runs",
                 str(config.max_concurrent_runs),
+                "--start-check",
+                f"{config.start_check_s:g}",
                 *(["--group-readable"] if config.group_readable else []),
             ),
         )

@@ -151,8 +151,8 @@ class SqliteStore:
         """Open (creating if needed) and migrate the database. The caller must already hold ownership.
 
         A missing file is created complete with ``file_mode`` (see :func:`create_database`; :attr:`created` says
-        so). An existing one is identified and, with ``start_check_s``, checked (``PRAGMA quick_check`` for at
-        most that long; :attr:`checked_fully` says whether it finished) before anything is written: raises
+        so). An existing one is identified and, with ``start_check_s`` above 0, checked (``PRAGMA quick_check`` for
+        at most that long; :attr:`checked_fully` says whether it finished) before anything is written: raises
         :class:`NotATetherDatabase`, :class:`SchemaTooNew` or :class:`DatabaseDamaged` with the file untouched.
         """
         created = False
@@ -165,7 +165,7 @@ class SqliteStore:
             try:
                 version, marked = identify(db, path, MIGRATIONS)
                 checked_fully = (
-                    not created and start_check_s is not None and quick_check(db, path, budget_s=start_check_s)
+                    not created and bool(start_check_s) and quick_check(db, path, budget_s=start_check_s or 0.0)
                 )
                 _prepare(db, sync=sync, version=version, marked=marked)
             except BaseException:

@@ -256,3 +256,17 @@ async def test_a_worker_waiting_for_its_owner_stops_on_sigterm(db_path: str, tmp
             await kill_and_reap(worker)
     assert status == EXIT_OK
     assert not processes_naming(db_path)
+
+
+async def test_start_check_0_skips_the_check_and_serves_what_the_operator_chose_to_serve(db_path: str) -> None:
+    with trio.fail_after(60):
+        await _make("damaged", db_path)
+        owner = OwnerProcess(db_path, "--start-check", "0")
+        try:
+            info = await owner.start()  # listens: the damaged page is only met when something reads it
+            assert info.pid == owner.pid
+            assert await owner.stop() == EXIT_OK
+        finally:
+            await owner.close()
+        result = await run_tether("owner", "--db", db_path, "--start-check", "2")
+    assert result.returncode == EXIT_DATABASE_DAMAGED
