@@ -172,7 +172,7 @@ class Supervisor:
             ),
         )
         self.standby = _Child("standby", [*self.owner.argv, "--standby"])
-        """The next owner, started once the owner ran well; takes over when the owner dies (see the docstring)."""
+        """The next owner, started once the owner listens; takes over when the owner dies (see the docstring)."""
         self.workers = [
             _Child(
                 f"worker-{index}",
@@ -270,7 +270,7 @@ class Supervisor:
                 if child is None:
                     continue
                 status = process.returncode
-                if child is self.standby:  # never served: not a restart; the next owner that runs well gets another
+                if child is self.standby:  # never served: not a restart; the next owner that listens gets another
                     self._say(f"  {'standby':<10}exited with status {status}")
                     child.process = None
                     continue
