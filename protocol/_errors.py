@@ -17,6 +17,8 @@ Errors cross the wire as an :class:`ErrorCode` plus a message, never as exceptio
     │       └── BudgetExceeded
     ├── StorageError           the database failed; the owner fails closed
     ├── SchemaTooNew           the database was written by a newer engine
+    ├── NotATetherDatabase     the file is not a Tether database (another application's, or not SQLite at all)
+    ├── DatabaseDamaged        the database failed its integrity check
     ├── OwnerAlreadyRunning    another live owner holds the database
     └── UsageError             the API was called in a way it cannot serve (also a ValueError)
         └── PhaseEnded         (actors) a phase committed again after ending its run
@@ -146,6 +148,15 @@ class StorageError(TetherError):
 
 class SchemaTooNew(TetherError):
     """The database was written by a newer engine; it is left untouched."""
+
+
+class NotATetherDatabase(TetherError):
+    """The file is not a Tether database: another application's SQLite database, an empty file, or not SQLite at all.
+    It is left untouched."""
+
+
+class DatabaseDamaged(TetherError):
+    """The database failed its integrity check; it is left untouched (restore it from a backup)."""
 
 
 class OwnerAlreadyRunning(TetherError):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from ._errors import OwnerUnavailable
+from ._errors import OwnerUnavailable, TetherError
 
 RUNTIME_SUFFIX = ".runtime.json"
 
@@ -51,16 +52,35 @@ def write_runtime(info: RuntimeInfo) -> Path:
 def write_private_json(path: Path, value: object) -> None:
     """Replace ``path`` atomically with ``value`` as JSON, readable and writable by this user only (0600)."""
     temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = _create_private(temporary)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             json.dump(value, stream, indent=2)
             stream.write("\n")
-        os.chmod(temporary, 0o600)  # the umask cannot widen it, but an existing temporary file might be wider
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def _create_private(temporary: Path) -> int:
+    """Create ``temporary`` (0600) for writing, never through a symbolic link and never opening a file someone else
+    made (``O_EXCL | O_NOFOLLOW``). A regular file left there by a process of the same pid killed mid-write is
+    removed and created again; a link, or anything else, is refused with :class:`TetherError`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(temporary, flags, 0o600)
+    except FileExistsError:
+        pass
+    found = os.lstat(temporary)
+    if not stat.S_ISREG(found.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(found.st_mode) else "not a regular file"
+        raise TetherError(
+            f"refusing to write {temporary}: it is {kind} that this process did not create, and writing through it "
+            "would let whoever planted it choose which file gets written; remove it and start again"
+        )
+    temporary.unlink()
+    return os.open(temporary, flags, 0o600)
 
 
 def read_runtime(db: str | os.PathLike[str]) -> RuntimeInfo:

@@ -16,6 +16,8 @@ import trio
 from protocol import (
     DEFAULT_MAX_LEASES,
     MAX_LEASES_PER_WORKER,
+    DatabaseDamaged,
+    NotATetherDatabase,
     OwnerAlreadyRunning,
     SchemaTooNew,
     StorageError,
@@ -39,6 +41,12 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_SCHEMA_TOO_NEW: Final = 4
+EXIT_NOT_TETHER_DATABASE: Final = 5
+EXIT_DATABASE_DAMAGED: Final = 6
+EXITS_FINAL: Final = frozenset(
+    {EXIT_USAGE, EXIT_ALREADY_RUNNING, EXIT_SCHEMA_TOO_NEW, EXIT_NOT_TETHER_DATABASE, EXIT_DATABASE_DAMAGED}
+)
+"""Exit statuses of ``tether owner`` that retrying cannot change: ``tether up`` stops at once with the same one."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -61,6 +69,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, not {text!r}")
     return value
 
 
@@ -231,11 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the storage owner of one database in the foreground",
         description=(
             "Own the database (an exclusive OS lock on DB.lock), listen for peers, and serialize every commit. "
-            "Writes DB.runtime.json (URL and access token, mode 0600) once listening, so peers find it from the "
-            "database path. Stops cleanly on SIGINT or SIGTERM."
+            "Refuses, changing nothing, a file that is not a Tether database (exit 5: another application's, not "
+            "SQLite, or empty) and a damaged one (exit 6, found by a quick check at start). Writes DB.runtime.json "
+            "(URL and access token, mode 0600) once listening, so peers find it from the database path. Stops "
+            "cleanly on SIGINT or SIGTERM."
         ),
     )
-    owner.add_argument("--db", required=True, help="the SQLite database file (created if missing)")
+    owner.add_argument(
+        "--db", required=True, help="the SQLite database file (created if missing, mode 0600, and said so)"
+    )
     owner.add_argument(
         "--listen",
         type=_listen_address,
@@ -322,11 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
         "up",
         help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
         description=(
-            "Start the owner, wait until it listens, then start the workers; restart a child that dies, with "
-            "back-off, and give up past the restart intensity (more than --max-restarts restarts within "
-            "--restart-window seconds), naming the child and its last output. SIGINT or SIGTERM stop the "
-            "workers first, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` "
-            "work from any shell."
+            "Start the owner, wait until it listens, then start the workers and a standby owner (it waits for the "
+            "ownership lock and takes over within milliseconds when the owner dies); restart a child that dies, "
+            "at once if it ran well, else with back-off, and give up past the restart intensity (more than "
+            "--max-restarts restarts within --restart-window seconds), naming the child and its last output. An "
+            "owner exit that retrying cannot change (3: another owner, 4: newer schema, 5: not a Tether database, "
+            "6: damaged) stops everything at once with that status. SIGINT or SIGTERM stop the workers first, then "
+            "the standby, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` work "
+            "from any shell."
         ),
     )
     up.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -449,10 +474,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="also wait up to S seconds for the task to end, and print its outcome",
     )
 
+    check = commands.add_parser(
+        "check",
+        help="run SQLite's full integrity check on a database, read-only (also while its owner runs)",
+        description=(
+            "Check the database at DB: that it is a Tether database, and every page of it (PRAGMA integrity_check). "
+            "Reads only: nothing is written, and it runs beside a live owner. Prints ok, or the problems found and "
+            "what to do. Exit 0 if the database is sound, 1 if it has problems (or cannot be read), 5 if it is not a "
+            "Tether database."
+        ),
+    )
+    check.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    check.add_argument(
+        "--json", action="store_true", help="print one JSON object: db, ok, problems, schema_version, pages"
+    )
+
     _add_runs_commands(commands)
     from ._usage import add_usage_commands
 
     add_usage_commands(commands)
+    for command in (owner, up):
+        command.add_argument(
+            "--start-check",
+            type=_seconds_or_zero,
+            default=1.0,
+            metavar="S",
+            help="check an existing database with PRAGMA quick_check for at most S seconds before serving it, and "
+            "refuse it if damaged (default 1; a larger database is served and said to be not checked fully; 0 skips "
+            "the check; `tether check` runs the full one)",
+        )
+        command.add_argument(
+            "--group-readable",
+            action="store_true",
+            help="create a new database (and its -wal, -shm) readable by the owner's group, mode 0640 (default 0600)",
+        )
     for command in (owner, up):
         command.add_argument(
             "--max-concurrent-runs",
@@ -464,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for command in (owner, worker):
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    owner.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)  # tether up's warm standby
     owner.add_argument(
         "--heartbeat-timeout",
         type=_seconds,
@@ -566,6 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_usage_command(args, partial(print, flush=True))
             return EXIT_OK
+
+        if args.command == "check":
+            return _check(args)
         if args.command == "stop":
             from ._status import stop
 
@@ -575,6 +634,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, EXIT_ALREADY_RUNNING)
     except SchemaTooNew as exc:
         return _fail(exc, EXIT_SCHEMA_TOO_NEW)
+    except NotATetherDatabase as exc:
+        return _fail(exc, EXIT_NOT_TETHER_DATABASE)
+    except DatabaseDamaged as exc:
+        return _fail(exc, EXIT_DATABASE_DAMAGED)
     except TetherError as exc:
         return _fail(exc, EXIT_FAILED)
     except OSError as exc:  # a missing directory, a port in use, a permission: the system said no
@@ -585,8 +648,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(f"unhandled command {args.command}")
 
 
+def _check(args: argparse.Namespace) -> int:
+    from storage_owner.store import MIGRATIONS, full_check
+    from storage_owner.store._identity import damaged_message
+
+    db = os.path.abspath(args.db)
+    report = full_check(db, MIGRATIONS)
+    if args.json:
+        print(json.dumps(report), flush=True)
+    elif report["ok"]:
+        print(f"{db}: ok (schema version {report['schema_version']}, {report['pages']} pages checked)", flush=True)
+    else:
+        for problem in report["problems"]:
+            print(f"{db}: {problem}", flush=True)
+        print(f"tether: {damaged_message(db, report['problems'])}", file=sys.stderr, flush=True)
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
 def _run_up(args: argparse.Namespace) -> int:
-    from ._supervisor import Supervisor, SupervisorConfig
+    from ._supervisor import OwnerRefused, Supervisor, SupervisorConfig
 
     host, port = args.listen
     config = SupervisorConfig(
@@ -602,10 +682,15 @@ def _run_up(args: argparse.Namespace) -> int:
         max_leases=args.max_leases,
         max_concurrent_runs=args.max_concurrent_runs,
         owner_args=_exposure_owner_args(args),
+        group_readable=args.group_readable,
+        start_check_s=args.start_check,
     )
     supervisor = Supervisor(config)
     print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
-    _run_trio(supervisor.run)
+    try:
+        _run_trio(supervisor.run)
+    except OwnerRefused as exc:
+        return _fail(exc, exc.exit_status)
     print("tether up: stopped", flush=True)
     return EXIT_OK
 
@@ -762,15 +847,20 @@ async def _serve_until_stopped(
 ) -> None:
     """Start ``serve`` (a function for ``nursery.start``), print ``started(its value)``, and serve until SIGINT or
     SIGTERM, or, for a ``--supervised`` child, until the supervisor is gone (see ``runtime._parent``)."""
-    async with trio.open_nursery() as nursery:
-        if supervised:
-            nursery.start_soon(watch_parent, nursery.cancel_scope)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            if supervised:
+                nursery.start_soon(watch_parent, nursery.cancel_scope)
+            # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
+            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
             value = await nursery.start(serve)
             print(started(value), flush=True)
-            async for _ in signals:
-                nursery.cancel_scope.cancel(reason="SIGINT or SIGTERM")
-                break
+
+
+async def _cancel_on_signal(signals: Any, cancel: trio.CancelScope) -> None:
+    async for _ in signals:
+        cancel.cancel(reason="SIGINT or SIGTERM")
+        return
 
 
 def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
@@ -809,6 +899,9 @@ def _run_owner(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
         insecure_listen=args.insecure_listen,
+        group_readable=args.group_readable,
+        start_check_s=args.start_check,
+        standby=args.standby,
     )
     server = OwnerServer(config)
     try:

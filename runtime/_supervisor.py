@@ -2,8 +2,18 @@
 
 Restart policy, as an Erlang/OTP supervisor counts it: every restart of any child is recorded; more than
 ``max_restarts`` within ``restart_window_s`` and the supervisor gives up: it stops everything and exits non-zero
-naming the child that tipped it over and its last output. Each child waits a little longer before each
-consecutive restart (back-off), and a child that ran for a while starts over at the shortest wait.
+naming the child that tipped it over and its last output. A child that ran well (ready for ``STABLE_AFTER_S``: the
+owner listening, a worker started) restarts at once; one that dies sooner waits a little longer before each
+consecutive restart (back-off, :func:`restart_delay`). An owner that exits with a status retrying cannot change
+(``EXITS_FINAL``: another owner holds the database, a newer schema, not a Tether database, a damaged one) stops the
+supervisor at once with that status (:class:`OwnerRefused`). Workers start only once the owner listens.
+
+Warm standby: once the owner listens, the supervisor starts the next owner ahead of time (``tether owner
+--standby``): it loads everything, then waits for the ownership lock, which the kernel releases the moment the owner
+dies, however it died. So an owner that died after it listened is replaced within milliseconds instead of a process
+start (most of a second, mostly imports); the takeover counts as a restart like any other, and the restart intensity
+still ends a loop of them. An owner that dies before listening has no standby: it backs off as above. The standby
+is stopped first on shutdown, so that it never takes over from an owner that is being stopped.
 
 Children notice a dead supervisor by their stdin pipe (end-of-file, or silence: see ``runtime._parent``), never by
 signals. The supervisor publishes its state next to the database (``DB.supervisor.json``, mode 0600) so that
@@ -30,8 +40,9 @@ import trio
 
 from protocol import DEFAULT_MAX_LEASES, OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
-from storage_owner.store import is_owned
+from storage_owner.store import is_owned, open_lock_file
 
+from ._cli import EXITS_FINAL
 from ._parent import PARENT_HEARTBEAT_S
 from ._process import stop_gracefully, tether_command, wait_for_owner
 
@@ -40,13 +51,36 @@ LOCK_SUFFIX: Final = ".supervisor.lock"
 TAIL_LINES: Final = 20
 BACKOFF_INITIAL_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
-STABLE_AFTER_S: Final = 10.0
-"""A child that ran this long before dying restarts at the shortest back-off again."""
+STABLE_AFTER_S: Final = 1.0
+"""A child that was ready (the owner listening, a worker started) this long before dying ran well: it restarts at
+once, and its back-off starts over."""
 OWNER_READY_TIMEOUT_S: Final = 30.0
 
 
 class GaveUp(TetherError):
     """A child kept dying: more restarts than the intensity allows. The message names it and its last output."""
+
+
+class OwnerRefused(TetherError):
+    """The owner exited with a status that retrying cannot change (see ``EXITS_FINAL``); ``tether up`` exits with the
+    same ``exit_status``. The message says why, from the owner's last output."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def restart_delay(backoff_s: float, ready_s: float | None) -> tuple[float, float]:
+    """``(wait before restarting, back-off for the next restart)`` of a child that died after being ready for
+    ``ready_s`` seconds (``None``: it never was) with back-off ``backoff_s``.
+
+    A child that ran well restarts at once and its back-off starts over; one that dies sooner waits its back-off,
+    which doubles (from ``BACKOFF_INITIAL_S`` up to ``BACKOFF_MAX_S``) with each consecutive quick death.
+    """
+    if ready_s is not None and ready_s >= STABLE_AFTER_S:
+        return 0.0, BACKOFF_INITIAL_S
+    wait_s = max(backoff_s, BACKOFF_INITIAL_S)
+    return wait_s, min(wait_s * 2, BACKOFF_MAX_S)
 
 
 def state_path(db: str) -> Path:
@@ -85,6 +119,11 @@ class SupervisorConfig:
     owner_args: tuple[str, ...] = ()
     """More ``tether owner`` arguments, passed as they are (the listener's: TLS, handshake bounds)."""
 
+    group_readable: bool = False
+    """``tether owner --group-readable``: a new database is created 0640."""
+    start_check_s: float = 1.0
+    """``tether owner --start-check``: how long the owner's start check may take."""
+
 
 @attrs.define(eq=False)
 class _Child:
@@ -94,6 +133,8 @@ class _Child:
     restarts: int = 0
     started_at: float = 0.0
     started_at_ms: int = 0
+    ready_at: float | None = None
+    """When it became ready (trio clock): the owner once it listens, a worker once started; ``None`` before."""
     backoff_s: float = BACKOFF_INITIAL_S
     tail: collections.deque[str] = attrs.Factory(lambda: collections.deque(maxlen=TAIL_LINES))
     exited: trio.Event = attrs.Factory(trio.Event)
@@ -129,8 +170,13 @@ class Supervisor:
                 "--max-concurrent-runs",
                 str(config.max_concurrent_runs),
                 *config.owner_args,
+                "--start-check",
+                f"{config.start_check_s:g}",
+                *(["--group-readable"] if config.group_readable else []),
             ),
         )
+        self.standby = _Child("standby", [*self.owner.argv, "--standby"])
+        """The next owner, started once the owner listens; takes over when the owner dies (see the docstring)."""
         self.workers = [
             _Child(
                 f"worker-{index}",
@@ -148,14 +194,22 @@ class Supervisor:
             for index in range(1, config.workers + 1)
         ]
         self._restart_times: collections.deque[float] = collections.deque()
+        self._workers_started = False
         self._stopping = False
-        self._exits: trio.MemorySendChannel[_Child]
+        self._exits: trio.MemorySendChannel[trio.Process]
         self.url: str | None = None
         self.started_at_ms = int(time.time() * 1000)
 
     @property
     def children(self) -> list[_Child]:
         return [self.owner, *self.workers]
+
+    def _role_of(self, process: trio.Process) -> _Child | None:
+        """The child ``process`` is now (a standby becomes the owner), or ``None`` for a process replaced since."""
+        for child in (self.owner, self.standby, *self.workers):
+            if child.process is process:
+                return child
+        return None
 
     # ------------------------------------------------------------------------------------------------ run
 
@@ -165,14 +219,14 @@ class Supervisor:
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
-                    send, receive = trio.open_memory_channel[_Child](16)
+                    send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
                     nursery.start_soon(self._feed_heartbeats)
                     try:
                         await self._start(nursery, self.owner)
-                        await self._wait_owner_ready()
-                        for worker in self.workers:
-                            await self._start(nursery, worker)
+                        if await self._wait_owner_ready():
+                            await self._start_workers(nursery)
+                            nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                         self._write_state()
                         task_status.started()
                         stop = trio.Event()
@@ -188,7 +242,7 @@ class Supervisor:
 
     def _lock(self) -> int:
         path = supervisor_lock_path(self.db)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -207,7 +261,7 @@ class Supervisor:
         return fd
 
     async def _supervise(
-        self, nursery: trio.Nursery, exits: trio.MemoryReceiveChannel[_Child], stop: trio.Event
+        self, nursery: trio.Nursery, exits: trio.MemoryReceiveChannel[trio.Process], stop: trio.Event
     ) -> None:
         async def wait_stop() -> None:
             await stop.wait()
@@ -215,20 +269,39 @@ class Supervisor:
 
         with trio.CancelScope() as cancel:
             nursery.start_soon(wait_stop)
-            async for child in exits:
-                status = child.process.returncode if child.process is not None else None
-                ran_s = trio.current_time() - child.started_at
+            async for process in exits:
+                child = self._role_of(process)
+                if child is None:
+                    continue
+                status = process.returncode
+                if child is self.standby:  # never served: not a restart; the next owner that listens gets another
+                    self._say(f"  {'standby':<10}exited with status {status}")
+                    child.process = None
+                    continue
+                now = trio.current_time()
+                ran_s = now - child.started_at
                 self._say(f"  {child.name:<10}exited with status {status} after {ran_s:.1f} s")
+                if child is self.owner and status in EXITS_FINAL:
+                    tail = "\n".join(f"    {line}" for line in child.tail) or "    (no output)"
+                    raise OwnerRefused(
+                        f"the owner exited with status {status}, which retrying cannot change, so it was not "
+                        f"restarted and every process was stopped. Last output of the owner:\n{tail}",
+                        status,
+                    )
                 self._count_restart(child)
-                if ran_s >= STABLE_AFTER_S:
-                    child.backoff_s = 0.0  # a child that ran well restarts at once; a crash loop backs off
-                self._say(f"  {child.name:<10}restarting in {child.backoff_s:.1f} s (restart {child.restarts + 1})")
-                await trio.sleep(child.backoff_s)
-                child.backoff_s = min(max(child.backoff_s * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
-                child.restarts += 1
-                await self._start(nursery, child)
-                if child is self.owner:
-                    await self._wait_owner_ready()
+                ready_s = None if child.ready_at is None else now - child.ready_at
+                wait_s, child.backoff_s = restart_delay(child.backoff_s, ready_s)
+                if child is self.owner and self.standby.running:
+                    self._promote_standby()  # it already took the lock the kernel released: no wait can apply
+                else:
+                    self._say(f"  {child.name:<10}restarting in {wait_s:.1f} s (restart {child.restarts + 1})")
+                    await trio.sleep(wait_s)
+                    child.restarts += 1
+                    await self._start(nursery, child)
+                if child is self.owner and await self._wait_owner_ready():
+                    if not self._workers_started:
+                        await self._start_workers(nursery)
+                    nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                 self._write_state()
         self._say("tether up: stopping (workers first, then the owner)")
 
@@ -248,14 +321,39 @@ class Supervisor:
 
     # ------------------------------------------------------------------------------------------- children
 
+    def _promote_standby(self) -> None:
+        owner, standby = self.owner, self.standby
+        assert standby.process is not None
+        owner.process, standby.process = standby.process, None
+        owner.started_at, owner.started_at_ms = standby.started_at, standby.started_at_ms
+        owner.ready_at = None
+        owner.restarts += 1
+        self._say(f"  {'owner':<10}the standby (pid {owner.pid}) takes over (restart {owner.restarts})")
+
+    async def _arm_standby(self, nursery: trio.Nursery, owner_process: trio.Process | None) -> None:
+        """Start the standby for ``owner_process``, which listens (unless it was replaced or died meanwhile)."""
+        if self._stopping or self.owner.process is not owner_process or not self.owner.running:
+            return
+        if self.standby.process is None or not self.standby.running:
+            await self._start(nursery, self.standby)
+            self._write_state()
+
+    async def _start_workers(self, nursery: trio.Nursery) -> None:
+        """Start every worker: once, when the owner first listens (a worker then reconnects by itself)."""
+        self._workers_started = True
+        for worker in self.workers:
+            await self._start(nursery, worker)
+            worker.ready_at = worker.started_at
+
     async def _start(self, nursery: trio.Nursery, child: _Child) -> None:
         child.exited = trio.Event()
+        child.ready_at = None
         child.process = await trio.lowlevel.open_process(
             child.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         child.started_at = trio.current_time()
         child.started_at_ms = int(time.time() * 1000)
-        detail = f" (app {self.config.app})" if child is not self.owner else ""
+        detail = f" (app {self.config.app})" if child in self.workers else ""
         self._say(f"  {child.name:<10}pid {child.pid}{detail}")
         nursery.start_soon(self._watch_child, child, child.process)
 
@@ -270,16 +368,18 @@ class Supervisor:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         text = line.decode(errors="replace")
-                        child.tail.append(text)
-                        print(f"[{child.name}] {text}", file=sys.stderr, flush=True)
+                        role = self._role_of(process) or child  # a standby's lines become the owner's
+                        role.tail.append(text)
+                        print(f"[{role.name}] {text}", file=sys.stderr, flush=True)
         await process.wait()
         child.exited.set()
         if not self._stopping:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._exits.send(child)
+                await self._exits.send(process)
 
-    async def _wait_owner_ready(self) -> None:
-        """Wait until the owner published its runtime file; if it dies first, its exit is handled as a crash."""
+    async def _wait_owner_ready(self) -> bool:
+        """Wait until the owner published its runtime file (True); if it dies first (False), its exit is handled
+        by :meth:`_supervise`: a crash, or a refusal that stops everything."""
         owner = self.owner
         assert owner.process is not None
         try:
@@ -289,14 +389,16 @@ class Supervisor:
                 self._say(f"  owner     did not listen within {OWNER_READY_TIMEOUT_S:g} s; killing it")
                 with contextlib.suppress(ProcessLookupError):
                     owner.process.kill()
-            return  # it died (or was killed): _watch_child reports the exit and _supervise restarts it
+            return False  # it died (or was killed): _watch_child reports the exit to _supervise
+        owner.ready_at = trio.current_time()
         self.url = info.url
         self._say(f"  {'owner':<10}listening on {info.url}")
+        return True
 
     async def _feed_heartbeats(self) -> None:
         """A byte on every child's stdin each second: a child whose pipe ends or falls silent stops itself."""
         while True:
-            for child in self.children:
+            for child in (*self.children, self.standby):
                 process = child.process
                 if process is not None and process.returncode is None and process.stdin is not None:
                     with contextlib.suppress(
@@ -306,9 +408,10 @@ class Supervisor:
             await trio.sleep(PARENT_HEARTBEAT_S)
 
     async def _stop_all(self) -> None:
-        """Workers first (they hand their work back), then the owner (it closes the database cleanly)."""
+        """Workers first (they hand their work back), then the standby (so that it never takes over), then the owner
+        (it closes the database cleanly)."""
         self._stopping = True
-        for group in (self.workers, [self.owner]):
+        for group in (self.workers, [self.standby], [self.owner]):
             async with trio.open_nursery() as nursery:
                 for child in group:
                     nursery.start_soon(self._stop_child, child)
@@ -337,6 +440,7 @@ class Supervisor:
             "url": self.url,
             "started_at_ms": self.started_at_ms,
             "owner": _child_state(self.owner),
+            "standby": _child_state(self.standby),
             "workers": [_child_state(worker) for worker in self.workers],
         }
         write_private_json(state_path(self.db), state)

@@ -43,6 +43,7 @@ from protocol import (
     Frame,
     Goodbye,
     Hello,
+    OwnerAlreadyRunning,
     ProtocolError,
     Received,
     Refused,
@@ -61,6 +62,9 @@ from protocol.io import PEER_GONE, log_stderr
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS, ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
+    FILE_MODE,
+    GROUP_READABLE_FILE_MODE,
+    QUICK_CHECK_BUDGET_S,
     SCHEMA_VERSION,
     Checkpointer,
     Ownership,
@@ -95,6 +99,8 @@ SEND_HARD_LIMIT_BYTES: Final = 64 << 20
 """A peer that leaves this much unread (replies to requests it keeps sending) is dropped: its unread output must not
 grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
+STANDBY_POLL_S: Final = 0.005
+"""How often a standby owner tries the ownership lock."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
 
@@ -143,6 +149,14 @@ class OwnerConfig:
     for a self-signed certificate)."""
     insecure_listen: bool = False
     """Allow a ``host`` other than loopback without TLS (the token then crosses the network in clear)."""
+
+    group_readable: bool = False
+    """Create a new database (and its ``-wal``, ``-shm``) 0640 instead of 0600."""
+    start_check_s: float = QUICK_CHECK_BUDGET_S
+    """The start check (``PRAGMA quick_check``) of an existing database stops after this long (see docs)."""
+    standby: bool = False
+    """Wait for ownership instead of refusing when another owner holds the database: ``tether up`` keeps such a
+    warm standby (started, imported) so that an owner's death is followed by a takeover within milliseconds."""
 
 
 @attrs.frozen(kw_only=True)
@@ -297,6 +311,11 @@ class OwnerServer:
         if config.tls_cert is not None and config.tls_key is not None:
             self._ssl_context = server_ssl_context(config.tls_cert, config.tls_key)
         ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
+
+        if config.standby:
+            ownership = await self._wait_for_ownership()
+        else:
+            ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
         try:
             try:
                 listeners = await trio.open_tcp_listeners(config.port, host=config.host)
@@ -312,10 +331,26 @@ class OwnerServer:
         finally:
             ownership.release()
 
+    async def _wait_for_ownership(self) -> Ownership:
+        """A standby's wait: try the lock every ``STANDBY_POLL_S`` until the owner holding it is gone (the kernel
+        releases its lock however it died). A checkpoint; cancelled by SIGTERM like everything else."""
+        while True:
+            self.started_at_ms = WallClock().now_ms()
+            try:
+                return Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
+            except OwnerAlreadyRunning:
+                await trio.sleep(STANDBY_POLL_S)
+
     async def _own(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
         """Open the store and serve on ``listeners`` until cancelled."""
         config = self.config
-        self._store = SqliteStore.open(self.db, sync=config.sync)
+        self._store = SqliteStore.open(
+            self.db,
+            sync=config.sync,
+            file_mode=GROUP_READABLE_FILE_MODE if config.group_readable else FILE_MODE,
+            start_check_s=config.start_check_s,
+        )
+        self._say_how_opened()
         try:
             # Before the first write: a WAL left by a killed owner would otherwise be checkpointed inside it.
             self._checkpointer = self._store.use_background_checkpoints()
@@ -339,10 +374,43 @@ class OwnerServer:
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)
         finally:
-            remove_runtime(self.db, instance=self.instance)
-            if self._checkpointer is not None:
-                self._checkpointer.close()
-            self._store.close()
+            self._close()
+
+    def _say_how_opened(self) -> None:
+        store = self._store
+        mode = GROUP_READABLE_FILE_MODE if self.config.group_readable else FILE_MODE
+        if store.created:
+            self.log(f"tether owner: created a new database {self.db} (mode {mode:04o})")
+        elif not store.checked_fully and self.config.start_check_s > 0:
+            self.log(
+                f"tether owner: the start check of {self.db} stopped after {self.config.start_check_s:g} s "
+                f"(a large database), so it was not checked fully; run `tether check --db {self.db}` for a full check"
+            )
+
+    def _close(self) -> None:
+        """Close what :meth:`_own` opened, each step whatever the others did: a runtime file that cannot be removed
+        (a read-only directory) never keeps the database from closing. Every step that failed is reported; a
+        database that did not close raises :class:`StorageError` (unless the stop already has an error)."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            (
+                "removing the runtime file (left behind, it names a stopped owner: harmless, the next owner replaces "
+                "it)",
+                partial(remove_runtime, self.db, instance=self.instance),
+            ),
+        ]
+        if self._checkpointer is not None:
+            steps.append(("closing the checkpoint connection", self._checkpointer.close))
+        steps.append(("closing the database", self._store.close))
+        store_error: BaseException | None = None
+        for action, step in steps:
+            try:
+                step()
+            except Exception as exc:  # each failure is reported, and the next step still runs
+                self.log(f"tether owner: stopping: {action} failed: {exc}")
+                if action == "closing the database":
+                    store_error = exc
+        if store_error is not None:
+            raise StorageError(f"the database did not close cleanly: {store_error}") from store_error
 
     async def _serve(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
         async with trio.open_nursery() as nursery:

@@ -1,6 +1,13 @@
 """The SQLite store (APSW), its schema and migrations, and database ownership."""
 
-from ._ownership import LOCK_SUFFIX, Ownership, is_owned, lock_is_held, lock_path
+from ._identity import (
+    APPLICATION_ID,
+    FILE_MODE,
+    GROUP_READABLE_FILE_MODE,
+    QUICK_CHECK_BUDGET_S,
+    full_check,
+)
+from ._ownership import LOCK_SUFFIX, Ownership, is_owned, lock_is_held, lock_path, open_lock_file
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
     CHECKPOINT_START_PAGES,
@@ -13,18 +20,24 @@ from ._sqlite import (
 )
 
 __all__ = [
+    "APPLICATION_ID",
     "CHECKPOINT_START_PAGES",
+    "FILE_MODE",
+    "GROUP_READABLE_FILE_MODE",
     "LOCK_SUFFIX",
     "MIGRATIONS",
+    "QUICK_CHECK_BUDGET_S",
     "SCHEMA_VERSION",
     "Checkpointer",
     "Ownership",
     "SqliteStore",
     "Sync",
     "check_database",
+    "full_check",
     "is_owned",
     "lock_is_held",
     "lock_path",
+    "open_lock_file",
     "read_schema_version",
     "storage_errors",
 ]

@@ -7,13 +7,15 @@ error. No pid guessing is needed after a crash: a dead holder's lock is simply f
 from __future__ import annotations
 
 import datetime
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 
-from protocol import OwnerAlreadyRunning
+from protocol import OwnerAlreadyRunning, TetherError
 
 LOCK_SUFFIX = ".lock"
 PROC_LOCKS = "/proc/locks"
@@ -34,7 +36,7 @@ class Ownership:
     def acquire(cls, db: str, *, started_at_ms: int, instance: str) -> Ownership:
         """Take ownership of ``db`` or raise :class:`OwnerAlreadyRunning` naming the live holder."""
         path = lock_path(db)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -61,6 +63,25 @@ class Ownership:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the flock
+
+
+def open_lock_file(path: Path) -> int:
+    """Open (creating, 0600) the lock file at ``path`` without following a symbolic link planted there: the owner
+    writes its pid into the file, and must never write through a link to somewhere else. Raises
+    :class:`~protocol.TetherError` for a link or anything but a regular file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise TetherError(
+            f"refusing to use the lock file {path}: it is a symbolic link (to {os.readlink(path)!r}), and following "
+            "it would let whoever planted it choose which file gets written; remove it and start again"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TetherError(f"refusing to use the lock file {path}: it is not a regular file; remove it and start again")
+    return fd
 
 
 def _describe_holder(fd: int) -> str:

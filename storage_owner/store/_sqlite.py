@@ -14,7 +14,9 @@ apsw errors are mapped at this boundary, in two ways:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, Final, Literal
 
 import apsw
@@ -34,7 +36,6 @@ from protocol import (
     RunAnswer,
     RunRecord,
     RunUsage,
-    SchemaTooNew,
     StorageError,
     SubmissionRecord,
     TaskOutcome,
@@ -43,6 +44,7 @@ from protocol import (
 )
 from storage_owner.core import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, StoreConflict, TaskRow
 
+from ._identity import APPLICATION_ID, FILE_MODE, create_database, identify, quick_check
 from ._partials import PartialsSql
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
 
@@ -111,6 +113,25 @@ def read_schema_version(path: str) -> int | None:
         db.close()
 
 
+def _prepare(db: apsw.Connection, *, sync: Sync, version: int = 0, marked: bool = False) -> None:
+    """Switch ``db`` to WAL, set its durability, and migrate it from ``version``, marking it as Tether's in the first
+    transaction that writes (the first migration, or the mark alone)."""
+    db.setbusytimeout(BUSY_TIMEOUT_MS)
+    db.execute("PRAGMA journal_mode=WAL").fetchall()
+    db.execute(f"PRAGMA synchronous={'FULL' if sync == 'full' else 'NORMAL'}")
+    db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}").fetchall()
+    if not marked and version == SCHEMA_VERSION:
+        with db:
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    for number in range(version, SCHEMA_VERSION):
+        with db:  # one transaction per migration, user_version included
+            db.execute(MIGRATIONS[number])
+            db.execute(f"PRAGMA user_version={number + 1}")
+            if not marked:
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                marked = True
+
+
 class SqliteStore(PartialsSql):
     """One open database. Not thread-safe: the owner uses it from one thread only."""
 
@@ -119,36 +140,44 @@ class SqliteStore(PartialsSql):
         self.path = path
         self.wal_pages = 0
         """Pages in the WAL after the last commit (tracked once background checkpoints are on)."""
+        self.created = False
+        """:meth:`open` created the database (there was no file)."""
+        self.checked_fully = False
+        """:meth:`open`'s start check read the whole file within its time budget."""
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
     @classmethod
-    def open(cls, path: str, *, sync: Sync = "normal") -> SqliteStore:
+    def open(
+        cls, path: str, *, sync: Sync = "normal", file_mode: int = FILE_MODE, start_check_s: float | None = None
+    ) -> SqliteStore:
         """Open (creating if needed) and migrate the database. The caller must already hold ownership.
 
-        Raises :class:`SchemaTooNew` before changing anything if a newer engine wrote the database.
+        A missing file is created complete with ``file_mode`` (see :func:`create_database`; :attr:`created` says
+        so). An existing one is identified and, with ``start_check_s`` above 0, checked (``PRAGMA quick_check`` for
+        at most that long; :attr:`checked_fully` says whether it finished) before anything is written: raises
+        :class:`NotATetherDatabase`, :class:`SchemaTooNew` or :class:`DatabaseDamaged` with the file untouched.
         """
+        created = False
+        if not os.path.exists(path):
+            with storage_errors(f"creating {path}"):
+                create_database(path, file_mode=file_mode, prepare=partial(_prepare, sync=sync))
+            created = True
         with storage_errors(f"opening {path}"):
             db = apsw.Connection(path)
             try:
-                version = int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-                if version > SCHEMA_VERSION:
-                    raise SchemaTooNew(
-                        f"database {path} has schema version {version}, newer than this engine's "
-                        f"{SCHEMA_VERSION}; it was left untouched. Use the newer tether that wrote it."
-                    )
-                db.setbusytimeout(BUSY_TIMEOUT_MS)
-                db.execute("PRAGMA journal_mode=WAL").fetchall()
-                db.execute(f"PRAGMA synchronous={'FULL' if sync == 'full' else 'NORMAL'}")
-                db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}").fetchall()
-                for number in range(version, SCHEMA_VERSION):
-                    with db:  # one transaction per migration, user_version included
-                        db.execute(MIGRATIONS[number])
-                        db.execute(f"PRAGMA user_version={number + 1}")
+                version, marked = identify(db, path, MIGRATIONS)
+                checked_fully = (
+                    not created and bool(start_check_s) and quick_check(db, path, budget_s=start_check_s or 0.0)
+                )
+                _prepare(db, sync=sync, version=version, marked=marked)
             except BaseException:
                 db.close()
                 raise
-        return cls(db, path)
+        store = cls(db, path)
+        store.created = created
+        store.checked_fully = checked_fully
+        return store
 
     def close(self) -> None:
         with storage_errors("closing the database"):

@@ -20,7 +20,7 @@ import actors
 from protocol import read_runtime, runtime_path, write_private_json
 from runtime import tether_command
 from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
-from storage_owner.store import SCHEMA_VERSION
+from storage_owner.store import APPLICATION_ID, SCHEMA_VERSION
 from tests.conftest import OwnerProcess
 
 
@@ -118,6 +118,9 @@ async def test_signal_stops_cleanly_and_removes_the_runtime_file(db_path: str, s
 async def test_schema_too_new_is_refused_and_left_untouched(db_path: str) -> None:
     newer = SCHEMA_VERSION + 1
     make_foreign_database(db_path, newer)
+    db = apsw.Connection(db_path)
+    db.execute(f"PRAGMA application_id={APPLICATION_ID}")  # a newer Tether marks its databases too
+    db.close()
     before = Path(db_path).read_bytes()
     with trio.fail_after(20):
         result = await run_tether("owner", "--db", db_path)

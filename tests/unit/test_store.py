@@ -30,6 +30,7 @@ from protocol import (
 )
 from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict
 from storage_owner.store import (
+    APPLICATION_ID,
     MIGRATIONS,
     SCHEMA_VERSION,
     Ownership,
@@ -155,6 +156,7 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path: Path, path: str) -
     db = apsw.Connection(path)
     db.execute("CREATE TABLE future (x INTEGER); INSERT INTO future VALUES (1);")
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.execute(f"PRAGMA application_id={APPLICATION_ID}")  # a newer Tether marks its databases too
     db.close()
     before = _digest(path)
 
