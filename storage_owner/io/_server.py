@@ -310,7 +310,6 @@ class OwnerServer:
             raise TetherError("TLS needs both a certificate and its key (--tls-cert FILE --tls-key FILE)")
         if config.tls_cert is not None and config.tls_key is not None:
             self._ssl_context = server_ssl_context(config.tls_cert, config.tls_key)
-        ownership = Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
 
         if config.standby:
             ownership = await self._wait_for_ownership()
