@@ -61,6 +61,7 @@ from ._models import (
 )
 from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition
+from ._transcript import transcript
 
 AGENT_PREFIX: Final = "agent:"
 TOOL_PREFIX: Final = "tool:"
@@ -255,7 +256,7 @@ class AgentRun:
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
-        entries = await rt.client.entries(rt.conversation_id)
+        entries = await transcript(rt.client, rt.conversation_id)
         request = agent.request(transcript_messages(entries), attempt)
         request_digest = digest(
             {
@@ -381,7 +382,7 @@ class AgentRun:
     async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> None:
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
-        entries = await rt.client.entries(rt.conversation_id)
+        entries = await transcript(rt.client, rt.conversation_id)
         done = {
             entry.data.get("operation_id")
             for entry in entries
