@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from protocol import (
     CreateInteraction,
+    EntryRecord,
     FinishOperation,
     JsonValue,
     NotFound,
@@ -236,9 +237,13 @@ class AgentRun:
         )
 
     async def turn(self, rt: Phase) -> None:
+        await self._turn(rt, int(rt.checkpoint["turn"]))
+
+    async def _turn(self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None) -> None:
+        """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
+        the transcript already read there)."""
         agent = self.agent
         run_id = str(rt.input["run_id"])
-        turn = int(rt.checkpoint["turn"])
         if agent.max_turns is not None and turn > agent.max_turns:
             limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
             await rt.fail(limit, reason="max_turns")
@@ -256,7 +261,8 @@ class AgentRun:
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
-        entries = await transcript(rt.client, rt.conversation_id)
+        if entries is None:
+            entries = await transcript(rt.client, rt.conversation_id)
         request = agent.request(transcript_messages(entries), attempt)
         request_digest = digest(
             {
@@ -366,11 +372,14 @@ class AgentRun:
             tx.advance({"phase": "turn", "turn": turn + 1})
 
     async def tools(self, rt: Phase) -> None:
-        """After the turn's tool tasks: a result entry for every call without one, then the next turn."""
+        """After the turn's tool tasks: a result entry for every call without one (a commit only when one is
+        missing), then the next turn in this same run of the phase: no commit of a ``turn`` state and no lease
+        between the tools and the next model request. The task's next state is the one that turn commits; a run of
+        this phase cut off after the results finds them in the transcript and goes on to the same turn."""
         turn = int(rt.checkpoint["turn"])
         async with rt.commit() as tx:
-            await self._missing_results(rt, tx, cancelled=False)
-            tx.advance({"phase": "turn", "turn": turn + 1})
+            entries = await self._missing_results(rt, tx, cancelled=False)
+        await self._turn(rt, turn + 1, None if tx.writes else entries)
 
     async def abort(self, rt: Phase) -> None:
         """A cancelled run: the calls of its last turn without a result get an error result, then it ends."""
@@ -379,7 +388,8 @@ class AgentRun:
                 await self._missing_results(rt, tx, cancelled=True)
             tx.aborted()
 
-    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> None:
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> list[EntryRecord]:
+        """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
         entries = await transcript(rt.client, rt.conversation_id)
@@ -406,6 +416,7 @@ class AgentRun:
                 content=content,
                 is_error=is_error,
             )
+        return entries
 
 
 def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
