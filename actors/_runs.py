@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
+    Conflict,
     CreateInteraction,
     EntryRecord,
     FinishOperation,
@@ -200,6 +201,26 @@ async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
     return reply.operation
 
 
+async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
+    """Commit an operation's intent. ``guessed``: the phase did not read the journal, on the guess that a fresh state
+    (never cut off) has no attempt of the operation yet; the owner checks every intent against the journal, so a
+    wrong guess is refused (``conflict``, nothing written) and answers ``False``: read the journal and decide again.
+    A right guess saves a read of the journal per model request and per tool call."""
+    try:
+        async with rt.commit() as tx:
+            tx.start_operation(write)
+    except Conflict:
+        if not guessed:
+            raise
+        return False
+    return True
+
+
+def _fresh(rt: Phase) -> bool:
+    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled)."""
+    return rt.restarts == 0 and rt.mode == "phase" and "attempt" not in rt.checkpoint
+
+
 def _has_result(op: OperationRecord) -> bool:
     if op.status in ("completed", "resolved"):
         return True
@@ -239,9 +260,11 @@ class AgentRun:
     async def turn(self, rt: Phase) -> None:
         await self._turn(rt, int(rt.checkpoint["turn"]))
 
-    async def _turn(self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None) -> None:
+    async def _turn(
+        self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None, *, guess: bool = True
+    ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
-        the transcript already read there)."""
+        the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
         agent = self.agent
         run_id = str(rt.input["run_id"])
         if agent.max_turns is not None and turn > agent.max_turns:
@@ -249,7 +272,8 @@ class AgentRun:
             await rt.fail(limit, reason="max_turns")
             return
         operation_id = model_operation_id(run_id, turn)
-        op = await journaled(rt, operation_id)
+        guessed = guess and _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and op.status == "completed":
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
@@ -272,20 +296,20 @@ class AgentRun:
                 "tools": [tool.name for tool in request.tools],
             }
         )
-        async with rt.commit() as tx:
-            tx.start_operation(
-                StartOperation(
-                    operation_id=operation_id,
-                    run_id=run_id,
-                    kind="model",
-                    name=agent.model.name,
-                    version=agent.version,
-                    turn=turn,
-                    attempt=attempt,
-                    digest=request_digest,
-                    retry=retry,
-                )
-            )
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="model",
+            name=agent.model.name,
+            version=agent.version,
+            turn=turn,
+            attempt=attempt,
+            digest=request_digest,
+            retry=retry,
+        )
+        if not await _start(rt, intent, guessed):
+            await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it
+            return
         builder = TurnBuilder()
         try:
             async for event in agent.model.stream(request):
@@ -458,7 +482,8 @@ class ToolRun:
         tool = self.tool
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
-        op = await journaled(rt, operation_id)
+        guessed = _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and _has_result(op):
             await rt.complete(op.result)  # its result entry was committed with it
             return
@@ -480,7 +505,7 @@ class ToolRun:
                 )
                 tx.wait(on=[approval_task_id(operation_id)], checkpoint={"phase": "approved"})
             return
-        await self._execute(rt, op)
+        await self._execute(rt, op, guessed=guessed)
 
     async def approved(self, rt: Phase) -> None:
         """Resumed once the approval was answered: a denial is an error result; an approval runs exactly the
@@ -500,7 +525,7 @@ class ToolRun:
             return
         await self._execute(rt, op)
 
-    async def _execute(self, rt: Phase, op: OperationRecord | None) -> None:
+    async def _execute(self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False) -> None:
         tool = self.tool
         inp = rt.input
         run_id = str(inp["run_id"])
@@ -508,22 +533,26 @@ class ToolRun:
         args = inp["arguments"]
         attempt = 1 if op is None else op.attempt + 1
         policy = tool.recovery if op is None or op.policy is None else op.policy
-        async with rt.commit() as tx:
-            tx.start_operation(
-                StartOperation(
-                    operation_id=operation_id,
-                    run_id=run_id,
-                    kind="tool",
-                    name=tool.name,
-                    version=tool.version,
-                    turn=int(inp["turn"]),
-                    attempt=attempt,
-                    digest=digest(args),
-                    tool_call_id=str(inp["call_id"]),
-                    policy=policy,
-                    arguments=json_value(args),
-                )
-            )
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="tool",
+            name=tool.name,
+            version=tool.version,
+            turn=int(inp["turn"]),
+            attempt=attempt,
+            digest=digest(args),
+            tool_call_id=str(inp["call_id"]),
+            policy=policy,
+            arguments=json_value(args),
+        )
+        if not await _start(rt, intent, guessed):
+            op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
+            if op is not None and _has_result(op):
+                await rt.complete(op.result)
+                return
+            await self._execute(rt, op)
+            return
         call = ToolCall(
             operation_id=operation_id,
             run_id=run_id,
