@@ -54,6 +54,7 @@ from ._models import (
     AssistantMessage,
     Message,
     ModelError,
+    ModelRequest,
     ToolCallRequest,
     ToolMessage,
     TurnBuilder,
@@ -63,7 +64,7 @@ from ._models import (
 )
 from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition
-from ._transcript import transcript
+from ._transcript import transcript, transcript_cache
 
 AGENT_PREFIX: Final = "agent:"
 TOOL_PREFIX: Final = "tool:"
@@ -135,34 +136,97 @@ def transcript_messages(entries: Iterable[Any]) -> list[Message]:
     """The transcript's ``tether.*`` entries as a model's messages, oldest first. Each assistant message is followed
     by the results of its calls in call order; a call without a result entry gets a synthesized error result
     (``interrupted``), so a provider never sees a dangling call. Other entry kinds are not the model's."""
-    messages: list[Message] = []
-    open_calls: tuple[ToolCallRequest, ...] = ()
-    results: dict[str, ToolMessage] = {}
+    fold = MessageFold()
+    fold.feed(entries)
+    return fold.messages()
 
-    def close() -> None:
-        for call in open_calls:
-            orphan = ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
-            messages.append(results.get(call.call_id) or orphan)
 
-    for entry in entries:
-        data = entry.data if isinstance(entry.data, dict) else {}
-        if entry.kind == USER_ENTRY:
-            close()
-            open_calls, results = (), {}
-            messages.append(UserMessage(text=str(data.get("text") or "")))
-        elif entry.kind == ASSISTANT_ENTRY:
-            close()
-            message = _assistant_message(data)
-            messages.append(message)
-            open_calls, results = message.tool_calls, {}
-        elif entry.kind == TOOL_RESULT_ENTRY:
-            call_id = str(data.get("call_id"))
-            if any(call.call_id == call_id for call in open_calls) and call_id not in results:
-                results[call_id] = ToolMessage(
-                    call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
-                )
-    close()
-    return messages
+class MessageFold:
+    """:func:`transcript_messages` fed a transcript in parts: the messages of the entries fed so far, each entry
+    read once. Messages before the last user or assistant message are final; the results of the last assistant
+    message's calls are settled only by :meth:`messages`, each time (a result entry may still come). The run loop
+    keeps one per conversation beside the worker's transcript cache, so a turn folds only the new entries, and
+    keeps each final message's canonical JSON for the request's digest."""
+
+    def __init__(self) -> None:
+        self.fed = 0
+        """Entries fed so far."""
+        self.final: list[Message] = []
+        self.final_json: list[str] = []
+        """The canonical JSON of each final message (:func:`request_digest`), computed once."""
+        self._open_calls: tuple[ToolCallRequest, ...] = ()
+        self._results: dict[str, ToolMessage] = {}
+
+    def feed(self, entries: Iterable[Any]) -> None:
+        for entry in entries:
+            self.fed += 1
+            data = entry.data if isinstance(entry.data, dict) else {}
+            if entry.kind == USER_ENTRY:
+                self._close()
+                self._final(UserMessage(text=str(data.get("text") or "")))
+            elif entry.kind == ASSISTANT_ENTRY:
+                self._close()
+                message = _assistant_message(data)
+                self._final(message)
+                self._open_calls = message.tool_calls
+            elif entry.kind == TOOL_RESULT_ENTRY:
+                call_id = str(data.get("call_id"))
+                if any(call.call_id == call_id for call in self._open_calls) and call_id not in self._results:
+                    self._results[call_id] = ToolMessage(
+                        call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
+                    )
+
+    def messages(self) -> list[Message]:
+        """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``)."""
+        return self.final + self._settled()
+
+    def _settled(self) -> list[Message]:
+        return [
+            self._results.get(call.call_id) or ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
+            for call in self._open_calls
+        ]
+
+    def _close(self) -> None:
+        for message in self._settled():
+            self._final(message)
+        self._open_calls, self._results = (), {}
+
+    def _final(self, message: Message) -> None:
+        self.final.append(message)
+        self.final_json.append(_canonical(_message_data(message)))
+
+
+def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:
+    """The sha256 of the request as canonical JSON (model, instructions, messages, tool names): what a model
+    intent records. With the ``fold`` the messages came from, the final messages' JSON is not computed again (the
+    same bytes as :func:`digest` of the whole request)."""
+    value = {
+        "model": request.model,
+        "instructions": request.instructions,
+        "messages": [],
+        "tools": [tool.name for tool in request.tools],
+    }
+    messages = request.messages
+    known: list[str] = []
+    final = fold.final if fold is not None else []
+    if fold is not None and len(messages) >= len(final) and all(a is b for a, b in zip(final, messages, strict=False)):
+        known = fold.final_json
+    rest = [_canonical(_message_data(message)) for message in messages[len(known) :]]
+    head, tail = _canonical(value).split('"messages":[]', 1)
+    return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
+
+
+def message_fold(client: Any, conversation_id: str, entries: list[EntryRecord]) -> MessageFold:
+    """The conversation's :class:`MessageFold` fed ``entries`` (its whole transcript, as the worker's cache returned
+    it): kept beside the cache, so only the entries after the last fold are read; a fresh one when the cache read the
+    transcript whole since (its memo is then empty)."""
+    memo = transcript_cache(client).memo(conversation_id)
+    fold = memo.get("fold")
+    if not isinstance(fold, MessageFold) or fold.fed > len(entries):
+        fold = MessageFold()
+    fold.feed(entries[fold.fed :])
+    memo["fold"] = fold
+    return fold
 
 
 def _result_entry(
@@ -287,15 +351,9 @@ class AgentRun:
         attempt = 1 if op is None else op.attempt + 1
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
-        request = agent.request(transcript_messages(entries), attempt)
-        request_digest = digest(
-            {
-                "model": request.model,
-                "instructions": request.instructions,
-                "messages": [_message_data(message) for message in request.messages],
-                "tools": [tool.name for tool in request.tools],
-            }
-        )
+        fold = message_fold(rt.client, rt.conversation_id, entries)
+        request = agent.request(fold.messages(), attempt)
+        intent_digest = request_digest(request, fold)
         intent = StartOperation(
             operation_id=operation_id,
             run_id=run_id,
@@ -304,7 +362,7 @@ class AgentRun:
             version=agent.version,
             turn=turn,
             attempt=attempt,
-            digest=request_digest,
+            digest=intent_digest,
             retry=retry,
         )
         if not await _start(rt, intent, guessed):

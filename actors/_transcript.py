@@ -9,14 +9,15 @@ cached entry again and comparing its id; a mismatch or a gap drops the conversat
 
 Bounded (docs/operations.md): at most :data:`MAX_CONVERSATIONS` conversations and :data:`MAX_ENTRIES` entries in
 all per client, least recently read dropped first; a transcript longer than :data:`MAX_ENTRIES` is read whole each
-time and not cached.
+time and not cached. Beside each cached transcript, a memo (:meth:`TranscriptCache.memo`) keeps what the run loop
+derived from it (the messages folded so far), dropped with the transcript and whenever it is read whole.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from protocol import EntryRecord
 
@@ -38,6 +39,7 @@ class TranscriptCache:
         self.max_conversations = max_conversations
         self.max_entries = max_entries
         self._cached: OrderedDict[str, list[EntryRecord]] = OrderedDict()
+        self._memos: dict[str, dict[str, Any]] = {}
         self._size = 0
         self.entries_read = 0
         """Entries the owner sent for reads through this cache (the overlap entry included): what it saves shows
@@ -66,14 +68,23 @@ class TranscriptCache:
                 cached.extend(tail[1:])
                 fresh = cached
         if fresh is None:
+            self._memos.pop(conversation_id, None)  # derived from a prefix that is not (or no longer) known true
             fresh = await self._read(client, conversation_id, None)
             if not _contiguous(fresh, 0):
                 return fresh  # not a transcript as the store writes them: never cache it
         self._keep(conversation_id, fresh)
         return list(fresh)
 
+    def memo(self, conversation_id: str) -> dict[str, Any]:
+        """What a reader derived from the conversation's cached transcript, kept as long as the transcript is cached
+        and never read whole since (then empty again); a throwaway dict for a conversation not cached."""
+        if conversation_id not in self._cached:
+            return {}
+        return self._memos.setdefault(conversation_id, {})
+
     def forget(self, conversation_id: str) -> None:
         self._drop(conversation_id)
+        self._memos.pop(conversation_id, None)
 
     async def _read(self, client: Client, conversation_id: str, cursor: int | None) -> list[EntryRecord]:
         result: list[EntryRecord] = []
@@ -93,12 +104,14 @@ class TranscriptCache:
 
     def _keep(self, conversation_id: str, entries: list[EntryRecord]) -> None:
         if len(entries) > self.max_entries:
+            self._memos.pop(conversation_id, None)
             return
         self._cached[conversation_id] = entries
         self._size += len(entries)
         while len(self._cached) > self.max_conversations or self._size > self.max_entries:
-            _, dropped = self._cached.popitem(last=False)
+            evicted, dropped = self._cached.popitem(last=False)
             self._size -= len(dropped)
+            self._memos.pop(evicted, None)
 
 
 def _contiguous(entries: list[EntryRecord], first: int) -> bool:
