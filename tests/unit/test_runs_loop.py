@@ -113,7 +113,11 @@ def test_a_fold_fed_in_parts_gives_the_whole_transcripts_messages_and_digest() -
     app = actors.App("a")
     app.define_tool("lookup", handler, description="d", parameters={"type": "object"})
     agent = app.define_agent(
-        "helper", version=1, model=actors.ScriptedModel([actors.ScriptedTurn(text="t")]), instructions='Be "brief".', tools=["lookup"]
+        "helper",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text="t")]),
+        instructions='Be "brief".',
+        tools=["lookup"],
     )
     for cut in range(len(entries) + 1):
         fold = MessageFold()
