@@ -31,7 +31,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
+    Conflict,
     CreateInteraction,
+    EntryRecord,
     FinishOperation,
     JsonValue,
     NotFound,
@@ -53,6 +55,7 @@ from ._models import (
     AssistantMessage,
     Message,
     ModelError,
+    ModelRequest,
     TextDelta,
     ToolCallRequest,
     ToolMessage,
@@ -64,6 +67,7 @@ from ._models import (
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition
+from ._transcript import transcript, transcript_cache
 
 AGENT_PREFIX: Final = "agent:"
 TOOL_PREFIX: Final = "tool:"
@@ -135,34 +139,97 @@ def transcript_messages(entries: Iterable[Any]) -> list[Message]:
     """The transcript's ``tether.*`` entries as a model's messages, oldest first. Each assistant message is followed
     by the results of its calls in call order; a call without a result entry gets a synthesized error result
     (``interrupted``), so a provider never sees a dangling call. Other entry kinds are not the model's."""
-    messages: list[Message] = []
-    open_calls: tuple[ToolCallRequest, ...] = ()
-    results: dict[str, ToolMessage] = {}
+    fold = MessageFold()
+    fold.feed(entries)
+    return fold.messages()
 
-    def close() -> None:
-        for call in open_calls:
-            orphan = ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
-            messages.append(results.get(call.call_id) or orphan)
 
-    for entry in entries:
-        data = entry.data if isinstance(entry.data, dict) else {}
-        if entry.kind == USER_ENTRY:
-            close()
-            open_calls, results = (), {}
-            messages.append(UserMessage(text=str(data.get("text") or "")))
-        elif entry.kind == ASSISTANT_ENTRY:
-            close()
-            message = _assistant_message(data)
-            messages.append(message)
-            open_calls, results = message.tool_calls, {}
-        elif entry.kind == TOOL_RESULT_ENTRY:
-            call_id = str(data.get("call_id"))
-            if any(call.call_id == call_id for call in open_calls) and call_id not in results:
-                results[call_id] = ToolMessage(
-                    call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
-                )
-    close()
-    return messages
+class MessageFold:
+    """:func:`transcript_messages` fed a transcript in parts: the messages of the entries fed so far, each entry
+    read once. Messages before the last user or assistant message are final; the results of the last assistant
+    message's calls are settled only by :meth:`messages`, each time (a result entry may still come). The run loop
+    keeps one per conversation beside the worker's transcript cache, so a turn folds only the new entries, and
+    keeps each final message's canonical JSON for the request's digest."""
+
+    def __init__(self) -> None:
+        self.fed = 0
+        """Entries fed so far."""
+        self.final: list[Message] = []
+        self.final_json: list[str] = []
+        """The canonical JSON of each final message (:func:`request_digest`), computed once."""
+        self._open_calls: tuple[ToolCallRequest, ...] = ()
+        self._results: dict[str, ToolMessage] = {}
+
+    def feed(self, entries: Iterable[Any]) -> None:
+        for entry in entries:
+            self.fed += 1
+            data = entry.data if isinstance(entry.data, dict) else {}
+            if entry.kind == USER_ENTRY:
+                self._close()
+                self._final(UserMessage(text=str(data.get("text") or "")))
+            elif entry.kind == ASSISTANT_ENTRY:
+                self._close()
+                message = _assistant_message(data)
+                self._final(message)
+                self._open_calls = message.tool_calls
+            elif entry.kind == TOOL_RESULT_ENTRY:
+                call_id = str(data.get("call_id"))
+                if any(call.call_id == call_id for call in self._open_calls) and call_id not in self._results:
+                    self._results[call_id] = ToolMessage(
+                        call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
+                    )
+
+    def messages(self) -> list[Message]:
+        """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``)."""
+        return self.final + self._settled()
+
+    def _settled(self) -> list[Message]:
+        return [
+            self._results.get(call.call_id) or ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
+            for call in self._open_calls
+        ]
+
+    def _close(self) -> None:
+        for message in self._settled():
+            self._final(message)
+        self._open_calls, self._results = (), {}
+
+    def _final(self, message: Message) -> None:
+        self.final.append(message)
+        self.final_json.append(_canonical(_message_data(message)))
+
+
+def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:
+    """The sha256 of the request as canonical JSON (model, instructions, messages, tool names): what a model
+    intent records. With the ``fold`` the messages came from, the final messages' JSON is not computed again (the
+    same bytes as :func:`digest` of the whole request)."""
+    value = {
+        "model": request.model,
+        "instructions": request.instructions,
+        "messages": [],
+        "tools": [tool.name for tool in request.tools],
+    }
+    messages = request.messages
+    known: list[str] = []
+    final = fold.final if fold is not None else []
+    if fold is not None and len(messages) >= len(final) and all(a is b for a, b in zip(final, messages, strict=False)):
+        known = fold.final_json
+    rest = [_canonical(_message_data(message)) for message in messages[len(known) :]]
+    head, tail = _canonical(value).split('"messages":[]', 1)
+    return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
+
+
+def message_fold(client: Any, conversation_id: str, entries: list[EntryRecord]) -> MessageFold:
+    """The conversation's :class:`MessageFold` fed ``entries`` (its whole transcript, as the worker's cache returned
+    it): kept beside the cache, so only the entries after the last fold are read; a fresh one when the cache read the
+    transcript whole since (its memo is then empty)."""
+    memo = transcript_cache(client).memo(conversation_id)
+    fold = memo.get("fold")
+    if not isinstance(fold, MessageFold) or fold.fed > len(entries):
+        fold = MessageFold()
+    fold.feed(entries[fold.fed :])
+    memo["fold"] = fold
+    return fold
 
 
 def _result_entry(
@@ -199,6 +266,26 @@ async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
     except NotFound:
         return None
     return reply.operation
+
+
+async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
+    """Commit an operation's intent. ``guessed``: the phase did not read the journal, on the guess that a fresh state
+    (never cut off) has no attempt of the operation yet; the owner checks every intent against the journal, so a
+    wrong guess is refused (``conflict``, nothing written) and answers ``False``: read the journal and decide again.
+    A right guess saves a read of the journal per model request and per tool call."""
+    try:
+        async with rt.commit() as tx:
+            tx.start_operation(write)
+    except Conflict:
+        if not guessed:
+            raise
+        return False
+    return True
+
+
+def _fresh(rt: Phase) -> bool:
+    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled)."""
+    return rt.restarts == 0 and rt.mode == "phase" and "attempt" not in rt.checkpoint
 
 
 def _has_result(op: OperationRecord) -> bool:
@@ -238,15 +325,22 @@ class AgentRun:
         )
 
     async def turn(self, rt: Phase) -> None:
+        await self._turn(rt, int(rt.checkpoint["turn"]))
+
+    async def _turn(
+        self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None, *, guess: bool = True
+    ) -> None:
+        """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
+        the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
         agent = self.agent
         run_id = str(rt.input["run_id"])
-        turn = int(rt.checkpoint["turn"])
         if agent.max_turns is not None and turn > agent.max_turns:
             limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
             await rt.fail(limit, reason="max_turns")
             return
         operation_id = model_operation_id(run_id, turn)
-        op = await journaled(rt, operation_id)
+        guessed = guess and _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and op.status == "completed":
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
@@ -258,30 +352,25 @@ class AgentRun:
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
-        entries = await rt.client.entries(rt.conversation_id)
-        request = agent.request(transcript_messages(entries), attempt)
-        request_digest = digest(
-            {
-                "model": request.model,
-                "instructions": request.instructions,
-                "messages": [_message_data(message) for message in request.messages],
-                "tools": [tool.name for tool in request.tools],
-            }
+        if entries is None:
+            entries = await transcript(rt.client, rt.conversation_id)
+        fold = message_fold(rt.client, rt.conversation_id, entries)
+        request = agent.request(fold.messages(), attempt)
+        intent_digest = request_digest(request, fold)
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="model",
+            name=agent.model.name,
+            version=agent.version,
+            turn=turn,
+            attempt=attempt,
+            digest=intent_digest,
+            retry=retry,
         )
-        async with rt.commit() as tx:
-            tx.start_operation(
-                StartOperation(
-                    operation_id=operation_id,
-                    run_id=run_id,
-                    kind="model",
-                    name=agent.model.name,
-                    version=agent.version,
-                    turn=turn,
-                    attempt=attempt,
-                    digest=request_digest,
-                    retry=retry,
-                )
-            )
+        if not await _start(rt, intent, guessed):
+            await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it
+            return
         builder = TurnBuilder()
         failure: ModelError | None = None
         async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
@@ -394,11 +483,14 @@ class AgentRun:
             tx.advance({"phase": "turn", "turn": turn + 1})
 
     async def tools(self, rt: Phase) -> None:
-        """After the turn's tool tasks: a result entry for every call without one, then the next turn."""
+        """After the turn's tool tasks: a result entry for every call without one (a commit only when one is
+        missing), then the next turn in this same run of the phase: no commit of a ``turn`` state and no lease
+        between the tools and the next model request. The task's next state is the one that turn commits; a run of
+        this phase cut off after the results finds them in the transcript and goes on to the same turn."""
         turn = int(rt.checkpoint["turn"])
         async with rt.commit() as tx:
-            await self._missing_results(rt, tx, cancelled=False)
-            tx.advance({"phase": "turn", "turn": turn + 1})
+            entries = await self._missing_results(rt, tx, cancelled=False)
+        await self._turn(rt, turn + 1, None if tx.writes else entries)
 
     async def abort(self, rt: Phase) -> None:
         """A cancelled run: the calls of its last turn without a result get an error result, then it ends."""
@@ -407,10 +499,11 @@ class AgentRun:
                 await self._missing_results(rt, tx, cancelled=True)
             tx.aborted()
 
-    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> None:
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> list[EntryRecord]:
+        """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
-        entries = await rt.client.entries(rt.conversation_id)
+        entries = await transcript(rt.client, rt.conversation_id)
         done = {
             entry.data.get("operation_id")
             for entry in entries
@@ -434,6 +527,7 @@ class AgentRun:
                 content=content,
                 is_error=is_error,
             )
+        return entries
 
 
 def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
@@ -509,7 +603,8 @@ class ToolRun:
         tool = self.tool
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
-        op = await journaled(rt, operation_id)
+        guessed = _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and _has_result(op):
             await rt.complete(op.result)  # its result entry was committed with it
             return
@@ -531,7 +626,7 @@ class ToolRun:
                 )
                 tx.wait(on=[approval_task_id(operation_id)], checkpoint={"phase": "approved"})
             return
-        await self._execute(rt, op)
+        await self._execute(rt, op, guessed=guessed)
 
     async def approved(self, rt: Phase) -> None:
         """Resumed once the approval was answered: a denial is an error result; an approval runs exactly the
@@ -551,7 +646,7 @@ class ToolRun:
             return
         await self._execute(rt, op)
 
-    async def _execute(self, rt: Phase, op: OperationRecord | None) -> None:
+    async def _execute(self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False) -> None:
         tool = self.tool
         inp = rt.input
         run_id = str(inp["run_id"])
@@ -559,22 +654,26 @@ class ToolRun:
         args = inp["arguments"]
         attempt = 1 if op is None else op.attempt + 1
         policy = tool.recovery if op is None or op.policy is None else op.policy
-        async with rt.commit() as tx:
-            tx.start_operation(
-                StartOperation(
-                    operation_id=operation_id,
-                    run_id=run_id,
-                    kind="tool",
-                    name=tool.name,
-                    version=tool.version,
-                    turn=int(inp["turn"]),
-                    attempt=attempt,
-                    digest=digest(args),
-                    tool_call_id=str(inp["call_id"]),
-                    policy=policy,
-                    arguments=json_value(args),
-                )
-            )
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="tool",
+            name=tool.name,
+            version=tool.version,
+            turn=int(inp["turn"]),
+            attempt=attempt,
+            digest=digest(args),
+            tool_call_id=str(inp["call_id"]),
+            policy=policy,
+            arguments=json_value(args),
+        )
+        if not await _start(rt, intent, guessed):
+            op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
+            if op is not None and _has_result(op):
+                await rt.complete(op.result)
+                return
+            await self._execute(rt, op)
+            return
         call = ToolCall(
             operation_id=operation_id,
             run_id=run_id,

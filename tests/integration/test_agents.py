@@ -165,6 +165,10 @@ async def test_one_tool_call(owner: OwnerProcess, ledger: Path) -> None:
                 ("model", "scripted", "completed"),
             ]
             assert ops[1].policy == "manual" and ops[1].tool_call_id == "call_1_1"
+            # After its tools the run's task went straight on to turn 2 under the same lease: two grants in all
+            # (turn 1; the tools and turn 2), no turn state committed in between.
+            task = await client.task(run.task_id or "")
+            assert task.epoch == 2 and task.restarts == 0
             [execution] = read_ledger(ledger)
             assert execution["operation_id"] == ops[1].operation_id and execution["attempt"] == 1
 

@@ -94,3 +94,49 @@ def test_one_delay_formula() -> None:
         assert retry.delay_ms(attempt) == protocol.retry_delay_ms(stored, attempt) == backoff_ms(stored, attempt)
     assert backoff_ms(stored, 1, retry_after_ms=2000) == 2000
     assert backoff_ms(stored, 1, retry_after_ms=60_000) == 5000
+
+
+def test_a_fold_fed_in_parts_gives_the_whole_transcripts_messages_and_digest() -> None:
+    from actors._runs import MessageFold, _message_data, digest, request_digest
+
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"text": "", "tool_calls": [call("call_1_1"), call("call_1_2")]}),
+        entry(2, "tether.tool_result", {"call_id": "call_1_2", "content": "two", "is_error": False}),
+        entry(3, "note", {"anything": 1}),
+        entry(4, "tether.tool_result", {"call_id": "call_1_1", "content": "one", "is_error": True}),
+        entry(5, "tether.assistant", {"text": 'ünï "messages":[]', "tool_calls": [call("call_2_1")]}),
+        entry(6, "tether.user", {"text": "again", "run_id": "s"}),
+        entry(7, "tether.assistant", {"text": "", "tool_calls": [call("call_3_1")]}),
+        entry(8, "tether.tool_result", {"call_id": "call_3_1", "content": {"n": 1}, "is_error": False}),
+    ]
+    app = actors.App("a")
+    app.define_tool("lookup", handler, description="d", parameters={"type": "object"})
+    agent = app.define_agent(
+        "helper",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text="t")]),
+        instructions='Be "brief".',
+        tools=["lookup"],
+    )
+    for cut in range(len(entries) + 1):
+        fold = MessageFold()
+        fold.feed(entries[:cut])
+        before = fold.messages()
+        fold.feed(entries[cut:])
+        whole = transcript_messages(entries)
+        assert transcript_messages(entries[:cut]) == before
+        assert fold.messages() == whole and fold.fed == len(entries)
+        request = agent.request(fold.messages(), 2)
+        expected = digest(
+            {
+                "model": request.model,
+                "instructions": request.instructions,
+                "messages": [_message_data(message) for message in request.messages],
+                "tools": [tool.name for tool in request.tools],
+            }
+        )
+        assert request_digest(request, fold) == request_digest(request) == expected
+    # Messages that are not the fold's own (a request built otherwise): the digest is of what the request holds.
+    other = agent.request(transcript_messages(entries[:2]), 1)
+    assert request_digest(other, fold) == request_digest(other)

@@ -136,7 +136,7 @@ class RunMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.leases("agent:"))
     @rule(
-        step=st.sampled_from(["intent", "intent", "result", "tool", "tool", "tool", "complete", "fail"]),
+        step=st.sampled_from(["intent", "intent", "guess", "result", "tool", "tool", "tool", "complete", "fail"]),
         which=picks,
         policy=st.sampled_from(["manual", "safe", "idempotent"]),
     )
@@ -150,8 +150,10 @@ class RunMachine(RuleBasedStateMachine):
         stored = self.sim.store.operation(op_id)
         if stored is None and step == "result":
             step = "intent"
-        if step == "intent":
-            attempt = 1 if stored is None else stored.attempt + 1
+        if step in ("intent", "guess"):
+            # guess: the worker's fresh phase commits attempt 1 without reading the journal; only an operation
+            # with no attempt takes it, anything else is refused (conflict) and nothing changes.
+            attempt = 1 if stored is None or step == "guess" else stored.attempt + 1
             intent = StartOperation(
                 operation_id=op_id,
                 run_id=run_id,
@@ -163,7 +165,9 @@ class RunMachine(RuleBasedStateMachine):
                 digest="d",
                 retry=RETRY,
             )
-            self.expect_answer(worker.commit(task_id, intent), may_start(stored))
+            allowed = may_start(stored) if step == "intent" else stored is None
+            self.expect_answer(worker.commit(task_id, intent), allowed)
+            assert allowed or self.sim.store.operation(op_id) == stored
         elif step == "result":
             assert stored is not None
             allowed = stored.status == "started" and stored.task_id == task_id
@@ -187,7 +191,7 @@ class RunMachine(RuleBasedStateMachine):
             assert isinstance(worker.commit(task_id, failed(task_id)), Committed)
 
     @precondition(lambda self: self.leases("tool:"))
-    @rule(step=st.sampled_from(["intent", "intent", "result", "ask", "complete"]), which=picks)
+    @rule(step=st.sampled_from(["intent", "intent", "guess", "result", "ask", "complete"]), which=picks)
     def tool_phase(self, step: str, which: int) -> None:
         leased = self.leases("tool:")
         if not leased:
@@ -198,8 +202,10 @@ class RunMachine(RuleBasedStateMachine):
         stored = self.sim.store.operation(op_id)
         if stored is None and step == "result":
             step = "intent"  # a result needs an intent first: spend the step on one
-        if step == "intent":
-            attempt = 1 if stored is None else stored.attempt + 1
+        if step in ("intent", "guess"):
+            # guess: the worker's fresh phase commits attempt 1 without reading the journal; only an operation
+            # with no attempt takes it, anything else is refused (conflict) and nothing changes.
+            attempt = 1 if stored is None or step == "guess" else stored.attempt + 1
             intent = StartOperation(
                 operation_id=op_id,
                 run_id=run_id,
@@ -212,7 +218,9 @@ class RunMachine(RuleBasedStateMachine):
                 tool_call_id="c",
                 policy=policy,  # type: ignore[arg-type]
             )
-            self.expect_answer(worker.commit(tool_id, intent), may_start(stored))
+            allowed = may_start(stored) if step == "intent" else stored is None
+            self.expect_answer(worker.commit(tool_id, intent), allowed)
+            assert allowed or self.sim.store.operation(op_id) == stored
         elif step == "result":
             assert stored is not None
             allowed = stored.status == "started" and stored.task_id == tool_id
