@@ -74,6 +74,7 @@ from ._models import (
 from ._openai import OpenAIChat
 from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
+from ._runs import tool_operation_id
 from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._watch import WatchStream
 from ._worker import serve
@@ -162,4 +163,5 @@ __all__ = [
     "load_app",
     "new_id",
     "serve",
+    "tool_operation_id",
 ]

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from actors import PartialOutput
 from protocol import EntryRecord, RunRecord, TaskRecord
 
 from ._watch_view import (
@@ -22,7 +23,6 @@ from ._watch_view import (
     ASSISTANT_ENTRY,
     TOOL_RESULT_ENTRY,
     USER_ENTRY,
-    Stream,
     WatchView,
     preview,
 )
@@ -168,7 +168,7 @@ def _transcript(view: WatchView, conversation_id: str | None, console: Console, 
     if conversation_id is not None:
         for entry in view.entries(conversation_id):
             items.extend(_entry_lines(view, entry))
-        for stream in view.partials.streams(conversation_id=conversation_id):
+        for stream in view.streams(conversation_id=conversation_id):
             if view.run_id in (None, stream.run_id):
                 items.append(_stream_line(stream))
     options = console.options.update(width=max(20, console.width - 4))
@@ -210,9 +210,9 @@ def _entry_lines(view: WatchView, entry: EntryRecord) -> list[Text]:
     return [Text(f"{entry.kind}: {preview(entry.data)}", style="dim")]
 
 
-def _stream_line(stream: Stream) -> Text:
+def _stream_line(stream: PartialOutput) -> Text:
     prefix = "…" if stream.start > 0 else ""
-    if stream.cut_off:
+    if stream.status == "aborted":
         line = Text(f"assistant (attempt {stream.attempt}, cut off): ", style="dim red")
         line.append(prefix + stream.text, style="dim strike")
         line.append("  ✂ cut off here: not an answer", style="red")
@@ -244,10 +244,10 @@ def _conversations(view: WatchView) -> Table:
 
 
 def _latest(view: WatchView, conversation_id: str) -> Text:
-    streams = view.partials.streams(conversation_id=conversation_id)
+    streams = view.streams(conversation_id=conversation_id)
     if streams:
         stream = streams[-1]
-        return Text(("✂ " if stream.cut_off else "▌ ") + stream.text[-200:], style="italic")
+        return Text(("✂ " if stream.status == "aborted" else "▌ ") + stream.text[-200:], style="italic")
     for entry in reversed(view.entries(conversation_id)):
         lines = _entry_lines(view, entry)
         if lines:

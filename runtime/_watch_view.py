@@ -1,10 +1,10 @@
 """What ``tether watch`` shows, as pure state fed with committed records (no I/O, no trio, no terminal).
 
-:class:`PartialText` assembles the streamed text of model requests from :class:`~protocol.PartialRecord` pieces;
 :class:`WatchView` folds every record of a watch into what a person wants to see (the transcript with its tool
 calls, the text streaming now, the runs, what waits for a person and the command that answers it, the task tree)
-and says in plain lines what each record changed. :mod:`runtime._watch_render` draws it with rich; ``runtime._watch``
-feeds it from a watch.
+and says in plain lines what each record changed; the streamed text of model requests is assembled from its
+:class:`~protocol.PartialRecord` pieces by an :class:`actors.PartialText`. :mod:`runtime._watch_render` draws it with
+rich; ``runtime._watch`` feeds it from a watch.
 
 Everything held is bounded (docs/operations.md lists the bounds): the transcript keeps its last
 ``MAX_ENTRIES_PER_CONVERSATION`` entries per conversation, a streamed text its last ``MAX_PARTIAL_CHARS``
@@ -20,7 +20,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
-from actors._runs import tool_operation_id as _derive_tool_operation_id
+import actors
 from protocol import (
     ConversationRecord,
     EntryRecord,
@@ -35,7 +35,8 @@ from protocol import (
 MAX_PARTIAL_CHARS: Final = 20_000
 """The characters of one streamed text kept (its tail; the view shows ``…`` before a text it cut)."""
 MAX_STREAMS: Final = 64
-"""Streamed texts held at once (those of model requests without a result yet, and cut-off ones)."""
+"""Streamed texts held at once (those of model requests without a result yet, and cut-off ones): past it, the least
+recently changed is dropped."""
 MAX_ENTRIES_PER_CONVERSATION: Final = 200
 MAX_CONVERSATIONS: Final = 500
 MAX_RUNS: Final = 500
@@ -86,106 +87,6 @@ class Bounded(Generic[_K, _V]):
         return len(self._items)
 
 
-# ------------------------------------------------------------------------------------------- streamed text
-
-
-@attrs.define
-class Stream:
-    """The text one model request (``operation_id``) has streamed so far, in its latest ``attempt``.
-
-    ``start`` is the offset of the first character held: above 0 when the watch began after the stream did, or when
-    the text outgrew ``MAX_PARTIAL_CHARS`` and its head was dropped.
-    """
-
-    operation_id: str
-    run_id: str
-    conversation_id: str
-    attempt: int
-    start: int
-    text: str
-    status: str
-    seq: int
-
-    @property
-    def end(self) -> int:
-        """The offset after the last character held."""
-        return self.start + len(self.text)
-
-    @property
-    def cut_off(self) -> bool:
-        return self.status == "aborted"
-
-
-class PartialText:
-    """The streamed text of each model request, assembled from its pieces (the rules of
-    :class:`~protocol.PartialRecord`):
-
-    1. One text per operation; a piece of an older attempt than the one held is ignored, and a piece of a later
-       attempt drops the text held (the retried attempt replaces the earlier one's output).
-    2. A piece whose characters are all held already is skipped; one that overlaps what is held adds only its new
-       characters, so no character is ever shown twice.
-    3. A piece that starts past the end of what is held (the watch began mid-stream) starts the text over at its
-       offset; the view marks the gap.
-    4. ``aborted`` marks the text cut off (never an answer). ``done``, or the operation's result being committed,
-       forgets the text: the answer is then the assistant entry.
-    """
-
-    def __init__(self, *, max_streams: int = MAX_STREAMS, max_chars: int = MAX_PARTIAL_CHARS) -> None:
-        self.max_chars = max_chars
-        self._streams: Bounded[str, Stream] = Bounded(max_streams)
-
-    def feed(self, piece: PartialRecord) -> str:
-        """Take one piece; return the characters it added to what is shown (``""`` if none)."""
-        held = self._streams.get(piece.operation_id)
-        if held is not None and piece.attempt < held.attempt:
-            return ""  # rule 1: a late piece of a replaced attempt
-        if piece.status == "done":
-            self._streams.pop(piece.operation_id)  # rule 4
-            return ""
-        if held is None or piece.attempt > held.attempt or piece.offset > held.end:
-            held = Stream(
-                operation_id=piece.operation_id,
-                run_id=piece.run_id,
-                conversation_id=piece.conversation_id,
-                attempt=piece.attempt,
-                start=piece.offset,
-                text="",
-                status="streaming",
-                seq=piece.seq,
-            )
-        added = piece.text[held.end - piece.offset :]  # rule 2
-        text = held.text + added
-        start = held.start
-        if len(text) > self.max_chars:
-            start += len(text) - self.max_chars
-            text = text[-self.max_chars :]
-        status = "aborted" if piece.status == "aborted" or held.cut_off else "streaming"
-        self._streams.put(piece.operation_id, attrs.evolve(held, start=start, text=text, status=status, seq=piece.seq))
-        return added
-
-    def settle(self, operation: OperationRecord) -> bool:
-        """The operation's journal record: its result forgets the text (the assistant entry answers); a failed or
-        interrupted attempt marks the text of that attempt cut off. Return whether a text was cut off."""
-        held = self._streams.get(operation.operation_id)
-        if held is None or operation.kind != "model":
-            return False
-        if operation.status in ("completed", "resolved"):
-            self._streams.pop(operation.operation_id)
-            return False
-        if operation.status in ("failed", "interrupted") and operation.attempt >= held.attempt and not held.cut_off:
-            self._streams.put(operation.operation_id, attrs.evolve(held, status="aborted"))
-            return True
-        return False
-
-    def get(self, operation_id: str) -> Stream | None:
-        return self._streams.get(operation_id)
-
-    def streams(self, *, conversation_id: str | None = None) -> list[Stream]:
-        """The texts held, oldest piece first (of one conversation when given)."""
-        found = [s for s in self._streams.values() if conversation_id in (None, s.conversation_id)]
-        return sorted(found, key=lambda stream: stream.seq)
-
-
 # ---------------------------------------------------------------------------------------------- the view
 
 
@@ -227,7 +128,9 @@ class WatchView:
         self.conversation_id = conversation_id
         self.run_id = run_id
         self.seq = 0
-        self.partials = PartialText()
+        self.partials = actors.PartialText(max_outputs=MAX_STREAMS, max_chars=MAX_PARTIAL_CHARS)
+        """The streamed texts, streaming or cut off: a text whose operation has its result is forgotten (the answer
+        is then the assistant entry)."""
         self.conversations: Bounded[str, ConversationRecord] = Bounded(MAX_CONVERSATIONS)
         self._entries: Bounded[str, deque[EntryRecord]] = Bounded(MAX_CONVERSATIONS)
         self._results: Bounded[tuple[str, str], EntryRecord] = Bounded(MAX_OPERATIONS)
@@ -339,21 +242,31 @@ class WatchView:
         return [f"{entry.kind}: {preview(entry.data)}"]
 
     def _partial(self, piece: PartialRecord) -> list[str]:
-        held = self.partials.get(piece.operation_id)
-        replaced = held is not None and piece.attempt > held.attempt and held.text
-        was_cut = held is not None and held.attempt == piece.attempt and held.cut_off
-        added = self.partials.feed(piece)
-        lines = [f"(attempt {held.attempt} replaced by attempt {piece.attempt})"] if replaced and held else []
-        if added:
-            lines.append(f"streaming: {added}")
-        now = self.partials.get(piece.operation_id)
-        if now is not None and now.cut_off and not was_cut:
+        held = self.partials.outputs.get(piece.operation_id)
+        replaces = self.partials.replaces(piece)
+        was_cut = held is not None and held.status == "aborted" and not replaces
+        lines = (
+            [f"(attempt {held.attempt} replaced by attempt {piece.attempt})"] if held and held.text and replaces else []
+        )
+        changed = self.partials.feed(piece)
+        if not changed:
+            return lines
+        [now] = changed
+        if now.status == "done":  # the answer is the assistant entry
+            self.partials.forget(piece.operation_id)
+            return lines
+        if now.added:
+            lines.append(f"streaming: {now.added}")
+        if now.status == "aborted" and not was_cut:
             lines.append(f"(cut off: attempt {now.attempt} stopped here; this is not an answer)")
         return lines
 
     def _operation(self, operation: OperationRecord) -> list[str]:
         self.operations.put(operation.operation_id, operation)
-        if self.partials.settle(operation):
+        settled = self.partials.settle(operation)
+        if settled is not None and settled.status == "done":  # the result is committed: the entry answers
+            self.partials.forget(operation.operation_id)
+        elif settled is not None:
             return [f"(cut off: attempt {operation.attempt} {operation.status}; this is not an answer)"]
         if operation.kind == "tool" and operation.status == "started":
             return [f"tool {operation.name} running"]
@@ -417,9 +330,14 @@ class WatchView:
             entries = self.entries(conversation_id)
             if entries:
                 seen[conversation_id] = max(seen.get(conversation_id, 0), entries[-1].seq)
-        for stream in self.partials.streams():
+        for stream in self.streams():
             seen[stream.conversation_id] = max(seen.get(stream.conversation_id, 0), stream.seq)
         return sorted(seen, key=lambda conversation_id: seen[conversation_id])
+
+    def streams(self, *, conversation_id: str | None = None) -> list[actors.PartialOutput]:
+        """The streamed texts held (streaming, or cut off), oldest piece first (of one conversation when given)."""
+        found = [s for s in self.partials.outputs.values() if conversation_id in (None, s.conversation_id)]
+        return sorted(found, key=lambda stream: stream.seq)
 
     def runs_of(self, conversation_id: str | None = None) -> list[RunRecord]:
         """The runs held (of one conversation when given), in id order: the order they were submitted."""
@@ -552,7 +470,7 @@ def tool_operation_id(run_id: str, turn: Any, call_id: str) -> str | None:
     """The operation of a tool call of an assistant entry (as the run loop derives it), or ``None`` without a turn."""
     if not isinstance(turn, int):
         return None
-    return _derive_tool_operation_id(run_id, turn, call_id)
+    return actors.tool_operation_id(run_id, turn, call_id)
 
 
 def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:

@@ -13,13 +13,15 @@ import trio.lowlevel
 import trio.testing
 
 import actors
-from actors._partials import FINAL_PIECE_BYTES, PartialSender, partial_output
+from actors._partials import FINAL_PIECE_BYTES, MAX_OUTPUTS, PartialSender, partial_output
 from protocol import (
+    MAX_PARTIAL_BYTES,
     AppendPartial,
     Commit,
     Committed,
     ErrorCode,
     LeaseRef,
+    OperationRecord,
     PartialRecord,
     UsageError,
     error_for_code,
@@ -173,6 +175,9 @@ def test_partial_text_after_a_retried_run_restarts_the_attempt_numbers() -> None
     reader.feed([record(0, "first", seq=1), record(5, "", status="aborted", seq=2)])
     reader.feed(record(0, "again", seq=9))  # attempt 1 again (retry_run starts over): a new text, not "first"
     assert reader.text("op") == "again" and reader.outputs["op"].status == "streaming"
+    reader.feed(record(5, "", status="aborted", seq=10))
+    reader.feed(record(0, "", status="done", seq=12))  # a later attempt 1 that streamed no text (tool calls only)
+    assert reader.text("op") == "" and reader.outputs["op"].status == "done"
 
 
 def test_partial_text_started_mid_stream_or_past_a_gap_holds_from_there() -> None:
@@ -183,3 +188,75 @@ def test_partial_text_started_mid_stream_or_past_a_gap_holds_from_there() -> Non
     assert (reader.outputs["op"].start, reader.text("op")) == (20, "xyz")
     reader.feed(record(23, "", status="done", seq=3, op="other"))
     assert reader.text("other") == "" and list(reader.outputs) == ["op", "other"]
+
+
+def model_operation(status: str, *, seq: int, attempt: int = 1, kind: str = "model") -> OperationRecord:
+    return OperationRecord(
+        operation_id="op",
+        run_id="r",
+        conversation_id="c",
+        task_id="t",
+        kind=kind,  # type: ignore[arg-type]
+        name="scripted",
+        version=1,
+        turn=1,
+        attempt=attempt,
+        digest="d",
+        status=status,  # type: ignore[arg-type]
+        seq=seq,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+
+
+def test_partial_text_says_what_each_record_added() -> None:
+    reader = actors.PartialText()
+    [first] = reader.feed(record(0, "Hel", seq=1))
+    [second] = reader.feed(record(1, "ello", seq=2))  # an overlap: "lo" is new
+    [ended] = reader.feed(record(5, "", status="aborted", seq=3))
+    [again] = reader.feed(record(0, "Bye", attempt=2, seq=4))
+    assert [o.added for o in (first, second, ended, again)] == ["Hel", "lo", "", "Bye"]
+    assert reader.replaces(record(0, "x", attempt=3, seq=5)) and not reader.replaces(record(3, "!", attempt=2, seq=5))
+
+
+def test_partial_text_settles_from_the_operation_record_ordered_by_seq() -> None:
+    reader = actors.PartialText()
+    reader.feed(record(0, "abc", seq=5))
+    assert reader.settle(model_operation("failed", seq=4)) is None  # older than the text held
+    assert reader.settle(model_operation("started", seq=6)) is None
+    assert reader.settle(model_operation("failed", kind="tool", seq=6)) is None
+    cut = reader.settle(model_operation("failed", seq=6))
+    assert cut is not None and (cut.status, cut.text, cut.seq) == ("aborted", "abc", 6)
+    assert reader.feed(record(3, "", status="aborted", seq=6)) == []  # the record of the same commit
+    assert reader.settle(model_operation("interrupted", seq=7)) is None  # cut off already
+    reader.feed(record(0, "xyz", attempt=2, seq=8))
+    done = reader.settle(model_operation("completed", attempt=2, seq=9))
+    assert done is not None and (done.status, done.text) == ("done", "xyz")
+    assert reader.forget("op") == done and reader.outputs == {} and reader.forget("op") is None
+
+
+def test_partial_text_keeps_the_tail_of_a_text_and_its_most_recently_changed_outputs() -> None:
+    reader = actors.PartialText(max_outputs=2, max_chars=4)
+    reader.feed(record(0, "abcdef", seq=1))
+    assert (reader.outputs["op"].start, reader.text("op")) == (2, "cdef")
+    [output] = reader.feed(record(4, "efgh", seq=2))  # offsets stay right after the head was dropped
+    assert (output.start, output.text, output.added) == (4, "efgh", "gh")
+    reader.feed(record(0, "1", seq=3, op="b"))
+    reader.feed(record(8, "i", seq=4))  # "op" changed after "b"
+    reader.feed(record(0, "2", seq=5, op="c"))
+    assert list(reader.outputs) == ["op", "c"]  # "b" was the least recently changed
+    with pytest.raises(TypeError):
+        reader.outputs["x"] = output  # type: ignore[index]
+
+
+def test_partial_text_holds_a_whole_attempt_by_default_and_its_bounds_are_checked() -> None:
+    reader = actors.PartialText()
+    whole = "x" * MAX_PARTIAL_BYTES  # the most the owner stores of an attempt
+    reader.feed(record(0, whole, seq=1))
+    assert reader.outputs["op"].start == 0 and reader.text("op") == whole
+    for index in range(MAX_OUTPUTS + 5):
+        reader.feed(record(0, "y", seq=index + 2, op=f"op-{index}"))
+    assert len(reader.outputs) == MAX_OUTPUTS and "op" not in reader.outputs
+    for bad in ({"max_outputs": 0}, {"max_chars": -1}, {"max_chars": 1.5}, {"max_outputs": True}):
+        with pytest.raises(UsageError, match=next(iter(bad))):
+            actors.PartialText(**bad)  # type: ignore[arg-type]

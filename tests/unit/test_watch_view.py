@@ -9,7 +9,8 @@ from typing import Any
 import attrs
 from rich.console import Console
 
-from actors._runs import tool_operation_id
+import actors
+from actors import tool_operation_id
 from protocol import (
     EntryRecord,
     InteractionAnswer,
@@ -23,7 +24,7 @@ from protocol import (
 )
 from runtime._watch import json_line
 from runtime._watch_render import render
-from runtime._watch_view import MAX_ENTRIES_PER_CONVERSATION, MAX_STREAMS, PartialText, WatchView
+from runtime._watch_view import MAX_ENTRIES_PER_CONVERSATION, MAX_PARTIAL_CHARS, MAX_STREAMS, WatchView
 
 CONVERSATION = "c0000000-0000-7000-8000-000000000001"
 RUN = "r0000000-0000-7000-8000-000000000001"
@@ -47,7 +48,9 @@ def piece(
     )
 
 
-def operation(status: str, *, kind: str = "model", attempt: int = 1, op: str = MODEL_OP, name: str = "scripted") -> Any:
+def operation(
+    status: str, *, kind: str = "model", attempt: int = 1, op: str = MODEL_OP, name: str = "scripted", seq: int = 1
+) -> Any:
     return OperationRecord(
         operation_id=op,
         run_id=RUN,
@@ -60,7 +63,7 @@ def operation(status: str, *, kind: str = "model", attempt: int = 1, op: str = M
         attempt=attempt,
         digest="d",
         status=status,  # type: ignore[arg-type]
-        seq=1,
+        seq=seq,
         created_at_ms=0,
         updated_at_ms=0,
     )
@@ -144,77 +147,107 @@ def screen(view: WatchView, *, width: int = 120, height: int = 40) -> str:
 # ------------------------------------------------------------------------------------------- PartialText
 
 
+def watch_text(**bounds: int) -> actors.PartialText:
+    """The assembler as the view holds it (its bounds unless given)."""
+    return actors.PartialText(**{"max_outputs": MAX_STREAMS, "max_chars": MAX_PARTIAL_CHARS, **bounds})
+
+
+def added(text: actors.PartialText, record: PartialRecord) -> str:
+    """The characters ``record`` added to what is shown (``""``: none)."""
+    return "".join(output.added for output in text.feed(record))
+
+
 def test_pieces_are_assembled_in_order_and_report_what_they_added() -> None:
-    text = PartialText()
-    assert text.feed(piece(0, "Your or")) == "Your or"
-    assert text.feed(piece(7, "der ")) == "der "
-    assert text.feed(piece(11, "shipped.")) == "shipped."
-    stream = text.get(MODEL_OP)
-    assert stream is not None and stream.text == "Your order shipped." and not stream.cut_off
+    text = watch_text()
+    assert added(text, piece(0, "Your or", seq=1)) == "Your or"
+    assert added(text, piece(7, "der ", seq=2)) == "der "
+    assert added(text, piece(11, "shipped.", seq=3)) == "shipped."
+    stream = text.outputs.get(MODEL_OP)
+    assert stream is not None and stream.text == "Your order shipped." and stream.status == "streaming"
 
 
 def test_a_piece_already_held_is_skipped_and_an_overlap_adds_only_its_new_characters() -> None:
-    text = PartialText()
+    text = watch_text()
     text.feed(piece(0, "Hello, wor"))
-    assert text.feed(piece(0, "Hello")) == ""  # a repeat (e.g. a resubscription from an earlier seq)
-    assert text.feed(piece(7, "world!")) == "ld!"
-    stream = text.get(MODEL_OP)
+    assert added(text, piece(0, "Hello")) == ""  # a repeat (e.g. a resubscription from an earlier seq)
+    assert added(text, piece(7, "world!")) == "ld!"
+    stream = text.outputs.get(MODEL_OP)
     assert stream is not None and stream.text == "Hello, world!"
 
 
 def test_a_later_attempt_replaces_the_earlier_ones_text_and_late_pieces_of_the_old_one_are_ignored() -> None:
-    text = PartialText()
-    text.feed(piece(0, "First try, cut"))
-    assert text.feed(piece(0, "Second", attempt=2)) == "Second"
-    assert text.feed(piece(14, " and more", attempt=1)) == ""
-    stream = text.get(MODEL_OP)
+    text = watch_text()
+    text.feed(piece(0, "First try, cut", seq=1))
+    assert text.replaces(piece(0, "Second", attempt=2, seq=2))
+    assert added(text, piece(0, "Second", attempt=2, seq=2)) == "Second"
+    assert added(text, piece(14, " and more", attempt=1, seq=1)) == ""  # committed before attempt 2's piece
+    stream = text.outputs.get(MODEL_OP)
     assert stream is not None and (stream.attempt, stream.text) == (2, "Second")
 
 
+def test_a_later_attempt_with_a_smaller_number_replaces_the_text() -> None:
+    # retry_run starts the attempt numbers over: what comes later (by seq) is the later attempt.
+    text = watch_text()
+    text.feed([piece(0, "Second try", attempt=2, seq=6), piece(10, "", attempt=2, status="aborted", seq=7)])
+    assert added(text, piece(0, "Again", attempt=1, seq=10)) == "Again"
+    stream = text.outputs.get(MODEL_OP)
+    assert stream is not None and (stream.attempt, stream.text, stream.status) == (1, "Again", "streaming")
+
+
 def test_an_aborted_piece_marks_the_text_cut_off_and_a_retry_replaces_it() -> None:
-    text = PartialText()
-    text.feed(piece(0, "Half an ans"))
-    text.feed(piece(11, "wer", status="aborted"))
-    stream = text.get(MODEL_OP)
-    assert stream is not None and stream.cut_off and stream.text == "Half an answer"
-    text.feed(piece(0, "A whole answer.", attempt=2))
-    stream = text.get(MODEL_OP)
-    assert stream is not None and not stream.cut_off and stream.text == "A whole answer."
+    text = watch_text()
+    text.feed(piece(0, "Half an ans", seq=1))
+    text.feed(piece(11, "wer", status="aborted", seq=2))
+    stream = text.outputs.get(MODEL_OP)
+    assert stream is not None and stream.status == "aborted" and stream.text == "Half an answer"
+    text.feed(piece(0, "A whole answer.", attempt=2, seq=3))
+    stream = text.outputs.get(MODEL_OP)
+    assert stream is not None and stream.status == "streaming" and stream.text == "A whole answer."
 
 
 def test_done_or_the_committed_result_forgets_the_text_and_a_failed_attempt_cuts_it_off() -> None:
-    text = PartialText()
-    text.feed(piece(0, "abc"))
-    text.feed(piece(3, "", status="done"))
-    assert text.get(MODEL_OP) is None
-    text.feed(piece(0, "abc", attempt=2))
-    assert text.settle(operation("failed", attempt=2)) is True
-    stream = text.get(MODEL_OP)
-    assert stream is not None and stream.cut_off
-    text.feed(piece(0, "xyz", attempt=3))
-    assert text.settle(operation("completed", attempt=3)) is False
-    assert text.get(MODEL_OP) is None
+    # As the view folds them: a text marked done (by its record or by the operation's result) is forgotten.
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(1, [piece(0, "abc", seq=1)])
+    assert view.apply(2, [piece(3, "", status="done", seq=2)]) == []
+    assert view.partials.outputs.get(MODEL_OP) is None
+    view.apply(3, [piece(0, "abc", attempt=2, seq=3)])
+    assert view.apply(2, [operation("failed", attempt=2, seq=2)]) == []  # older than the text held: ignored
+    lines = view.apply(4, [operation("failed", attempt=2, seq=4)])
+    assert lines == ["(cut off: attempt 2 failed; this is not an answer)"]
+    stream = view.partials.outputs.get(MODEL_OP)
+    assert stream is not None and stream.status == "aborted"
+    view.apply(5, [piece(0, "xyz", attempt=3, seq=5)])
+    assert view.apply(6, [operation("completed", attempt=3, seq=6)]) == []
+    assert view.partials.outputs.get(MODEL_OP) is None
 
 
 def test_a_watch_that_starts_mid_stream_keeps_the_offset_of_what_it_holds() -> None:
-    text = PartialText()
-    assert text.feed(piece(40, "tail")) == "tail"
-    stream = text.get(MODEL_OP)
+    text = watch_text()
+    assert added(text, piece(40, "tail")) == "tail"
+    stream = text.outputs.get(MODEL_OP)
     assert stream is not None and (stream.start, stream.end) == (40, 44)
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(10, [piece(40, "tail")])
+    assert "assistant (streaming, attempt 1): …tail" in screen(view)  # the head it missed is marked
 
 
 def test_the_text_held_and_the_streams_held_are_bounded() -> None:
-    text = PartialText(max_chars=10)
+    text = watch_text(max_chars=10)
     for offset in range(0, 100, 5):
         text.feed(piece(offset, "abcde"))
-    stream = text.get(MODEL_OP)
+    stream = text.outputs.get(MODEL_OP)
     assert stream is not None and stream.text == "abcdeabcde" and (stream.start, stream.end) == (90, 100)
-    assert text.feed(piece(95, "abcdeXY")) == "XY"  # offsets stay right after the head was dropped
-    many = PartialText()
+    assert added(text, piece(95, "abcdeXY")) == "XY"  # offsets stay right after the head was dropped
+    view = WatchView("tether.db")
     for index in range(MAX_STREAMS + 10):
-        many.feed(piece(0, "x", op=f"op-{index}"))
-    assert len(many.streams()) == MAX_STREAMS
-    assert many.get("op-0") is None and many.get(f"op-{MAX_STREAMS + 9}") is not None
+        view.apply(index + 1, [piece(0, "x", op=f"op-{index}", seq=index + 1)])
+    assert len(view.streams()) == MAX_STREAMS
+    assert view.partials.outputs.get("op-0") is None and view.partials.outputs.get(f"op-{MAX_STREAMS + 9}")
+    long = "y" * (MAX_PARTIAL_CHARS + 5)
+    view.apply(MAX_STREAMS + 20, [piece(0, long, op="long", seq=MAX_STREAMS + 20)])
+    held = view.partials.outputs.get("long")
+    assert held is not None and (held.start, len(held.text)) == (5, MAX_PARTIAL_CHARS)
 
 
 # ---------------------------------------------------------------------------------------------- the view
@@ -241,7 +274,7 @@ def approval_story() -> WatchView:
     view.apply(
         5,
         [
-            operation("completed"),
+            operation("completed", seq=5),
             entry(1, "tether.assistant", assistant),
             task("tool-1", "tool:lookup", "pending", owner=TASK),
         ],
@@ -267,7 +300,7 @@ def test_the_view_shows_an_open_approval_with_the_commands_that_answer_it() -> N
     [assistant] = [e for e in view.entries(CONVERSATION) if e.kind == "tether.assistant"]
     [call] = view.tool_calls(assistant)
     assert (call.name, call.arguments, call.status) == ("lookup", {"order_id": "A1"}, "waiting for approval")
-    assert view.partials.get(MODEL_OP) is None  # the committed result replaced the streamed text
+    assert view.partials.outputs.get(MODEL_OP) is None  # the committed result replaced the streamed text
     text = screen(view)
     assert "waiting for you" in text and "approval i0000000-0000-7000-8000-000000000001: lookup" in text
     assert "tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --approve" in text
@@ -293,7 +326,7 @@ def test_the_answer_the_result_and_the_settled_run_replace_what_waited() -> None
     view.apply(
         15,
         [
-            operation("completed", op="m2"),
+            operation("completed", op="m2", seq=15),
             entry(3, "tether.assistant", {"run_id": RUN, "turn": 2, "text": "Your order shipped.", "tool_calls": []}),
             run("completed", seq=15),
         ],
@@ -396,3 +429,29 @@ def test_a_retried_runs_new_task_joins_the_run_view_though_it_comes_before_the_r
     _, records = view.fold(21, [task("tool-9", "tool:lookup", "pending", owner="t-retry")])
     assert len(records) == 1
     assert [t.task_id for _, t in view.task_tree(retried)] == ["t-retry", "tool-9"]
+
+
+def test_a_retried_runs_first_attempt_replaces_the_failed_runs_last_though_its_number_is_smaller() -> None:
+    # retry_run starts the attempt numbers over: the new task's attempt 1 comes after the failed run's attempt 2.
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(3, [run("running", seq=3)])
+    view.apply(4, [piece(0, "First try", seq=4)])
+    view.apply(5, [piece(9, "", status="aborted", seq=5)])
+    view.apply(6, [piece(0, "Second try", attempt=2, seq=6)])
+    view.apply(7, [piece(10, "", attempt=2, status="aborted", seq=7), run("failed", reason="model_error", seq=7)])
+    view.apply(9, [run("pending", seq=9)])
+    lines = view.apply(10, [piece(0, "Again", seq=10)])
+    assert lines == ["(attempt 2 replaced by attempt 1)", "streaming: Again"]
+    text = screen(view)
+    assert "assistant (streaming, attempt 1): Again" in text and "Second try" not in text
+
+
+def test_a_failed_attempt_is_cut_off_once_whatever_the_order_of_its_commits_records() -> None:
+    for first_the_operation in (True, False):
+        view = WatchView("tether.db", conversation_id=CONVERSATION)
+        view.apply(4, [piece(0, "Half an answ", seq=4)])
+        records = [operation("failed", seq=5), piece(12, "", status="aborted", seq=5)]
+        lines = view.apply(5, records if first_the_operation else records[::-1])
+        assert len(lines) == 1 and lines[0].startswith("(cut off: attempt 1")
+        [stream] = view.streams()
+        assert (stream.text, stream.status) == ("Half an answ", "aborted")
