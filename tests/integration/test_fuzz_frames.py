@@ -13,10 +13,12 @@ printed, and named in any failure).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,7 +31,7 @@ import actors
 import protocol
 from protocol import ErrorCode
 from tests.conftest import OwnerProcess
-from tests.integration._wire import attached, hello, raw_connection
+from tests.integration._wire import hello, raw_connection
 
 FRAMES: Final = int(os.environ.get("TETHER_FUZZ_FRAMES", "20000"))
 ROUND_TIMEOUT_S: Final = 15.0
@@ -38,6 +40,9 @@ SENTINEL_BASE: Final = 1 << 40
 CLOSE_CODES: Final = {1000, 1009}
 """Close codes the owner may use (docs/protocol.md): a normal close, and the WebSocket layer's for a message over
 ``WEBSOCKET_HARD_LIMIT_BYTES``."""
+ROLES: Final = ("client", "client", "reader", "worker")
+"""Each connection of the fuzzer takes one of these roles (a reader and a worker are refused what a client may do,
+and a worker may announce)."""
 OVERSIZE_EVERY: Final = 300
 FUZZ_KIND: Final = "fuzz.note"
 GOOD_KIND: Final = "good.note"
@@ -142,6 +147,8 @@ class Fuzzer:
             {"type": "read_interactions", "status": None, "run_id": None, "after_interaction_id": None, "limit": 10},
             {"type": "read_partials", "run_id": some_id, "operation_id": None},
             {"type": "announce", "pid": 1, "host": "h", "app": "a", "capabilities": [], "max_leases": 1, "leases": []},
+            {"type": "announce", "pid": 2, "host": "h", "app": "a", "max_leases": 4, "leases": [],
+             "capabilities": [{"kind": "task", "name": "fuzz.kind", "version": 1}]},
             {"type": "pong", "now_ms": 0, "head_seq": 0},
             {"type": "hello", "protocol_version": protocol.PROTOCOL_VERSION, "token": "t", "role": "client",
              "peer_name": "x"},
@@ -207,6 +214,7 @@ class Tally:
     replies: Counter[str] = attrs.Factory(Counter)
     closes: Counter[int] = attrs.Factory(Counter)
     reconnects: int = 0
+    roles: Counter[str] = attrs.Factory(Counter)
     handshakes: int = 0
     acked_appends: set[str] = attrs.Factory(set)
     unknown_appends: set[str] = attrs.Factory(set)
@@ -249,8 +257,8 @@ async def fuzz_round(ws: trio_websocket.WebSocketConnection, fuzzer: Fuzzer, tal
                     frame = received.frame
                     assert not isinstance(frame, protocol.BadFrame), f"the owner sent a bad frame: {received}"
                     tally.replies[getattr(frame, "code", None) or type(frame).TYPE] += 1
-                    if isinstance(frame, protocol.Change):
-                        continue
+                    if received.call_id is None and not isinstance(frame, protocol.Error):
+                        continue  # an event: a watch's change, a lease, a cancel
                     if received.call_id == sentinel:
                         assert isinstance(frame, protocol.Pong), received
                         break
@@ -301,6 +309,16 @@ async def fuzz_handshake(info: protocol.RuntimeInfo, fuzzer: Fuzzer, tally: Tall
             assert exc.reason is not None and exc.reason.code in CLOSE_CODES, exc.reason
 
 
+@contextlib.asynccontextmanager
+async def attached_as(info: protocol.RuntimeInfo, role: str) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """A WebSocket to the owner past a valid Hello in ``role`` (the Welcome has been read)."""
+    async with raw_connection(info.url) as ws:
+        await ws.send_message(hello(info.token, role=role))
+        welcome = protocol.decode_frame(await ws.get_message())
+        assert isinstance(welcome, protocol.Welcome), welcome
+        yield ws
+
+
 async def good_client(db: str, conversation_id: str, done: trio.Event, appended: list[str]) -> None:
     async with actors.connect(db=db) as client:
         while not done.is_set():
@@ -339,9 +357,13 @@ async def _fuzz(db_path: str, rng: random.Random) -> None:
                 nursery.start_soon(good_client, db_path, conversation_id, done, appended)
                 sentinel = SENTINEL_BASE
                 while tally.frames < FRAMES:
+                    role = rng.choice(ROLES)
+                    tally.roles[role] += 1
                     try:
-                        async with attached(info) as ws:
-                            while tally.frames < FRAMES:
+                        async with attached_as(info, role) as ws:
+                            for _ in range(rng.randrange(50, 400)):
+                                if tally.frames >= FRAMES:
+                                    break
                                 sentinel += 1
                                 await fuzz_round(ws, fuzzer, tally, sentinel)
                                 if rng.random() < 0.01:
@@ -358,7 +380,8 @@ async def _fuzz(db_path: str, rng: random.Random) -> None:
 
     print(
         f"{tally.frames} frames in {tally.messages} messages and {tally.handshakes} handshakes; "
-        f"{tally.reconnects} reconnections, closes {dict(tally.closes)}; good client {len(appended)} appends; "
+        f"connections {dict(tally.roles)}, {tally.reconnects} closed by the owner, closes {dict(tally.closes)}; "
+        f"good client {len(appended)} appends; "
         f"fuzzed appends acknowledged {len(tally.acked_appends)}, unknown {len(tally.unknown_appends)}"
     )
     print(f"replies: {dict(tally.replies.most_common())}")
