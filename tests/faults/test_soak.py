@@ -37,6 +37,8 @@ WORKER_KILLS: Final = int(os.environ.get("TETHER_SOAK_WORKER_KILLS", "5"))
 WORKERS: Final = 2
 APPENDERS: Final = 4
 AGENT_CONVERSATIONS: Final = 3
+QUICK_KILLS: Final = 0.25
+"""The share of kills that come right after the previous one, without waiting for the load to make progress."""
 WAL_BOUND_BYTES: Final = 32 << 20
 """The WAL's bound under sustained writes (docs/operations.md, "The WAL's bound": 2,000 pages, about 8 MB, plus what
 commits while one checkpoint runs; tests/integration/test_checkpoints.py holds it to the same 32 MB)."""
@@ -253,8 +255,12 @@ async def _soak(db_path: str, tmp_path: Path, rng: random.Random) -> None:
                 nursery.start_soon(load.submitter, agents)
                 await wait_progress(load, 50, owner)
                 for victim in schedule:
-                    await wait_progress(load, load.progress + 20, owner)
-                    await trio.sleep(rng.uniform(0.0, 0.5))
+                    if rng.random() < QUICK_KILLS:
+                        # Right after the last restart: the owner recovering, workers and clients reattaching.
+                        await trio.sleep(rng.uniform(0.0, 0.05))
+                    else:
+                        await wait_progress(load, load.progress + 20, owner)
+                        await trio.sleep(rng.uniform(0.0, 0.5))
                     wal_samples.append(file_size(db_path + "-wal"))
                     if victim == "owner":
                         owner_statuses.append(await owner.kill())

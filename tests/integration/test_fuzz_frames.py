@@ -314,7 +314,9 @@ async def attached_as(info: protocol.RuntimeInfo, role: str) -> AsyncIterator[tr
     """A WebSocket to the owner past a valid Hello in ``role`` (the Welcome has been read)."""
     async with raw_connection(info.url) as ws:
         await ws.send_message(hello(info.token, role=role))
-        welcome = protocol.decode_frame(await ws.get_message())
+        message = await ws.get_message()
+        assert isinstance(message, bytes), message
+        welcome = protocol.decode_frame(message)
         assert isinstance(welcome, protocol.Welcome), welcome
         yield ws
 
