@@ -4,13 +4,15 @@ an unrelated client.
 An owner and one worker on ``_steps_app:app`` (agent ``bench-stream-steps``: each turn streams text, a delta every
 20 ms and a partial piece committed every 100 ms, then calls the tool ``stamp``). In one run:
 
-- alone: an unrelated client (the writer process of ``bench/commit_throughput.py``: its own connection and
+- alone, before: an unrelated client (the writer process of ``bench/commit_throughput.py``: its own connection and
   conversations, ``WRITER_ACTORS`` actors appending) for ``seconds``; nothing else runs.
 - loaded: ``runs`` runs submitted at once (one conversation each); once every one has begun to stream, the same
   writer again for ``seconds``, while they stream and step. Then every run is waited for.
+- alone, after: the writer once more. The ratio is the loaded rate over the mean of the two alone, so a drift of
+  the machine's load over the run shows as a gap between them rather than passing for a cost.
 
-``order`` says which comes first (``alone-first`` or ``loaded-first``): run it twice, once each way, so a drift of
-the machine's load over the run does not pass for a cost.
+The owner's and the worker's CPU (``/proc``, seconds per second of the window) say how much of the machine the
+streams took.
 
 The overhead per step is, for every tool call of every run, the gap between the end of the model stream that asked
 for it and the start of its handler, both read in the worker process (``time.monotonic()``): the model result's
@@ -91,8 +93,33 @@ async def _gaps(client: actors.Client, run_ids: list[str], turns: int) -> list[t
     return stamps
 
 
-async def measure(directory: str, runs: int, seconds: float, order: str, turns: int) -> dict[str, Any]:
-    db = os.path.join(directory, f"stream-{order}.db")
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Window:
+    """The writer's appends/s in one window, and the owner's and the worker's CPU share (of one core) meanwhile."""
+
+    def __init__(self, owner: int, worker: int) -> None:
+        self.pids = (owner, worker)
+        self.appends_per_s = 0.0
+        self.cpu_share = (0.0, 0.0)
+
+    async def measure(self, url: str, token: str, seconds: float) -> tuple[float, float]:
+        """Run the writer; return its window (start, end) on ``time.time()``."""
+        before = [_cpu_s(pid) for pid in self.pids]
+        started = time.perf_counter()
+        self.appends_per_s, window_start, window_end = await _writer(url, token, seconds)
+        elapsed = time.perf_counter() - started  # the writer's start-up included, for both windows alike
+        after = [_cpu_s(pid) for pid in self.pids]
+        self.cpu_share = (round((after[0] - before[0]) / elapsed, 2), round((after[1] - before[1]) / elapsed, 2))
+        return window_start, window_end
+
+
+async def measure(directory: str, runs: int, seconds: float, turns: int) -> dict[str, Any]:
+    db = os.path.join(directory, "stream.db")
     pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": pythonpath, "BENCH_STEP_STREAM_TURNS": str(turns)}
     owner = await trio.lowlevel.open_process(tether_command("owner", "--db", db), stdout=subprocess.DEVNULL, env=env)
@@ -103,27 +130,25 @@ async def measure(directory: str, runs: int, seconds: float, order: str, turns: 
             worker = await trio.lowlevel.open_process(
                 tether_command("worker", "--db", db, "--app", "_steps_app:app"), stdout=subprocess.DEVNULL, env=env
             )
+            before, loaded, after = (_Window(owner.pid, worker.pid) for _ in range(3))
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
                 await _gaps(client, await _submit(client, 1), turns)  # the worker is attached and warm
-                alone = 0.0
-                if order == "alone-first":
-                    alone, _, _ = await _writer(info.url, info.token, seconds)
+                await before.measure(info.url, info.token, seconds)
                 started = time.perf_counter()
                 run_ids = await _submit(client, runs)
-                loaded, window_start, window_end = await _writer(info.url, info.token, seconds)
+                window_start, window_end = await loaded.measure(info.url, info.token, seconds)
                 mono_offset = time.time() - time.monotonic()  # CLOCK_MONOTONIC is the machine's: the worker's too
                 stamps = await _gaps(client, run_ids, turns)
                 elapsed = time.perf_counter() - started
-                if order == "loaded-first":
-                    alone, _, _ = await _writer(info.url, info.token, seconds)
+                await after.measure(info.url, info.token, seconds)
     finally:
         if worker is not None:
             await stop_gracefully(worker)
         await stop_gracefully(owner)
     gaps = sorted(start - end for end, start in stamps)
     in_window = sorted(start - end for end, start in stamps if window_start <= end + mono_offset <= window_end)
+    alone = (before.appends_per_s + after.appends_per_s) / 2
     result: dict[str, Any] = {
-        "order": order,
         "runs": runs,
         "turns_per_run": turns,
         "steps": len(gaps),
@@ -132,9 +157,12 @@ async def measure(directory: str, runs: int, seconds: float, order: str, turns: 
         "step_overhead_max_ms": round(gaps[-1] * 1000, 2),
         "steps_in_window": len(in_window),
         "writer_actors": WRITER_ACTORS,
-        "appends_per_s_alone": round(alone, 1),
-        "appends_per_s_while_streaming": round(loaded, 1),
-        "ratio": round(loaded / alone, 3),
+        "appends_per_s_alone_before": round(before.appends_per_s, 1),
+        "appends_per_s_while_streaming": round(loaded.appends_per_s, 1),
+        "appends_per_s_alone_after": round(after.appends_per_s, 1),
+        "ratio": round(loaded.appends_per_s / alone, 3),
+        "owner_worker_cpu_alone_before": before.cpu_share,
+        "owner_worker_cpu_while_streaming": loaded.cpu_share,
         "runs_wall_s": round(elapsed, 2),
     }
     if in_window:

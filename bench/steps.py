@@ -2,7 +2,7 @@
 
     python bench/steps.py [--json] [--variant both|task|tool|stream] [--steps 300] [--tool-steps 100]
                           [--calls-per-turn 1] [--sync normal|full] [--stream-runs 16] [--stream-turns 8]
-                          [--stream-seconds 4] [--order alone-first|loaded-first]
+                          [--stream-seconds 4]
 
 By default both Tether variants are measured, against one DBOS measurement, and reported in one JSON object.
 
@@ -19,7 +19,7 @@ By default both Tether variants are measured, against one DBOS measurement, and 
   streams (a delta every 20 ms, a partial piece every 100 ms, ``--stream-turns`` turns each ending in a tool call):
   the time from the end of each model stream to the start of the tool call it asked for (the owner's overhead per
   step) p50/p99, from stamps taken in the worker, and the appends/s of an unrelated client (16 actors on their own
-  connection) while they stream against its rate alone, in the same run, as a ratio.
+  connection) while they stream against its rate alone before and after, in the same run, as a ratio.
 - DBOS Transact (the ``[bench]`` extra): a workflow of ``--steps`` trivial ``@DBOS.step()`` calls, each a durable
   checkpoint in its SQLite system database as shipped, 1 and 16 workflows at once.
 - The owner's own time per step, during the measurement at 16: its process CPU (``/proc``, no hook) and, through
@@ -208,25 +208,34 @@ def _variant(name: str, tether: dict[str, Any], dbos: dict[str, Any], baseline: 
     return results
 
 
-def run_stream(runs: int, turns: int, seconds: float, order: str) -> dict[str, Any]:
+def run_stream(runs: int, turns: int, seconds: float) -> dict[str, Any]:
     """Variant ``stream``: the owner's overhead per step under streaming runs, and their cost to another client."""
     import _steps_stream
 
     with tempfile.TemporaryDirectory(prefix="tether-bench-stream-") as directory:
-        result = trio.run(_steps_stream.measure, directory, runs, seconds, order, turns)
+        result = trio.run(_steps_stream.measure, directory, runs, seconds, turns)
     return {"variants": ["stream"], "stream": result}
 
 
 def _print_stream(result: dict[str, Any]) -> None:
     print(
-        f"{result['runs']} streaming runs x {result['turns_per_run']} steps ({result['order']}): "
-        f"stream end -> next tool call start p50 {result['step_overhead_p50_ms']} ms, "
-        f"p99 {result['step_overhead_p99_ms']} ms, max {result['step_overhead_max_ms']} ms over {result['steps']} "
-        f"steps ({result['steps_in_window']} while the writer ran)"
+        f"{result['runs']} streaming runs x {result['turns_per_run']} steps: stream end -> next tool call start "
+        f"p50 {result['step_overhead_p50_ms']} ms, p99 {result['step_overhead_p99_ms']} ms, max "
+        f"{result['step_overhead_max_ms']} ms over {result['steps']} steps ({result['steps_in_window']} while the "
+        "writer ran: p50 {0} ms, p99 {1} ms)".format(
+            result.get("step_overhead_p50_ms_in_window"), result.get("step_overhead_p99_ms_in_window")
+        )
     )
     print(
-        f"unrelated client ({result['writer_actors']} actors): {result['appends_per_s_alone']:,} appends/s alone, "
-        f"{result['appends_per_s_while_streaming']:,} while streaming: ratio {result['ratio']}"
+        f"unrelated client ({result['writer_actors']} actors): {result['appends_per_s_alone_before']:,} appends/s "
+        f"alone before, {result['appends_per_s_while_streaming']:,} while streaming, "
+        f"{result['appends_per_s_alone_after']:,} alone after: ratio {result['ratio']}"
+    )
+    owner, worker = result["owner_worker_cpu_while_streaming"]
+    owner_alone, worker_alone = result["owner_worker_cpu_alone_before"]
+    print(
+        f"CPU (of one core) while streaming: owner {owner}, worker {worker}; alone: owner {owner_alone}, "
+        f"worker {worker_alone}"
     )
 
 
@@ -314,19 +323,13 @@ def main() -> None:
     parser.add_argument(
         "--stream-seconds", type=float, default=4.0, help="variant stream: the unrelated client's window (4)"
     )
-    parser.add_argument(
-        "--order",
-        choices=("alone-first", "loaded-first"),
-        default="alone-first",
-        help="variant stream: which window comes first (run it both ways)",
-    )
     args = parser.parse_args()
     if args.calls_per_turn < 1 or args.tool_steps < 1 or args.steps < 1:
         parser.error("--steps, --tool-steps and --calls-per-turn must be 1 or more")
     if args.stream_runs < 1 or args.stream_turns < 1 or not args.stream_seconds > 0:
         parser.error("--stream-runs, --stream-turns and --stream-seconds must be positive")
     if args.variant == "stream":
-        results = run_stream(args.stream_runs, args.stream_turns, args.stream_seconds, args.order)
+        results = run_stream(args.stream_runs, args.stream_turns, args.stream_seconds)
     else:
         variants = ("task", "tool") if args.variant == "both" else (args.variant,)
         results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
