@@ -17,7 +17,8 @@ streams took.
 The overhead per step is, for every tool call of every run, the gap between the end of the model stream that asked
 for it and the start of its handler, both read in the worker process (``time.monotonic()``): the model result's
 commit, the owner's tool task and its lease, the handler's start. ``steps_in_window`` counts those whose stream
-ended while the writer ran.
+ended while the writer ran; the warm-up run (one run alone, before anything else) gives the same gap without the
+load.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ async def measure(directory: str, runs: int, seconds: float, turns: int) -> dict
             )
             before, loaded, after = (_Window(owner.pid, worker.pid) for _ in range(3))
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
-                await _gaps(client, await _submit(client, 1), turns)  # the worker is attached and warm
+                # The worker is attached and warm; one run alone gives the overhead per step without the load.
+                single = sorted(start - end for end, start in await _gaps(client, await _submit(client, 1), turns))
                 await before.measure(info.url, info.token, seconds)
                 started = time.perf_counter()
                 run_ids = await _submit(client, runs)
@@ -156,6 +158,7 @@ async def measure(directory: str, runs: int, seconds: float, turns: int) -> dict
         "step_overhead_p99_ms": percentile_ms(gaps, 0.99),
         "step_overhead_max_ms": round(gaps[-1] * 1000, 2),
         "steps_in_window": len(in_window),
+        "step_overhead_p50_ms_one_run_alone": percentile_ms(single, 0.50),
         "writer_actors": WRITER_ACTORS,
         "appends_per_s_alone_before": round(before.appends_per_s, 1),
         "appends_per_s_while_streaming": round(loaded.appends_per_s, 1),

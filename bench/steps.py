@@ -222,8 +222,10 @@ def _print_stream(result: dict[str, Any]) -> None:
         f"{result['runs']} streaming runs x {result['turns_per_run']} steps: stream end -> next tool call start "
         f"p50 {result['step_overhead_p50_ms']} ms, p99 {result['step_overhead_p99_ms']} ms, max "
         f"{result['step_overhead_max_ms']} ms over {result['steps']} steps ({result['steps_in_window']} while the "
-        "writer ran: p50 {0} ms, p99 {1} ms)".format(
-            result.get("step_overhead_p50_ms_in_window"), result.get("step_overhead_p99_ms_in_window")
+        "writer ran: p50 {0} ms, p99 {1} ms); one run alone: p50 {2} ms".format(
+            result.get("step_overhead_p50_ms_in_window"),
+            result.get("step_overhead_p99_ms_in_window"),
+            result["step_overhead_p50_ms_one_run_alone"],
         )
     )
     print(
