@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         "at OPENAI_BASE_URL (default api.openai.com) with OPENAI_API_KEY; one of the two must be set",
     )
     demo.add_argument(
-        "--entries", type=_positive, default=400, help="part 3: entries each writer appends (default 400)"
+        "--entries", type=_positive, default=400, help="part commits: entries each writer appends (default 400)"
     )
 
     up = commands.add_parser(
