@@ -2,6 +2,8 @@
 
 - Task kind ``bench.steps`` (variant ``task``): one committed checkpoint per phase.
 - Agent ``bench-stream``: a slowly streaming model (partial output), see below.
+- Agent ``bench-stream-steps`` (variant ``stream``): a streaming model whose tool call notes when its stream ended
+  and when the call started, see below.
 - Agent ``bench-tools`` (variant ``tool``) on a :class:`actors.ScriptedModel`: ``BENCH_TOOL_STEPS`` calls of the
   trivial ``safe`` tool ``noop`` per run, ``BENCH_TOOL_CALLS_PER_TURN`` calls per model turn (environment, read at
   import, since the worker imports the app), then one closing text turn.
@@ -10,6 +12,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import actors
@@ -87,5 +91,85 @@ app.define_agent(
     model=streaming_script(STREAM_TURNS, STREAM_CHARS, STREAM_CHUNK_CHARS, STREAM_DELAY_MS),
     instructions="Bench.",
     tools=["noop"],
+    partial_interval_ms=PARTIAL_INTERVAL_MS,
+)
+
+
+# Agent ``bench-stream-steps`` (``bench/steps.py --variant stream``): the owner's overhead per step while models
+# stream. Each run's input is a tag; its model streams ``BENCH_STEP_STREAM_CHARS`` characters of text,
+# ``BENCH_STEP_STREAM_CHUNK_CHARS`` to a delta every ``BENCH_STEP_STREAM_DELAY_MS``, then calls ``stamp`` with the
+# tag and the turn, for ``BENCH_STEP_STREAM_TURNS`` turns; then one closing text turn. The worker sends the text
+# in pieces every ``BENCH_PARTIAL_INTERVAL_MS`` (100 by default). The model notes when each stream ended (its
+# generator exhausted: the run loop has every event) in ``STREAM_ENDS`` and ``stamp`` returns that time with its
+# own start, both ``time.monotonic()`` in this worker process, so the gap is the run loop's result commit, the
+# owner's tool task, its lease and the tool's start: the owner's overhead per step, with nothing of the model's.
+STEP_STREAM_TURNS = int(os.environ.get("BENCH_STEP_STREAM_TURNS", "8"))
+STEP_STREAM_CHARS = int(os.environ.get("BENCH_STEP_STREAM_CHARS", "400"))
+STEP_STREAM_CHUNK_CHARS = int(os.environ.get("BENCH_STEP_STREAM_CHUNK_CHARS", "8"))
+STEP_STREAM_DELAY_MS = int(os.environ.get("BENCH_STEP_STREAM_DELAY_MS", "20"))
+STREAM_ENDS: dict[tuple[str, int], float] = {}
+"""(tag, turn) -> when that model stream ended; taken by ``stamp``, so it holds only streams whose call has not
+started (at most one per run)."""
+
+
+class StampedStream:
+    """A scripted model whose tool calls carry the run's tag, and which notes when each of its streams ended."""
+
+    name = "bench-stamped"
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[actors.StreamEvent]:
+        tag = next((m.text for m in reversed(request.messages) if isinstance(m, actors.UserMessage)), "")
+        text = ("Streaming while the owner steps. " * (STEP_STREAM_CHARS // 33 + 1))[:STEP_STREAM_CHARS]
+        turns = [
+            actors.ScriptedTurn(
+                text=text,
+                tool_calls=[("stamp", {"tag": tag, "turn": turn})],
+                chunk_chars=STEP_STREAM_CHUNK_CHARS,
+                delay_s=STEP_STREAM_DELAY_MS / 1000,
+            )
+            for turn in range(STEP_STREAM_TURNS)
+        ]
+        async for event in actors.ScriptedModel([*turns, actors.ScriptedTurn(text="done")]).stream(request):
+            yield event
+        turn = _turn_of(request.messages)
+        if turn < STEP_STREAM_TURNS:
+            STREAM_ENDS[(tag, turn)] = time.monotonic()
+
+
+def _turn_of(messages: tuple[actors.Message, ...]) -> int:
+    """The request's turn in its run (as the scripted model counts it): assistant messages after the last user's."""
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, actors.UserMessage):
+            break
+        count += isinstance(message, actors.AssistantMessage)
+    return count
+
+
+async def stamp(call: actors.ToolCall, args: dict[str, Any]) -> dict[str, Any]:
+    """The start of the step's tool call, and the end of the stream that asked for it (``None`` if this worker did
+    not see that stream end: a re-run after a restart)."""
+    started = time.monotonic()
+    ended = STREAM_ENDS.pop((args["tag"], args["turn"]), None)
+    return {"stream_ended_s": ended, "started_s": started}
+
+
+app.define_tool(
+    "stamp",
+    stamp,
+    description="Note when the step's tool call started.",
+    parameters={
+        "type": "object",
+        "properties": {"tag": {"type": "string"}, "turn": {"type": "integer"}},
+        "required": ["tag", "turn"],
+    },
+    recovery="safe",
+)
+app.define_agent(
+    "bench-stream-steps",
+    version=1,
+    model=StampedStream(),
+    instructions="Bench.",
+    tools=["stamp"],
     partial_interval_ms=PARTIAL_INTERVAL_MS,
 )

@@ -1,7 +1,8 @@
 """Durable steps per second: Tether's against DBOS Transact's, in the same run, beside the commit baseline.
 
-    python bench/steps.py [--json] [--variant both|task|tool] [--steps 300] [--tool-steps 100]
-                          [--calls-per-turn 1] [--sync normal|full]
+    python bench/steps.py [--json] [--variant both|task|tool|stream] [--steps 300] [--tool-steps 100]
+                          [--calls-per-turn 1] [--sync normal|full] [--stream-runs 16] [--stream-turns 8]
+                          [--stream-seconds 4]
 
 By default both Tether variants are measured, against one DBOS measurement, and reported in one JSON object.
 
@@ -14,6 +15,11 @@ By default both Tether variants are measured, against one DBOS measurement, and 
   tool step is one tool call: its task's lease, its intent and its result commits, with its share of the model
   turn's intent and result and of the run's wait and resume. Counted as the runs' completed operations of kind
   ``tool`` over the wall time from the submits until every run completed.
+- Tether, variant ``stream`` (``_steps_stream.py``, not in ``both``, no DBOS): ``--stream-runs`` runs whose model
+  streams (a delta every 20 ms, a partial piece every 100 ms, ``--stream-turns`` turns each ending in a tool call):
+  the time from the end of each model stream to the start of the tool call it asked for (the owner's overhead per
+  step) p50/p99, from stamps taken in the worker, and the appends/s of an unrelated client (16 actors on their own
+  connection) while they stream against its rate alone before and after, in the same run, as a ratio.
 - DBOS Transact (the ``[bench]`` extra): a workflow of ``--steps`` trivial ``@DBOS.step()`` calls, each a durable
   checkpoint in its SQLite system database as shipped, 1 and 16 workflows at once.
 - The owner's own time per step, during the measurement at 16: its process CPU (``/proc``, no hook) and, through
@@ -202,6 +208,39 @@ def _variant(name: str, tether: dict[str, Any], dbos: dict[str, Any], baseline: 
     return results
 
 
+def run_stream(runs: int, turns: int, seconds: float) -> dict[str, Any]:
+    """Variant ``stream``: the owner's overhead per step under streaming runs, and their cost to another client."""
+    import _steps_stream
+
+    with tempfile.TemporaryDirectory(prefix="tether-bench-stream-") as directory:
+        result = trio.run(_steps_stream.measure, directory, runs, seconds, turns)
+    return {"variants": ["stream"], "stream": result}
+
+
+def _print_stream(result: dict[str, Any]) -> None:
+    print(
+        f"{result['runs']} streaming runs x {result['turns_per_run']} steps: stream end -> next tool call start "
+        f"p50 {result['step_overhead_p50_ms']} ms, p99 {result['step_overhead_p99_ms']} ms, max "
+        f"{result['step_overhead_max_ms']} ms over {result['steps']} steps ({result['steps_in_window']} while the "
+        "writer ran: p50 {0} ms, p99 {1} ms); one run alone: p50 {2} ms".format(
+            result.get("step_overhead_p50_ms_in_window"),
+            result.get("step_overhead_p99_ms_in_window"),
+            result["step_overhead_p50_ms_one_run_alone"],
+        )
+    )
+    print(
+        f"unrelated client ({result['writer_actors']} actors): {result['appends_per_s_alone_before']:,} appends/s "
+        f"alone before, {result['appends_per_s_while_streaming']:,} while streaming, "
+        f"{result['appends_per_s_alone_after']:,} alone after: ratio {result['ratio']}"
+    )
+    owner, worker = result["owner_worker_cpu_while_streaming"]
+    owner_alone, worker_alone = result["owner_worker_cpu_alone_before"]
+    print(
+        f"CPU (of one core) while streaming: owner {owner}, worker {worker}; alone: owner {owner_alone}, "
+        f"worker {worker_alone}"
+    )
+
+
 def run(
     variants: tuple[str, ...], steps: int, sync: str, tool_steps_per_run: int, calls_per_turn: int
 ) -> dict[str, Any]:
@@ -258,9 +297,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--variant",
-        choices=("both", "task", "tool"),
+        choices=("both", "task", "tool", "stream"),
         default="both",
-        help="task: durable task steps; tool: tool calls on the scripted model; both (default)",
+        help=(
+            "task: durable task steps; tool: tool calls on the scripted model; both (default: task and tool); "
+            "stream: the owner's overhead per step while runs stream, and its cost to another client"
+        ),
     )
     parser.add_argument("--steps", type=int, default=300, help="steps per task, run or workflow (300)")
     parser.add_argument(
@@ -278,13 +320,25 @@ def main() -> None:
         default="normal",
         help="the owner's and the baseline's synchronous setting (normal, the owner's default)",
     )
+    parser.add_argument("--stream-runs", type=int, default=16, help="variant stream: runs streaming at once (16)")
+    parser.add_argument("--stream-turns", type=int, default=8, help="variant stream: steps per run (8)")
+    parser.add_argument(
+        "--stream-seconds", type=float, default=4.0, help="variant stream: the unrelated client's window (4)"
+    )
     args = parser.parse_args()
     if args.calls_per_turn < 1 or args.tool_steps < 1 or args.steps < 1:
         parser.error("--steps, --tool-steps and --calls-per-turn must be 1 or more")
-    variants = ("task", "tool") if args.variant == "both" else (args.variant,)
-    results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
+    if args.stream_runs < 1 or args.stream_turns < 1 or not args.stream_seconds > 0:
+        parser.error("--stream-runs, --stream-turns and --stream-seconds must be positive")
+    if args.variant == "stream":
+        results = run_stream(args.stream_runs, args.stream_turns, args.stream_seconds)
+    else:
+        variants = ("task", "tool") if args.variant == "both" else (args.variant,)
+        results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
     if args.json:
         print(json.dumps(results))
+    elif args.variant == "stream":
+        _print_stream(results["stream"])
     else:
         _print(results)
     sys.stdout.flush()

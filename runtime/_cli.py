@@ -311,8 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help=(
-            "the main job: durable checkouts and a durable agent under tether up, then the commit path surviving "
-            "a SIGKILL"
+            "the main job: durable checkouts and a durable agent under tether up, an agent's answer streaming, "
+            "then the commit path surviving a SIGKILL"
         ),
         description=(
             "Part 1 (tasks): run tether up with two workers serving the demo app and three checkouts of four "
@@ -324,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
             "the approval is answered (tether respond), the worker is SIGKILLed while the tools run, the safe "
             "tool runs again, the idempotent one runs again under the same operation id (the fake desk answers "
             "the repeat from its key), the manual one stops the run as needs_attention and is resolved (tether "
-            "resolve); the answer arrives, and the desk's ledger shows no effect done twice. Part 3 (commits): "
+            "resolve); the answer arrives, and the desk's ledger shows no effect done twice. Part 3 (agent): the "
+            "demo app's agent tracker (a scripted model) looks an order up and streams its answer, shown as "
+            "tether watch --plain shows it, piece by piece before the answer is committed; with --model NAME it "
+            "runs on a real model (OPENAI_API_KEY or OPENAI_BASE_URL). Part 4 (commits): "
             "two writer processes append entries, the owner is SIGKILLed mid-stream and started again, and every "
             "acknowledged entry is stored exactly once."
         ),
@@ -332,12 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--db", default="tether.db", help="database to use (default ./tether.db)")
     demo.add_argument(
         "--part",
-        choices=("all", "tasks", "agents", "commits"),
+        choices=("all", "tasks", "agents", "agent", "commits"),
         default="all",
         help="which part to run (default all)",
     )
     demo.add_argument(
-        "--entries", type=_positive, default=400, help="part 3: entries each writer appends (default 400)"
+        "--model",
+        metavar="NAME",
+        help="part agent: run the agent on this real model (such as gpt-4o-mini) through the Chat Completions API "
+        "at OPENAI_BASE_URL (default api.openai.com) with OPENAI_API_KEY; one of the two must be set",
+    )
+    demo.add_argument(
+        "--entries", type=_positive, default=400, help="part commits: entries each writer appends (default 400)"
     )
 
     up = commands.add_parser(
@@ -601,8 +610,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_owner(args)
         if args.command == "demo":
             from ._demo import run_demo
+            from ._demo_stream import real_model_problem
 
-            return trio.run(run_demo, args.db, args.entries, args.part)
+            if args.model is not None:
+                if args.part != "agent":
+                    return _fail(
+                        f"demo: --model runs part agent only (--part agent), not --part {args.part}", EXIT_USAGE
+                    )
+                problem = real_model_problem(os.environ)
+                if problem is not None:
+                    return _fail(f"demo: {problem}", EXIT_USAGE)
+            return trio.run(run_demo, args.db, args.entries, args.part, args.model)
         if args.command == "up":
             return _run_up(args)
         if args.command == "worker":

@@ -9,7 +9,10 @@ ends by checking the bank's ledger: every card charged at most once, every abort
 Part 2, durable agents: a run of the demo app's support agent under ``tether up`` (:mod:`runtime._demo_agents`):
 an approval answered, a worker SIGKILLed mid-tool, a manual tool resolved, no effect done twice.
 
-Part 3, the commit path: an owner SIGKILLed mid-stream under two writer processes (:mod:`runtime._demo_commits`).
+Part 3, a streaming agent: the demo app's agent ``tracker`` streams its answer into ``tether watch``'s lines
+(:mod:`runtime._demo_stream`); ``--model NAME`` runs it on a real model.
+
+Part 4, the commit path: an owner SIGKILLed mid-stream under two writer processes (:mod:`runtime._demo_commits`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from protocol import TaskRecord
 
 from ._demo_agents import run_agents_demo
 from ._demo_commits import run_commits_demo
+from ._demo_stream import run_stream_demo
 from ._demo_view import LiveView
 from ._process import stop_gracefully, tether_command
 from .demo_app import BANK_ENV, Bank
@@ -36,7 +40,7 @@ GOOD_CARDS: Final = ("4242-4242-4242-4242", "5555-5555-5555-4444", "3782-822463-
 DECLINED_CARD: Final = "4000-0000-0000-0002"
 
 
-async def run_demo(db: str, entries_per_writer: int, part: str = "all") -> int:
+async def run_demo(db: str, entries_per_writer: int, part: str = "all", model: str | None = None) -> int:
     db = os.path.abspath(db)
     failed = False
     if part in ("all", "tasks"):
@@ -45,6 +49,10 @@ async def run_demo(db: str, entries_per_writer: int, part: str = "all") -> int:
         if part == "all":
             print()
         failed |= await run_agents_demo(db) != 0
+    if part in ("all", "agent"):
+        if part == "all":
+            print()
+        failed |= await run_stream_demo(db, model) != 0
     if part in ("all", "commits"):
         if part == "all":
             print()

@@ -104,11 +104,16 @@ async def _json(view: WatchView, changes: actors.WatchStream, out: TextIO) -> No
             out.flush()
 
 
+def plain_lines(view: WatchView, change: Change) -> str:
+    """Fold one commit into ``view``; return what ``tether watch --plain`` prints for it (``""`` if nothing)."""
+    return "".join(f"[{change.seq}] {line}\n" for line in view.apply(change.seq, change.records))
+
+
 async def _plain(view: WatchView, changes: actors.WatchStream, out: TextIO) -> None:
     async for change in changes:
-        lines = view.apply(change.seq, change.records)
-        if lines:
-            out.write("".join(f"[{change.seq}] {line}\n" for line in lines))
+        text = plain_lines(view, change)
+        if text:
+            out.write(text)
             out.flush()
 
 

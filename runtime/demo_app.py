@@ -15,6 +15,12 @@ call's ``operation_id``, and answers a repeat from its key) and ``ship_replaceme
 a person settles an interrupted call); its second turn is the answer. The desk's ledger records every effect and
 every repeat answered from a key, so ``tether demo --part agents`` can check that no effect was done twice.
 
+The agent ``tracker`` (version 1) answers the same customer with one safe tool, ``look_up_order``, and streams its
+answer slowly (a scripted model, a few characters every 40 ms), so ``tether demo --part agent`` can show the text
+arriving in ``tether watch``'s lines. ``TETHER_DEMO_MODEL=NAME`` in the worker's environment (``tether demo --part
+agent --model NAME`` sets it) puts it on a real model instead: :class:`actors.OpenAIChat` ``NAME``, found through
+``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
+
 Environment: ``TETHER_DEMO_BANK`` names the bank's ledger file (default ``tether-demo-bank.jsonl`` in the working
 directory), ``TETHER_DEMO_DESK`` the desk's (default ``tether-demo-desk.jsonl``). While the file named by
 ``TETHER_DEMO_HOLD`` exists, every support tool holds after its effect, before it returns (the demo kills a worker
@@ -40,6 +46,7 @@ DECLINED_CARDS: Final = frozenset({"4000-0000-0000-0002"})
 BANK_ENV: Final = "TETHER_DEMO_BANK"
 DESK_ENV: Final = "TETHER_DEMO_DESK"
 HOLD_ENV: Final = "TETHER_DEMO_HOLD"
+MODEL_ENV: Final = "TETHER_DEMO_MODEL"
 
 
 class Declined(Exception):
@@ -302,4 +309,39 @@ app.define_agent(
     model=actors.ScriptedModel(SUPPORT_TURNS),
     instructions="Help customers with their orders.",
     tools=["look_up_order", "refund_order", "ship_replacement"],
+)
+
+
+TRACKER_ANSWER: Final = (
+    "Order A1 was lost in transit, and I am sorry for the wait. You paid 25 for it: reply here and I will refund "
+    "it or ship a replacement, whichever you prefer."
+)
+TRACKER_TURNS: Final = [
+    actors.ScriptedTurn(
+        text="Let me look order A1 up.",
+        tool_calls=[("look_up_order", {"order_id": "A1"})],
+        chunk_chars=4,
+        delay_s=0.04,
+    ),
+    actors.ScriptedTurn(text=TRACKER_ANSWER, chunk_chars=6, delay_s=0.04),
+]
+"""The tracker's script: a short streamed sentence and a look-up, then the answer streamed a few characters at a
+time (about 1 s, so a watch shows it arrive in pieces)."""
+
+
+def tracker_model() -> actors.Model:
+    """The scripted model, or the real one named by ``TETHER_DEMO_MODEL``."""
+    name = os.environ.get(MODEL_ENV, "").strip()
+    return actors.OpenAIChat(name) if name else actors.ScriptedModel(TRACKER_TURNS)
+
+
+app.define_agent(
+    "tracker",
+    version=1,
+    model=tracker_model(),
+    instructions=(
+        "You help customers of a web shop with their orders. Look the order up with look_up_order before you "
+        "answer, then answer in two or three short sentences."
+    ),
+    tools=["look_up_order"],
 )
