@@ -12,13 +12,15 @@ those bytes, only their ``watch_id`` differs.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
 import msgpack
 
 from protocol import Change, Frame, Record, encode_frame, unstructure_frame
 
 PeerId = int
+T = TypeVar("T")
 
 DEFAULT_PEER_OUTPUT_BYTES: Final = 16 << 20
 """Unsent output (replies and events) one peer may have in the owner before its requests are refused
@@ -117,6 +119,18 @@ class OutputLedger:
         encoded, self.encoded = self.encoded, []
         self._records.clear()
         return encoded
+
+
+def fitting(items: Sequence[T], alone: Callable[[T], Frame], budget: int) -> int:
+    """How many of ``items``, from the first, fit ``budget`` bytes once encoded (at least one, so a reply always
+    makes progress; one item alone is bounded by the message that stored it). ``alone`` wraps one item in its reply,
+    whose encoded size counts it (the envelope's few bytes included: an overestimate)."""
+    total = 0
+    for index, item in enumerate(items):
+        total += len(encode_frame(alone(item), call_id=0))
+        if total > budget and index > 0:
+            return index
+    return len(items)
 
 
 def _pack_records(records: tuple[Record, ...]) -> bytes:

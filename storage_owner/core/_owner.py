@@ -137,7 +137,7 @@ from ._checks import (
     same_json,
 )
 from ._hello import hello_problem
-from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, OutputLedger
+from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, OutputLedger, fitting
 from ._partials import Partials
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
@@ -1162,7 +1162,9 @@ class OwnerCore:
             if record is None:
                 raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
             outcomes.append(record.outcome if record.status == "terminal" else None)
-        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes)))
+        # The first outcomes that fit the read budget (one at least): the client asks again for the rest.
+        count = fitting(outcomes, lambda outcome: OutcomesReply(outcomes=(outcome,)), READ_BUDGET_BYTES)
+        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes[:count])))
 
     def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)

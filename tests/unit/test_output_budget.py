@@ -226,3 +226,40 @@ def test_pending_waits_per_connection_are_bounded(budgeted: Budgeted) -> None:
     errors = [frame for _, _, frame, _ in out if isinstance(frame, Error)]
     assert len(errors) == 2
     assert all(error.code == ErrorCode.INVALID and str(limit) in error.message for error in errors)
+
+
+def test_outcomes_of_large_results_come_in_parts_under_the_message_limit(tmp_path: Path) -> None:
+    """1,000 tasks with 9 KB results: one ``read_outcomes`` of all of them once made one 9 MB reply (past the
+    WebSocket limit: the client was disconnected, and its retry the same, forever). Now each reply answers the first
+    ids that fit, and asking again for the rest gets every outcome once."""
+    from protocol import MAX_MESSAGE_BYTES, OutcomesReply, ReadOutcomes
+    from tests.unit.test_tasks_core import KIND, OwnerSim, completed, expect
+
+    sim = OwnerSim(tmp_path / "outcomes.db")
+    try:
+        worker = sim.worker(max_leases=1000)
+        conversation_id = sim.new_conversation()
+        task_ids = [fresh_id() for _ in range(1000)]
+        writes = [CreateTask(task_id=task_id, kind=KIND, conversation_id=conversation_id) for task_id in task_ids]
+        expect(sim.commit(*writes), Committed)
+        result = {"text": "r" * 9000}
+        for task_id in task_ids:
+            expect(worker.commit(task_id, completed(task_id, result)), Committed)
+        answered: list[object] = []
+        while len(answered) < len(task_ids):
+            request = Received(
+                next(itertools.count(10**6 + len(answered))), ReadOutcomes(task_ids=tuple(task_ids[len(answered) :]))
+            )
+            out = sim.batch((sim.client, request))
+            [(reply, data)] = [
+                (frame, encode_frame(frame, call_id=request.call_id))
+                for _, call_id, frame in out
+                if call_id == request.call_id
+            ]
+            assert isinstance(reply, OutcomesReply), reply
+            assert len(reply.outcomes) >= 1 and len(data) < MAX_MESSAGE_BYTES
+            answered.extend(reply.outcomes)
+        assert len(answered) == 1000
+        assert all(outcome is not None and outcome.status == "completed" for outcome in answered)
+    finally:
+        sim.close()
