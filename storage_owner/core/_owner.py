@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 import attrs
 
@@ -144,6 +144,7 @@ from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 from ._usage import BudgetRefusal
 
+T = TypeVar("T")
 PeerId = int
 Output = tuple[PeerId, int | None, Frame]
 """A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
@@ -814,6 +815,7 @@ class OwnerCore:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
+        runs, more = _fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
         next_after = runs[-1].run_id if more else None
         self._reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
 
@@ -858,6 +860,7 @@ class OwnerCore:
             raise Refusal(ErrorCode.INVALID, message)
         self._require_run(request.run_id)
         operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
+        operations, more = _fit_page(operations, more, lambda one: OperationsReply(operations=(one,)))
         next_cursor = request.cursor + len(operations) if more else None
         self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
 
@@ -983,6 +986,7 @@ class OwnerCore:
         found, more = self._store.interaction_page(
             request.status, request.run_id, request.after_interaction_id, request.limit
         )
+        found, more = _fit_page(found, more, lambda one: InteractionsReply(interactions=(one,)))
         next_after = found[-1].interaction_id if more else None
         interactions = tuple(found)
         reply = InteractionsReply(interactions=interactions, next_after_interaction_id=next_after)
@@ -1180,6 +1184,7 @@ class OwnerCore:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
+        nodes, more = _fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
         next_after = nodes[-1].task.task_id if more else None
         reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
         self._reply(peer, call_id, reply)
@@ -1240,6 +1245,14 @@ class OwnerCore:
             live.pop(key, None)
             if not live:
                 del self._live[watch.conversation_id]
+
+
+def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
+    """A page cut to the items that fit the read budget once encoded (one at least); ``more`` if any was cut."""
+    count = fitting(items, alone, READ_BUDGET_BYTES)
+    if count == len(items):
+        return items, more
+    return items[:count], True
 
 
 def _no_task(task_id: str) -> str:

@@ -263,3 +263,40 @@ def test_outcomes_of_large_results_come_in_parts_under_the_message_limit(tmp_pat
         assert all(outcome is not None and outcome.status == "completed" for outcome in answered)
     finally:
         sim.close()
+
+
+def test_pages_of_large_operations_stay_under_the_message_limit(tmp_path: Path) -> None:
+    """A run's journal of 60 model operations with 40 KB results: one page of up to 1,000 was one 2.4 MB reply
+    (past the 1 MiB message limit); now a page ends early at the read budget and the pages together hold all."""
+    from protocol import MAX_MESSAGE_BYTES, FinishOperation, JsonValue, OperationsReply, ReadOperations
+    from tests.unit.test_runs_core import RunSim, leased_run, model_intent, usage
+    from tests.unit.test_tasks_core import expect
+
+    sim = RunSim(tmp_path / "operations.db")
+    try:
+        run_id, task_id, worker = leased_run(sim)
+        for _ in range(60):
+            operation_id = fresh_id()
+            worker.ok(task_id, model_intent(run_id, operation_id))
+            result = JsonValue({"text": "o" * 40_000})
+            worker.ok(
+                task_id, FinishOperation(operation_id=operation_id, status="completed", result=result, usage=usage(1))
+            )
+        seen: list[str] = []
+        cursor: int | None = 0
+        pages = 0
+        while cursor is not None:
+            request = Received(10**7 + pages, ReadOperations(run_id=run_id, cursor=cursor, limit=1000))
+            out = sim.batch((sim.client, request))
+            [(reply, data)] = [
+                (frame, encode_frame(frame, call_id=call_id)) for _, call_id, frame in out if call_id == request.call_id
+            ]
+            reply = expect(reply, OperationsReply)
+            assert reply.operations and len(data) < MAX_MESSAGE_BYTES
+            seen += [operation.operation_id for operation in reply.operations]
+            cursor = reply.next_cursor
+            pages += 1
+        assert len(seen) == len(set(seen)) == 60
+        assert pages > 1
+    finally:
+        sim.close()
