@@ -4,7 +4,10 @@ handled), and a peer that still leaves too much unread is dropped; everyone else
 
 from __future__ import annotations
 
+import contextlib
+
 import trio
+import trio_websocket
 
 import actors
 import protocol
@@ -131,3 +134,49 @@ async def test_max_peer_output_sets_the_budget(db_path: str) -> None:
     assert isinstance(answers[1], protocol.EntriesReply)
     assert refused and all(error.code == protocol.ErrorCode.OVERLOADED for error in refused)
     assert all(str(1 << 20) in error.message for error in refused)
+
+
+async def test_past_the_total_budget_the_largest_reader_is_dropped(db_path: str) -> None:
+    """Two peers that never read, each within its own budget (16 MiB), together past the owner's (20 MiB): the one
+    holding the most is dropped, the other refused ``overloaded``, and a peer that reads is served throughout."""
+    process = OwnerProcess(db_path, "--max-peer-output", "16", "--max-queued-output", "20")
+    info = await process.start()
+    try:
+        with trio.fail_after(90):
+            async with actors.connect(db=db_path) as client:
+                conversation_id = await client.create_conversation()
+                async with client.commit() as tx:
+                    for _ in range(ENTRIES):
+                        tx.append(conversation_id, kind="app.blob", data="z" * ENTRY_BYTES)
+                read = protocol.ReadEntries(conversation_id=conversation_id, order="asc", cursor=None, limit=1000)
+                burst = protocol.join_frames([protocol.encode_frame(read, call_id=n) for n in range(1, 101)])
+                async with raw_connection(info.url) as first, raw_connection(info.url) as second:
+                    for ws in (first, second):
+                        await ws.send_message(hello(info.token))
+                        protocol.decode_frame(await ws.get_message())
+                    await first.send_message(burst)  # ~16 MiB held for it (its budget)
+                    await client.entries(conversation_id)  # the burst was handled before this read
+                    await second.send_message(burst)  # ~4 MiB more fit the total, then the total is passed
+                    with trio.fail_after(10):
+                        while sum(peer.peer_name == "raw" for peer in await client.peers()) > 1:  # noqa: ASYNC110
+                            await trio.sleep(0.05)
+                    # The second is still attached and was answered: replies, then refusals for the total.
+                    answers: list[protocol.Frame] = []
+                    while len(answers) < 100:
+                        answers += [
+                            received.frame
+                            for received in protocol.decode_message(
+                                await second.get_message(), max_bytes=protocol.WEBSOCKET_HARD_LIMIT_BYTES
+                            )
+                        ]
+                    # The first was dropped: its connection ends once what was in flight is read.
+                    with trio.fail_after(10):
+                        with contextlib.suppress(trio_websocket.ConnectionClosed):
+                            while True:
+                                await first.get_message()
+                assert await client.entries(conversation_id)
+    finally:
+        await process.close()
+    refused = [frame for frame in answers if isinstance(frame, protocol.Error)]
+    assert refused and all(error.code == protocol.ErrorCode.OVERLOADED for error in refused)
+    assert any("across its peers" in error.message for error in refused)
