@@ -173,6 +173,10 @@ SUBMISSION_QUEUED: Final = "queued"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
 MAX_INPUT_BYTES: Final = 1 << 20
+_NEVER_OVERLOADED: Final = frozenset({Watch, Unwatch, Ping, Announce})
+"""Requests answered even past an output budget: their replies are small and fixed, the client sends them without
+awaiting the reply (a resubscription, a heartbeat, a worker's announcement after a reconnect), and what they lead to
+(a watch's catch-up, leases up to ``max_leases``) is budgeted or bounded on its own."""
 MAX_WATCHES_PER_PEER: Final = 64
 """Watches one connection may hold at once; one more is refused ``invalid`` (each is fed every matching commit)."""
 MAX_WAITS_PER_PEER: Final = 10_000
@@ -488,7 +492,7 @@ class OwnerCore:
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
             overload = self._ledger.overload(peer)
-            if overload is not None and not isinstance(frame, Unwatch):
+            if overload is not None and type(frame) not in _NEVER_OVERLOADED:
                 raise Refusal(ErrorCode.OVERLOADED, overload)
             handler(peer, call_id, frame, now_ms)
         except Refusal as refusal:

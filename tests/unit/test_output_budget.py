@@ -19,8 +19,11 @@ from protocol import (
     Error,
     ErrorCode,
     Hello,
+    Ping,
+    Pong,
     Received,
     WaitTask,
+    Watching,
     Welcome,
     decode_frame,
     encode_frame,
@@ -131,6 +134,9 @@ def test_a_batch_of_reads_never_read_is_refused_overloaded_past_the_budget(budge
     assert answered and refused
     assert {error.code for error in refused} == {ErrorCode.OVERLOADED}
     assert str(PEER_BUDGET) in refused[0].message
+    # A resubscription and a heartbeat are still answered (small fixed replies the client does not await).
+    out = budgeted.batch([(reader, watch(7, conversation_id)), (reader, Ping())])
+    assert [type(frame) for _, _, frame, _ in out] == [Watching, Pong]
     # Once the peer has read what it was sent, it is served again.
     budgeted.read_all(reader)
     [(_, _, reply, _)] = budgeted.batch([(reader, read_entries(conversation_id, limit=10))])
