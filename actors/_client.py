@@ -55,6 +55,7 @@ from protocol import (
     Ping,
     Pong,
     PricesReply,
+    ProtocolError,
     PutDocument,
     ReadConversation,
     ReadDocument,
@@ -347,10 +348,15 @@ class Client:
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task, ``None`` for one that is not terminal yet."""
         outcomes: dict[str, TaskOutcome | None] = {}
-        for start in range(0, len(task_ids), OUTCOMES_PAGE):
+        start = 0
+        while start < len(task_ids):
             page = tuple(task_ids[start : start + OUTCOMES_PAGE])
             reply = await self.connection.call(ReadOutcomes(task_ids=page), OutcomesReply)
-            outcomes.update(zip(page, reply.outcomes, strict=True))
+            if not 1 <= len(reply.outcomes) <= len(page):
+                raise ProtocolError(f"read_outcomes of {len(page)} tasks answered {len(reply.outcomes)} outcomes")
+            # The owner answers the first ones that fit its read budget: ask again for the rest.
+            outcomes.update(zip(page, reply.outcomes, strict=False))
+            start += len(reply.outcomes)
         return outcomes
 
     async def task_graph(self) -> TaskGraph:

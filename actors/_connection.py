@@ -40,6 +40,7 @@ from protocol import (
     Change,
     ConnectionLost,
     Error,
+    ErrorCode,
     Frame,
     Goodbye,
     HandshakeRefused,
@@ -77,6 +78,11 @@ BACKOFF_MAX_S: Final = 0.1
 """Reconnection attempts are cheap (a refused connection, or a runtime file not yet rewritten), so they stay
 frequent: a restarted owner is found within a tenth of a second of listening."""
 CLOSE_TIMEOUT_S: Final = 1.0
+OVERLOADED_BACKOFF_INITIAL_S: Final = 0.02
+OVERLOADED_BACKOFF_MAX_S: Final = 1.0
+OVERLOADED_RETRY_S: Final = 60.0
+"""A request refused ``overloaded`` (the owner holds too much unread output) is asked again with back-off from
+20 ms doubling to 1 s, for this long at most; then :class:`~protocol.Overloaded` is raised."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 
 
@@ -165,9 +171,19 @@ class Connection:
         Raises the error the owner answered with (see :func:`~protocol.error_for_code`), :class:`ConnectionLost`
         if the connection ended before the reply (the outcome is unknown) or the connection has failed for good
         (closed, ``reconnect=False``, refused), :class:`OwnerUnavailable` if no connection came back within
-        ``reconnect_timeout_s``. Always a checkpoint, failure included.
+        ``reconnect_timeout_s``. A request refused ``overloaded`` (not handled) is asked again with back-off (see
+        :data:`OVERLOADED_RETRY_S`). Always a checkpoint, failure included.
         """
         reply = await self._request(request)
+        backoff_s = OVERLOADED_BACKOFF_INITIAL_S
+        deadline = trio.current_time() + OVERLOADED_RETRY_S
+        while isinstance(reply, Error) and reply.code == ErrorCode.OVERLOADED:
+            # Not handled, nothing changed: ask again once the owner had time to send what it holds for us.
+            if trio.current_time() + backoff_s > deadline:
+                break
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, OVERLOADED_BACKOFF_MAX_S)
+            reply = await self._request(request)
         if isinstance(reply, Error):
             raise error_for_code(reply.code, reply.message)
         if not isinstance(reply, expected):

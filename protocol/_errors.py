@@ -13,6 +13,7 @@ Errors cross the wire as an :class:`ErrorCode` plus a message, never as exceptio
     │   ├── Conflict
     │   ├── InvalidRequest
     │   ├── NotAllowed
+    │   ├── Overloaded         too much output unread: not handled, retried with back-off
     │   └── StaleLease
     │       └── BudgetExceeded
     ├── StorageError           the database failed; the owner fails closed
@@ -61,6 +62,9 @@ class ErrorCode(enum.StrEnum):
     written, and the owner ended the run's task ``failed`` (reason ``budget_exceeded``), which ends the lease."""
     SHUTTING_DOWN = "shutting_down"
     """The owner is stopping and did not take the request."""
+    OVERLOADED = "overloaded"
+    """The connection (or the owner as a whole) has more unread output than its budget: the request was not handled
+    and nothing changed. Retryable: the client retries with back-off once its reader has drained."""
 
 
 class TetherError(Exception):
@@ -142,6 +146,11 @@ class BudgetExceeded(StaleLease):
     (``budget_exceeded``); the phase's lease ended with it, as a stale lease's does."""
 
 
+class Overloaded(RequestFailed):
+    """The owner did not handle the request: this connection, or every peer together, has too much output unread
+    (``overloaded``). Nothing changed; the client retries it with back-off before raising this."""
+
+
 class StorageError(TetherError):
     """The database failed. The owner fails closed: it exits and recovers from the committed state."""
 
@@ -180,6 +189,7 @@ _REQUEST_ERRORS: dict[str, type[RequestFailed]] = {
     ErrorCode.NOT_ALLOWED: NotAllowed,
     ErrorCode.STALE_LEASE: StaleLease,
     ErrorCode.BUDGET_EXCEEDED: BudgetExceeded,
+    ErrorCode.OVERLOADED: Overloaded,
 }
 
 

@@ -35,6 +35,9 @@ USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
 """As ``storage_owner.io``'s (not imported: the CLI loads the owner only to run it)."""
+DEFAULT_MAX_PEER_OUTPUT_MIB: Final = 16
+DEFAULT_MAX_QUEUED_OUTPUT_MIB: Final = 256
+"""As ``storage_owner.core``'s output budgets, in MiB (not imported, as above)."""
 DEFAULT_APP: Final = "runtime.demo_app:app"
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -578,6 +581,23 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
         help=f"connections in their handshake at once; past N a new one is closed at once (default "
         f"{DEFAULT_MAX_UNAUTHENTICATED})",
     )
+    owner.add_argument(
+        "--max-peer-output",
+        type=_positive,
+        default=DEFAULT_MAX_PEER_OUTPUT_MIB,
+        metavar="MIB",
+        help="unread replies and events one peer may have in the owner; past it its requests are refused "
+        f"'overloaded' (retried by the client) and its watches read the log later (default "
+        f"{DEFAULT_MAX_PEER_OUTPUT_MIB})",
+    )
+    owner.add_argument(
+        "--max-queued-output",
+        type=_positive,
+        default=DEFAULT_MAX_QUEUED_OUTPUT_MIB,
+        metavar="MIB",
+        help="unread output across every peer; past it requests are refused 'overloaded' and the peers holding "
+        f"the most are dropped (default {DEFAULT_MAX_QUEUED_OUTPUT_MIB})",
+    )
 
 
 def _exposure_problem(args: argparse.Namespace) -> str | None:
@@ -720,6 +740,10 @@ def _exposure_owner_args(args: argparse.Namespace) -> tuple[str, ...]:
         f"{args.handshake_timeout:g}",
         "--max-unauthenticated",
         str(args.max_unauthenticated),
+        "--max-peer-output",
+        str(args.max_peer_output),
+        "--max-queued-output",
+        str(args.max_queued_output),
     ]
     for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)):
         if value is not None:
@@ -913,6 +937,8 @@ def _run_owner(args: argparse.Namespace) -> int:
         max_concurrent_runs=args.max_concurrent_runs,
         handshake_timeout_s=args.handshake_timeout,
         max_unauthenticated=args.max_unauthenticated,
+        max_peer_output=args.max_peer_output << 20,
+        max_queued_output=args.max_queued_output << 20,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,

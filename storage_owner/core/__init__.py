@@ -1,6 +1,7 @@
 """The owner's durable logic, sans-IO: no trio, no sockets, no apsw (a unit test enforces it)."""
 
 from ._checks import same_json
+from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES
 from ._owner import (
     CATCH_UP_PAGE,
     MAX_READ_LIMIT,
@@ -18,6 +19,8 @@ from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 __all__ = [
     "CATCH_UP_PAGE",
     "DEFAULT_MAX_CONCURRENT_RUNS",
+    "DEFAULT_PEER_OUTPUT_BYTES",
+    "DEFAULT_TOTAL_OUTPUT_BYTES",
     "MAX_READ_LIMIT",
     "MAX_WRITES_PER_COMMIT",
     "NO_CHANGE",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 import attrs
 
@@ -137,12 +137,14 @@ from ._checks import (
     same_json,
 )
 from ._hello import hello_problem
+from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, OutputLedger, fitting
 from ._partials import Partials
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
 from ._usage import BudgetRefusal
 
+T = TypeVar("T")
 PeerId = int
 Output = tuple[PeerId, int | None, Frame]
 """A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
@@ -171,6 +173,15 @@ SUBMISSION_QUEUED: Final = "queued"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
 MAX_INPUT_BYTES: Final = 1 << 20
+_NEVER_OVERLOADED: Final = frozenset({Watch, Unwatch, Ping, Announce})
+"""Requests answered even past an output budget: their replies are small and fixed, the client sends them without
+awaiting the reply (a resubscription, a heartbeat, a worker's announcement after a reconnect), and what they lead to
+(a watch's catch-up, leases up to ``max_leases``) is budgeted or bounded on its own."""
+MAX_WATCHES_PER_PEER: Final = 64
+"""Watches one connection may hold at once; one more is refused ``invalid`` (each is fed every matching commit)."""
+MAX_WAITS_PER_PEER: Final = 10_000
+"""Long-poll calls (``wait_task``, ``wait_run``) one connection may have open at once; one more is refused
+``invalid``."""
 DEFAULT_HEARTBEAT_MS: Final = 2_500
 """How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
 _IDLE: Final = "idle"
@@ -204,6 +215,8 @@ class _Peer:
     waiting_on: set[tuple[str, str]] = attrs.Factory(set)
     """The ``(table, id)`` of each wait this peer has open (a table of :attr:`OwnerCore._waits`), so that its end
     forgets exactly those, without a scan of every peer's waits."""
+    wait_count: int = 0
+    """Calls this peer has waiting (several may wait on one id), bounded by :data:`MAX_WAITS_PER_PEER`."""
 
 
 @attrs.frozen
@@ -227,8 +240,13 @@ class OwnerCore:
         heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS,
+        peer_output_budget: int = DEFAULT_PEER_OUTPUT_BYTES,
+        total_output_budget: int = DEFAULT_TOTAL_OUTPUT_BYTES,
     ) -> None:
         self._store = store
+        self._ledger = OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget)
+        self._encoded: list[bytes] = []
+        """The encoded frames of the output last taken (:meth:`take_output`, :meth:`catch_up`)."""
         self._heartbeat_ms = heartbeat_ms
         self._batch_state = _IDLE
         self._token = token
@@ -303,7 +321,15 @@ class OwnerCore:
     @property
     def has_lagging_watches(self) -> bool:
         """Whether :meth:`catch_up` has work for a peer that is not congested."""
-        return any(not self._peers[watch.peer].congested for watch in self._lagging.values())
+        ledger = self._ledger
+        return any(
+            not self._peers[watch.peer].congested and not ledger.is_over(watch.peer) for watch in self._lagging.values()
+        )
+
+    @property
+    def queued_output_bytes(self) -> int:
+        """Unsent output across every peer, as the shell last said plus what the core produced since."""
+        return self._ledger.total
 
     # ----------------------------------------------------------------------------------------- connections
 
@@ -352,6 +378,7 @@ class OwnerCore:
         state = self._peers.pop(peer, None)
         if state is None:
             return
+        self._ledger.forget(peer)
         for watch in state.watches.values():
             self._drop_watch(watch)
         self.tasks.peer_left(peer)
@@ -372,9 +399,31 @@ class OwnerCore:
         if congested:
             for watch in state.watches.values():
                 if watch.live:
-                    self._live[watch.conversation_id].pop((peer, watch.watch_id))
-                    watch.live = False
-                    self._lagging[(peer, watch.watch_id)] = watch
+                    self._to_lagging(watch)
+
+    def _to_lagging(self, watch: _Watch) -> None:
+        """A live watch stops being fed: it catches up from the log (from what it was last sent) instead."""
+        key = (watch.peer, watch.watch_id)
+        live = self._live[watch.conversation_id]
+        live.pop(key)
+        if not live:
+            del self._live[watch.conversation_id]
+        watch.live = False
+        self._lagging[key] = watch
+
+    def set_queued(self, peer: PeerId, queued_bytes: int) -> bool:
+        """The shell holds ``queued_bytes`` of ``peer``'s output unsent (call after handing it a batch's output
+        and after each send). Whether that brought the peer back under its output budget: its lagging watches may
+        catch up again (see :mod:`._output`)."""
+        if peer not in self._peers:
+            return False
+        return self._ledger.set_queued(peer, queued_bytes)
+
+    def take_encoded(self) -> list[bytes]:
+        """The encoded frames of the output last taken (by :meth:`take_output` or :meth:`catch_up`), one per
+        output, in order: the shell sends these bytes instead of encoding the frames again."""
+        encoded, self._encoded = self._encoded, []
+        return encoded
 
     # --------------------------------------------------------------------------------------------- batches
 
@@ -400,6 +449,7 @@ class OwnerCore:
         self._expect_batch("take_output", _RAN)
         self._batch_state = _IDLE
         out, self._out = self._out, []
+        self._encoded = self._ledger.take()
         effects = BatchEffects(clock_ms=self._clock_ms)
         self._clock_ms = None
         return out, effects
@@ -443,6 +493,9 @@ class OwnerCore:
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
+            overload = self._ledger.overload(peer)
+            if overload is not None and type(frame) not in _NEVER_OVERLOADED:
+                raise Refusal(ErrorCode.OVERLOADED, overload)
             handler(peer, call_id, frame, now_ms)
         except Refusal as refusal:
             self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
@@ -500,21 +553,30 @@ class OwnerCore:
         self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
         out: list[Output] = []
         head = self._head_seq
+        ledger = self._ledger
         for key, watch in list(self._lagging.items()):
-            if self._peers[watch.peer].congested:
+            if self._peers[watch.peer].congested or ledger.is_over(watch.peer):
                 continue
             until = head if watch.conversation_id is None else min(head, watch.delivered_seq + CATCH_UP_SCAN_WINDOW)
             logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE, until_seq=until)
+            delivered = watch.delivered_seq
             for commit in logged:
+                if ledger.is_over(watch.peer):
+                    break  # the rest is read again once the peer has read what it was sent
                 change = _change(watch, commit)
                 if change.records:
                     out.append((watch.peer, None, change))
-            watch.delivered_seq = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
+                    ledger.change(watch.peer, change, watch.conversation_id)
+                delivered = commit.seq
+            else:
+                delivered = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
+            watch.delivered_seq = delivered
             if watch.delivered_seq >= head:
                 # Nothing is being committed while we run, so the log has been read up to the head.
                 del self._lagging[key]
                 watch.live = True
                 self._live.setdefault(watch.conversation_id, {})[key] = watch
+        self._encoded = ledger.take()
         self._batch_state = _IDLE
         return out
 
@@ -763,6 +825,7 @@ class OwnerCore:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
+        runs, more = _fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
         next_after = runs[-1].run_id if more else None
         self._reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
 
@@ -812,6 +875,7 @@ class OwnerCore:
             raise Refusal(ErrorCode.INVALID, message)
         self._require_run(request.run_id)
         operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
+        operations, more = _fit_page(operations, more, lambda one: OperationsReply(operations=(one,)))
         next_cursor = request.cursor + len(operations) if more else None
         self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
 
@@ -937,6 +1001,7 @@ class OwnerCore:
         found, more = self._store.interaction_page(
             request.status, request.run_id, request.after_interaction_id, request.limit
         )
+        found, more = _fit_page(found, more, lambda one: InteractionsReply(interactions=(one,)))
         next_after = found[-1].interaction_id if more else None
         interactions = tuple(found)
         reply = InteractionsReply(interactions=interactions, next_after_interaction_id=next_after)
@@ -955,8 +1020,16 @@ class OwnerCore:
 
     def _add_wait(self, table: str, key: str, peer: PeerId, call_id: int) -> None:
         """Answer this call once ``key`` of ``table`` settles (see :attr:`_waits`)."""
+        state = self._peers[peer]
+        if state.wait_count >= MAX_WAITS_PER_PEER:
+            message = (
+                f"a connection may have at most {MAX_WAITS_PER_PEER} waits open at once (wait_task, wait_run); this "
+                "one was not registered: wait for fewer at a time"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
         self._waits[table].setdefault(key, []).append((peer, call_id))
-        self._peers[peer].waiting_on.add((table, key))
+        state.waiting_on.add((table, key))
+        state.wait_count += 1
 
     def _take_waits(self, table: str, key: str) -> list[tuple[PeerId, int]]:
         """The calls waiting on ``key`` of ``table``, forgotten here and by their peers."""
@@ -965,6 +1038,7 @@ class OwnerCore:
             state = self._peers.get(peer)
             if state is not None:
                 state.waiting_on.discard((table, key))
+                state.wait_count -= 1
         return waits
 
     def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
@@ -1021,6 +1095,12 @@ class OwnerCore:
         if request.watch_id in state.watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
             raise Refusal(ErrorCode.CONFLICT, message)
+        if len(state.watches) >= MAX_WATCHES_PER_PEER:
+            message = (
+                f"a connection may hold at most {MAX_WATCHES_PER_PEER} watches at once; unwatch one first (watch "
+                f"{request.watch_id} was not added)"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
         if not 0 <= request.from_seq <= self._head_seq:
             message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
             raise Refusal(ErrorCode.INVALID, message)
@@ -1101,7 +1181,9 @@ class OwnerCore:
             if record is None:
                 raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
             outcomes.append(record.outcome if record.status == "terminal" else None)
-        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes)))
+        # The first outcomes that fit the read budget (one at least): the client asks again for the rest.
+        count = fitting(outcomes, lambda outcome: OutcomesReply(outcomes=(outcome,)), READ_BUDGET_BYTES)
+        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes[:count])))
 
     def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
@@ -1117,6 +1199,7 @@ class OwnerCore:
             message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
             raise Refusal(ErrorCode.INVALID, message)
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
+        nodes, more = _fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
         next_after = nodes[-1].task.task_id if more else None
         reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
         self._reply(peer, call_id, reply)
@@ -1139,10 +1222,12 @@ class OwnerCore:
     def _reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
         """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
         self._out.append((peer, call_id, frame))
+        self._ledger.add(peer, call_id, frame)
 
     def _push(self, peer: PeerId, frame: Frame) -> None:
         """Send ``peer`` an event (no call id): a watch's ``Change``, a worker's ``Lease`` or ``CancelLease``."""
         self._out.append((peer, None, frame))
+        self._ledger.add(peer, None, frame)
 
     def _published(self, peer: PeerId, call_id: int, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
         """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
@@ -1153,10 +1238,19 @@ class OwnerCore:
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
         if not self._live:
             return
+        ledger = self._ledger
+        over: list[_Watch] = []
         for conversation_id in (*touched, None):
             for watch in self._live.get(conversation_id, {}).values():
-                self._push(watch.peer, _change(watch, logged))
+                if ledger.is_over(watch.peer):
+                    over.append(watch)  # not fed: it reads this commit from the log once its peer has read
+                    continue
+                change = _change(watch, logged)
+                self._out.append((watch.peer, None, change))
+                ledger.change(watch.peer, change, conversation_id)
                 watch.delivered_seq = logged.seq
+        for watch in over:
+            self._to_lagging(watch)
 
     def _drop_watch(self, watch: _Watch) -> None:
         key = (watch.peer, watch.watch_id)
@@ -1166,6 +1260,14 @@ class OwnerCore:
             live.pop(key, None)
             if not live:
                 del self._live[watch.conversation_id]
+
+
+def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
+    """A page cut to the items that fit the read budget once encoded (one at least); ``more`` if any was cut."""
+    count = fitting(items, alone, READ_BUDGET_BYTES)
+    if count == len(items):
+        return items, more
+    return items[:count], True
 
 
 def _no_task(task_id: str) -> str:

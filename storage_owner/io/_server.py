@@ -59,7 +59,15 @@ from protocol import (
     write_runtime,
 )
 from protocol.io import PEER_GONE, log_stderr
-from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS, ORPHAN_GRACE_MS, Output, OwnerCore, PeerId
+from storage_owner.core import (
+    DEFAULT_MAX_CONCURRENT_RUNS,
+    DEFAULT_PEER_OUTPUT_BYTES,
+    DEFAULT_TOTAL_OUTPUT_BYTES,
+    ORPHAN_GRACE_MS,
+    Output,
+    OwnerCore,
+    PeerId,
+)
 from storage_owner.store import (
     CHECKPOINT_START_PAGES,
     FILE_MODE,
@@ -137,6 +145,12 @@ class OwnerConfig:
     the owner starts and after the last worker of its kind left, before it ends ``orphaned``."""
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     """Runs ``pending``, ``running`` or ``retry_wait`` at once, across conversations (see docs/runs.md)."""
+    max_peer_output: int = DEFAULT_PEER_OUTPUT_BYTES
+    """Unread output one peer may have in the owner before its requests are refused ``overloaded`` and its watches
+    read the log instead of being fed (see ``storage_owner.core._output``)."""
+    max_queued_output: int = DEFAULT_TOTAL_OUTPUT_BYTES
+    """Unread output across every peer: past it, requests are refused ``overloaded``, and the peers holding the most
+    (past the high-water mark) are dropped until the total is back under it."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     """A connection must finish TLS, the WebSocket upgrade and its hello within this time of being accepted."""
     max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
@@ -187,6 +201,12 @@ class _Connection:
         self.congested = False
         self.wakeup = trio.Event()
 
+    def report_queued(self) -> None:
+        """Tell the core what this peer has unsent (its output budget counts on it); wake the commit loop if that
+        let the peer's lagging watches catch up again."""
+        if self.server.core.set_queued(self.peer, self.queued_bytes):
+            self.server.work.set()
+
     def enqueue(self, encoded: bytes) -> None:
         self.queue.append(encoded)
         self.queued_bytes += len(encoded)
@@ -231,6 +251,7 @@ class _Connection:
         while self.queue:
             message, size = take_message(self.queue)
             self.queued_bytes -= size
+            self.report_queued()
             await self.ws.send_message(message)
             if self.congested and self.queued_bytes < SEND_LOW_WATER_BYTES:
                 self.congested = False
@@ -369,6 +390,8 @@ class OwnerServer:
                     heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / 4),
                     orphan_grace_ms=config.orphan_grace_ms,
                     max_concurrent_runs=config.max_concurrent_runs,
+                    peer_output_budget=config.max_peer_output,
+                    total_output_budget=config.max_queued_output,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
             await self._serve(listeners, task_status)
@@ -613,7 +636,8 @@ class OwnerServer:
                     self.space_available = trio.Event()
                 if core.has_lagging_watches:
                     with storage_errors("reading the commit log for a watch"):
-                        self._dispatch(core.catch_up())
+                        out = core.catch_up()
+                    self._dispatch(out, core.take_encoded())
                 await trio.lowlevel.checkpoint()
         except StorageError as exc:
             self._fail_closed(batch, exc)
@@ -657,7 +681,7 @@ class OwnerServer:
         out, effects = core.take_output()
         if effects.clock_ms is not None:
             self._clock.advance_to(effects.clock_ms)
-        self._dispatch(out)
+        self._dispatch(out, core.take_encoded())
         self._maybe_checkpoint()
 
     def _maybe_checkpoint(self) -> None:
@@ -701,9 +725,37 @@ class OwnerServer:
         for peer, received in requests:
             self._send(peer, received.call_id, Error(code=code, message=message))
 
-    def _dispatch(self, out: list[Output]) -> None:
-        for peer, call_id, frame in out:
-            self._send(peer, call_id, frame)
+    def _dispatch(self, out: list[Output], encoded: list[bytes]) -> None:
+        """Queue a batch's (or catch-up turn's) output, encoded by the core, then tell the core what each peer it
+        touched holds unsent, and drop the largest readers if the owner's total is past its budget."""
+        assert len(encoded) == len(out), "the core's encoded output does not match its frames"
+        connections = self._connections
+        touched: dict[PeerId, _Connection] = {}
+        for (peer, _, _), data in zip(out, encoded, strict=True):
+            connection = connections.get(peer)
+            if connection is not None:  # else gone: nobody is left to read it
+                connection.enqueue(data)
+                touched[peer] = connection
+        for connection in touched.values():
+            connection.report_queued()
+        if self.core.queued_output_bytes > self.config.max_queued_output:
+            self._shed_readers()
+
+    def _shed_readers(self) -> None:
+        """Drop the peers holding the most unread output (each past the high-water mark) until the owner's total
+        is back under its budget: one peer that reads its output is never dropped for the others'."""
+        total = sum(connection.queued_bytes for connection in self._connections.values())
+        largest = sorted(self._connections.values(), key=lambda connection: connection.queued_bytes, reverse=True)
+        for connection in largest:
+            if total <= self.config.max_queued_output or connection.queued_bytes <= SEND_HIGH_WATER_BYTES:
+                return
+            if not connection.scope.cancel_called:
+                self.log(
+                    f"tether owner: dropping peer {connection.peer}: {connection.queued_bytes} bytes unread, and "
+                    f"{total} across peers is past the budget of {self.config.max_queued_output}"
+                )
+                connection.scope.cancel(reason="the owner's unread output is past its budget")
+            total -= connection.queued_bytes
 
     def _send(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
         """Queue ``frame`` for ``peer`` with its envelope's ``call_id`` (dropped if the peer is gone: nobody is
