@@ -1150,10 +1150,12 @@ class OwnerCore:
                 "the announcement was not taken (the previous one, if any, stands)"
             )
             raise Refusal(ErrorCode.INVALID, message)
-        size = len(encode_frame(request, call_id=call_id))
+        # What read_peers shows of it (its leases are not kept: a worker reattaching with many phases is not held).
+        size = len(encode_frame(attrs.evolve(request, leases=()), call_id=call_id))
         if size > MAX_ANNOUNCE_BYTES:
             message = (
-                f"an announce holds at most {MAX_ANNOUNCE_BYTES} bytes encoded (capabilities, host, app, leases), "
+                f"an announce holds at most {MAX_ANNOUNCE_BYTES} bytes encoded without its leases (capabilities, "
+                f"host, app), "
                 f"not {size}; the announcement was not taken (the previous one, if any, stands)"
             )
             raise Refusal(ErrorCode.INVALID, message)

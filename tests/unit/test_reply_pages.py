@@ -18,6 +18,7 @@ from protocol import (
     FinishOperation,
     Frame,
     JsonValue,
+    LeaseRef,
     Ok,
     PartialRecord,
     PartialsReply,
@@ -211,3 +212,19 @@ def test_the_client_reads_again_a_text_whose_attempt_changed_between_pages() -> 
     assert _join_partials(held, [record(2, 12, "!")]) == "op" and "op" not in held  # another attempt's
     assert _join_partials(held, [record(2, 0, "Hi")]) is None and held["op"].text == "Hi"
     assert _join_partials(held, [record(2, 2, "!", created_at_ms=5)]) == "op"  # a retried run's attempt 2
+
+
+def test_an_announce_naming_many_leases_is_not_held_to_the_byte_bound(tmp_path: Path) -> None:
+    """The byte bound is on what ``read_peers`` shows: a worker reattaching with thousands of running phases
+    (its ``leases``, answered with ``cancel_lease`` where no longer valid, never kept) still announces."""
+    sim = OwnerSim(tmp_path / "leases.db")
+    try:
+        worker = sim.attach_worker("busy")
+        leases = tuple(LeaseRef(task_id=fresh_id(), epoch=1) for _ in range(6000))
+        announce = Announce(
+            pid=1, host="h", app="a", capabilities=capabilities(3, "t"), max_leases=10_000, leases=leases
+        )
+        assert len(encode_frame(announce, call_id=1)) > MAX_ANNOUNCE_BYTES
+        expect(sim.request(worker.peer, announce), Ok)
+    finally:
+        sim.close()
