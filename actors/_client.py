@@ -49,6 +49,7 @@ from protocol import (
     OperationsReply,
     Order,
     OutcomesReply,
+    PartialRecord,
     PartialsReply,
     PeerInfo,
     PeersReply,
@@ -445,11 +446,37 @@ class Client:
         exactly one of the two. Each is one ``PartialRecord`` from offset 0 holding the text streamed so far
         (``done``: no text, the answer is the assistant entry; ``aborted``: never an answer). The reply's ``seq``
         is the head as of the read: ``watch(from_seq=reply.seq)`` continues exactly, and feeding both to an
-        :class:`~actors.PartialText` shows each text once. A checkpoint."""
+        :class:`~actors.PartialText` shows each text once. A checkpoint.
+
+        Read page by page (a page ends at the owner's read budget, a long text is cut and continued): the pages are
+        joined here, one record per operation; ``seq`` is the first page's. A text whose attempt changed between
+        two pages is read again from its start."""
         if (run_id is None) == (operation_id is None):
             await trio.lowlevel.checkpoint()
             raise UsageError("partials() takes exactly one of run_id= and operation_id=")
-        return await self.connection.call(ReadPartials(run_id=run_id, operation_id=operation_id), PartialsReply)
+        held: dict[str, PartialRecord] = {}
+        seq: int | None = None
+        from_operation_id: str | None = None
+        from_offset = 0
+        rereads = 0
+        while True:
+            request = ReadPartials(
+                run_id=run_id, operation_id=operation_id, from_operation_id=from_operation_id, from_offset=from_offset
+            )
+            reply = await self.connection.call(request, PartialsReply)
+            seq = reply.seq if seq is None else seq
+            reread = _join_partials(held, reply.partials)
+            if reread is not None:
+                rereads += 1
+                if rereads > MAX_PARTIAL_REREADS:
+                    raise ProtocolError(f"the partial output of {reread} changed attempt {rereads} times while read")
+                from_operation_id, from_offset = reread, 0
+                continue
+            if reply.next_operation_id is None:
+                return PartialsReply(partials=tuple(held.values()), seq=seq)
+            if not reply.partials and (reply.next_operation_id, reply.next_offset) == (from_operation_id, from_offset):
+                raise ProtocolError(f"read_partials made no progress at {from_operation_id} offset {from_offset}")
+            from_operation_id, from_offset = reply.next_operation_id, reply.next_offset
 
     async def cancel_run(self, run_id: str) -> RunRecord:
         """Cancel a run once durable: a queued one ends ``cancelled`` at once; an active one has its task aborted
@@ -560,9 +587,20 @@ class Client:
     # ---------------------------------------------------------------------------------------------- peers
 
     async def peers(self) -> list[PeerInfo]:
-        """The connections attached to the owner: clients, readers and workers with what they announced."""
-        reply = await self.connection.call(ReadPeers(), PeersReply)
-        return list(reply.peers)
+        """The connections attached to the owner: clients, readers and workers with what they announced, by peer
+        id (read page by page: a peer attached or gone between two pages may be in the list or not)."""
+        result: list[PeerInfo] = []
+        after: int | None = None
+        while True:
+            reply = await self.connection.call(ReadPeers(after_peer_id=after), PeersReply)
+            result.extend(reply.peers)
+            if reply.next_after_peer_id is None:
+                return result
+            if after is not None and reply.next_after_peer_id <= after:
+                raise ProtocolError(
+                    f"read_peers after peer {after} answered a page ending at {reply.next_after_peer_id}"
+                )
+            after = reply.next_after_peer_id
 
     async def announce(self, announcement: Announce) -> None:
         """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
@@ -716,3 +754,31 @@ async def connect(
         ssl_context=ssl_context,
     ) as connection:
         yield Client(connection)
+
+
+MAX_PARTIAL_REREADS: Final = 16
+"""Times :meth:`Client.partials` reads a text again from its start because its attempt changed between two pages."""
+
+
+def _join_partials(held: dict[str, PartialRecord], page: Sequence[PartialRecord]) -> str | None:
+    """Add a ``read_partials`` page to ``held`` (one record per operation, in order): a record continuing the text
+    held for its operation (same attempt, from where it ends) is joined to it; a record from offset 0, or one
+    without text (an ended output), replaces it. Returns the operation whose text must be read again from its start
+    (it continued another attempt's), having dropped what was held for it."""
+    for record in page:
+        before = held.get(record.operation_id)
+        if before is None or record.offset == 0 or not record.text:
+            held[record.operation_id] = record
+        elif (
+            before.attempt == record.attempt
+            and before.created_at_ms == record.created_at_ms
+            and before.offset + len(before.text) == record.offset
+            and before.offset == 0
+        ):
+            held[record.operation_id] = attrs.evolve(
+                record, offset=0, text=before.text + record.text, created_at_ms=before.created_at_ms
+            )
+        else:
+            del held[record.operation_id]
+            return record.operation_id
+    return None

@@ -179,6 +179,7 @@ from ._frames import (
 from ._ids import approval_task_id, is_id, new_id
 from ._limits import (
     DEFAULT_MAX_LEASES,
+    MAX_ANNOUNCE_BYTES,
     MAX_LEASES_PER_WORKER,
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,
@@ -207,6 +208,7 @@ __all__ = [
     "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
     "FRAME_TYPES",
+    "MAX_ANNOUNCE_BYTES",
     "MAX_BATCH_FRAMES",
     "MAX_JSON_DEPTH",
     "MAX_LEASES_PER_WORKER",

@@ -721,9 +721,10 @@ class Release:
 
 @attrs.frozen(kw_only=True)
 class ReadPeers:
-    """List the attached connections (for ``tether status``)."""
+    """A page of the attached connections (for ``tether status``), by peer id after ``after_peer_id``."""
 
     TYPE: ClassVar[str] = "read_peers"
+    after_peer_id: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -904,11 +905,14 @@ class ReadInteractions:
 @attrs.frozen(kw_only=True)
 class ReadPartials:
     """The stored partial output of one operation (``operation_id``) or of every model request of a run
-    (``run_id``): exactly one of the two."""
+    (``run_id``): exactly one of the two. A page starts at ``from_operation_id`` (from its character
+    ``from_offset``), or at the first operation."""
 
     TYPE: ClassVar[str] = "read_partials"
     run_id: str | None = None
     operation_id: str | None = None
+    from_operation_id: str | None = None
+    from_offset: int = 0
 
 
 # -------------------------------------------------------------------------------------------------- replies
@@ -974,6 +978,8 @@ class Watching:
 class PeersReply:
     TYPE: ClassVar[str] = "peers"
     peers: tuple[PeerInfo, ...]
+    next_after_peer_id: int | None = None
+    """Pass it back as ``after_peer_id`` for the next page; ``None`` when this was the last."""
 
 
 @attrs.frozen(kw_only=True)
@@ -1060,6 +1066,10 @@ class PartialsReply:
     TYPE: ClassVar[str] = "partials"
     partials: tuple[PartialRecord, ...]
     seq: int
+    next_operation_id: str | None = None
+    """The page ended early (at the read budget): pass it back as ``from_operation_id``, with ``next_offset`` as
+    ``from_offset``, for the rest (a text cut there continues in the next page's first record); ``None``: done."""
+    next_offset: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -6,6 +6,10 @@ from typing import Final
 
 MAX_LEASES_PER_WORKER: Final = 100_000
 """The owner's limit on a worker's ``max_leases`` (an ``announce`` over it is refused as ``invalid``)."""
+MAX_ANNOUNCE_BYTES: Final = 256 << 10
+"""An ``announce`` frame, encoded without its ``leases``, holds at most this many bytes (256 KiB: its capabilities,
+host and app), so one peer's entry always fits a page of ``read_peers`` (refused as ``invalid`` past it; nothing
+changed)."""
 DEFAULT_MAX_LEASES: Final = 64
 """Phases a worker runs at once unless told otherwise (``actors.serve``, ``tether worker``)."""
 MAX_PARTIAL_BYTES: Final = 1 << 20

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, TypeVar, get_args
 import attrs
 
 from protocol import (
+    MAX_ANNOUNCE_BYTES,
     MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
@@ -125,6 +126,7 @@ from protocol import (
     Watching,
     Welcome,
     Write,
+    encode_frame,
 )
 
 from ._checks import (
@@ -986,13 +988,25 @@ class OwnerCore:
         self._owner_decision(peer, call_id, now_ms, decide)
 
     def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
-        partials = self.partials.read(run_id=request.run_id, operation_id=request.operation_id)
-        if not partials:  # nothing streamed yet, or nothing by that id: say which
+        page = self.partials.read(
+            run_id=request.run_id,
+            operation_id=request.operation_id,
+            from_operation_id=request.from_operation_id,
+            from_offset=request.from_offset,
+            budget=READ_BUDGET_BYTES,
+        )
+        if not page.records:  # nothing streamed yet, or nothing by that id: say which
             if request.run_id is not None and self._store.run(request.run_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
             if request.operation_id is not None and self._store.operation(request.operation_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
-        self._reply(peer, call_id, PartialsReply(partials=tuple(partials), seq=self._head_seq))
+        reply = PartialsReply(
+            partials=tuple(page.records),
+            seq=self._head_seq,
+            next_operation_id=page.next_operation_id,
+            next_offset=page.next_offset,
+        )
+        self._reply(peer, call_id, reply)
 
     def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
@@ -1131,7 +1145,20 @@ class OwnerCore:
         if not 1 <= request.max_leases <= MAX_LEASES_PER_WORKER:
             raise Refusal(ErrorCode.INVALID, f"max_leases must be between 1 and {MAX_LEASES_PER_WORKER}")
         if len(request.capabilities) > MAX_CAPABILITIES:
-            raise Refusal(ErrorCode.INVALID, f"a worker may announce at most {MAX_CAPABILITIES} capabilities")
+            message = (
+                f"a worker may announce at most {MAX_CAPABILITIES} capabilities, not {len(request.capabilities)}; "
+                "the announcement was not taken (the previous one, if any, stands)"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        # What read_peers shows of it (its leases are not kept: a worker reattaching with many phases is not held).
+        size = len(encode_frame(attrs.evolve(request, leases=()), call_id=call_id))
+        if size > MAX_ANNOUNCE_BYTES:
+            message = (
+                f"an announce holds at most {MAX_ANNOUNCE_BYTES} bytes encoded without its leases (capabilities, "
+                f"host, app), "
+                f"not {size}; the announcement was not taken (the previous one, if any, stands)"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
         for index, capability in enumerate(request.capabilities):
             named = 1 <= len(capability.name) <= MAX_NAME_CHARS
             if not named or capability.version < 1 or capability.restart_limit < 1:
@@ -1149,21 +1176,27 @@ class OwnerCore:
         self._reply(peer, call_id, Ok())
 
     def _on_read_peers(self, peer: PeerId, call_id: int, request: ReadPeers, now_ms: int) -> None:
-        peers = tuple(
-            PeerInfo(
-                peer_id=peer_id,
-                role=state.role,
-                peer_name=state.peer_name,
-                attached_at_ms=state.attached_at_ms,
-                announced=state.announced is not None,
-                pid=None if state.announced is None else state.announced.pid,
-                host=None if state.announced is None else state.announced.host,
-                app=None if state.announced is None else state.announced.app,
-                capabilities=() if state.announced is None else state.announced.capabilities,
-            )
-            for peer_id, state in self._peers.items()
+        after = request.after_peer_id
+        ids = sorted(peer_id for peer_id in self._peers if after is None or peer_id > after)
+        # A page ends at the read budget (one peer at least: an announce is bounded well below it).
+        count = fitting(ids, lambda peer_id: PeersReply(peers=(self._peer_info(peer_id),)), READ_BUDGET_BYTES)
+        infos = tuple(self._peer_info(peer_id) for peer_id in ids[:count])
+        next_after = ids[count - 1] if count < len(ids) else None
+        self._reply(peer, call_id, PeersReply(peers=infos, next_after_peer_id=next_after))
+
+    def _peer_info(self, peer_id: PeerId) -> PeerInfo:
+        state = self._peers[peer_id]
+        return PeerInfo(
+            peer_id=peer_id,
+            role=state.role,
+            peer_name=state.peer_name,
+            attached_at_ms=state.attached_at_ms,
+            announced=state.announced is not None,
+            pid=None if state.announced is None else state.announced.pid,
+            host=None if state.announced is None else state.announced.host,
+            app=None if state.announced is None else state.announced.app,
+            capabilities=() if state.announced is None else state.announced.capabilities,
         )
-        self._reply(peer, call_id, PeersReply(peers=peers))
 
     def _on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)

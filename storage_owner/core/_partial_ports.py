@@ -54,3 +54,7 @@ class PartialStore(Protocol):
     def run_partials(self, run_id: str) -> list[PartialHead]:
         """A run's heads, in the order their operations first streamed."""
         ...
+
+    def run_partials_from(self, run_id: str, from_operation_id: str | None, limit: int) -> list[PartialHead]:
+        """Up to ``limit`` of :meth:`run_partials`, from ``from_operation_id`` (included; ``None``: the first)."""
+        ...

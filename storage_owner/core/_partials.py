@@ -37,9 +37,11 @@ from protocol import (
     LeaseRef,
     OperationRecord,
     PartialRecord,
+    PartialsReply,
     PartialStatus,
     Record,
     RunRecord,
+    encode_frame,
 )
 
 from ._checks import Refusal, check_id
@@ -47,6 +49,13 @@ from ._partial_ports import PartialHead, PartialStore
 from ._runs import TERMINAL, has_result
 
 STREAMING: Final = "streaming"
+PAGE_BYTES: Final = 512 << 10
+"""A ``read_partials`` page ends once its records pass this many bytes encoded (the owner's read budget), so a
+reply stays under ``MAX_MESSAGE_BYTES`` although one operation's text may hold up to ``MAX_PARTIAL_BYTES``."""
+PAGE_OPERATIONS: Final = 1000
+"""Operations one ``read_partials`` page reads at most (a run has one per model request)."""
+MIN_CUT_BYTES: Final = 4 << 10
+"""A text is cut to fill the rest of a page only if that rest holds this much; otherwise the page ends before it."""
 Callback = Callable[[Callable[[], None]], None]
 """Journals an undo action for a refused request (the task engine's ``on_rollback``)."""
 
@@ -246,36 +255,85 @@ class Partials:
 
     # ------------------------------------------------------------------------------------------------ reads
 
-    def read(self, *, run_id: str | None, operation_id: str | None) -> list[PartialRecord]:
-        """Each operation's stored partial output as one record from offset 0 (``done``: no text, at its end)."""
+    def read(
+        self,
+        *,
+        run_id: str | None,
+        operation_id: str | None,
+        from_operation_id: str | None = None,
+        from_offset: int = 0,
+        budget: int = PAGE_BYTES,
+    ) -> PartialsPage:
+        """A page of each operation's stored partial output, one record per operation from offset 0 (``done``: no
+        text, at its end), starting at ``from_operation_id``'s character ``from_offset``. The page ends once its
+        records pass ``budget`` bytes encoded: a text that does not fit is cut (at a character) and the page says
+        where to continue. Every check runs before anything is read."""
         if (run_id is None) == (operation_id is None):
             raise Refusal(ErrorCode.INVALID, "read_partials names exactly one of run_id and operation_id")
+        if from_offset < 0 or (from_offset and from_operation_id is None):
+            message = f"from_offset must be 0 or more, and comes with from_operation_id (not {from_offset})"
+            raise Refusal(ErrorCode.INVALID, message)
         if operation_id is not None:
             check_id(operation_id, "operation_id")
+            if from_operation_id not in (None, operation_id):
+                message = f"from_operation_id must be the operation_id read ({operation_id}), not {from_operation_id}"
+                raise Refusal(ErrorCode.INVALID, message)
             head = self._store.partial(operation_id)
             heads = [] if head is None else [head]
         else:
             assert run_id is not None
             check_id(run_id, "run_id")
-            heads = self._store.run_partials(run_id)
-        out = []
-        for head in heads:
-            text = self._store.partial_text(head.operation_id) if head.pieces else ""
-            done = head.status == "done" or not head.pieces
-            out.append(
-                PartialRecord(
-                    operation_id=head.operation_id,
-                    run_id=head.run_id,
-                    conversation_id=head.conversation_id,
-                    attempt=head.attempt,
-                    offset=head.chars if done else 0,
-                    text=text,
-                    status=head.status,
-                    seq=head.seq,
-                    created_at_ms=head.created_at_ms,
-                )
-            )
-        return out
+            if from_operation_id is not None:
+                check_id(from_operation_id, "from_operation_id")
+                start = self._store.partial(from_operation_id)
+                if start is None or start.run_id != run_id:
+                    message = f"from_operation_id {from_operation_id} has no partial output in run {run_id}"
+                    raise Refusal(ErrorCode.INVALID, message)
+            heads = self._store.run_partials_from(run_id, from_operation_id, PAGE_OPERATIONS + 1)
+        out: list[PartialRecord] = []
+        used = 0
+        for index, head in enumerate(heads[:PAGE_OPERATIONS]):
+            record = self._record(head, from_offset if index == 0 and from_operation_id is not None else 0)
+            size = _encoded_size(record)
+            if used + size <= budget:
+                out.append(record)
+                used += size
+                continue
+            room = budget - used - (size - _utf8_size(record.text))
+            if record.text and (not out or room >= MIN_CUT_BYTES):
+                cut = _cut(record.text, room)
+                out.append(attrs.evolve(record, text=record.text[:cut]))
+                return PartialsPage(out, head.operation_id, record.offset + cut)
+            if not out:  # a record without text is small: it always fits a page alone
+                out.append(record)
+                continue
+            return PartialsPage(out, head.operation_id, 0)
+        if len(heads) > PAGE_OPERATIONS:
+            return PartialsPage(out, heads[PAGE_OPERATIONS].operation_id, 0)
+        return PartialsPage(out, None, 0)
+
+    def _record(self, head: PartialHead, offset: int) -> PartialRecord:
+        """``head``'s output as one record from character ``offset`` (from 0 when its text is shorter: another
+        attempt replaced the one a reader continues)."""
+        text = self._store.partial_text(head.operation_id) if head.pieces else ""
+        done = head.status == "done" or not head.pieces
+        if done:
+            offset, text = head.chars, ""
+        elif offset >= len(text):
+            offset = 0
+        elif offset:
+            text = text[offset:]
+        return PartialRecord(
+            operation_id=head.operation_id,
+            run_id=head.run_id,
+            conversation_id=head.conversation_id,
+            attempt=head.attempt,
+            offset=offset,
+            text=text,
+            status=head.status,
+            seq=head.seq,
+            created_at_ms=head.created_at_ms,
+        )
 
     @property
     def held_count(self) -> int:
@@ -298,3 +356,30 @@ class Partials:
             self._held.pop(operation_id, None)
         else:
             self._held[operation_id] = head
+
+
+@attrs.frozen
+class PartialsPage:
+    """One page of :meth:`Partials.read`: its records and where the next one starts (``None``: nothing more)."""
+
+    records: list[PartialRecord]
+    next_operation_id: str | None
+    next_offset: int
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _encoded_size(record: PartialRecord) -> int:
+    """What ``record`` adds to a ``partials`` reply (with the reply's envelope: an overestimate)."""
+    return len(encode_frame(PartialsReply(partials=(record,), seq=record.seq), call_id=0))
+
+
+def _cut(text: str, room: int) -> int:
+    """How many characters of ``text``, from the first, fit ``room`` bytes of UTF-8 (one at least)."""
+    encoded = text.encode("utf-8", "surrogatepass")
+    end = max(0, min(room, len(encoded)))
+    while 0 < end < len(encoded) and encoded[end] & 0xC0 == 0x80:  # not inside a character
+        end -= 1
+    return max(1, len(encoded[:end].decode("utf-8", "surrogatepass")))

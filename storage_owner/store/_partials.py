@@ -88,6 +88,19 @@ class PartialsSql:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM partials WHERE run_id = ? ORDER BY rowid", (run_id,))
         return [_head(row) for row in rows]
 
+    def run_partials_from(self, run_id: str, from_operation_id: str | None, limit: int) -> list[PartialHead]:
+        if from_operation_id is None:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM partials WHERE run_id = ? ORDER BY rowid LIMIT ?", (run_id, limit)
+            )
+        else:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM partials WHERE run_id = ? AND rowid >= "
+                "(SELECT rowid FROM partials WHERE operation_id = ?) ORDER BY rowid LIMIT ?",
+                (run_id, from_operation_id, limit),
+            )
+        return [_head(row) for row in rows]
+
     def partial_piece_count(self) -> int:
         """Pieces stored in all (for tests of the bounds)."""
         return int(self._db.execute("SELECT COUNT(*) FROM partial_pieces").fetchone()[0])  # type: ignore[index]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actors._client import _join_partials
 from protocol import (
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,
@@ -46,8 +47,17 @@ def logged_partials(sim: RunSim, after_seq: int = 0) -> list[tuple[int, int, int
 
 
 def stored(sim: RunSim, **key: str) -> list[tuple[int, int, str, str]]:
-    reply = expect(sim.request(sim.client, ReadPartials(**key)), PartialsReply)
-    return [(record.attempt, record.offset, record.text, record.status) for record in reply.partials]
+    """What ``read_partials`` answers, its pages (a text past the read budget is cut) joined as the client does."""
+    held: dict[str, PartialRecord] = {}
+    cursor: str | None = None
+    offset = 0
+    while True:
+        request = ReadPartials(**key, from_operation_id=cursor, from_offset=offset)
+        reply = expect(sim.request(sim.client, request), PartialsReply)
+        assert _join_partials(held, reply.partials) is None
+        if reply.next_operation_id is None:
+            return [(record.attempt, record.offset, record.text, record.status) for record in held.values()]
+        cursor, offset = reply.next_operation_id, reply.next_offset
 
 
 def test_pieces_are_stored_logged_in_order_and_done_with_the_result(sim: RunSim) -> None:
