@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import trio_websocket
 
 from storage_owner.io._listener import (
     LOG_INTERVAL_S,
@@ -70,3 +73,16 @@ def test_a_wider_address_needs_tls_or_consent() -> None:
 )
 def test_the_runtime_file_names_a_reachable_address(host: str, reachable: str) -> None:
     assert reachable_host(host) == reachable
+
+
+@pytest.mark.parametrize("name", ["_reader_task", "_get_request"])
+def test_the_private_trio_websocket_methods_the_listener_uses_still_exist(name: str) -> None:
+    """``websocket_request`` calls two private methods of ``trio_websocket.WebSocketConnection`` (pyproject pins
+    trio-websocket below its next minor version for that). An upgrade that renames or removes them fails here,
+    not in a connection at run time."""
+    method = getattr(trio_websocket.WebSocketConnection, name, None)
+    assert method is not None and inspect.iscoroutinefunction(method), (
+        f"trio_websocket.WebSocketConnection.{name} is gone or no longer a coroutine function in this "
+        "trio-websocket version: storage_owner/io/_listener.py (websocket_request) uses it to read the upgrade "
+        "request; adapt websocket_request to the new version before raising the pin in pyproject.toml"
+    )
