@@ -498,7 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     check.add_argument(
-        "--json", action="store_true", help="print one JSON object: db, ok, problems, schema_version, pages"
+        "--json",
+        action="store_true",
+        help="print one JSON object, whatever the outcome (the exit status is the same): db, ok, problems, "
+        "schema_version, application_id, pages (null when the file is missing, unreadable or not a Tether database)",
     )
 
     _add_runs_commands(commands)
@@ -691,7 +694,15 @@ def _check(args: argparse.Namespace) -> int:
     from storage_owner.store._identity import damaged_message
 
     db = os.path.abspath(args.db)
-    report = full_check(db, MIGRATIONS)
+    try:
+        report = full_check(db, MIGRATIONS)
+    except (TetherError, OSError) as exc:  # missing, unreadable, or not a Tether database: the check did not run
+        if not args.json:
+            raise
+        problem = str(exc) if isinstance(exc, TetherError) else f"cannot check {db}: {exc.strerror or exc}"
+        unread = {"schema_version": None, "application_id": None, "pages": None}
+        print(json.dumps({"db": db, "ok": False, "problems": [problem], **unread}), flush=True)
+        return EXIT_NOT_TETHER_DATABASE if isinstance(exc, NotATetherDatabase) else EXIT_FAILED
     if args.json:
         print(json.dumps(report), flush=True)
     elif report["ok"]:

@@ -55,11 +55,16 @@ def damaged_message(path: str, problems: Sequence[str]) -> str:
     )
 
 
-def _foreign(path: str, why: str) -> NotATetherDatabase:
-    return NotATetherDatabase(
-        f"{path} is not a Tether database: {why}. It was left untouched. Pass --db the path of a Tether database, "
-        "or a path that does not exist yet to create a new one."
-    )
+SERVE_ADVICE: Final = "Pass --db the path of a Tether database, or a path that does not exist yet to create a new one."
+"""What to do about a foreign file, for the commands that open (or create) a database to serve it."""
+CHECK_ADVICE: Final = (
+    "`tether check` checks Tether databases only: pass --db the path of one (the file a Tether owner serves)."
+)
+"""What to do about a foreign file, for ``tether check`` (which never creates a database)."""
+
+
+def _foreign(path: str, why: str, advice: str) -> NotATetherDatabase:
+    return NotATetherDatabase(f"{path} is not a Tether database: {why}. It was left untouched. {advice}")
 
 
 def create_database(path: str, *, file_mode: int, prepare: Callable[[apsw.Connection], None]) -> None:
@@ -133,12 +138,15 @@ def _tables(db: apsw.Connection) -> frozenset[str]:
     return frozenset(str(name) for (name,) in rows)
 
 
-def identify(db: apsw.Connection, path: str, migrations: tuple[str, ...]) -> tuple[int, bool]:
+def identify(
+    db: apsw.Connection, path: str, migrations: tuple[str, ...], *, advice: str = SERVE_ADVICE
+) -> tuple[int, bool]:
     """``(schema version, marked)`` of the existing database ``db`` (at ``path``), read without writing.
 
     ``marked`` is False for a database from before the mark (or a blank SQLite file): the caller marks it as it
     migrates. Raises :class:`NotATetherDatabase` (another application's database, an empty file, not SQLite),
-    :class:`SchemaTooNew`, or :class:`DatabaseDamaged` (its header or schema cannot be read).
+    :class:`SchemaTooNew`, or :class:`DatabaseDamaged` (its header or schema cannot be read). ``advice`` ends the
+    message of a :class:`NotATetherDatabase`: what the user of the command at hand should do.
     """
     if os.path.getsize(path) == 0:
         raise _foreign(
@@ -146,19 +154,22 @@ def identify(db: apsw.Connection, path: str, migrations: tuple[str, ...]) -> tup
             "it is an empty file (0 bytes), and Tether never leaves one (a new database is linked into place "
             "complete); if it held your data it was truncated: restore it from a backup, or remove the file to "
             "start a new database",
+            advice,
         )
     try:
         application_id = int(db.execute("PRAGMA application_id").fetchone()[0])  # type: ignore[index]
         version = int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
         tables = _tables(db)
     except apsw.NotADBError as exc:
-        raise _foreign(path, f"it is not a SQLite database ({exc})") from exc
+        raise _foreign(path, f"it is not a SQLite database ({exc})", advice) from exc
     except apsw.CorruptError as exc:
         raise DatabaseDamaged(damaged_message(path, [str(exc)])) from exc
     schema_version = len(migrations)
     if application_id not in (0, APPLICATION_ID):
         raise _foreign(
-            path, f"its application_id is {application_id:#x} (another application's; Tether's is {APPLICATION_ID:#x})"
+            path,
+            f"its application_id is {application_id:#x} (another application's; Tether's is {APPLICATION_ID:#x})",
+            advice,
         )
     if version > schema_version and (
         application_id == APPLICATION_ID or tables >= _tables_at(migrations, schema_version)
@@ -170,7 +181,7 @@ def identify(db: apsw.Connection, path: str, migrations: tuple[str, ...]) -> tup
     if application_id == 0 and (version > schema_version or tables != _tables_at(migrations, version)):
         listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise _foreign(
-            path, f"it is a SQLite database of another application (tables {listed}; user_version {version})"
+            path, f"it is a SQLite database of another application (tables {listed}; user_version {version})", advice
         )
     return version, application_id == APPLICATION_ID
 
@@ -206,7 +217,7 @@ def full_check(path: str, migrations: tuple[str, ...]) -> dict[str, Any]:
         raise StorageError(f"cannot open {path} to check it: {exc}") from exc
     try:
         try:
-            version, _marked = identify(db, path, migrations)
+            version, _marked = identify(db, path, migrations, advice=CHECK_ADVICE)
         except (SchemaTooNew, DatabaseDamaged):
             version = -1
             with contextlib.suppress(apsw.Error):

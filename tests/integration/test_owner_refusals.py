@@ -184,8 +184,30 @@ async def test_check_of_a_file_that_is_not_a_tether_database_exits_5(db_path: st
         await _make(kind, db_path)
         digest = _digest(db_path)
         result = await run_tether("check", "--db", db_path)
+        as_json = await run_tether("check", "--db", db_path, "--json")
     assert result.returncode == EXIT_NOT_TETHER_DATABASE
+    (line,) = _stderr_lines(result)
+    assert "not a Tether database" in line and "tether check" in line and "create a new one" not in line
+    assert as_json.returncode == EXIT_NOT_TETHER_DATABASE  # the same status, and one JSON object on stdout
+    report = json.loads(as_json.stdout)
+    assert report["db"] == os.path.abspath(db_path) and report["ok"] is False
+    (problem,) = report["problems"]
+    assert "not a Tether database" in problem and "create a new one" not in problem
+    assert report["schema_version"] is None and report["application_id"] is None and report["pages"] is None
     assert _digest(db_path) == digest
+
+
+async def test_check_of_a_missing_file_prints_json_too_and_creates_nothing(db_path: str) -> None:
+    with trio.fail_after(30):
+        as_json = await run_tether("check", "--db", db_path, "--json")
+        plain = await run_tether("check", "--db", db_path)
+    assert as_json.returncode == EXIT_FAILED and plain.returncode == EXIT_FAILED
+    report = json.loads(as_json.stdout)
+    assert report["db"] == os.path.abspath(db_path) and report["ok"] is False
+    (problem,) = report["problems"]
+    assert "does not exist" in problem
+    assert "does not exist" in _stderr_lines(plain)[0] and not plain.stdout
+    assert not os.path.lexists(db_path)
 
 
 @pytest.mark.parametrize("planted", ["lock", "runtime-temporary"])
