@@ -281,10 +281,11 @@ class Runs:
                     self._dirty[run_id] = None
 
     def workers_changed(self) -> None:
-        """Workers came or went: a pending run's blocked reason may have changed, and whether a running one's tool
-        calls can run (``tool_missing``)."""
+        """Workers came or went: a pending run's blocked reason may have changed, and whether the tool calls of a
+        run whose task waits can run (``tool_missing``, which ranks above an approval: a ``waiting`` run too).
+        Every admitted live run is derived again (a queued one has no task to derive from)."""
         for run in self.live.values():
-            if run.status in ("pending", "needs_attention", "running"):
+            if run.task_id is not None:
                 self._dirty[run.run_id] = None
 
     def put(self, record: RunRecord) -> None:

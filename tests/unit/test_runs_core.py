@@ -709,6 +709,44 @@ def test_a_tool_no_attached_worker_has_at_any_version_is_waited_for_as_workers_c
     assert (sim.run(run_id).status, sim.run(run_id).reason) == ("running", None)
 
 
+def test_a_waiting_run_whose_other_tool_no_attached_worker_can_run_needs_attention(sim: RunSim) -> None:
+    # The run waits on an approval for one tool call while its other tool call waits for a worker; a worker that
+    # attaches with an older version of that tool makes the call unrunnable: tool_missing ranks above the approval.
+    run_id, task_id, worker = leased_run(sim)
+    tools = sim.worker(kinds=("tool:lookup",))
+    asked_tool, newer_tool = fresh_id(), fresh_id()
+    asked_op, newer_op = fresh_id(), fresh_id()
+    worker.ok(
+        task_id,
+        CreateTask(
+            task_id=asked_tool,
+            kind="tool:lookup",
+            version=1,
+            owner_task_id=task_id,
+            input=JsonValue({"operation_id": asked_op}),
+        ),
+        CreateTask(
+            task_id=newer_tool,
+            kind="tool:refund",
+            version=2,
+            owner_task_id=task_id,
+            input=JsonValue({"operation_id": newer_op}),
+        ),
+        SetTaskState(task_id=task_id, status="waiting", on=(asked_tool, newer_tool)),
+    )
+    expect(ask(sim, tools, asked_tool, run_id, asked_op), Committed)
+    run = sim.run(run_id)
+    assert (run.status, run.operation_id) == ("waiting", asked_op)  # no worker for tool:refund: waited for
+    sim.worker(kinds=("tool:refund",), version=1)  # only the workers changed: no task record did
+    assert sim.task(newer_tool).status == "pending"
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_missing", newer_op)
+    refunds = sim.worker(kinds=("tool:refund",), version=2)
+    assert refunds.holds(newer_tool)
+    run = sim.run(run_id)
+    assert (run.status, run.operation_id) == ("waiting", asked_op)
+
+
 def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
