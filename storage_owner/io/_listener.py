@@ -10,8 +10,9 @@ hold is bounded (docs/operations.md, "Limits"):
    slot for the handshake timeout at most).
 3. **Accept failures.** When ``accept`` fails for lack of resources (``EMFILE``: no file descriptor left,
    ``ENFILE``, ``ENOBUFS``, ``ENOMEM``), the listener backs off (doubling from 10 ms to 500 ms) instead of
-   spinning, and the failures are logged as one line per interval with their count, never one per attempt.
-   Connections closed for the count bound are summarised the same way.
+   spinning, and the failures are logged as one line per interval with their count, never one per attempt (a
+   count still pending is written when its interval is up, or as the listener stops). Connections closed for the
+   count bound are summarised the same way.
 
 Exposure: an address other than loopback needs TLS or an explicit ``insecure_listen`` (:func:`check_exposure`);
 the runtime file names an address a local peer can reach (:func:`reachable_host`), never a wildcard.
@@ -83,26 +84,60 @@ class CountedLog:
     """A line per interval with how often something happened, instead of a line each time.
 
     The first occurrence is logged at once (the operator learns of the trouble without waiting); later ones are
-    counted and summarised at the first occurrence after ``interval_s`` has passed since the last line.
+    counted and summarised at the first occurrence after ``interval_s`` has passed since the last line, or by
+    :meth:`flush` (called on a timer and when the listener stops), so no count is lost when the trouble stops.
     """
 
     def __init__(self, log: Callable[[str], None], what: str, *, interval_s: float = LOG_INTERVAL_S) -> None:
         self._log = log
         self._what = what
-        self._interval_s = interval_s
+        self.interval_s = interval_s
         self._count = 0
         self._last_line_s: float | None = None
+        self._detail = ""
         self.total = 0
         """Every occurrence since the owner started."""
+        self.reported = 0
+        """The occurrences the lines written so far account for (``total`` less :attr:`pending`)."""
 
     def record(self, detail: str, now_s: float) -> None:
         self._count += 1
         self.total += 1
-        if self._last_line_s is None or now_s - self._last_line_s >= self._interval_s:
-            since = "" if self._last_line_s is None else f" in the last {now_s - self._last_line_s:.0f} s"
-            self._log(f"tether owner: {self._what}: {self._count} time(s){since} ({detail})")
-            self._count = 0
-            self._last_line_s = now_s
+        self._detail = detail
+        if self._last_line_s is None or now_s - self._last_line_s >= self.interval_s:
+            self._write(now_s)
+
+    @property
+    def pending(self) -> int:
+        """Occurrences counted since the last line, not reported yet."""
+        return self._count
+
+    def next_due_s(self) -> float | None:
+        """When :meth:`flush` would report the pending count (``None``: nothing pending)."""
+        if not self._count or self._last_line_s is None:
+            return None
+        return self._last_line_s + self.interval_s
+
+    def next_look_s(self, now_s: float) -> float:
+        """When to call :meth:`flush` next: no later than any count that may become pending meanwhile is due (the
+        interval after the last line, or after ``now_s`` when that has passed)."""
+        if self._last_line_s is not None and self._last_line_s + self.interval_s > now_s:
+            return self._last_line_s + self.interval_s
+        return now_s + self.interval_s
+
+    def flush(self, now_s: float, *, force: bool = False) -> None:
+        """Report the pending count if the interval has passed since the last line (any time with ``force``,
+        as the listener stops); nothing when none is pending."""
+        due = self.next_due_s()
+        if due is not None and (force or now_s >= due):
+            self._write(now_s)
+
+    def _write(self, now_s: float) -> None:
+        since = "" if self._last_line_s is None else f" in the last {now_s - self._last_line_s:.0f} s"
+        self._log(f"tether owner: {self._what}: {self._count} time(s){since} ({self._detail})")
+        self.reported += self._count
+        self._count = 0
+        self._last_line_s = now_s
 
 
 async def serve_listeners(
@@ -117,9 +152,23 @@ async def serve_listeners(
     ``handler_nursery``. Raises the ``OSError`` of an accept failure that is not a lack of resources."""
     failures = CountedLog(log, "could not accept a connection, backing off")
     over = CountedLog(log, f"closed a new connection at once: {gate.most} connections are already in their handshake")
-    async with trio.open_nursery() as nursery:
-        for listener in listeners:
-            nursery.start_soon(_accept_loop, listener, handle, gate, failures, over, handler_nursery)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_flush_counts, (failures, over))
+            for listener in listeners:
+                nursery.start_soon(_accept_loop, listener, handle, gate, failures, over, handler_nursery)
+    finally:  # stopping (cancelled, or an accept failed otherwise): what was counted since the last line is said
+        for counted in (failures, over):
+            counted.flush(trio.current_time(), force=True)
+
+
+async def _flush_counts(logs: tuple[CountedLog, ...]) -> None:
+    """Report each log's pending count once its interval has passed, even when nothing more happens."""
+    while True:
+        now_s = trio.current_time()
+        await trio.sleep_until(min(counted.next_look_s(now_s) for counted in logs))
+        for counted in logs:
+            counted.flush(trio.current_time())
 
 
 async def _accept_loop(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 
 import pytest
+import trio
+import trio.testing
 import trio_websocket
 
 from storage_owner.io._listener import (
@@ -12,9 +15,11 @@ from storage_owner.io._listener import (
     CountedLog,
     ExposureRefused,
     HandshakeGate,
+    HandshakeSlot,
     check_exposure,
     is_loopback,
     reachable_host,
+    serve_listeners,
 )
 
 
@@ -39,6 +44,75 @@ def test_the_counted_log_writes_the_first_then_one_summary_per_interval() -> Non
         now_s += 0.0025
     assert len(lines) == 1 + int(25 // LOG_INTERVAL_S)  # at once, then at 10 s and 20 s
     assert log.total == 10_000
+
+
+def test_the_counted_log_reports_a_pending_count_when_flushed_due_or_forced() -> None:
+    lines: list[str] = []
+    log = CountedLog(lines.append, "could not accept")
+    log.record("EMFILE", 100.0)
+    log.record("EMFILE", 101.0)
+    log.record("EMFILE", 102.0)  # then the trouble stops: nothing more to trigger a line
+    assert (len(lines), log.pending, log.reported) == (1, 2, 1)
+    assert log.next_due_s() == 100.0 + LOG_INTERVAL_S
+    log.flush(105.0)  # not due yet
+    assert (len(lines), log.pending) == (1, 2)
+    log.flush(100.0 + LOG_INTERVAL_S)
+    assert (len(lines), log.pending, log.reported, log.total) == (2, 0, 3, 3)
+    log.flush(200.0, force=True)  # nothing pending: no line
+    assert len(lines) == 2 and log.next_due_s() is None
+    log.record("EMFILE", 111.0)
+    log.flush(112.0, force=True)  # the listener stops: said at once
+    assert (len(lines), log.pending, log.reported) == (3, 0, 4)
+
+
+class _Exhausted:
+    """A listener whose ``accept`` fails with EMFILE ``failures`` times, then waits for a connection that never
+    comes."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    async def accept(self) -> trio.SocketStream:
+        await trio.lowlevel.checkpoint()
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def _serve_exhausted(failures: int, stop_at_s: float) -> list[float]:
+    """Serve one exhausted listener until ``stop_at_s`` (durable clock: the autojump clock); when each line was
+    logged."""
+    start = trio.current_time()
+    logged: list[float] = []
+
+    async def handle(stream: trio.SocketStream, slot: HandshakeSlot) -> None:
+        raise AssertionError("no connection is accepted")
+
+    with trio.move_on_at(start + stop_at_s):
+        async with trio.open_nursery() as handlers:
+            await serve_listeners(
+                [_Exhausted(failures)],  # type: ignore[list-item]
+                handle,
+                gate=HandshakeGate(4),
+                log=lambda line: logged.append(trio.current_time() - start),
+                handler_nursery=handlers,
+            )
+    return logged
+
+
+async def test_failures_after_the_first_are_reported_on_the_timer_when_the_trouble_stops(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Three failures within 30 ms, then none: the first at once, the other two at the interval (not never).
+    logged = await _serve_exhausted(3, stop_at_s=5 * LOG_INTERVAL_S)
+    assert logged == [0.0, pytest.approx(LOG_INTERVAL_S)]
+
+
+async def test_a_count_pending_when_the_listener_stops_is_reported_then(autojump_clock: trio.testing.MockClock) -> None:
+    logged = await _serve_exhausted(3, stop_at_s=LOG_INTERVAL_S / 2)
+    assert logged == [0.0, pytest.approx(LOG_INTERVAL_S / 2)]
 
 
 @pytest.mark.parametrize(
