@@ -443,9 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="show what runs for a database: supervisor, owner, workers",
-        description="Show whether the supervisor, the owner and each worker are alive and attached, their pids and "
-        "restart counts, the database, its schema version and size.",
+        help="show what runs for a database: supervisor, owner, standby, workers",
+        description="Show whether the supervisor, the owner, its warm standby and each worker are alive and attached, "
+        "their pids and restart counts, the database, its schema version and size.",
     )
     status.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     status.add_argument("--json", action="store_true", help="print one JSON object")

@@ -100,21 +100,29 @@ def collect_status(db: str) -> dict[str, Any]:
                 }
             )
     owner_state = (state or {}).get("owner", {}) if supervisor_alive else {}
+    owner_pid = info.pid if info is not None and owner_alive else None
     return {
         "db": db,
         "schema_version": read_schema_version(db),
         "size_bytes": _size_bytes(db),
         "url": info.url if info is not None and owner_alive else None,
         "supervisor": {"pid": state["pid"]} if supervisor_alive and state is not None else None,
-        "owner": {
-            "pid": info.pid if info is not None and owner_alive else None,
-            "alive": owner_alive,
-            "restarts": owner_state.get("restarts", 0),
-        },
+        "owner": {"pid": owner_pid, "alive": owner_alive, "restarts": owner_state.get("restarts", 0)},
+        "standby": _standby(state if supervisor_alive else None, owner_pid),
         "workers": workers,
         # Every other connection but the workers; this status read is one of them and does not count.
         "clients": max(0, sum(1 for peer in peers or [] if peer.role != "worker") - 1),
     }
+
+
+def _standby(state: dict[str, Any] | None, owner_pid: int | None) -> dict[str, Any] | None:
+    """The supervisor's warm standby (the next owner, started and waiting for the ownership lock), from its state
+    file: ``None`` without a live supervisor or before it started one, or when the pid named is the owner's (the
+    standby took over and the state file is not rewritten yet)."""
+    pid = ((state or {}).get("standby") or {}).get("pid")
+    if not isinstance(pid, int) or pid == owner_pid:
+        return None
+    return {"pid": pid, "alive": _pid_alive(pid)}
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -127,6 +135,12 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"owner       pid {owner['pid']} on {status['url']}, {owner['restarts']} restarts")
     else:
         lines.append("owner       not running")
+    standby = status["standby"]
+    if standby is None:
+        lines.append("standby     none")
+    else:
+        state = "waiting to take over" if standby["alive"] else "not running"
+        lines.append(f"standby     pid {standby['pid']}  {state}")
     if not status["workers"]:
         lines.append("workers     none")
     for worker in status["workers"]:

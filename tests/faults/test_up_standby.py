@@ -4,6 +4,7 @@ kill to the first answer), a new standby is started behind it, and a stop leaves
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -14,7 +15,7 @@ import trio
 import actors
 from runtime._cli import EXIT_OK
 from runtime._supervisor import read_state
-from tests.integration._up_helpers import pid_gone, tether_up, wait_gone
+from tests.integration._up_helpers import pid_gone, run_tether, tether_up, wait_gone
 
 
 async def _state_where(db: str, predicate: Any, what: str, *, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -40,6 +41,15 @@ async def test_a_killed_owner_is_replaced_by_the_standby_and_a_new_standby_follo
             before = await _state_where(db_path, _standby_waiting, "owner with a standby")
             up.record(None)
             old_owner, standby = before["owner"]["pid"], before["standby"]["pid"]
+            # tether status names the standby, beside the owner.
+            as_json = await run_tether("status", "--db", db_path, "--json")
+            assert as_json.returncode == EXIT_OK, as_json.stderr
+            printed = json.loads(as_json.stdout)
+            assert printed["owner"]["pid"] == old_owner
+            assert printed["standby"] == {"pid": standby, "alive": True}
+            human = await run_tether("status", "--db", db_path)
+            assert human.returncode == EXIT_OK, human.stderr
+            assert f"pid {standby}" in human.stdout.decode()
             async with actors.connect(db=db_path) as client:
                 conversation_id = await client.create_conversation()
                 first = await client.append(conversation_id, kind="test.n", data=1)

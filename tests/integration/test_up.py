@@ -32,7 +32,7 @@ from tests.integration._up_helpers import (
     tether_up,
 )
 
-STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "workers", "clients"}
+STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "standby", "workers", "clients"}
 WORKER_KEYS = {"name", "pid", "alive", "attached", "restarts", "supervised"}
 
 
