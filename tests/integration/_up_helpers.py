@@ -176,10 +176,12 @@ class Up:
                 self.pids.add(status["supervisor"]["pid"])
             if status["owner"]["pid"] is not None:
                 self.pids.add(status["owner"]["pid"])
+            if status.get("standby") is not None:
+                self.pids.add(status["standby"]["pid"])
             self.pids.update(worker["pid"] for worker in status["workers"] if worker["pid"] is not None)
         state = read_state(self.db)
         if state is not None:
-            pids = [state.get("pid"), state.get("owner", {}).get("pid")]
+            pids = [state.get("pid"), state.get("owner", {}).get("pid"), (state.get("standby") or {}).get("pid")]
             pids += [worker.get("pid") for worker in state.get("workers", [])]
             self.pids.update(pid for pid in pids if isinstance(pid, int))
         self.pids.discard(os.getpid())
