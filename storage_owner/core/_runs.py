@@ -369,7 +369,9 @@ class Runs:
     def _close_interactions(self, seq: int, now_ms: int) -> None:
         """An approval task ended without an answer (its run was cancelled, or its tool call or run ended otherwise):
         its interaction, still ``open``, becomes ``cancelled`` in the settling commit, so ``interactions(status=
-        "open")`` lists only what a person can still answer."""
+        "open")`` lists only what a person can still answer. That is the commit that ended the approval task: an
+        abort mark ends one in the settling commit of its batch (the engine's rule 10), and the only request that
+        ends one in its own commit, ``respond``, answers the interaction in that commit (skipped here)."""
         closing, self._closing = self._closing, {}
         for task_id in closing:
             input_value, _ = self._store.task_data(task_id)

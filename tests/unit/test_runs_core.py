@@ -972,6 +972,29 @@ def test_a_cancelled_run_closes_its_open_interactions_and_keeps_the_answered_one
     assert sim.core.head_seq == head
 
 
+@pytest.mark.parametrize("ending", ["cancel_run", "abort_approval", "abort_tool"])
+def test_an_open_interaction_is_cancelled_in_the_commit_that_ends_its_approval_task(sim: RunSim, ending: str) -> None:
+    # An approval task never ends in a request's own commit (rule 10: an abort mark ends it in the settling commit
+    # of the same batch; only respond completes it, answering the interaction): the interaction closes there too.
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    if ending == "cancel_run":
+        expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    else:
+        expect(
+            sim.commit(AbortTask(task_id=approval_task_id(op) if ending == "abort_approval" else tool_id)), Committed
+        )
+    approval = sim.task(approval_task_id(op))
+    assert approval.status == "terminal"
+    closed = sim.store.operation_interaction(op)
+    assert closed is not None and closed.status == "cancelled"
+    assert closed.seq == approval.seq
+    listed = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply)
+    assert listed.interactions == ()
+
+
 def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_again(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     first = sim.start_run(conversation_id)
