@@ -221,7 +221,7 @@ class Runs:
         self._dirty: dict[str, None] = {}
         """Runs whose status settling derives again."""
         self._admit_due = False
-        self.accounting = Accounting(store, tasks)
+        self.accounting = Accounting(store, tasks, self._first_task)
         """Prices, roll-ups and budgets (``_usage``)."""
         self._closing: dict[str, None] = {}
         """Approval tasks that ended: settling closes their interactions if still open (``cancelled``)."""
@@ -436,6 +436,23 @@ class Runs:
             grown.add(run.conversation_id)
             busy += 1
         return grown
+
+    def _first_task(self, task: TaskRecord) -> str:
+        """The first task of the run whose (later) task ``task`` is, so that a run's tasks are one task tree
+        (``_usage``, rule 3); ``task`` itself when it is no run's task."""
+        if not task.kind.startswith(AGENT_KIND_PREFIX):
+            return task.task_id
+        input_value, _ = self._store.task_data(task.task_id)
+        run_id = input_value.get("run_id") if isinstance(input_value, dict) else None
+        if not isinstance(run_id, str):
+            return task.task_id
+        # Its tasks are 1, 2, ... with no gap (one per admission): a task merely naming the run is not one of them.
+        attempt = 2
+        while (later := run_task_id(run_id, attempt)) != task.task_id:
+            if self._tasks.record(later) is None:
+                return task.task_id
+            attempt += 1
+        return run_task_id(run_id, 1)
 
     def _admit_one(
         self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]

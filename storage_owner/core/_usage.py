@@ -12,6 +12,8 @@
    conversation, to the task owning that conversation; the root is the first task owned by a conversation that no
    task owns. A run's usage counts toward the tree of its task's root: a subagent's run (its conversation created
    under a task) adds to the tree of the root task above it. Ownership never changes, so neither does a root.
+   A run's tasks (a new one per retry) are one tree, keyed by its first task: a root that is a run's later task
+   stands for its first, so a retried run's budget and totals carry over the retry.
 4. **Budgets** (per conversation, or per task tree keyed by its root): before a model request's intent commits, the
    owner checks the run's conversation's and task tree's budgets; once the usage has reached ``max_tokens``
    (input + output tokens) or ``max_cost``, or a ``max_cost`` budget meets a model without a price (its cost could
@@ -23,6 +25,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Final
 
 from protocol import (
@@ -102,9 +105,11 @@ def _check_amount(value: float | None, where: str, *, optional: bool) -> None:
 class Accounting:
     """The price table (in memory, as stored), tree roots, and the budget checks of one owner."""
 
-    def __init__(self, store: Store, tasks: TaskEngine) -> None:
+    def __init__(self, store: Store, tasks: TaskEngine, first_task: Callable[[TaskRecord], str]) -> None:
         self._store = store
         self._tasks = tasks
+        self._first_task = first_task
+        """The first task of the run whose task is the given one (the task itself when it is no run's)."""
         self.prices: dict[str, ModelPrice] = {price.model: price for price in store.prices()}
         self._has_budgets = store.budget_count() > 0
         self._roots: dict[str, str] = {}
@@ -129,10 +134,11 @@ class Accounting:
             if upper is None:
                 break
             record = upper
+        root = self._first_task(record)
         if len(self._roots) >= MAX_CACHED_ROOTS:
             self._roots.clear()
-        self._roots[task_id] = record.task_id
-        return record.task_id
+        self._roots[task_id] = root
+        return root
 
     # ---------------------------------------------------------------------------------------- at commit
 

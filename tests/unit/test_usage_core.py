@@ -382,3 +382,28 @@ def test_a_model_request_past_budget_under_a_lease_the_owner_cannot_end_is_only_
     assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
     worker.ok(task_id, ended(task_id, "aborted"))
     assert sim.run(run_id).status == "cancelled"
+
+
+def test_a_retried_run_stays_in_its_task_tree_and_under_its_budget(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    expect(sim.request(sim.client, SetBudget(scope="tree", key=task_id, max_tokens=100)), BudgetReply)
+    model_turn(sim, worker, task_id, run_id, tokens(80, 40))  # 120 of 100
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert sim.run(run_id).reason == "budget_exceeded"
+    # Retried without raising the budget: the new task is of the same tree, so the spent budget still stops it.
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    retried = sim.run(run_id).task_id
+    assert retried is not None and retried != task_id and worker.holds(retried)
+    assert sim.core.runs.accounting.tree_root(retried) == task_id
+    assert error_code(worker.commit(retried, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert totals(sim, "tree", retried).budgets == (Budget(scope="tree", key=task_id, max_tokens=100),)
+    # Raised (naming either task), the next retry goes on, and its usage adds to the one tree total.
+    reply = sim.request(sim.client, SetBudget(scope="tree", key=retried, max_tokens=1_000))
+    assert expect(reply, BudgetReply).key == task_id
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    third = sim.run(run_id).task_id
+    assert third is not None and worker.holds(third)
+    model_turn(sim, worker, third, run_id, tokens(10, 5))
+    [total] = totals(sim, "tree", third).totals
+    assert (total.key, total.usage) == (task_id, tokens(90, 45))
+    assert [t.key for t in totals(sim, "tree").totals] == [task_id]
