@@ -540,13 +540,13 @@ class Runs:
         retry = write.retry if write.kind == "tool" else (write.retry or Retry())
         if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
             raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
-        if write.kind == "model":
-            self.accounting.check_budget(run, task, write.name)  # before anything is written
         existing = self._store.operation(write.operation_id)
         what = f"{where}: operation {write.operation_id}"
         if existing is None:
             if write.attempt != 1:
                 raise Refusal(ErrorCode.CONFLICT, f"{what} has no attempt yet: the first is attempt 1")
+            if write.kind == "model":  # only once a new attempt is about to be written
+                self.accounting.check_budget(run, task, write.name)
             record = OperationRecord(
                 operation_id=write.operation_id,
                 run_id=run.run_id,
@@ -590,6 +590,8 @@ class Runs:
             raise Refusal(ErrorCode.CONFLICT, message)
         if existing.kind == "tool" and write.digest != existing.digest:
             raise Refusal(ErrorCode.CONFLICT, f"{what}: a tool call's arguments never change between attempts")
+        if write.kind == "model":  # only once a new attempt is about to be written
+            self.accounting.check_budget(run, task, write.name)
         record = attrs.evolve(
             existing,
             task_id=task.task_id,

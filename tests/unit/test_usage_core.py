@@ -407,3 +407,19 @@ def test_a_retried_run_stays_in_its_task_tree_and_under_its_budget(sim: RunSim) 
     [total] = totals(sim, "tree", third).totals
     assert (total.key, total.usage) == (task_id, tokens(90, 45))
     assert [t.key for t in totals(sim, "tree").totals] == [task_id]
+
+
+def test_the_budget_is_checked_only_when_a_new_attempt_is_written(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=10)), BudgetReply)
+    op = model_turn(sim, worker, task_id, run_id, tokens(80, 40))  # started under the budget, ends past it
+    head = sim.core.head_seq
+    # Its intent sent again (a worker replaying a turn whose result is committed): the usual conflict, and the
+    # run goes on to use the committed result; no model request was needed, so the budget is not the answer.
+    assert error_code(worker.commit(task_id, model_intent(run_id, op))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and worker.holds(task_id)
+    assert sim.run(run_id).status == "running"
+    # A new request is where the budget stops the run.
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert sim.run(run_id).reason == "budget_exceeded"
