@@ -47,11 +47,11 @@ def add_usage_commands(commands: Any) -> None:
         "usage",
         help="token usage and cost per model, conversation, run and task tree",
         description=(
-            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price) and "
-            "the budgets set on them. Without a filter: every model and every conversation. With --conversation: "
-            "that conversation, each of its runs, and the task tree it belongs to if a task owns it (a subagent's). "
-            "With --run: the run, its conversation and its task tree (a subagent's usage counts toward the tree of "
-            "the task above it). Asks the running owner."
+            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price, "
+            "'>= X' when some tokens had none) and the budgets set on them. Without a filter: every model and every "
+            "conversation. With --conversation: that conversation, each of its runs, and the task tree it belongs to "
+            "if a task owns it (a subagent's). With --run: the run, its conversation and its task tree (a "
+            "subagent's usage counts toward the tree of the task above it). Asks the running owner."
         ),
     )
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -100,7 +100,8 @@ def add_usage_commands(commands: Any) -> None:
             "A budget bounds the usage of a conversation, or of a task tree (every run below its root task, "
             "subagents included): once the usage has reached --max-tokens (input + output) or --max-cost, a run's "
             "next model request is not started and the run ends failed (budget_exceeded). A cost budget also stops "
-            "a model without a price. Without a limit, print the budget and the usage; --clear removes it."
+            "a model without a price, and a usage with tokens of no price (its cost is not known). Without a limit, "
+            "print the budget and the usage; --clear removes it."
         ),
     )
     budget.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -156,6 +157,7 @@ class Row:
             "cached_tokens": usage.cached_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
             "cost": usage.cost,
+            "unpriced_tokens": usage.unpriced_tokens,
             "budget": None if budget is None else {"max_tokens": budget.max_tokens, "max_cost": budget.max_cost},
         }
 
@@ -191,7 +193,15 @@ async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None
 
 
 def _cost(cost: float | None) -> str:
-    return "-" if cost is None else f"{cost:.6f}".rstrip("0").rstrip(".") if cost else "0"
+    """An amount as set or summed (``-``: none): up to 10 significant digits, so that 1e-08 is not printed 0."""
+    return "-" if cost is None else f"{cost:.10g}"
+
+
+def _total_cost(usage: RunUsage) -> str:
+    """A total's cost: ``>= X`` when some of its tokens have no cost (``-`` when none has one)."""
+    if usage.unpriced_tokens and usage.cost is not None:
+        return f">= {_cost(usage.cost)}"
+    return _cost(usage.cost)
 
 
 def _budget_text(budget: Budget | None) -> str:
@@ -218,7 +228,7 @@ def format_usage(rows: list[Row]) -> str:
             str(row.usage.output_tokens),
             str(row.usage.cached_tokens),
             str(row.usage.reasoning_tokens),
-            _cost(row.usage.cost),
+            _total_cost(row.usage),
             _budget_text(row.budget),
             row.note,
         )

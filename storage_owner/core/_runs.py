@@ -109,6 +109,7 @@ def add_usage(total: RunUsage, more: RunUsage) -> RunUsage:
         cached_tokens=total.cached_tokens + more.cached_tokens,
         reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
         cost=cost,
+        unpriced_tokens=total.unpriced_tokens + more.unpriced_tokens,
     )
 
 
@@ -629,9 +630,7 @@ class Runs:
         if write.status not in ("completed", "failed"):
             raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
         check_usage(write.usage, where)
-        usage = write.usage
-        if usage is not None and op.kind == "model":
-            usage = self.accounting.priced(op.name, usage)  # the cost as of this commit, stored with the result
+        usage = None if write.usage is None else self.accounting.priced(op.kind, op.name, write.usage)
         record = attrs.evolve(
             op,
             status=write.status,

@@ -3,7 +3,8 @@
 
 1. **Cost at commit.** A model request's cost is computed from the price table when its result commits (in
    ``finish_operation``) and stored with it: a price changed later never changes a committed cost. A model without a
-   price has cost ``None`` (unknown), unless the worker reported one.
+   price has cost ``None`` (unknown), unless the worker reported one. Tokens of unknown cost are counted as
+   ``unpriced_tokens``, which totals sum: a total with some has an incomplete cost (a lower bound).
 2. **Roll-ups, exactly once.** A result's usage is added, in the commit that writes it, to its operation, its run,
    its conversation, its model (model requests) and its **task tree**; a second result of the same attempt is
    refused, so a replay never counts twice.
@@ -16,10 +17,10 @@
    stands for its first, so a retried run's budget and totals carry over the retry.
 4. **Budgets** (per conversation, or per task tree keyed by its root): before a model request's intent commits, the
    owner checks the run's conversation's and task tree's budgets; once the usage has reached ``max_tokens``
-   (input + output tokens) or ``max_cost``, or a ``max_cost`` budget meets a model without a price (its cost could
-   not be bounded), the intent is refused and the run's task ends ``failed`` (``budget_exceeded``) in that commit,
-   so no model is called. A request that starts under its budget may end past it: a budget bounds when requests
-   start, not how large one is.
+   (input + output tokens) or ``max_cost``, or a ``max_cost`` budget meets a model without a price or a total
+   with ``unpriced_tokens`` (its cost could not be bounded), the intent is refused and the run's task ends
+   ``failed`` (``budget_exceeded``) in that commit, so no model is called. A request that starts under its budget
+   may end past it: a budget bounds when requests start, not how large one is.
 """
 
 from __future__ import annotations
@@ -142,17 +143,18 @@ class Accounting:
 
     # ---------------------------------------------------------------------------------------- at commit
 
-    def priced(self, model: str, usage: RunUsage) -> RunUsage:
-        """``usage`` with its cost from the price table (rule 1); as reported when the model has no price."""
-        price = self.prices.get(model)
-        if price is None:
-            return usage
+    def priced(self, kind: str, name: str, usage: RunUsage) -> RunUsage:
+        """A result's ``usage`` as stored (rule 1): a model request's cost from the price table, else as reported;
+        its tokens ``unpriced_tokens`` when its cost stays unknown (whatever the worker sent there)."""
+        price = self.prices.get(name) if kind == "model" else None
+        cost = usage.cost if price is None else cost_of(usage, price)
         return RunUsage(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
-            cost=cost_of(usage, price),
+            cost=cost,
+            unpriced_tokens=total_tokens(usage) if cost is None else 0,
         )
 
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
@@ -181,7 +183,13 @@ class Accounting:
             if budget.max_tokens is not None and total_tokens(used) >= budget.max_tokens:
                 spent = f"{total_tokens(used)} tokens used of its max_tokens {budget.max_tokens}"
             elif budget.max_cost is not None and (used.cost or 0.0) >= budget.max_cost:
-                spent = f"a cost of {used.cost or 0.0:.6f} of its max_cost {budget.max_cost}"
+                spent = f"a cost of {used.cost or 0.0:g} of its max_cost {budget.max_cost:g}"
+            elif budget.max_cost is not None and used.unpriced_tokens:
+                spent = (
+                    f"its max_cost {budget.max_cost:g} cannot bound a cost that is not known: {used.unpriced_tokens} "
+                    f"tokens were used with no price (the known cost is {used.cost or 0.0:g}); bound it with "
+                    f"max_tokens instead"
+                )
             elif budget.max_cost is not None and model not in self.prices:
                 spent = (
                     f"its max_cost cannot bound model {model!r}, which has no price (set one: tether prices set "

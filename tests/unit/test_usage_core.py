@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from protocol import (
@@ -54,8 +55,14 @@ def sim(tmp_path: Path) -> Iterator[RunSim]:
 
 
 def tokens(input_tokens: int, output_tokens: int, cached: int = 0, reasoning: int = 0) -> RunUsage:
+    """A usage of no known cost: as a total, all its tokens are unpriced (a worker's ``unpriced_tokens`` is
+    ignored: the owner sets it)."""
     return RunUsage(
-        input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, reasoning_tokens=reasoning
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached,
+        reasoning_tokens=reasoning,
+        unpriced_tokens=input_tokens + output_tokens,
     )
 
 
@@ -116,6 +123,7 @@ def test_a_model_without_a_price_has_no_cost(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     model_turn(sim, worker, task_id, run_id, tokens(100, 100))
     assert sim.run(run_id).usage == tokens(100, 100)
+    assert sim.run(run_id).usage.unpriced_tokens == 200  # its cost is unknown, and the total says so
 
 
 @pytest.mark.parametrize(
@@ -423,3 +431,36 @@ def test_the_budget_is_checked_only_when_a_new_attempt_is_written(sim: RunSim) -
     # A new request is where the budget stops the run.
     assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
     assert sim.run(run_id).reason == "budget_exceeded"
+
+
+def test_tokens_of_unknown_cost_are_counted_and_a_cost_budget_will_not_pass_them(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    # Before any price: the tokens have no cost, and they are counted as unpriced (a worker's count is ignored).
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(1_000_000, 0), unpriced_tokens=0))
+    expect(set_prices(sim, GPT), PricesReply)
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(500_000, 0), unpriced_tokens=7))  # $1.00
+    usage = sim.run(run_id).usage
+    assert (usage.cost, usage.unpriced_tokens) == (pytest.approx(1.0), 1_000_000)
+    for scope, key in (("conversation", conversation_id), ("tree", task_id), ("model", "scripted")):
+        [total] = totals(sim, scope, key).totals
+        assert (total.usage.cost, total.usage.unpriced_tokens) == (pytest.approx(1.0), 1_000_000), scope
+    # A cost budget far above the known cost still cannot bound it: the next request is not started, and why is said.
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_cost=100.0)), BudgetReply)
+    refused = worker.commit(task_id, model_intent(run_id, fresh_id()))
+    assert isinstance(refused, Error) and refused.code == ErrorCode.BUDGET_EXCEEDED
+    assert "1000000 tokens were used with no price" in refused.message
+    assert sim.run(run_id).reason == "budget_exceeded"
+    # A token budget bounds it.
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=10**7)), BudgetReply)
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    retried = sim.run(run_id).task_id
+    assert retried is not None
+    expect(worker.commit(retried, model_intent(run_id, fresh_id())), Committed)
+
+
+def test_a_reported_cost_of_a_model_without_a_price_is_kept_and_complete(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(100, 100), cost=0.25))
+    usage = sim.run(run_id).usage
+    assert (usage.cost, usage.unpriced_tokens) == (0.25, 0)
