@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -14,6 +13,7 @@ import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
 
+from ._args import amount, count
 from ._runs import check_db, connect
 
 PRICE_FILE_KEYS: Final = {
@@ -23,22 +23,6 @@ PRICE_FILE_KEYS: Final = {
     "reasoning": "reasoning_per_mtok",
 }
 """The keys of a model's entry in a prices file, and the price fields they set."""
-
-
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, not {text!r}")
-    return value
-
-
-def _tokens(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
-    return int(text)
 
 
 def add_usage_commands(commands: Any) -> None:
@@ -76,10 +60,10 @@ def add_usage_commands(commands: Any) -> None:
     show = actions.add_parser("show", help="print the table (the default)")
     set_price = actions.add_parser("set", help="set (or replace) one model's price")
     set_price.add_argument("model", metavar="MODEL", help="the model's name, as its agent's model names it")
-    set_price.add_argument("--input", type=_amount, required=True, metavar="X", help="per million input tokens")
-    set_price.add_argument("--output", type=_amount, required=True, metavar="Y", help="per million output tokens")
-    set_price.add_argument("--cached", type=_amount, metavar="Z", help="per million cached input tokens")
-    set_price.add_argument("--reasoning", type=_amount, metavar="W", help="per million reasoning tokens")
+    set_price.add_argument("--input", type=amount, required=True, metavar="X", help="per million input tokens")
+    set_price.add_argument("--output", type=amount, required=True, metavar="Y", help="per million output tokens")
+    set_price.add_argument("--cached", type=amount, metavar="Z", help="per million cached input tokens")
+    set_price.add_argument("--reasoning", type=amount, metavar="W", help="per million reasoning tokens")
     remove = actions.add_parser("remove", help="drop one model's price (its later results have no cost)")
     remove.add_argument("model", metavar="MODEL")
     load = actions.add_parser(
@@ -108,8 +92,8 @@ def add_usage_commands(commands: Any) -> None:
     of = budget.add_mutually_exclusive_group(required=True)
     of.add_argument("--conversation", metavar="ID", help="a conversation's budget")
     of.add_argument("--task", metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)")
-    budget.add_argument("--max-tokens", type=_tokens, metavar="N", help="input + output tokens")
-    budget.add_argument("--max-cost", type=_amount, metavar="X", help="cost, in the price table's currency")
+    budget.add_argument("--max-tokens", type=count, metavar="N", help="input + output tokens")
+    budget.add_argument("--max-cost", type=amount, metavar="X", help="cost, in the price table's currency")
     budget.add_argument("--clear", action="store_true", help="remove the budget")
     budget.add_argument("--json", action="store_true", help="print one JSON object")
 
