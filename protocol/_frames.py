@@ -1092,12 +1092,14 @@ class UsageReply:
 
 @attrs.frozen(kw_only=True)
 class UsageTotalsReply:
-    """A page of totals with the budgets set on their keys; ``next_after_key`` continues it (``None``: the last)."""
+    """A page of totals with the budgets set on their keys; ``next_after_key`` continues it (``None``: the last).
+    ``count``: on a listing's first page (no ``key`` nor ``after_key``), how many totals the scope has."""
 
     TYPE: ClassVar[str] = "usage_totals"
     totals: tuple[UsageTotal, ...]
     budgets: tuple[Budget, ...] = ()
     next_after_key: str | None = None
+    count: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -13,7 +13,7 @@ import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
 
-from ._args import amount, count
+from ._args import amount, count, positive
 from ._runs import check_db, connect
 
 PRICE_FILE_KEYS: Final = {
@@ -23,6 +23,8 @@ PRICE_FILE_KEYS: Final = {
     "reasoning": "reasoning_per_mtok",
 }
 """The keys of a model's entry in a prices file, and the price fields they set."""
+DEFAULT_LIMIT: Final = 100
+"""``tether usage`` without a filter prints at most this many totals of each scope unless ``--limit`` says."""
 
 
 def add_usage_commands(commands: Any) -> None:
@@ -42,7 +44,19 @@ def add_usage_commands(commands: Any) -> None:
     which = usage.add_mutually_exclusive_group()
     which.add_argument("--conversation", metavar="ID", help="one conversation, its runs and its task tree")
     which.add_argument("--run", metavar="RUN_ID", help="one run, its conversation and its task tree")
-    usage.add_argument("--json", action="store_true", help="print one JSON object: {db, totals: [one record per row]}")
+    usage.add_argument(
+        "--limit",
+        type=positive,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"without a filter: the first N models and N conversations, by key (default {DEFAULT_LIMIT}); "
+        "how many more there are is said",
+    )
+    usage.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: {db, totals: [one record per row], not_shown: {scope: how many left out}}",
+    )
 
     prices = commands.add_parser(
         "prices",
@@ -102,8 +116,12 @@ def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> N
     """Run ``tether usage``, ``prices`` or ``budget`` (parsed ``args``); ``say`` prints."""
     db = check_db(args.db)
     if args.command == "usage":
-        rows = trio.run(partial(read_usage, db, conversation_id=args.conversation, run_id=args.run))
-        say(json.dumps({"db": db, "totals": [row.json() for row in rows]}) if args.json else format_usage(rows))
+        found = partial(read_usage, db, conversation_id=args.conversation, run_id=args.run, limit=args.limit)
+        rows, left_out = trio.run(found)
+        if args.json:
+            say(json.dumps({"db": db, "totals": [row.json() for row in rows], "not_shown": left_out}))
+        else:
+            say(format_usage(rows, left_out))
     elif args.command == "prices":
         table = trio.run(partial(change_prices, db, args))
         if args.json:
@@ -151,18 +169,24 @@ def _rows(scope: str, totals: list[UsageTotal], budgets: list[Budget], note: str
     return [Row(scope, total.key, total.usage, by_key.get(total.key), note) for total in totals]
 
 
-async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None) -> list[Row]:
-    """The rows ``tether usage`` prints (see its ``--help``)."""
+async def read_usage(
+    db: str, *, conversation_id: str | None, run_id: str | None, limit: int = DEFAULT_LIMIT
+) -> tuple[list[Row], dict[str, int]]:
+    """The rows ``tether usage`` prints (see its ``--help``), and, without a filter, how many totals of each scope
+    ``limit`` left out."""
     async with connect(db, "tether-usage") as client:
         rows: list[Row] = []
+        left_out: dict[str, int] = {}
         if run_id is not None:
             run = await client.run(run_id)
             rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
             conversation_id = run.conversation_id
         if conversation_id is None:
-            rows += _rows("model", *await client.usage_totals("model"))
-            rows += _rows("conversation", *await client.usage_totals("conversation"))
-            return rows
+            for scope in ("model", "conversation"):
+                totals, budgets, count = await client.usage_listing(scope, limit=limit)
+                rows += _rows(scope, totals, budgets)
+                left_out[scope] = count - len(totals)
+            return rows, left_out
         rows += _rows("conversation", *await client.usage_totals("conversation", conversation_id))
         if run_id is None:
             for run in await client.runs(conversation_id=conversation_id):
@@ -173,7 +197,7 @@ async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None
             tree_of = run.task_id
         if tree_of is not None:
             rows += _rows("tree", *await client.usage_totals("tree", tree_of), note="root task")
-        return rows
+        return rows, left_out
 
 
 def _cost(cost: float | None) -> str:
@@ -199,10 +223,15 @@ def _budget_text(budget: Budget | None) -> str:
     return ", ".join(parts)
 
 
-def format_usage(rows: list[Row]) -> str:
-    """The rows as an aligned table."""
+def format_usage(rows: list[Row], left_out: dict[str, int] | None = None) -> str:
+    """The rows as an aligned table, and a line per scope some of whose totals were left out."""
+    more = [
+        f"{count} more {scope} totals not shown (--limit N shows up to N of each)"
+        for scope, count in (left_out or {}).items()
+        if count > 0
+    ]
     if not rows:
-        return "no usage yet"
+        return "\n".join(more or ["no usage yet"])
     header = ("SCOPE", "KEY", "INPUT", "OUTPUT", "CACHED", "REASONING", "COST", "BUDGET", "")
     lines = [
         (
@@ -219,10 +248,11 @@ def format_usage(rows: list[Row]) -> str:
         for row in rows
     ]
     widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
-    return "\n".join(
+    table = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in (header, *lines)
-    )
+    ]
+    return "\n".join(table + more)
 
 
 # ----------------------------------------------------------------------------------------------- prices

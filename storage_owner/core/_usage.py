@@ -273,9 +273,12 @@ class Accounting:
             raise Refusal(ErrorCode.INVALID, f"scope must be model, conversation or tree, not {scope!r}")
         store = self._store
         more = False
+        count = None
         if request.key is None:
             found, more = store.usage_page(scope, request.after_key, request.limit)
             keys = [key for key, _ in found]
+            if request.after_key is None:  # once per listing: what a reader of the first page shows beyond it
+                count = len(found) if not more else store.usage_count(scope)
         else:
             key = request.key if scope == "model" else self.budget_key(scope, request.key, "read_usage_totals")
             found = store.usage(scope, key) or [(key, RunUsage())]
@@ -288,4 +291,4 @@ class Accounting:
                 if budget is not None:
                     budgets.append(budget)
         next_after = totals[-1].key if more and totals else None
-        return UsageTotalsReply(totals=totals, budgets=tuple(budgets), next_after_key=next_after)
+        return UsageTotalsReply(totals=totals, budgets=tuple(budgets), next_after_key=next_after, count=count)

@@ -645,6 +645,11 @@ class SqliteStore(PartialsSql):
         )
         return [(key, _usage_row(i, o, c, r, cost, unpriced)) for key, i, o, c, r, cost, unpriced in rows]
 
+    def usage_count(self, scope: str) -> int:
+        """How many usage totals ``scope`` has."""
+        row = self._db.execute("SELECT count(*) FROM usage WHERE scope = ?", (scope,)).fetchone()
+        return int(row[0]) if row else 0
+
     def usage_page(self, scope: str, after_key: str | None, limit: int) -> tuple[list[tuple[str, RunUsage]], bool]:
         """Up to ``limit`` usage totals of ``scope`` in key order after ``after_key``; whether more follow."""
         rows: list[Any] = self._db.execute(

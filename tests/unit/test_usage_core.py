@@ -228,6 +228,10 @@ def test_usage_totals_are_read_in_pages(sim: RunSim) -> None:
     assert [total.key for total in page.totals] == sorted(conversations)[:2]
     rest = totals(sim, "conversation", limit=2, after_key=page.next_after_key)
     assert [total.key for total in rest.totals] == sorted(conversations)[2:] and rest.next_after_key is None
+    # A listing's first page says how many totals there are (what a reader that stops there leaves out); later
+    # pages and one key's total do not count again.
+    assert (page.count, rest.count, totals(sim, "conversation", conversations[0]).count) == (3, None, None)
+    assert totals(sim, "conversation", limit=5).count == 3
     assert error_code(sim.request(sim.client, ReadUsageTotals(scope="conversation", limit=0))) == ErrorCode.INVALID
     assert error_code(sim.request(sim.client, ReadUsageTotals(scope="run"))) == ErrorCode.INVALID  # type: ignore[arg-type]
 
