@@ -564,6 +564,7 @@ class ScriptedModel:
             output_tokens=usage.output_tokens,
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
+            cost=usage.cost,
         )
         yield Finish(turn.finish_reason or ("tool_calls" if turn.tool_calls else "stop"))
 
