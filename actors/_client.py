@@ -536,21 +536,34 @@ class Client:
         return {total.key: total.usage for total in reply.totals}
 
     async def usage_totals(
-        self, scope: Literal["model", "conversation", "tree"], key: str | None = None
+        self, scope: Literal["model", "conversation", "tree"], key: str | None = None, *, limit: int | None = None
     ) -> tuple[list[UsageTotal], list[Budget]]:
         """Usage totals of ``scope`` (every model's, conversation's or task tree's; or the one ``key`` names, zero when
         it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the budgets set on
-        them. Reads page by page."""
+        them. Reads page by page: all of them, or the first ``limit`` (1 or more) in key order (see
+        :meth:`usage_listing` for how many there are)."""
+        totals, budgets, _ = await self.usage_listing(scope, key, limit=limit)
+        return totals, budgets
+
+    async def usage_listing(
+        self, scope: Literal["model", "conversation", "tree"], key: str | None = None, *, limit: int | None = None
+    ) -> tuple[list[UsageTotal], list[Budget], int]:
+        """As :meth:`usage_totals`, and how many totals there are in all (``limit`` may leave some out)."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be 1 or more (or None: every total), not {limit}")
         totals: list[UsageTotal] = []
         budgets: list[Budget] = []
+        count: int | None = None
         after: str | None = None
         while True:
-            request = ReadUsageTotals(scope=scope, key=key, after_key=after, limit=RUNS_PAGE)
+            page = RUNS_PAGE if limit is None else min(RUNS_PAGE, limit - len(totals))
+            request = ReadUsageTotals(scope=scope, key=key, after_key=after, limit=page)
             reply = await self.connection.call(request, UsageTotalsReply)
+            count = reply.count if count is None else count
             totals.extend(reply.totals)
             budgets.extend(reply.budgets)
-            if reply.next_after_key is None:
-                return totals, budgets
+            if reply.next_after_key is None or (limit is not None and len(totals) >= limit):
+                return totals, budgets, max(count or 0, len(totals))
             after = reply.next_after_key
 
     async def prices(self) -> list[ModelPrice]:

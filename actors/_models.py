@@ -126,17 +126,21 @@ class Usage:
     output_tokens: int
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    cost: float | None = None
+    """What the provider says the response cost (OpenRouter's ``usage.cost``), if it says; the owner's price table,
+    when it prices the model, wins."""
 
 
 @attrs.frozen(kw_only=True)
 class UsageReport:
     """The response's token counts so far; the last report of a stream is its usage (an adapter whose provider
-    reports pieces adds them up before reporting)."""
+    reports pieces adds them up before reporting). ``cost``: as the provider reports it, if it does."""
 
     input_tokens: int
     output_tokens: int
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    cost: float | None = None
 
 
 @attrs.frozen
@@ -254,6 +258,7 @@ class TurnBuilder:
                     output_tokens=event.output_tokens,
                     cached_tokens=event.cached_tokens,
                     reasoning_tokens=event.reasoning_tokens,
+                    cost=event.cost,
                 )
             case Finish(reason=reason):
                 if self._open:
@@ -559,6 +564,7 @@ class ScriptedModel:
             output_tokens=usage.output_tokens,
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
+            cost=usage.cost,
         )
         yield Finish(turn.finish_reason or ("tool_calls" if turn.tool_calls else "stop"))
 

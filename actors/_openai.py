@@ -458,11 +458,14 @@ def _usage(value: object) -> UsageReport | None:
     if cached is None:
         cached = _count(value.get("prompt_cache_hit_tokens"))  # DeepSeek's name for it
     reasoning = _count(completion.get("reasoning_tokens")) if isinstance(completion, dict) else None
+    reported = value.get("cost")  # OpenRouter's: what the request cost, in its credits
+    cost = float(reported) if isinstance(reported, int | float) and not isinstance(reported, bool) else None
     return UsageReport(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_tokens=cached or 0,
         reasoning_tokens=reasoning or 0,
+        cost=cost if cost is not None and math.isfinite(cost) and cost >= 0 else None,
     )
 
 

@@ -302,6 +302,7 @@ def _run_usage(usage: Usage | None) -> RunUsage | None:
         output_tokens=usage.output_tokens,
         cached_tokens=usage.cached_tokens,
         reasoning_tokens=usage.reasoning_tokens,
+        cost=usage.cost,
     )
 
 

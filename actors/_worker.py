@@ -16,6 +16,7 @@ import trio
 from protocol import (
     DEFAULT_MAX_LEASES,
     Announce,
+    BudgetExceeded,
     CancelLease,
     ConnectionLost,
     Lease,
@@ -92,6 +93,10 @@ class Worker:
                 await self._run_phase(lease, definition)
             if scope.cancelled_caught and not running.lost:
                 await self._release(lease)
+        except BudgetExceeded as exc:
+            # The phase's expected end, not a fault: the owner ended the run failed (budget_exceeded) in the commit
+            # that refused its model request. One line saying so; the refusal says which budget and how to go on.
+            self._log(f"tether worker: task {task_id}: stopped by its budget, as asked: {exc}")
         except StaleLease as exc:
             self._log(f"tether worker: task {task_id}: {exc}")
         except (TetherError, OSError) as exc:

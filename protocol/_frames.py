@@ -99,13 +99,16 @@ RUN_TERMINAL: tuple[str, ...] = ("completed", "failed", "cancelled")
 
 @attrs.frozen(kw_only=True)
 class RunUsage:
-    """Tokens and cost accounted to a run (or an operation, a conversation, a model); ``cost`` ``None``: unknown."""
+    """Tokens and cost accounted to a run (or an operation, a conversation, a model); ``cost`` ``None``: unknown.
+    ``unpriced_tokens``: the input + output tokens whose cost is unknown (set by the owner, never by a worker): a
+    total with some has a cost of at least ``cost`` (``None``: none known), not exactly."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     cost: float | None = None
+    unpriced_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -1089,12 +1092,14 @@ class UsageReply:
 
 @attrs.frozen(kw_only=True)
 class UsageTotalsReply:
-    """A page of totals with the budgets set on their keys; ``next_after_key`` continues it (``None``: the last)."""
+    """A page of totals with the budgets set on their keys; ``next_after_key`` continues it (``None``: the last).
+    ``count``: on a listing's first page (no ``key`` nor ``after_key``), how many totals the scope has."""
 
     TYPE: ClassVar[str] = "usage_totals"
     totals: tuple[UsageTotal, ...]
     budgets: tuple[Budget, ...] = ()
     next_after_key: str | None = None
+    count: int | None = None
 
 
 @attrs.frozen(kw_only=True)

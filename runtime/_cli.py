@@ -25,6 +25,7 @@ from protocol import (
     collapse_group,
 )
 
+from ._args import count, positive
 from ._parent import watch_parent
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
@@ -54,15 +55,9 @@ EXITS_FINAL: Final = frozenset(
 
 def _listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT (such as 127.0.0.1:0), not {text!r}")
     return host.strip("[]"), int(port)
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
-    return int(text)
 
 
 def _seconds(text: str) -> float:
@@ -83,12 +78,6 @@ def _seconds_or_zero(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, not {text!r}")
     return value
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
-    return int(text)
 
 
 def _json_text(text: str) -> Any:
@@ -224,7 +213,7 @@ def _add_runs_commands(commands: Any) -> None:
     scope.add_argument("--run", metavar="RUN_ID", help="only this run (in its conversation)")
     watch.add_argument(
         "--from-seq",
-        type=_count,
+        type=count,
         default=0,
         metavar="N",
         help="start after commit N (default 0: everything the database holds); a --json reader resumes with the "
@@ -282,31 +271,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     owner.add_argument(
         "--fault-kill-before-commit",
-        type=_positive,
+        type=positive,
         metavar="K",
         help="fault injection: SIGKILL this owner right before its K-th writing COMMIT",
     )
     owner.add_argument(
         "--fault-kill-after-commit",
-        type=_positive,
+        type=positive,
         metavar="K",
         help="fault injection: SIGKILL this owner right after its K-th writing COMMIT",
     )
     owner.add_argument(
         "--fault-kill-before-result",
-        type=_positive,
+        type=positive,
         metavar="K",
         help="fault injection: SIGKILL this owner right before committing the K-th operation result it receives",
     )
     owner.add_argument(
         "--fault-kill-after-result",
-        type=_positive,
+        type=positive,
         metavar="K",
         help="fault injection: SIGKILL this owner right after committing the K-th operation result it receives",
     )
     owner.add_argument(
         "--fault-storage-error-at-commit",
-        type=_positive,
+        type=positive,
         metavar="K",
         help="fault injection: fail the K-th writing COMMIT with a storage error (the owner fails closed)",
     )
@@ -349,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
         "at OPENAI_BASE_URL (default api.openai.com) with OPENAI_API_KEY; one of the two must be set",
     )
     demo.add_argument(
-        "--entries", type=_positive, default=400, help="part commits: entries each writer appends (default 400)"
+        "--entries", type=positive, default=400, help="part commits: entries each writer appends (default 400)"
     )
 
     up = commands.add_parser(
@@ -373,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help=f"the application the workers serve (default the built-in demo app, {DEFAULT_APP})",
     )
-    up.add_argument("--workers", type=_count, default=2, help="how many worker processes (default 2)")
+    up.add_argument("--workers", type=count, default=2, help="how many worker processes (default 2)")
     up.add_argument(
         "--listen",
         type=_listen_address,
@@ -392,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--max-restarts",
-        type=_count,
+        type=count,
         default=10,
         metavar="R",
         help="give up after more than R restarts ... (default 10)",
@@ -402,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--max-leases",
-        type=_positive,
+        type=positive,
         default=DEFAULT_MAX_LEASES,
         metavar="N",
         help=f"task phases each worker runs at once (default {DEFAULT_MAX_LEASES})",
@@ -435,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--name", default="", help="the worker's name as status shows it (default worker-PID)")
     worker.add_argument(
         "--max-leases",
-        type=_positive,
+        type=positive,
         default=DEFAULT_MAX_LEASES,
         metavar="N",
         help=f"run at most N task phases at once (default {DEFAULT_MAX_LEASES})",
@@ -526,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (owner, up):
         command.add_argument(
             "--max-concurrent-runs",
-            type=_positive,
+            type=positive,
             default=DEFAULT_MAX_CONCURRENT_RUNS,
             metavar="N",
             help=f"agent runs busy at once across conversations; later ones wait queued (default "
@@ -578,7 +567,7 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
     )
     owner.add_argument(
         "--max-unauthenticated",
-        type=_positive,
+        type=positive,
         default=DEFAULT_MAX_UNAUTHENTICATED,
         metavar="N",
         help=f"connections in their handshake at once; past N a new one is closed at once (default "
@@ -586,7 +575,7 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
     )
     owner.add_argument(
         "--max-peer-output",
-        type=_positive,
+        type=positive,
         default=DEFAULT_MAX_PEER_OUTPUT_MIB,
         metavar="MIB",
         help="unread replies and events one peer may have in the owner; past it its requests are refused "
@@ -595,7 +584,7 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
     )
     owner.add_argument(
         "--max-queued-output",
-        type=_positive,
+        type=positive,
         default=DEFAULT_MAX_QUEUED_OUTPUT_MIB,
         metavar="MIB",
         help="unread output across every peer; past it requests are refused 'overloaded' and the peers holding "

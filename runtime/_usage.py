@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -14,6 +13,7 @@ import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
 
+from ._args import amount, count, positive
 from ._runs import check_db, connect
 
 PRICE_FILE_KEYS: Final = {
@@ -23,22 +23,8 @@ PRICE_FILE_KEYS: Final = {
     "reasoning": "reasoning_per_mtok",
 }
 """The keys of a model's entry in a prices file, and the price fields they set."""
-
-
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, not {text!r}")
-    return value
-
-
-def _tokens(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
-    return int(text)
+DEFAULT_LIMIT: Final = 100
+"""``tether usage`` without a filter prints at most this many totals of each scope unless ``--limit`` says."""
 
 
 def add_usage_commands(commands: Any) -> None:
@@ -47,18 +33,30 @@ def add_usage_commands(commands: Any) -> None:
         "usage",
         help="token usage and cost per model, conversation, run and task tree",
         description=(
-            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price) and "
-            "the budgets set on them. Without a filter: every model and every conversation. With --conversation: "
-            "that conversation, each of its runs, and the task tree it belongs to if a task owns it (a subagent's). "
-            "With --run: the run, its conversation and its task tree (a subagent's usage counts toward the tree of "
-            "the task above it). Asks the running owner."
+            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price, "
+            "'>= X' when some tokens had none) and the budgets set on them. Without a filter: every model and every "
+            "conversation. With --conversation: that conversation, each of its runs, and the task tree it belongs to "
+            "if a task owns it (a subagent's). With --run: the run, its conversation and its task tree (a "
+            "subagent's usage counts toward the tree of the task above it). Asks the running owner."
         ),
     )
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     which = usage.add_mutually_exclusive_group()
     which.add_argument("--conversation", metavar="ID", help="one conversation, its runs and its task tree")
     which.add_argument("--run", metavar="RUN_ID", help="one run, its conversation and its task tree")
-    usage.add_argument("--json", action="store_true", help="print one JSON object: {db, totals: [one record per row]}")
+    usage.add_argument(
+        "--limit",
+        type=positive,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"without a filter: the first N models and N conversations, by key (default {DEFAULT_LIMIT}); "
+        "how many more there are is said",
+    )
+    usage.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: {db, totals: [one record per row], not_shown: {scope: how many left out}}",
+    )
 
     prices = commands.add_parser(
         "prices",
@@ -76,10 +74,10 @@ def add_usage_commands(commands: Any) -> None:
     show = actions.add_parser("show", help="print the table (the default)")
     set_price = actions.add_parser("set", help="set (or replace) one model's price")
     set_price.add_argument("model", metavar="MODEL", help="the model's name, as its agent's model names it")
-    set_price.add_argument("--input", type=_amount, required=True, metavar="X", help="per million input tokens")
-    set_price.add_argument("--output", type=_amount, required=True, metavar="Y", help="per million output tokens")
-    set_price.add_argument("--cached", type=_amount, metavar="Z", help="per million cached input tokens")
-    set_price.add_argument("--reasoning", type=_amount, metavar="W", help="per million reasoning tokens")
+    set_price.add_argument("--input", type=amount, required=True, metavar="X", help="per million input tokens")
+    set_price.add_argument("--output", type=amount, required=True, metavar="Y", help="per million output tokens")
+    set_price.add_argument("--cached", type=amount, metavar="Z", help="per million cached input tokens")
+    set_price.add_argument("--reasoning", type=amount, metavar="W", help="per million reasoning tokens")
     remove = actions.add_parser("remove", help="drop one model's price (its later results have no cost)")
     remove.add_argument("model", metavar="MODEL")
     load = actions.add_parser(
@@ -100,15 +98,16 @@ def add_usage_commands(commands: Any) -> None:
             "A budget bounds the usage of a conversation, or of a task tree (every run below its root task, "
             "subagents included): once the usage has reached --max-tokens (input + output) or --max-cost, a run's "
             "next model request is not started and the run ends failed (budget_exceeded). A cost budget also stops "
-            "a model without a price. Without a limit, print the budget and the usage; --clear removes it."
+            "a model without a price, and a usage with tokens of no price (its cost is not known). Without a limit, "
+            "print the budget and the usage; --clear removes it."
         ),
     )
     budget.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     of = budget.add_mutually_exclusive_group(required=True)
     of.add_argument("--conversation", metavar="ID", help="a conversation's budget")
     of.add_argument("--task", metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)")
-    budget.add_argument("--max-tokens", type=_tokens, metavar="N", help="input + output tokens")
-    budget.add_argument("--max-cost", type=_amount, metavar="X", help="cost, in the price table's currency")
+    budget.add_argument("--max-tokens", type=count, metavar="N", help="input + output tokens")
+    budget.add_argument("--max-cost", type=amount, metavar="X", help="cost, in the price table's currency")
     budget.add_argument("--clear", action="store_true", help="remove the budget")
     budget.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -117,8 +116,12 @@ def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> N
     """Run ``tether usage``, ``prices`` or ``budget`` (parsed ``args``); ``say`` prints."""
     db = check_db(args.db)
     if args.command == "usage":
-        rows = trio.run(partial(read_usage, db, conversation_id=args.conversation, run_id=args.run))
-        say(json.dumps({"db": db, "totals": [row.json() for row in rows]}) if args.json else format_usage(rows))
+        found = partial(read_usage, db, conversation_id=args.conversation, run_id=args.run, limit=args.limit)
+        rows, left_out = trio.run(found)
+        if args.json:
+            say(json.dumps({"db": db, "totals": [row.json() for row in rows], "not_shown": left_out}))
+        else:
+            say(format_usage(rows, left_out))
     elif args.command == "prices":
         table = trio.run(partial(change_prices, db, args))
         if args.json:
@@ -156,6 +159,7 @@ class Row:
             "cached_tokens": usage.cached_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
             "cost": usage.cost,
+            "unpriced_tokens": usage.unpriced_tokens,
             "budget": None if budget is None else {"max_tokens": budget.max_tokens, "max_cost": budget.max_cost},
         }
 
@@ -165,18 +169,24 @@ def _rows(scope: str, totals: list[UsageTotal], budgets: list[Budget], note: str
     return [Row(scope, total.key, total.usage, by_key.get(total.key), note) for total in totals]
 
 
-async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None) -> list[Row]:
-    """The rows ``tether usage`` prints (see its ``--help``)."""
+async def read_usage(
+    db: str, *, conversation_id: str | None, run_id: str | None, limit: int = DEFAULT_LIMIT
+) -> tuple[list[Row], dict[str, int]]:
+    """The rows ``tether usage`` prints (see its ``--help``), and, without a filter, how many totals of each scope
+    ``limit`` left out."""
     async with connect(db, "tether-usage") as client:
         rows: list[Row] = []
+        left_out: dict[str, int] = {}
         if run_id is not None:
             run = await client.run(run_id)
             rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
             conversation_id = run.conversation_id
         if conversation_id is None:
-            rows += _rows("model", *await client.usage_totals("model"))
-            rows += _rows("conversation", *await client.usage_totals("conversation"))
-            return rows
+            for scope in ("model", "conversation"):
+                totals, budgets, count = await client.usage_listing(scope, limit=limit)
+                rows += _rows(scope, totals, budgets)
+                left_out[scope] = count - len(totals)
+            return rows, left_out
         rows += _rows("conversation", *await client.usage_totals("conversation", conversation_id))
         if run_id is None:
             for run in await client.runs(conversation_id=conversation_id):
@@ -187,11 +197,19 @@ async def read_usage(db: str, *, conversation_id: str | None, run_id: str | None
             tree_of = run.task_id
         if tree_of is not None:
             rows += _rows("tree", *await client.usage_totals("tree", tree_of), note="root task")
-        return rows
+        return rows, left_out
 
 
 def _cost(cost: float | None) -> str:
-    return "-" if cost is None else f"{cost:.6f}".rstrip("0").rstrip(".") if cost else "0"
+    """An amount as set or summed (``-``: none): up to 10 significant digits, so that 1e-08 is not printed 0."""
+    return "-" if cost is None else f"{cost:.10g}"
+
+
+def _total_cost(usage: RunUsage) -> str:
+    """A total's cost: ``>= X`` when some of its tokens have no cost (``-`` when none has one)."""
+    if usage.unpriced_tokens and usage.cost is not None:
+        return f">= {_cost(usage.cost)}"
+    return _cost(usage.cost)
 
 
 def _budget_text(budget: Budget | None) -> str:
@@ -205,10 +223,15 @@ def _budget_text(budget: Budget | None) -> str:
     return ", ".join(parts)
 
 
-def format_usage(rows: list[Row]) -> str:
-    """The rows as an aligned table."""
+def format_usage(rows: list[Row], left_out: dict[str, int] | None = None) -> str:
+    """The rows as an aligned table, and a line per scope some of whose totals were left out."""
+    more = [
+        f"{count} more {scope} totals not shown (--limit N shows up to N of each)"
+        for scope, count in (left_out or {}).items()
+        if count > 0
+    ]
     if not rows:
-        return "no usage yet"
+        return "\n".join(more or ["no usage yet"])
     header = ("SCOPE", "KEY", "INPUT", "OUTPUT", "CACHED", "REASONING", "COST", "BUDGET", "")
     lines = [
         (
@@ -218,17 +241,18 @@ def format_usage(rows: list[Row]) -> str:
             str(row.usage.output_tokens),
             str(row.usage.cached_tokens),
             str(row.usage.reasoning_tokens),
-            _cost(row.usage.cost),
+            _total_cost(row.usage),
             _budget_text(row.budget),
             row.note,
         )
         for row in rows
     ]
     widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
-    return "\n".join(
+    table = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in (header, *lines)
-    )
+    ]
+    return "\n".join(table + more)
 
 
 # ----------------------------------------------------------------------------------------------- prices

@@ -109,6 +109,7 @@ def add_usage(total: RunUsage, more: RunUsage) -> RunUsage:
         cached_tokens=total.cached_tokens + more.cached_tokens,
         reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
         cost=cost,
+        unpriced_tokens=total.unpriced_tokens + more.unpriced_tokens,
     )
 
 
@@ -221,7 +222,7 @@ class Runs:
         self._dirty: dict[str, None] = {}
         """Runs whose status settling derives again."""
         self._admit_due = False
-        self.accounting = Accounting(store, tasks)
+        self.accounting = Accounting(store, tasks, self._first_task)
         """Prices, roll-ups and budgets (``_usage``)."""
         self._closing: dict[str, None] = {}
         """Approval tasks that ended: settling closes their interactions if still open (``cancelled``)."""
@@ -440,6 +441,23 @@ class Runs:
             busy += 1
         return grown
 
+    def _first_task(self, task: TaskRecord) -> str:
+        """The first task of the run whose (later) task ``task`` is, so that a run's tasks are one task tree
+        (``_usage``, rule 3); ``task`` itself when it is no run's task."""
+        if not task.kind.startswith(AGENT_KIND_PREFIX):
+            return task.task_id
+        input_value, _ = self._store.task_data(task.task_id)
+        run_id = input_value.get("run_id") if isinstance(input_value, dict) else None
+        if not isinstance(run_id, str):
+            return task.task_id
+        # Its tasks are 1, 2, ... with no gap (one per admission): a task merely naming the run is not one of them.
+        attempt = 2
+        while (later := run_task_id(run_id, attempt)) != task.task_id:
+            if self._tasks.record(later) is None:
+                return task.task_id
+            attempt += 1
+        return run_task_id(run_id, 1)
+
     def _admit_one(
         self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord], records: list[Record]
     ) -> None:
@@ -526,13 +544,13 @@ class Runs:
         retry = write.retry if write.kind == "tool" else (write.retry or Retry())
         if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
             raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
-        if write.kind == "model":
-            self.accounting.check_budget(run, task, write.name)  # before anything is written
         existing = self._store.operation(write.operation_id)
         what = f"{where}: operation {write.operation_id}"
         if existing is None:
             if write.attempt != 1:
                 raise Refusal(ErrorCode.CONFLICT, f"{what} has no attempt yet: the first is attempt 1")
+            if write.kind == "model":  # only once a new attempt is about to be written
+                self.accounting.check_budget(run, task, write.name)
             record = OperationRecord(
                 operation_id=write.operation_id,
                 run_id=run.run_id,
@@ -576,6 +594,8 @@ class Runs:
             raise Refusal(ErrorCode.CONFLICT, message)
         if existing.kind == "tool" and write.digest != existing.digest:
             raise Refusal(ErrorCode.CONFLICT, f"{what}: a tool call's arguments never change between attempts")
+        if write.kind == "model":  # only once a new attempt is about to be written
+            self.accounting.check_budget(run, task, write.name)
         record = attrs.evolve(
             existing,
             task_id=task.task_id,
@@ -613,9 +633,7 @@ class Runs:
         if write.status not in ("completed", "failed"):
             raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
         check_usage(write.usage, where)
-        usage = write.usage
-        if usage is not None and op.kind == "model":
-            usage = self.accounting.priced(op.name, usage)  # the cost as of this commit, stored with the result
+        usage = None if write.usage is None else self.accounting.priced(op.kind, op.name, write.usage)
         record = attrs.evolve(
             op,
             status=write.status,

@@ -3,7 +3,8 @@
 
 1. **Cost at commit.** A model request's cost is computed from the price table when its result commits (in
    ``finish_operation``) and stored with it: a price changed later never changes a committed cost. A model without a
-   price has cost ``None`` (unknown), unless the worker reported one.
+   price has cost ``None`` (unknown), unless the worker reported one. Tokens of unknown cost are counted as
+   ``unpriced_tokens``, which totals sum: a total with some has an incomplete cost (a lower bound).
 2. **Roll-ups, exactly once.** A result's usage is added, in the commit that writes it, to its operation, its run,
    its conversation, its model (model requests) and its **task tree**; a second result of the same attempt is
    refused, so a replay never counts twice.
@@ -12,17 +13,20 @@
    conversation, to the task owning that conversation; the root is the first task owned by a conversation that no
    task owns. A run's usage counts toward the tree of its task's root: a subagent's run (its conversation created
    under a task) adds to the tree of the root task above it. Ownership never changes, so neither does a root.
+   A run's tasks (a new one per retry) are one tree, keyed by its first task: a root that is a run's later task
+   stands for its first, so a retried run's budget and totals carry over the retry.
 4. **Budgets** (per conversation, or per task tree keyed by its root): before a model request's intent commits, the
    owner checks the run's conversation's and task tree's budgets; once the usage has reached ``max_tokens``
-   (input + output tokens) or ``max_cost``, or a ``max_cost`` budget meets a model without a price (its cost could
-   not be bounded), the intent is refused and the run's task ends ``failed`` (``budget_exceeded``) in that commit,
-   so no model is called. A request that starts under its budget may end past it: a budget bounds when requests
-   start, not how large one is.
+   (input + output tokens) or ``max_cost``, or a ``max_cost`` budget meets a model without a price or a total
+   with ``unpriced_tokens`` (its cost could not be bounded), the intent is refused and the run's task ends
+   ``failed`` (``budget_exceeded``) in that commit, so no model is called. A request that starts under its budget
+   may end past it: a budget bounds when requests start, not how large one is.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Final
 
 from protocol import (
@@ -102,9 +106,11 @@ def _check_amount(value: float | None, where: str, *, optional: bool) -> None:
 class Accounting:
     """The price table (in memory, as stored), tree roots, and the budget checks of one owner."""
 
-    def __init__(self, store: Store, tasks: TaskEngine) -> None:
+    def __init__(self, store: Store, tasks: TaskEngine, first_task: Callable[[TaskRecord], str]) -> None:
         self._store = store
         self._tasks = tasks
+        self._first_task = first_task
+        """The first task of the run whose task is the given one (the task itself when it is no run's)."""
         self.prices: dict[str, ModelPrice] = {price.model: price for price in store.prices()}
         self._has_budgets = store.budget_count() > 0
         self._roots: dict[str, str] = {}
@@ -129,24 +135,26 @@ class Accounting:
             if upper is None:
                 break
             record = upper
+        root = self._first_task(record)
         if len(self._roots) >= MAX_CACHED_ROOTS:
             self._roots.clear()
-        self._roots[task_id] = record.task_id
-        return record.task_id
+        self._roots[task_id] = root
+        return root
 
     # ---------------------------------------------------------------------------------------- at commit
 
-    def priced(self, model: str, usage: RunUsage) -> RunUsage:
-        """``usage`` with its cost from the price table (rule 1); as reported when the model has no price."""
-        price = self.prices.get(model)
-        if price is None:
-            return usage
+    def priced(self, kind: str, name: str, usage: RunUsage) -> RunUsage:
+        """A result's ``usage`` as stored (rule 1): a model request's cost from the price table, else as reported;
+        its tokens ``unpriced_tokens`` when its cost stays unknown (whatever the worker sent there)."""
+        price = self.prices.get(name) if kind == "model" else None
+        cost = usage.cost if price is None else cost_of(usage, price)
         return RunUsage(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
-            cost=cost_of(usage, price),
+            cost=cost,
+            unpriced_tokens=total_tokens(usage) if cost is None else 0,
         )
 
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
@@ -175,7 +183,13 @@ class Accounting:
             if budget.max_tokens is not None and total_tokens(used) >= budget.max_tokens:
                 spent = f"{total_tokens(used)} tokens used of its max_tokens {budget.max_tokens}"
             elif budget.max_cost is not None and (used.cost or 0.0) >= budget.max_cost:
-                spent = f"a cost of {used.cost or 0.0:.6f} of its max_cost {budget.max_cost}"
+                spent = f"a cost of {used.cost or 0.0:g} of its max_cost {budget.max_cost:g}"
+            elif budget.max_cost is not None and used.unpriced_tokens:
+                spent = (
+                    f"its max_cost {budget.max_cost:g} cannot bound a cost that is not known: {used.unpriced_tokens} "
+                    f"tokens were used with no price (the known cost is {used.cost or 0.0:g}); bound it with "
+                    f"max_tokens instead"
+                )
             elif budget.max_cost is not None and model not in self.prices:
                 spent = (
                     f"its max_cost cannot bound model {model!r}, which has no price (set one: tether prices set "
@@ -259,9 +273,12 @@ class Accounting:
             raise Refusal(ErrorCode.INVALID, f"scope must be model, conversation or tree, not {scope!r}")
         store = self._store
         more = False
+        count = None
         if request.key is None:
             found, more = store.usage_page(scope, request.after_key, request.limit)
             keys = [key for key, _ in found]
+            if request.after_key is None:  # once per listing: what a reader of the first page shows beyond it
+                count = len(found) if not more else store.usage_count(scope)
         else:
             key = request.key if scope == "model" else self.budget_key(scope, request.key, "read_usage_totals")
             found = store.usage(scope, key) or [(key, RunUsage())]
@@ -274,4 +291,4 @@ class Accounting:
                 if budget is not None:
                     budgets.append(budget)
         next_after = totals[-1].key if more and totals else None
-        return UsageTotalsReply(totals=totals, budgets=tuple(budgets), next_after_key=next_after)
+        return UsageTotalsReply(totals=totals, budgets=tuple(budgets), next_after_key=next_after, count=count)

@@ -163,8 +163,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """,
     # 4: usage and cost. The price table (per model, per million tokens; read whole by the owner at start), and the
     # budgets per conversation or task tree (`scope`, `key`). Usage totals of task trees are rows of `usage` with
-    # scope 'tree' keyed by the root task id.
+    # scope 'tree' keyed by the root task id; a total's unpriced_tokens are its input + output tokens of unknown cost
+    # (its cost is then a lower bound).
     """
+    ALTER TABLE usage ADD COLUMN unpriced_tokens INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE prices (
         model TEXT PRIMARY KEY,
         input_per_mtok REAL NOT NULL,

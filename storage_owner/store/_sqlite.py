@@ -615,13 +615,14 @@ class SqliteStore(PartialsSql):
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         self._db.execute(
-            "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, key) DO UPDATE SET "
+            "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost, "
+            "unpriced_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, key) DO UPDATE SET "
             "input_tokens = input_tokens + excluded.input_tokens, "
             "output_tokens = output_tokens + excluded.output_tokens, "
             "cached_tokens = cached_tokens + excluded.cached_tokens, "
             "reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, "
-            "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END",
+            "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END, "
+            "unpriced_tokens = unpriced_tokens + excluded.unpriced_tokens",
             (
                 scope,
                 key,
@@ -630,32 +631,34 @@ class SqliteStore(PartialsSql):
                 usage.cached_tokens,
                 usage.reasoning_tokens,
                 usage.cost,
+                usage.unpriced_tokens,
             ),
         )
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]:
         """Usage totals of ``scope`` (``conversation`` or ``model``), of one ``key`` or all, by key."""
         rows = self._db.execute(
-            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost FROM usage "
+            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost, unpriced_tokens "
+            "FROM usage "
             "WHERE scope = ?1 AND (?2 IS NULL OR key = ?2) ORDER BY key",
             (scope, key),
         )
-        return [
-            (key, RunUsage(input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost))
-            for key, i, o, c, r, cost in rows
-        ]
+        return [(key, _usage_row(i, o, c, r, cost, unpriced)) for key, i, o, c, r, cost, unpriced in rows]
+
+    def usage_count(self, scope: str) -> int:
+        """How many usage totals ``scope`` has."""
+        row = self._db.execute("SELECT count(*) FROM usage WHERE scope = ?", (scope,)).fetchone()
+        return int(row[0]) if row else 0
 
     def usage_page(self, scope: str, after_key: str | None, limit: int) -> tuple[list[tuple[str, RunUsage]], bool]:
         """Up to ``limit`` usage totals of ``scope`` in key order after ``after_key``; whether more follow."""
         rows: list[Any] = self._db.execute(
-            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost FROM usage "
+            "SELECT key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost, unpriced_tokens "
+            "FROM usage "
             "WHERE scope = ?1 AND key > ?2 ORDER BY key LIMIT ?3",
             (scope, after_key or "", limit + 1),
         ).fetchall()
-        page = [
-            (key, RunUsage(input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost))
-            for key, i, o, c, r, cost in rows[:limit]
-        ]
+        page = [(key, _usage_row(i, o, c, r, cost, unpriced)) for key, i, o, c, r, cost, unpriced in rows[:limit]]
         return page, len(rows) > limit
 
     def prices(self) -> list[ModelPrice]:
@@ -762,6 +765,12 @@ class SqliteStore(PartialsSql):
 
     def task_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
+
+
+def _usage_row(i: int, o: int, c: int, r: int, cost: float | None, unpriced: int) -> RunUsage:
+    return RunUsage(
+        input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost, unpriced_tokens=unpriced
+    )
 
 
 # A run's columns: RunRecord's fields in its order; answer and usage are stored as msgpack maps.

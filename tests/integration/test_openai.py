@@ -597,7 +597,7 @@ async def test_an_agent_on_openai_chat_under_tether_up(db_path: str, tmp_path: P
             await up.assert_everything_gone()
     assert run.status == "completed"
     assert run.answer is not None and run.answer.text == "Order A1 has shipped."
-    assert run.usage == actors.RunUsage(input_tokens=250, output_tokens=18, cached_tokens=64)
+    assert run.usage == actors.RunUsage(input_tokens=250, output_tokens=18, cached_tokens=64, unpriced_tokens=268)
     assert by_model["gpt-4o-mini"] == run.usage
     assert [(op.kind, op.status, op.attempt) for op in operations] == [
         ("model", "completed", 2),

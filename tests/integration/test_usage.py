@@ -194,3 +194,37 @@ async def test_a_task_owned_conversation_shows_the_tree_it_counts_toward(manual_
         tree = row(shown, "tree", task_id)
         assert (tree["input_tokens"], tree["cost"]) == (0, None)
         assert tree["budget"] == {"max_tokens": None, "max_cost": 4.0}
+
+
+async def test_usage_without_a_filter_shows_up_to_limit_totals_a_scope_and_how_many_more(
+    manual_owner: OwnerProcess,
+) -> None:
+    db = manual_owner.db
+    model = CountingModel([actors.ScriptedTurn(text="ok", usage=TURN_USAGE) for _ in range(3)])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app_with(model)) as client:
+            conversations = []
+            for n in range(3):
+                conversation_id = await client.create_conversation(agent="support")
+                submission = await client.submit(conversation_id, kind="input", payload="hi", request_id=f"r-{n}")
+                assert submission.run_id is not None
+                assert (await client.wait_for_run(submission.run_id)).status == "completed"
+                conversations.append(conversation_id)
+            # The client reads the first N (and says how many there are), not every total.
+            totals, _, count = await client.usage_listing("conversation", limit=2)
+            assert ([total.key for total in totals], count) == (sorted(conversations)[:2], 3)
+            with pytest.raises(ValueError, match="limit must be 1 or more"):
+                await client.usage_totals("conversation", limit=0)
+        shown = await tether_json("usage", "--db", db, "--limit", "1")
+        assert [(r["scope"], r["key"]) for r in shown["totals"]] == [
+            ("model", MODEL),
+            ("conversation", sorted(conversations)[0]),
+        ]
+        assert shown["not_shown"] == {"model": 0, "conversation": 2}
+        table = await run_tether("usage", "--db", db, "--limit", "1")
+        assert table.returncode == 0, table.stderr
+        assert nonblank_lines(table.stdout)[-1].startswith("2 more conversation totals not shown")
+        everything = await tether_json("usage", "--db", db)
+        assert len(everything["totals"]) == 4 and everything["not_shown"] == {"model": 0, "conversation": 0}
+        refused = await run_tether("usage", "--db", db, "--limit", "0")
+        assert refused.returncode == 2

@@ -407,3 +407,9 @@ def test_a_scripted_model_needs_turns() -> None:
         ScriptedModel([])
     with pytest.raises(actors.UsageError, match="ScriptedTurn records"):
         ScriptedModel(["hello"])  # type: ignore[list-item]
+
+
+async def test_a_scripted_turn_reports_the_cost_it_is_given() -> None:
+    usage = Usage(input_tokens=10, output_tokens=2, cost=0.125)
+    turn = assemble(await events_of(ScriptedModel([ScriptedTurn(text="x", usage=usage)]), request()))
+    assert turn.usage == usage

@@ -20,6 +20,7 @@ from actors import (
     ToolCallRequest,
     ToolMessage,
     ToolSpec,
+    Usage,
     UsageReport,
     UserMessage,
     assemble,
@@ -33,6 +34,7 @@ from actors._openai import (
     classify_error,
     parse_retry_after,
 )
+from actors._runs import _run_usage
 from protocol import UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openai"
@@ -202,6 +204,23 @@ def test_usage_fields_and_the_last_report_wins() -> None:
         UsageReport(input_tokens=100, output_tokens=20, cached_tokens=64, reasoning_tokens=12),
         Finish("length"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("reported", "cost"),
+    [(0.00042, 0.00042), (0, 0.0), (None, None), ("0.1", None), (True, None), (-1.0, None), (float("nan"), None)],
+)
+def test_a_cost_the_server_reports_is_carried_to_the_turn(reported: object, cost: float | None) -> None:
+    # OpenRouter adds usage.cost (its credits); anything but a finite number of 0 or more is no cost at all.
+    decoder = ChatStreamDecoder()
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, **({} if reported is None else {"cost": reported})}
+    events = decoder.feed({"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]})
+    events += decoder.feed({"choices": [], "usage": usage})
+    turn = assemble(events + decoder.end())
+    assert turn.usage == Usage(input_tokens=10, output_tokens=2, cost=cost)
+    # and on to the result the worker commits (the owner keeps it when its price table does not price the model).
+    reported_usage = _run_usage(turn.usage)
+    assert reported_usage is not None and reported_usage.cost == cost
 
 
 def test_a_stream_without_usage_has_unknown_usage() -> None:

@@ -521,7 +521,11 @@ def tool_intent(run_id: str, operation_id: str, policy: Any, attempt: int = 1, d
 
 
 def usage(n: int, cost: float | None = None) -> RunUsage:
-    return RunUsage(input_tokens=n, output_tokens=2 * n, cached_tokens=1, reasoning_tokens=0, cost=cost)
+    """A reported usage; as the owner stores it, its tokens are unpriced when it has no cost (no price is set)."""
+    unpriced = 3 * n if cost is None else 0
+    return RunUsage(
+        input_tokens=n, output_tokens=2 * n, cached_tokens=1, reasoning_tokens=0, cost=cost, unpriced_tokens=unpriced
+    )
 
 
 def leased_run(sim: RunSim) -> tuple[str, str, Worker]:
@@ -596,7 +600,8 @@ def test_usage_is_counted_once_per_operation_and_rolled_up(sim: RunSim) -> None:
     again = FinishOperation(operation_id=first, status="completed", usage=usage(1, 0.5))
     assert error_code(worker.commit(task_id, again)) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
-    total = RunUsage(input_tokens=3, output_tokens=6, cached_tokens=2, reasoning_tokens=0, cost=0.5)
+    # The second's 6 tokens have no cost: the total's cost of 0.5 is a lower bound, and says so.
+    total = RunUsage(input_tokens=3, output_tokens=6, cached_tokens=2, reasoning_tokens=0, cost=0.5, unpriced_tokens=6)
     assert sim.run(run_id).usage == total
     by_conversation = ReadUsage(conversation_id=conversation_id)
     assert expect(sim.request(sim.client, by_conversation), UsageReply).totals == (

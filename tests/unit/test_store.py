@@ -20,6 +20,7 @@ from protocol import (
     EntryRecord,
     JsonValue,
     OwnerAlreadyRunning,
+    RunUsage,
     SchemaTooNew,
     StorageError,
     SubmissionRecord,
@@ -842,3 +843,27 @@ def test_a_checkpoint_sqlite_did_not_run_is_a_storage_error(store: SqliteStore) 
             checkpointer.checkpoint()
     finally:
         real.close()
+
+
+def test_usage_totals_of_a_version_3_database_migrate_with_no_unpriced_tokens(path: str) -> None:
+    db = apsw.Connection(path)
+    for number in range(3):
+        db.execute(MIGRATIONS[number])
+    db.execute(
+        "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost) "
+        "VALUES ('model', 'm', 10, 5, 0, 0, 0.5)"
+    )
+    db.execute("PRAGMA user_version=3")
+    db.close()
+    store = SqliteStore.open(path)
+    try:
+        assert "unpriced_tokens" in [str(row[1]) for row in store._db.execute("PRAGMA table_info(usage)")]
+        assert store.usage("model", "m") == [("m", RunUsage(input_tokens=10, output_tokens=5, cost=0.5))]
+        with store._db:
+            store.add_usage("model", "m", RunUsage(input_tokens=3, output_tokens=1, unpriced_tokens=4))
+        assert store.usage("model", "m") == [
+            ("m", RunUsage(input_tokens=13, output_tokens=6, cost=0.5, unpriced_tokens=4))
+        ]
+        assert store.usage_count("model") == 1 and store.usage_count("tree") == 0
+    finally:
+        store.close()

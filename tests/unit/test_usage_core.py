@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from protocol import (
@@ -54,8 +55,14 @@ def sim(tmp_path: Path) -> Iterator[RunSim]:
 
 
 def tokens(input_tokens: int, output_tokens: int, cached: int = 0, reasoning: int = 0) -> RunUsage:
+    """A usage of no known cost: as a total, all its tokens are unpriced (a worker's ``unpriced_tokens`` is
+    ignored: the owner sets it)."""
     return RunUsage(
-        input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, reasoning_tokens=reasoning
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached,
+        reasoning_tokens=reasoning,
+        unpriced_tokens=input_tokens + output_tokens,
     )
 
 
@@ -116,6 +123,7 @@ def test_a_model_without_a_price_has_no_cost(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     model_turn(sim, worker, task_id, run_id, tokens(100, 100))
     assert sim.run(run_id).usage == tokens(100, 100)
+    assert sim.run(run_id).usage.unpriced_tokens == 200  # its cost is unknown, and the total says so
 
 
 @pytest.mark.parametrize(
@@ -220,6 +228,10 @@ def test_usage_totals_are_read_in_pages(sim: RunSim) -> None:
     assert [total.key for total in page.totals] == sorted(conversations)[:2]
     rest = totals(sim, "conversation", limit=2, after_key=page.next_after_key)
     assert [total.key for total in rest.totals] == sorted(conversations)[2:] and rest.next_after_key is None
+    # A listing's first page says how many totals there are (what a reader that stops there leaves out); later
+    # pages and one key's total do not count again.
+    assert (page.count, rest.count, totals(sim, "conversation", conversations[0]).count) == (3, None, None)
+    assert totals(sim, "conversation", limit=5).count == 3
     assert error_code(sim.request(sim.client, ReadUsageTotals(scope="conversation", limit=0))) == ErrorCode.INVALID
     assert error_code(sim.request(sim.client, ReadUsageTotals(scope="run"))) == ErrorCode.INVALID  # type: ignore[arg-type]
 
@@ -382,3 +394,77 @@ def test_a_model_request_past_budget_under_a_lease_the_owner_cannot_end_is_only_
     assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.CONFLICT
     worker.ok(task_id, ended(task_id, "aborted"))
     assert sim.run(run_id).status == "cancelled"
+
+
+def test_a_retried_run_stays_in_its_task_tree_and_under_its_budget(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    expect(sim.request(sim.client, SetBudget(scope="tree", key=task_id, max_tokens=100)), BudgetReply)
+    model_turn(sim, worker, task_id, run_id, tokens(80, 40))  # 120 of 100
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert sim.run(run_id).reason == "budget_exceeded"
+    # Retried without raising the budget: the new task is of the same tree, so the spent budget still stops it.
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    retried = sim.run(run_id).task_id
+    assert retried is not None and retried != task_id and worker.holds(retried)
+    assert sim.core.runs.accounting.tree_root(retried) == task_id
+    assert error_code(worker.commit(retried, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert totals(sim, "tree", retried).budgets == (Budget(scope="tree", key=task_id, max_tokens=100),)
+    # Raised (naming either task), the next retry goes on, and its usage adds to the one tree total.
+    reply = sim.request(sim.client, SetBudget(scope="tree", key=retried, max_tokens=1_000))
+    assert expect(reply, BudgetReply).key == task_id
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    third = sim.run(run_id).task_id
+    assert third is not None and worker.holds(third)
+    model_turn(sim, worker, third, run_id, tokens(10, 5))
+    [total] = totals(sim, "tree", third).totals
+    assert (total.key, total.usage) == (task_id, tokens(90, 45))
+    assert [t.key for t in totals(sim, "tree").totals] == [task_id]
+
+
+def test_the_budget_is_checked_only_when_a_new_attempt_is_written(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=10)), BudgetReply)
+    op = model_turn(sim, worker, task_id, run_id, tokens(80, 40))  # started under the budget, ends past it
+    head = sim.core.head_seq
+    # Its intent sent again (a worker replaying a turn whose result is committed): the usual conflict, and the
+    # run goes on to use the committed result; no model request was needed, so the budget is not the answer.
+    assert error_code(worker.commit(task_id, model_intent(run_id, op))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and worker.holds(task_id)
+    assert sim.run(run_id).status == "running"
+    # A new request is where the budget stops the run.
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    assert sim.run(run_id).reason == "budget_exceeded"
+
+
+def test_tokens_of_unknown_cost_are_counted_and_a_cost_budget_will_not_pass_them(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    # Before any price: the tokens have no cost, and they are counted as unpriced (a worker's count is ignored).
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(1_000_000, 0), unpriced_tokens=0))
+    expect(set_prices(sim, GPT), PricesReply)
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(500_000, 0), unpriced_tokens=7))  # $1.00
+    usage = sim.run(run_id).usage
+    assert (usage.cost, usage.unpriced_tokens) == (pytest.approx(1.0), 1_000_000)
+    for scope, key in (("conversation", conversation_id), ("tree", task_id), ("model", "scripted")):
+        [total] = totals(sim, scope, key).totals
+        assert (total.usage.cost, total.usage.unpriced_tokens) == (pytest.approx(1.0), 1_000_000), scope
+    # A cost budget far above the known cost still cannot bound it: the next request is not started, and why is said.
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_cost=100.0)), BudgetReply)
+    refused = worker.commit(task_id, model_intent(run_id, fresh_id()))
+    assert isinstance(refused, Error) and refused.code == ErrorCode.BUDGET_EXCEEDED
+    assert "1000000 tokens were used with no price" in refused.message
+    assert sim.run(run_id).reason == "budget_exceeded"
+    # A token budget bounds it.
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=10**7)), BudgetReply)
+    expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
+    retried = sim.run(run_id).task_id
+    assert retried is not None
+    expect(worker.commit(retried, model_intent(run_id, fresh_id())), Committed)
+
+
+def test_a_reported_cost_of_a_model_without_a_price_is_kept_and_complete(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    model_turn(sim, worker, task_id, run_id, attrs.evolve(tokens(100, 100), cost=0.25))
+    usage = sim.run(run_id).usage
+    assert (usage.cost, usage.unpriced_tokens) == (0.25, 0)
