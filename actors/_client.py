@@ -540,7 +540,7 @@ class Client:
     ) -> tuple[list[UsageTotal], list[Budget]]:
         """Usage totals of ``scope`` (every model's, conversation's or task tree's; or the one ``key`` names, zero when
         it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the budgets set on
-        them. Reads page by page."""
+        them. Reads page by page. A checkpoint."""
         totals: list[UsageTotal] = []
         budgets: list[Budget] = []
         after: str | None = None
@@ -554,13 +554,13 @@ class Client:
             after = reply.next_after_key
 
     async def prices(self) -> list[ModelPrice]:
-        """The price table (per model, per million tokens), by model."""
+        """The price table (per model, per million tokens), by model. A checkpoint."""
         return list((await self.connection.call(ReadPrices(), PricesReply)).prices)
 
     async def set_prices(self, prices: Iterable[ModelPrice] = (), *, remove: Iterable[str] = ()) -> list[ModelPrice]:
         """Set (or replace) these models' prices and drop those in ``remove``, all at once or not at all (a bad price:
         :class:`~protocol.InvalidRequest`, nothing changed); the whole table after. Results committed from now on are
-        costed with it; committed costs never change."""
+        costed with it; committed costs never change. A checkpoint."""
         request = SetPrices(prices=tuple(prices), remove=tuple(remove))
         return list((await self.connection.call(request, PricesReply)).prices)
 
@@ -574,8 +574,10 @@ class Client:
     ) -> Budget | None:
         """Set the budget of a conversation, or of the task tree ``task_id`` belongs to (kept under its root task);
         without ``max_tokens`` and ``max_cost`` remove it. A run's model request past it ends the run ``failed``
-        (``budget_exceeded``) before the model is called. Returns the budget as stored (``None``: removed)."""
+        (``budget_exceeded``) before the model is called. Returns the budget as stored (``None``: removed). A
+        checkpoint, even when it raises :class:`~protocol.UsageError` for a bad call."""
         if (conversation_id is None) == (task_id is None):
+            await trio.lowlevel.checkpoint()
             raise UsageError("set_budget() needs exactly one of conversation_id=ID or task_id=ID")
         if conversation_id is not None:
             request = SetBudget(scope="conversation", key=conversation_id, max_tokens=max_tokens, max_cost=max_cost)

@@ -42,6 +42,11 @@ FINAL_PIECE_BYTES: Final = 64 << 10
 """At most this much of the unsent text rides in the result's commit (which holds the answer twice already, in the
 result and in the assistant entry): past it, the ``done`` record ends the partial output and the answer is the
 entry."""
+MAX_OUTPUTS: Final = 64
+"""The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
+MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
+"""The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
+one attempt at most (a character is at least one byte), so by default no text is ever cut."""
 
 
 def _prefix(text: str, max_bytes: int) -> tuple[str, int]:
@@ -180,13 +185,6 @@ class PartialOutput:
     def end(self) -> int:
         """The character the text ends at."""
         return self.start + len(self.text)
-
-
-MAX_OUTPUTS: Final = 64
-"""The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
-MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
-"""The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
-one attempt at most (a character is at least one byte), so by default no text is ever cut."""
 
 
 def _bound(name: str, value: object) -> int:

@@ -163,17 +163,7 @@ class Partials:
         self._store.insert_partial_piece(op.operation_id, stored_chars, new)
         self._store.put_partial(head)
         self._set(head)
-        return PartialRecord(
-            operation_id=op.operation_id,
-            run_id=op.run_id,
-            conversation_id=op.conversation_id,
-            attempt=op.attempt,
-            offset=stored_chars,
-            text=new,
-            status=STREAMING,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, stored_chars, new, STREAMING, seq, now_ms)
 
     # ------------------------------------------------------------------------------------------------ ends
 
@@ -241,17 +231,7 @@ class Partials:
             self._set(new)
         if not emit:
             return None
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=head.chars,
-            text="",
-            status=status,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, head.chars, "", status, seq, now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
 
@@ -323,17 +303,7 @@ class Partials:
             offset = 0
         elif offset:
             text = text[offset:]
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=offset,
-            text=text,
-            status=head.status,
-            seq=head.seq,
-            created_at_ms=head.created_at_ms,
-        )
+        return _partial_record(head, offset, text, head.status, head.seq, head.created_at_ms)
 
     @property
     def held_count(self) -> int:
@@ -365,6 +335,23 @@ class PartialsPage:
     records: list[PartialRecord]
     next_operation_id: str | None
     next_offset: int
+
+
+def _partial_record(
+    head: PartialHead, offset: int, text: str, status: PartialStatus, seq: int, created_at_ms: int
+) -> PartialRecord:
+    """The record of ``head``'s operation and attempt: ``text`` from character ``offset``, as ``status`` at ``seq``."""
+    return PartialRecord(
+        operation_id=head.operation_id,
+        run_id=head.run_id,
+        conversation_id=head.conversation_id,
+        attempt=head.attempt,
+        offset=offset,
+        text=text,
+        status=status,
+        seq=seq,
+        created_at_ms=created_at_ms,
+    )
 
 
 def _utf8_size(text: str) -> int:
