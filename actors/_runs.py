@@ -284,8 +284,22 @@ async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
 
 
 def _fresh(rt: Phase) -> bool:
-    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled)."""
-    return rt.restarts == 0 and rt.mode == "phase" and "attempt" not in rt.checkpoint
+    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled) in
+    its run's first task: a run's task after ``retry_run`` (input ``attempt`` above 1), and the tool tasks it creates
+    (input ``run_attempt``), go on from a journal the earlier tasks wrote, so a guess would be refused there."""
+    return (
+        rt.restarts == 0
+        and rt.mode == "phase"
+        and "attempt" not in rt.checkpoint
+        and _run_attempt(rt.input, "attempt") == 1
+        and _run_attempt(rt.input, "run_attempt") == 1
+    )
+
+
+def _run_attempt(value: Any, key: str) -> int:
+    """Which task of its run (1 for the first) a task's input says it is or belongs to, under ``key``."""
+    attempt = value.get(key, 1) if isinstance(value, dict) else 1
+    return attempt if type(attempt) is int else 1
 
 
 def _has_result(op: OperationRecord) -> bool:
@@ -431,6 +445,7 @@ class AgentRun:
             tx.complete({"text": message.text})
             return
         calls: list[dict[str, Any]] = []
+        run_attempt = _run_attempt(rt.input, "attempt")
         for call in message.tool_calls:
             operation_id = tool_operation_id(run_id, turn, call.call_id)
             tool = self.agent.tool(call.name)
@@ -471,6 +486,7 @@ class AgentRun:
                     "call_id": call.call_id,
                     "name": call.name,
                     "arguments": call.arguments,
+                    **({} if run_attempt == 1 else {"run_attempt": run_attempt}),
                 },
                 task_id=_derived(rt.task_id, "tool", turn, call.call_id),
                 owner_task_id=rt.task_id,

@@ -18,7 +18,8 @@ import pytest
 import trio
 
 import actors
-from protocol import EntryRecord, RunRecord, new_id
+from actors._connection import Connection
+from protocol import Commit, Conflict, EntryRecord, RunRecord, StartOperation, new_id
 from runtime import _runs as runs_cli
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
@@ -491,4 +492,44 @@ async def test_retry_goes_on_from_the_committed_results(owner: OwnerProcess, led
                 "tether.assistant",
                 "tether.tool_result",
                 "tether.assistant",
+            ]
+
+
+async def test_a_retried_runs_tasks_read_the_journal_instead_of_guessing(
+    owner: OwnerProcess, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's task after ``retry_run`` (and the tool tasks it creates) find the journal of the tasks before: no
+    intent goes out on the guess that it is the first, to be refused ``conflict`` (each costs a commit, a
+    transcript read and a digest before the journal is read anyway)."""
+    refused: list[str] = []
+    call = Connection.call
+
+    async def counting(self: Connection, request: Any, expected: Any) -> Any:
+        try:
+            return await call(self, request, expected)
+        except Conflict:
+            if isinstance(request, Commit) and any(isinstance(w, StartOperation) for w in request.writes):
+                refused.append(next(w.kind for w in request.writes if isinstance(w, StartOperation)))
+            raise
+
+    monkeypatch.setattr(Connection, "call", counting)
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.gated) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            assert refused == []  # the first task's guesses were right
+            gate.touch()
+            await client.retry(run_id)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            assert refused == []  # turn 1 (answered), its tool call (done) and turn 2 (failed once): none guessed
+            state = await client.task_state(run.task_id or "")
+            assert state.input == {"run_id": run_id, "attempt": 2}
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.turn, op.status, op.attempt) for op in ops] == [
+                ("model", 1, "completed", 1),
+                ("tool", 1, "completed", 1),
+                ("model", 2, "completed", 1),
             ]
