@@ -24,10 +24,11 @@ re-run derives the same operation, task and entry ids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
@@ -56,6 +57,7 @@ from ._models import (
     Message,
     ModelError,
     ModelRequest,
+    StreamEvent,
     TextDelta,
     ToolCallRequest,
     ToolMessage,
@@ -302,6 +304,20 @@ def _run_attempt(value: Any, key: str) -> int:
     return attempt if type(attempt) is int else 1
 
 
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``stream``, closed on leaving the block however it is left (``contextlib.aclosing`` for any async iterator:
+    one without ``aclose`` has nothing to close). A model's stream is an async generator holding a response and its
+    HTTP client open: left by an error raised outside it (an invalid event ``TurnBuilder`` refuses) or by a
+    cancellation, its ``finally`` must run here and now, not whenever the generator is collected."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 def _has_result(op: OperationRecord) -> bool:
     if op.status in ("completed", "resolved"):
         return True
@@ -389,10 +405,11 @@ class AgentRun:
         failure: ModelError | None = None
         async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
             try:
-                async for event in agent.model.stream(request):
-                    builder.feed(event)
-                    if isinstance(event, TextDelta):
-                        partial.feed(event.text)  # sent in pieces while it streams; never waits
+                async with _closing(agent.model.stream(request)) as stream:
+                    async for event in stream:
+                        builder.feed(event)
+                        if isinstance(event, TextDelta):
+                            partial.feed(event.text)  # sent in pieces while it streams; never waits
                 result = builder.result()
             except ModelError as exc:
                 failure = exc

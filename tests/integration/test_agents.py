@@ -533,3 +533,45 @@ async def test_a_retried_runs_tasks_read_the_journal_instead_of_guessing(
                 ("tool", 1, "completed", 1),
                 ("model", 2, "completed", 1),
             ]
+
+
+class RecordingModel:
+    """Streams "Hi", finishes, then sends one more event (an invalid stream: ``TurnBuilder`` refuses it outside the
+    generator). It keeps every stream it made, so only an explicit ``aclose`` can run a stream's ``finally``."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.streams: list[Any] = []
+        self.closed: list[bool] = []
+
+    def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        index = len(self.streams)
+        self.closed.append(False)
+
+        async def events() -> AsyncIterator[Any]:
+            try:
+                yield actors.TextDelta(text="Hi")
+                yield actors.Finish(reason="stop")
+                yield actors.TextDelta(text="late")
+                await trio.sleep_forever()
+            finally:
+                self.closed[index] = True
+
+        stream = events()
+        self.streams.append(stream)
+        return stream
+
+
+async def test_a_model_stream_left_by_an_error_outside_it_is_closed_at_once(owner: OwnerProcess) -> None:
+    model = RecordingModel()
+    app = actors.App("agents")
+    app.define_agent("support", version=1, model=model, tools=[])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            [op] = await client.operations(run_id)
+            assert op.error is not None and "invalid_stream" in op.error
+            assert model.closed == [True]  # the run loop closed it: the model holds it, so no collector would
