@@ -13,7 +13,9 @@ conversation sees it live, and a watch resumed from a seq (or catching up from t
 3. **Bounded.** At most :data:`~protocol.MAX_PARTIAL_BYTES` of text per attempt, at most
    :data:`~protocol.MAX_PARTIAL_PIECE_BYTES` per piece (``invalid`` past either; nothing is written).
 4. **Ends.** The operation's result commits: a ``done`` record (no text: the answer is the assistant entry) in the
-   same commit, and the pieces are deleted (the final text is kept once, in the result). A failed attempt (the
+   same commit, and the stored pieces are deleted (the tables keep the final text in the result and the entry; the
+   commit log keeps each piece's record, like every commit). The ``partials`` row stays: ``read_partials`` answers
+   ``done`` from it. A failed attempt (the
    worker reports a failed stream), an interrupted one (the owner decides it: worker gone, lease lost, owner
    restarted) or the run ending while it streams: an ``aborted`` record. An aborted attempt's pieces stay until the
    next attempt replaces them, or are deleted once no attempt can follow (last attempt, run ended).
