@@ -159,6 +159,9 @@ class MessageFold:
         self.final: list[Message] = []
         self.final_json: list[str] = []
         """The canonical JSON of each final message (:func:`request_digest`), computed once."""
+        self.json_bytes = 0
+        """The UTF-8 size of :attr:`final_json`: what the fold holds beside the transcript (its messages share the
+        entries' strings), charged to the transcript cache's bound."""
         self._open_calls: tuple[ToolCallRequest, ...] = ()
         self._results: dict[str, ToolMessage] = {}
 
@@ -198,7 +201,9 @@ class MessageFold:
 
     def _final(self, message: Message) -> None:
         self.final.append(message)
-        self.final_json.append(_canonical(_message_data(message)))
+        text = _canonical(_message_data(message))
+        self.final_json.append(text)
+        self.json_bytes += len(text.encode())
 
 
 def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:
@@ -221,16 +226,18 @@ def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> st
     return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
 
 
-def message_fold(client: Any, conversation_id: str, entries: list[EntryRecord]) -> MessageFold:
+def message_fold(client: Any, conversation_id: str, entries: Sequence[EntryRecord]) -> MessageFold:
     """The conversation's :class:`MessageFold` fed ``entries`` (its whole transcript, as the worker's cache returned
     it): kept beside the cache, so only the entries after the last fold are read; a fresh one when the cache read the
-    transcript whole since (its memo is then empty)."""
-    memo = transcript_cache(client).memo(conversation_id)
+    transcript whole since (its memo is then empty). What it holds is charged to the cache's byte bound."""
+    cache = transcript_cache(client)
+    memo = cache.memo(conversation_id)
     fold = memo.get("fold")
     if not isinstance(fold, MessageFold) or fold.fed > len(entries):
         fold = MessageFold()
     fold.feed(entries[fold.fed :])
     memo["fold"] = fold
+    cache.charge(conversation_id, fold.json_bytes)
     return fold
 
 
@@ -358,7 +365,7 @@ class AgentRun:
         await self._turn(rt, int(rt.checkpoint["turn"]))
 
     async def _turn(
-        self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None, *, guess: bool = True
+        self, rt: Phase, turn: int, entries: Sequence[EntryRecord] | None = None, *, guess: bool = True
     ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
         the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
@@ -532,7 +539,7 @@ class AgentRun:
                 await self._missing_results(rt, tx, cancelled=True)
             tx.aborted()
 
-    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> list[EntryRecord]:
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> Sequence[EntryRecord]:
         """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
