@@ -551,6 +551,8 @@ class Client:
             budgets.extend(reply.budgets)
             if reply.next_after_key is None:
                 return totals, budgets
+            if not reply.totals or reply.next_after_key == after:  # an owner answering the same page over and over
+                raise ProtocolError(f"read_usage_totals made no progress after key {after!r}")
             after = reply.next_after_key
 
     async def prices(self) -> list[ModelPrice]:
