@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from actors._client import Client, _join_partials
 from protocol import (
@@ -34,6 +35,7 @@ from protocol import (
     ReadUsageTotals,
     Received,
     RunUsage,
+    UsageError,
     UsageTotal,
     UsageTotalsReply,
     encode_frame,
@@ -258,3 +260,10 @@ async def test_usage_totals_stop_at_an_owner_that_answers_the_same_page_again() 
     with trio.fail_after(5), pytest.raises(ProtocolError, match="no progress"):
         await Client(connection).usage_totals("model")  # type: ignore[arg-type]
     assert connection.calls == 2
+
+
+async def test_a_bad_set_budget_call_is_refused_at_a_checkpoint() -> None:
+    """Every client method is a checkpoint, even one refused before anything is sent."""
+    client = Client(object())  # type: ignore[arg-type]
+    with trio.testing.assert_checkpoints(), pytest.raises(UsageError, match="exactly one"):
+        await client.set_budget(max_tokens=10)
