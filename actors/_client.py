@@ -541,16 +541,18 @@ class Client:
         """Usage totals of ``scope`` (every model's, conversation's or task tree's; or the one ``key`` names, zero when
         it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the budgets set on
         them. Reads page by page: all of them, or the first ``limit`` (1 or more) in key order (see
-        :meth:`usage_listing` for how many there are)."""
+        :meth:`usage_listing` for how many there are). A checkpoint."""
         totals, budgets, _ = await self.usage_listing(scope, key, limit=limit)
         return totals, budgets
 
     async def usage_listing(
         self, scope: Literal["model", "conversation", "tree"], key: str | None = None, *, limit: int | None = None
     ) -> tuple[list[UsageTotal], list[Budget], int]:
-        """As :meth:`usage_totals`, and how many totals there are in all (``limit`` may leave some out)."""
+        """As :meth:`usage_totals`, and how many totals there are in all (``limit`` may leave some out). A
+        checkpoint."""
         if limit is not None and limit < 1:
-            raise ValueError(f"limit must be 1 or more (or None: every total), not {limit}")
+            await trio.lowlevel.checkpoint()
+            raise UsageError(f"limit must be 1 or more (or None: every total), not {limit}")
         totals: list[UsageTotal] = []
         budgets: list[Budget] = []
         count: int | None = None
@@ -564,16 +566,18 @@ class Client:
             budgets.extend(reply.budgets)
             if reply.next_after_key is None or (limit is not None and len(totals) >= limit):
                 return totals, budgets, max(count or 0, len(totals))
+            if not reply.totals or reply.next_after_key == after:  # an owner answering the same page over and over
+                raise ProtocolError(f"read_usage_totals made no progress after key {after!r}")
             after = reply.next_after_key
 
     async def prices(self) -> list[ModelPrice]:
-        """The price table (per model, per million tokens), by model."""
+        """The price table (per model, per million tokens), by model. A checkpoint."""
         return list((await self.connection.call(ReadPrices(), PricesReply)).prices)
 
     async def set_prices(self, prices: Iterable[ModelPrice] = (), *, remove: Iterable[str] = ()) -> list[ModelPrice]:
         """Set (or replace) these models' prices and drop those in ``remove``, all at once or not at all (a bad price:
         :class:`~protocol.InvalidRequest`, nothing changed); the whole table after. Results committed from now on are
-        costed with it; committed costs never change."""
+        costed with it; committed costs never change. A checkpoint."""
         request = SetPrices(prices=tuple(prices), remove=tuple(remove))
         return list((await self.connection.call(request, PricesReply)).prices)
 
@@ -587,8 +591,10 @@ class Client:
     ) -> Budget | None:
         """Set the budget of a conversation, or of the task tree ``task_id`` belongs to (kept under its root task);
         without ``max_tokens`` and ``max_cost`` remove it. A run's model request past it ends the run ``failed``
-        (``budget_exceeded``) before the model is called. Returns the budget as stored (``None``: removed)."""
+        (``budget_exceeded``) before the model is called. Returns the budget as stored (``None``: removed). A
+        checkpoint, even when it raises :class:`~protocol.UsageError` for a bad call."""
         if (conversation_id is None) == (task_id is None):
+            await trio.lowlevel.checkpoint()
             raise UsageError("set_budget() needs exactly one of conversation_id=ID or task_id=ID")
         if conversation_id is not None:
             request = SetBudget(scope="conversation", key=conversation_id, max_tokens=max_tokens, max_cost=max_cost)

@@ -42,6 +42,11 @@ FINAL_PIECE_BYTES: Final = 64 << 10
 """At most this much of the unsent text rides in the result's commit (which holds the answer twice already, in the
 result and in the assistant entry): past it, the ``done`` record ends the partial output and the answer is the
 entry."""
+MAX_OUTPUTS: Final = 64
+"""The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
+MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
+"""The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
+one attempt at most (a character is at least one byte), so by default no text is ever cut."""
 
 
 def _prefix(text: str, max_bytes: int) -> tuple[str, int]:
@@ -77,8 +82,9 @@ class PartialSender:
         self.pieces_sent = 0
 
     def feed(self, text: str) -> None:
-        """Text the model streamed (a ``TextDelta``); it goes out with the next piece."""
-        if text:
+        """Text the model streamed (a ``TextDelta``); it goes out with the next piece (dropped once sending
+        stopped: nothing would carry it)."""
+        if text and self.stopped is None:
             self._unsent.append(text)
             self._arrived.set()
 
@@ -97,7 +103,7 @@ class PartialSender:
         text, size = _prefix(unsent, budget)
         rest = unsent[len(text) :]
         if not text:
-            self.stopped = f"the partial output reached its bound of {MAX_PARTIAL_BYTES} bytes"
+            self._stop(f"the partial output reached its bound of {MAX_PARTIAL_BYTES} bytes")
             return
         self._unsent = [rest] if rest else []
         if rest:
@@ -109,12 +115,16 @@ class PartialSender:
         try:
             await self._rt.client.connection.call(Commit(writes=(write,), lease=self._rt.lease), Committed)
         except TetherError as exc:  # refused (a stale lease, ...) or the connection lost: no more pieces
-            self.stopped = f"a piece was not stored: {type(exc).__name__}: {exc}"
+            self._stop(f"a piece was not stored: {type(exc).__name__}: {exc}")
             return
         self._in_flight = ""
         self._stored_chars += len(text)
         self._stored_bytes += size
         self.pieces_sent += 1
+
+    def _stop(self, reason: str) -> None:
+        self.stopped = reason
+        self._unsent, self._in_flight = [], ""  # no piece will carry them: hold nothing more for this attempt
 
     def final_writes(self) -> list[AppendPartial]:
         """The text not acknowledged yet (a piece cut short in flight included: the owner skips what it has), as
@@ -175,13 +185,6 @@ class PartialOutput:
     def end(self) -> int:
         """The character the text ends at."""
         return self.start + len(self.text)
-
-
-MAX_OUTPUTS: Final = 64
-"""The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
-MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
-"""The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
-one attempt at most (a character is at least one byte), so by default no text is ever cut."""
 
 
 def _bound(name: str, value: object) -> int:

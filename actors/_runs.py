@@ -24,10 +24,11 @@ re-run derives the same operation, task and entry ids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
@@ -56,6 +57,7 @@ from ._models import (
     Message,
     ModelError,
     ModelRequest,
+    StreamEvent,
     TextDelta,
     ToolCallRequest,
     ToolMessage,
@@ -157,6 +159,9 @@ class MessageFold:
         self.final: list[Message] = []
         self.final_json: list[str] = []
         """The canonical JSON of each final message (:func:`request_digest`), computed once."""
+        self.json_bytes = 0
+        """The UTF-8 size of :attr:`final_json`: what the fold holds beside the transcript (its messages share the
+        entries' strings), charged to the transcript cache's bound."""
         self._open_calls: tuple[ToolCallRequest, ...] = ()
         self._results: dict[str, ToolMessage] = {}
 
@@ -196,7 +201,9 @@ class MessageFold:
 
     def _final(self, message: Message) -> None:
         self.final.append(message)
-        self.final_json.append(_canonical(_message_data(message)))
+        text = _canonical(_message_data(message))
+        self.final_json.append(text)
+        self.json_bytes += len(text.encode())
 
 
 def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:
@@ -219,16 +226,18 @@ def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> st
     return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
 
 
-def message_fold(client: Any, conversation_id: str, entries: list[EntryRecord]) -> MessageFold:
+def message_fold(client: Any, conversation_id: str, entries: Sequence[EntryRecord]) -> MessageFold:
     """The conversation's :class:`MessageFold` fed ``entries`` (its whole transcript, as the worker's cache returned
     it): kept beside the cache, so only the entries after the last fold are read; a fresh one when the cache read the
-    transcript whole since (its memo is then empty)."""
-    memo = transcript_cache(client).memo(conversation_id)
+    transcript whole since (its memo is then empty). What it holds is charged to the cache's byte bound."""
+    cache = transcript_cache(client)
+    memo = cache.memo(conversation_id)
     fold = memo.get("fold")
     if not isinstance(fold, MessageFold) or fold.fed > len(entries):
         fold = MessageFold()
     fold.feed(entries[fold.fed :])
     memo["fold"] = fold
+    cache.charge(conversation_id, fold.json_bytes)
     return fold
 
 
@@ -284,8 +293,36 @@ async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
 
 
 def _fresh(rt: Phase) -> bool:
-    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled)."""
-    return rt.restarts == 0 and rt.mode == "phase" and "attempt" not in rt.checkpoint
+    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled) in
+    its run's first task: a run's task after ``retry_run`` (input ``attempt`` above 1), and the tool tasks it creates
+    (input ``run_attempt``), go on from a journal the earlier tasks wrote, so a guess would be refused there."""
+    return (
+        rt.restarts == 0
+        and rt.mode == "phase"
+        and "attempt" not in rt.checkpoint
+        and _run_attempt(rt.input, "attempt") == 1
+        and _run_attempt(rt.input, "run_attempt") == 1
+    )
+
+
+def _run_attempt(value: Any, key: str) -> int:
+    """Which task of its run (1 for the first) a task's input says it is or belongs to, under ``key``."""
+    attempt = value.get(key, 1) if isinstance(value, dict) else 1
+    return attempt if type(attempt) is int else 1
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``stream``, closed on leaving the block however it is left (``contextlib.aclosing`` for any async iterator:
+    one without ``aclose`` has nothing to close). A model's stream is an async generator holding a response and its
+    HTTP client open: left by an error raised outside it (an invalid event ``TurnBuilder`` refuses) or by a
+    cancellation, its ``finally`` must run here and now, not whenever the generator is collected."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _has_result(op: OperationRecord) -> bool:
@@ -329,7 +366,7 @@ class AgentRun:
         await self._turn(rt, int(rt.checkpoint["turn"]))
 
     async def _turn(
-        self, rt: Phase, turn: int, entries: list[EntryRecord] | None = None, *, guess: bool = True
+        self, rt: Phase, turn: int, entries: Sequence[EntryRecord] | None = None, *, guess: bool = True
     ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
         the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
@@ -376,10 +413,11 @@ class AgentRun:
         failure: ModelError | None = None
         async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
             try:
-                async for event in agent.model.stream(request):
-                    builder.feed(event)
-                    if isinstance(event, TextDelta):
-                        partial.feed(event.text)  # sent in pieces while it streams; never waits
+                async with _closing(agent.model.stream(request)) as stream:
+                    async for event in stream:
+                        builder.feed(event)
+                        if isinstance(event, TextDelta):
+                            partial.feed(event.text)  # sent in pieces while it streams; never waits
                 result = builder.result()
             except ModelError as exc:
                 failure = exc
@@ -432,6 +470,7 @@ class AgentRun:
             tx.complete({"text": message.text})
             return
         calls: list[dict[str, Any]] = []
+        run_attempt = _run_attempt(rt.input, "attempt")
         for call in message.tool_calls:
             operation_id = tool_operation_id(run_id, turn, call.call_id)
             tool = self.agent.tool(call.name)
@@ -472,6 +511,7 @@ class AgentRun:
                     "call_id": call.call_id,
                     "name": call.name,
                     "arguments": call.arguments,
+                    **({} if run_attempt == 1 else {"run_attempt": run_attempt}),
                 },
                 task_id=_derived(rt.task_id, "tool", turn, call.call_id),
                 owner_task_id=rt.task_id,
@@ -500,7 +540,7 @@ class AgentRun:
                 await self._missing_results(rt, tx, cancelled=True)
             tx.aborted()
 
-    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> list[EntryRecord]:
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> Sequence[EntryRecord]:
         """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]

@@ -13,7 +13,9 @@ conversation sees it live, and a watch resumed from a seq (or catching up from t
 3. **Bounded.** At most :data:`~protocol.MAX_PARTIAL_BYTES` of text per attempt, at most
    :data:`~protocol.MAX_PARTIAL_PIECE_BYTES` per piece (``invalid`` past either; nothing is written).
 4. **Ends.** The operation's result commits: a ``done`` record (no text: the answer is the assistant entry) in the
-   same commit, and the pieces are deleted (the final text is kept once, in the result). A failed attempt (the
+   same commit, and the stored pieces are deleted (the tables keep the final text in the result and the entry; the
+   commit log keeps each piece's record, like every commit). The ``partials`` row stays: ``read_partials`` answers
+   ``done`` from it. A failed attempt (the
    worker reports a failed stream), an interrupted one (the owner decides it: worker gone, lease lost, owner
    restarted) or the run ending while it streams: an ``aborted`` record. An aborted attempt's pieces stay until the
    next attempt replaces them, or are deleted once no attempt can follow (last attempt, run ended).
@@ -163,17 +165,7 @@ class Partials:
         self._store.insert_partial_piece(op.operation_id, stored_chars, new)
         self._store.put_partial(head)
         self._set(head)
-        return PartialRecord(
-            operation_id=op.operation_id,
-            run_id=op.run_id,
-            conversation_id=op.conversation_id,
-            attempt=op.attempt,
-            offset=stored_chars,
-            text=new,
-            status=STREAMING,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, stored_chars, new, STREAMING, seq, now_ms)
 
     # ------------------------------------------------------------------------------------------------ ends
 
@@ -241,17 +233,7 @@ class Partials:
             self._set(new)
         if not emit:
             return None
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=head.chars,
-            text="",
-            status=status,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, head.chars, "", status, seq, now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
 
@@ -323,17 +305,7 @@ class Partials:
             offset = 0
         elif offset:
             text = text[offset:]
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=offset,
-            text=text,
-            status=head.status,
-            seq=head.seq,
-            created_at_ms=head.created_at_ms,
-        )
+        return _partial_record(head, offset, text, head.status, head.seq, head.created_at_ms)
 
     @property
     def held_count(self) -> int:
@@ -365,6 +337,23 @@ class PartialsPage:
     records: list[PartialRecord]
     next_operation_id: str | None
     next_offset: int
+
+
+def _partial_record(
+    head: PartialHead, offset: int, text: str, status: PartialStatus, seq: int, created_at_ms: int
+) -> PartialRecord:
+    """The record of ``head``'s operation and attempt: ``text`` from character ``offset``, as ``status`` at ``seq``."""
+    return PartialRecord(
+        operation_id=head.operation_id,
+        run_id=head.run_id,
+        conversation_id=head.conversation_id,
+        attempt=head.attempt,
+        offset=offset,
+        text=text,
+        status=status,
+        seq=seq,
+        created_at_ms=created_at_ms,
+    )
 
 
 def _utf8_size(text: str) -> int:

@@ -470,7 +470,9 @@ class Runs:
             task_id=task_id,
             kind=AGENT_KIND_PREFIX + run.agent,
             version=run.version,
-            input=JsonValue({"run_id": run.run_id}),
+            # The n-th task of a run says so (after retry_run): its worker then knows the journal holds the earlier
+            # tasks' operations, and reads it instead of guessing that an intent is the first.
+            input=JsonValue({"run_id": run.run_id} if attempt == 1 else {"run_id": run.run_id, "attempt": attempt}),
             conversation_id=run.conversation_id,
         )
         try:

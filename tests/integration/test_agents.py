@@ -18,7 +18,8 @@ import pytest
 import trio
 
 import actors
-from protocol import EntryRecord, RunRecord, new_id
+from actors._connection import Connection
+from protocol import Commit, Conflict, EntryRecord, RunRecord, StartOperation, new_id
 from runtime import _runs as runs_cli
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
@@ -492,3 +493,85 @@ async def test_retry_goes_on_from_the_committed_results(owner: OwnerProcess, led
                 "tether.tool_result",
                 "tether.assistant",
             ]
+
+
+async def test_a_retried_runs_tasks_read_the_journal_instead_of_guessing(
+    owner: OwnerProcess, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's task after ``retry_run`` (and the tool tasks it creates) find the journal of the tasks before: no
+    intent goes out on the guess that it is the first, to be refused ``conflict`` (each costs a commit, a
+    transcript read and a digest before the journal is read anyway)."""
+    refused: list[str] = []
+    call = Connection.call
+
+    async def counting(self: Connection, request: Any, expected: Any) -> Any:
+        try:
+            return await call(self, request, expected)
+        except Conflict:
+            if isinstance(request, Commit) and any(isinstance(w, StartOperation) for w in request.writes):
+                refused.append(next(w.kind for w in request.writes if isinstance(w, StartOperation)))
+            raise
+
+    monkeypatch.setattr(Connection, "call", counting)
+    gate = Path(os.environ["TETHER_TEST_GATE"])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.gated) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            assert refused == []  # the first task's guesses were right
+            gate.touch()
+            await client.retry(run_id)
+            run = await client.wait_for_run(run_id)
+            assert run.status == "completed"
+            assert refused == []  # turn 1 (answered), its tool call (done) and turn 2 (failed once): none guessed
+            state = await client.task_state(run.task_id or "")
+            assert state.input == {"run_id": run_id, "attempt": 2}
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.turn, op.status, op.attempt) for op in ops] == [
+                ("model", 1, "completed", 1),
+                ("tool", 1, "completed", 1),
+                ("model", 2, "completed", 1),
+            ]
+
+
+class RecordingModel:
+    """Streams "Hi", finishes, then sends one more event (an invalid stream: ``TurnBuilder`` refuses it outside the
+    generator). It keeps every stream it made, so only an explicit ``aclose`` can run a stream's ``finally``."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.streams: list[Any] = []
+        self.closed: list[bool] = []
+
+    def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        index = len(self.streams)
+        self.closed.append(False)
+
+        async def events() -> AsyncIterator[Any]:
+            try:
+                yield actors.TextDelta(text="Hi")
+                yield actors.Finish(reason="stop")
+                yield actors.TextDelta(text="late")
+                await trio.sleep_forever()
+            finally:
+                self.closed[index] = True
+
+        stream = events()
+        self.streams.append(stream)
+        return stream
+
+
+async def test_a_model_stream_left_by_an_error_outside_it_is_closed_at_once(owner: OwnerProcess) -> None:
+    model = RecordingModel()
+    app = actors.App("agents")
+    app.define_agent("support", version=1, model=model, tools=[])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            _, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)
+            assert (run.status, run.reason) == ("failed", "model_error")
+            [op] = await client.operations(run_id)
+            assert op.error is not None and "invalid_stream" in op.error
+            assert model.closed == [True]  # the run loop closed it: the model holds it, so no collector would

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import actors
-from actors._transcript import TranscriptCache
+from actors._transcript import TranscriptCache, encoded_size
 from tests.conftest import OwnerProcess
 
 
@@ -96,3 +96,47 @@ async def test_bounds_hold(owner: OwnerProcess) -> None:
 def test_a_cache_holds_something() -> None:
     with pytest.raises(ValueError, match="at least one"):
         TranscriptCache(max_entries=0)
+
+
+async def test_the_byte_bound_holds_and_counts_the_memos(owner: OwnerProcess) -> None:
+    cache = TranscriptCache(max_bytes=50_000)
+    with trio.fail_after(30):
+        async with actors.connect(db=owner.db) as client:
+            ids = [await client.create_conversation() for _ in range(3)]
+            for index, conversation_id in enumerate(ids):
+                async with client.commit() as tx:
+                    for _ in range(2 if index < 2 else 6):
+                        tx.append(conversation_id, kind="app.note", data="x" * 10_000)
+            first = await cache.entries(client, ids[0])
+            size = sum(encoded_size(entry) for entry in first)
+            assert 20_000 < size < 21_000 and cache.bytes == size and cache.cached(ids[0]) == 2
+            await cache.entries(client, ids[1])
+            assert cache.bytes == 2 * size
+            # What a memo holds is counted; past the bound the least recently read transcript goes, with its memo.
+            cache.memo(ids[1])["derived"] = "y" * 5_000
+            cache.charge(ids[1], 5_000)
+            assert cache.bytes == 2 * size + 5_000 and cache.cached(ids[0]) == 2
+            cache.memo(ids[0])["derived"] = "y" * 10_000
+            cache.charge(ids[0], 10_000)  # over 50,000 bytes in all: ids[0], read first, goes
+            assert cache.cached(ids[0]) is None and cache.memo(ids[0]) == {}
+            assert cache.cached(ids[1]) == 2 and cache.bytes == size + 5_000
+            cache.charge(ids[1], 1_000)  # a charge replaces the last one
+            assert cache.bytes == size + 1_000
+            # A transcript past the byte bound alone (six 10 KB entries) is returned whole and not cached.
+            whole = await cache.entries(client, ids[2])
+            assert len(whole) == 6 and cache.cached(ids[2]) is None and cache.bytes <= cache.max_bytes
+
+
+async def test_a_read_is_a_view_that_later_reads_do_not_change(owner: OwnerProcess) -> None:
+    cache = TranscriptCache()
+    with trio.fail_after(30):
+        async with actors.connect(db=owner.db) as client:
+            conversation_id = await client.create_conversation()
+            await client.append(conversation_id, kind="app.note", data=0)
+            before = await cache.entries(client, conversation_id)
+            await client.append(conversation_id, kind="app.note", data=1)
+            after = await cache.entries(client, conversation_id)
+            assert len(before) == 1 and len(after) == 2 and after[:1] == list(before) and before[-1] == after[0]
+            assert [entry.data for entry in after] == [0, 1] and after == await client.entries(conversation_id)
+            with pytest.raises(IndexError):
+                before[1]

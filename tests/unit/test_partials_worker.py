@@ -109,6 +109,8 @@ async def test_a_refused_piece_stops_the_pieces_of_the_attempt(autojump_clock: t
         await trio.sleep(1)
     assert owner.pieces() == [(0, "abc")] and sender.stopped is not None
     assert sender.final_writes() == []
+    sender.feed("more" * 1000)  # the stream goes on after the pieces stopped: nothing more is held for them
+    assert sender._unsent == [] and sender._in_flight == ""
 
 
 async def test_interval_0_sends_only_at_the_end_and_the_last_piece_is_bounded() -> None:

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
-from actors._client import _join_partials
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from actors._client import Client, _join_partials
 from protocol import (
     MAX_ANNOUNCE_BYTES,
     MAX_MESSAGE_BYTES,
@@ -23,9 +29,15 @@ from protocol import (
     PartialRecord,
     PartialsReply,
     PeersReply,
+    ProtocolError,
     ReadPartials,
     ReadPeers,
+    ReadUsageTotals,
     Received,
+    RunUsage,
+    UsageError,
+    UsageTotal,
+    UsageTotalsReply,
     encode_frame,
 )
 from tests.unit.test_runs_core import RunSim, leased_run, model_intent
@@ -228,3 +240,30 @@ def test_an_announce_naming_many_leases_is_not_held_to_the_byte_bound(tmp_path: 
         expect(sim.request(worker.peer, announce), Ok)
     finally:
         sim.close()
+
+
+async def test_usage_totals_stop_at_an_owner_that_answers_the_same_page_again() -> None:
+    """Paging ends: an owner that names the key it was asked to read after as the next one (or sends an empty page
+    with a next key) is a ``ProtocolError``, not a loop gathering the same totals without end."""
+
+    class SamePage:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def call(self, request: ReadUsageTotals, expected: type[Any]) -> UsageTotalsReply:
+            await trio.lowlevel.checkpoint()
+            self.calls += 1
+            total = UsageTotal(scope="model", key="m", usage=RunUsage(input_tokens=1))
+            return UsageTotalsReply(totals=(total,), budgets=(), next_after_key="m")
+
+    connection = SamePage()
+    with trio.fail_after(5), pytest.raises(ProtocolError, match="no progress"):
+        await Client(connection).usage_totals("model")  # type: ignore[arg-type]
+    assert connection.calls == 2
+
+
+async def test_a_bad_set_budget_call_is_refused_at_a_checkpoint() -> None:
+    """Every client method is a checkpoint, even one refused before anything is sent."""
+    client = Client(object())  # type: ignore[arg-type]
+    with trio.testing.assert_checkpoints(), pytest.raises(UsageError, match="exactly one"):
+        await client.set_budget(max_tokens=10)
