@@ -163,17 +163,7 @@ class Partials:
         self._store.insert_partial_piece(op.operation_id, stored_chars, new)
         self._store.put_partial(head)
         self._set(head)
-        return PartialRecord(
-            operation_id=op.operation_id,
-            run_id=op.run_id,
-            conversation_id=op.conversation_id,
-            attempt=op.attempt,
-            offset=stored_chars,
-            text=new,
-            status=STREAMING,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, offset=stored_chars, text=new, status=STREAMING, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ ends
 
@@ -241,17 +231,7 @@ class Partials:
             self._set(new)
         if not emit:
             return None
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=head.chars,
-            text="",
-            status=status,
-            seq=seq,
-            created_at_ms=now_ms,
-        )
+        return _partial_record(head, offset=head.chars, text="", status=status, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
 
@@ -323,16 +303,8 @@ class Partials:
             offset = 0
         elif offset:
             text = text[offset:]
-        return PartialRecord(
-            operation_id=head.operation_id,
-            run_id=head.run_id,
-            conversation_id=head.conversation_id,
-            attempt=head.attempt,
-            offset=offset,
-            text=text,
-            status=head.status,
-            seq=head.seq,
-            created_at_ms=head.created_at_ms,
+        return _partial_record(
+            head, offset=offset, text=text, status=head.status, seq=head.seq, created_at_ms=head.created_at_ms
         )
 
     @property
@@ -365,6 +337,24 @@ class PartialsPage:
     records: list[PartialRecord]
     next_operation_id: str | None
     next_offset: int
+
+
+def _partial_record(
+    head: PartialHead, *, offset: int, text: str, status: PartialStatus, seq: int, created_at_ms: int
+) -> PartialRecord:
+    """A record of ``head``'s model request (its operation, run, conversation and attempt): ``text`` from character
+    ``offset``, as of commit ``seq``."""
+    return PartialRecord(
+        operation_id=head.operation_id,
+        run_id=head.run_id,
+        conversation_id=head.conversation_id,
+        attempt=head.attempt,
+        offset=offset,
+        text=text,
+        status=status,
+        seq=seq,
+        created_at_ms=created_at_ms,
+    )
 
 
 def _utf8_size(text: str) -> int:
