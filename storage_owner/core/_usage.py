@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
+import attrs
+
 from protocol import (
     Budget,
     BudgetReply,
@@ -141,13 +143,7 @@ class Accounting:
         price = self.prices.get(model)
         if price is None:
             return usage
-        return RunUsage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cached_tokens=usage.cached_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            cost=cost_of(usage, price),
-        )
+        return attrs.evolve(usage, cost=cost_of(usage, price))
 
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
         """Add a committed result's usage to its conversation, model (model requests) and task tree (rule 2)."""
