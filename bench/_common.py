@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -23,6 +26,16 @@ def bench_env(**extra: str) -> dict[str, str]:
     """This environment with bench/ first on ``PYTHONPATH`` (the benchmarks' apps live there) and ``extra``."""
     pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": pythonpath, **extra}
+
+
+def import_baseline_s(rounds: int = 3) -> float:
+    """The baseline of the start-up benchmarks: the median time of a python process importing the project."""
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import actors, storage_owner.io"], check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 class Served(NamedTuple):
