@@ -228,6 +228,10 @@ class Client:
             result.extend(page.entries)
             if page.next_cursor is None:
                 return result
+            if cursor is not None and (page.next_cursor <= cursor if order == "asc" else page.next_cursor >= cursor):
+                raise ProtocolError(
+                    f"read_entries ({order}) after {cursor} answered a page ending at {page.next_cursor}"
+                )
             cursor = page.next_cursor
 
     async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
@@ -364,14 +368,17 @@ class Client:
 
     async def task_graph(self) -> TaskGraph:
         """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
-        reply = await self.connection.call(ReadTaskGraph(), TaskGraphReply)
-        seq = reply.seq
-        nodes = {node.task.task_id: node for node in reply.nodes}
-        while reply.next_after_task_id is not None:  # later pages may be newer than the first: records carry seq
-            request = ReadTaskGraph(after_task_id=reply.next_after_task_id)
-            reply = await self.connection.call(request, TaskGraphReply)
-            nodes.update((node.task.task_id, node) for node in reply.nodes)
-        return TaskGraph(seq=seq, nodes=nodes)
+        seq: int | None = None
+
+        async def page(after: str | None) -> tuple[Sequence[TaskNode], str | None]:
+            nonlocal seq
+            reply = await self.connection.call(ReadTaskGraph(after_task_id=after), TaskGraphReply)
+            seq = reply.seq if seq is None else seq  # later pages may be newer than the first: records carry seq
+            return reply.nodes, reply.next_after_task_id
+
+        nodes = await _read_pages(page, "read_task_graph")
+        assert seq is not None
+        return TaskGraph(seq=seq, nodes={node.task.task_id: node for node in nodes})
 
     async def watch_task_graph(self) -> AsyncIterator[TaskGraph]:
         """The live task graph now, then again after every commit that changes it.

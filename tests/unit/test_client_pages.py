@@ -1,5 +1,6 @@
-"""The client's keyset-paged reads (runs, operations, interactions, peers): pages are joined in order, and a cursor
-that does not move forward is the owner's error (a ``ProtocolError``), never a read repeated forever."""
+"""The client's keyset-paged reads (runs, operations, interactions, peers, the task graph, entries): pages are
+joined in order, and a cursor that does not move forward is the owner's error (a ``ProtocolError``), never a read
+repeated forever."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import trio
 from actors._client import Client
 from actors._connection import Connection
 from protocol import (
+    EntriesReply,
     Frame,
     InteractionsReply,
     OperationsReply,
     PeersReply,
     ProtocolError,
+    ReadEntries,
     ReadInteractions,
     ReadOperations,
     ReadPeers,
     ReadRuns,
+    ReadTaskGraph,
     RunsReply,
+    TaskGraphReply,
 )
 
 MAX_CALLS = 50
@@ -87,6 +92,19 @@ def stuck_peers(request: ReadPeers) -> PeersReply:
     return PeersReply(peers=cast(Any, ("p",)), next_after_peer_id=7)
 
 
+def stuck_task_graph(request: ReadTaskGraph) -> TaskGraphReply:
+    return TaskGraphReply(seq=1, nodes=(), next_after_task_id="t-3")
+
+
+def entries_going_back(request: ReadEntries) -> EntriesReply:
+    # An ascending read whose second page ends before the first: a cursor that does not move forward.
+    return EntriesReply(entries=(), next_cursor=5 if request.cursor is None else 4)
+
+
+def desc_entries_stuck(request: ReadEntries) -> EntriesReply:
+    return EntriesReply(entries=(), next_cursor=9)
+
+
 @pytest.mark.parametrize(
     ("answer", "read", "what"),
     [
@@ -94,6 +112,9 @@ def stuck_peers(request: ReadPeers) -> PeersReply:
         (stuck_operations, lambda client: client.operations("run-1"), "read_operations"),
         (backward_interactions, lambda client: client.interactions(), "read_interactions"),
         (stuck_peers, lambda client: client.peers(), "read_peers"),
+        (stuck_task_graph, lambda client: client.task_graph(), "read_task_graph"),
+        (entries_going_back, lambda client: client.entries("c-1"), "read_entries"),
+        (desc_entries_stuck, lambda client: client.entries("c-1", order="desc"), "read_entries"),
     ],
 )
 async def test_a_cursor_that_does_not_move_forward_is_a_protocol_error(
@@ -104,3 +125,24 @@ async def test_a_cursor_that_does_not_move_forward_is_a_protocol_error(
         with pytest.raises(ProtocolError, match=what):
             await read(client_of(owner))
     assert len(owner.requests) == 2  # the second page showed the cursor stuck (or gone back): no third read
+
+
+async def test_the_task_graph_joins_its_pages_with_the_first_page_s_seq() -> None:
+    pages: dict[Any, tuple[int, Any]] = {None: (4, "t-2"), "t-2": (6, None)}
+
+    def graph(request: ReadTaskGraph) -> TaskGraphReply:
+        seq, after = pages[request.after_task_id]
+        return TaskGraphReply(seq=seq, nodes=(), next_after_task_id=after)
+
+    owner = PagedOwner(graph)
+    assert (await client_of(owner).task_graph()).seq == 4
+    assert [request.after_task_id for request in owner.requests] == [None, "t-2"]
+
+
+async def test_entries_read_backwards_follow_a_decreasing_cursor() -> None:
+    def entries(request: ReadEntries) -> EntriesReply:
+        cursor = 10 if request.cursor is None else request.cursor
+        return EntriesReply(entries=cast(Any, (cursor,)), next_cursor=None if cursor <= 2 else cursor - 4)
+
+    owner = PagedOwner(entries)
+    assert cast(list[int], await client_of(owner).entries("c-1", order="desc")) == [10, 6, 2]
