@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -119,6 +119,8 @@ WhenBusy = Literal["follow_up", "reject"]
 """What an ``input`` submission does while its conversation has an active run: queue behind it, or be refused."""
 
 _R = TypeVar("_R")
+_T = TypeVar("_T")
+_C = TypeVar("_C", str, int)
 
 
 class Client:
@@ -226,6 +228,10 @@ class Client:
             result.extend(page.entries)
             if page.next_cursor is None:
                 return result
+            if cursor is not None and (page.next_cursor <= cursor if order == "asc" else page.next_cursor >= cursor):
+                raise ProtocolError(
+                    f"read_entries ({order}) after {cursor} answered a page ending at {page.next_cursor}"
+                )
             cursor = page.next_cursor
 
     async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
@@ -362,14 +368,17 @@ class Client:
 
     async def task_graph(self) -> TaskGraph:
         """Every live task, with its owner edge, state, restarts, and why it is blocked if it is."""
-        reply = await self.connection.call(ReadTaskGraph(), TaskGraphReply)
-        seq = reply.seq
-        nodes = {node.task.task_id: node for node in reply.nodes}
-        while reply.next_after_task_id is not None:  # later pages may be newer than the first: records carry seq
-            request = ReadTaskGraph(after_task_id=reply.next_after_task_id)
-            reply = await self.connection.call(request, TaskGraphReply)
-            nodes.update((node.task.task_id, node) for node in reply.nodes)
-        return TaskGraph(seq=seq, nodes=nodes)
+        seq: int | None = None
+
+        async def page(after: str | None) -> tuple[Sequence[TaskNode], str | None]:
+            nonlocal seq
+            reply = await self.connection.call(ReadTaskGraph(after_task_id=after), TaskGraphReply)
+            seq = reply.seq if seq is None else seq  # later pages may be newer than the first: records carry seq
+            return reply.nodes, reply.next_after_task_id
+
+        nodes = await _read_pages(page, "read_task_graph")
+        assert seq is not None
+        return TaskGraph(seq=seq, nodes={node.task.task_id: node for node in nodes})
 
     async def watch_task_graph(self) -> AsyncIterator[TaskGraph]:
         """The live task graph now, then again after every commit that changes it.
@@ -419,27 +428,23 @@ class Client:
         """Every run (of one conversation and/or in one status when given), in run id order: the order they were
         submitted (exactly for one process's submissions, whose UUIDv7 ids strictly increase; to the millisecond
         across processes)."""
-        result: list[RunRecord] = []
-        after: str | None = None
-        while True:
+
+        async def page(after: str | None) -> tuple[Sequence[RunRecord], str | None]:
             request = ReadRuns(conversation_id=conversation_id, status=status, after_run_id=after, limit=RUNS_PAGE)
             reply = await self.connection.call(request, RunsReply)
-            result.extend(reply.runs)
-            if reply.next_after_run_id is None:
-                return result
-            after = reply.next_after_run_id
+            return reply.runs, reply.next_after_run_id
+
+        return await _read_pages(page, "read_runs")
 
     async def operations(self, run_id: str) -> list[OperationRecord]:
         """The run's operation journal (model calls and tool calls, their intents and results), oldest first."""
-        result: list[OperationRecord] = []
-        cursor = 0
-        while True:
-            request = ReadOperations(run_id=run_id, cursor=cursor, limit=RUNS_PAGE)
+
+        async def page(after: int | None) -> tuple[Sequence[OperationRecord], int | None]:
+            request = ReadOperations(run_id=run_id, cursor=0 if after is None else after, limit=RUNS_PAGE)
             reply = await self.connection.call(request, OperationsReply)
-            result.extend(reply.operations)
-            if reply.next_cursor is None:
-                return result
-            cursor = reply.next_cursor
+            return reply.operations, reply.next_cursor
+
+        return await _read_pages(page, "read_operations")
 
     async def partials(self, *, run_id: str | None = None, operation_id: str | None = None) -> PartialsReply:
         """The stored partial output of one model request (``operation_id``) or of each of a run's (``run_id``):
@@ -519,15 +524,13 @@ class Client:
         self, *, status: Literal["open", "answered", "cancelled"] | None = "open", run_id: str | None = None
     ) -> list[InteractionRecord]:
         """The interactions in ``status`` (every status when ``None``), of one run when given, oldest first."""
-        result: list[InteractionRecord] = []
-        after: str | None = None
-        while True:
+
+        async def page(after: str | None) -> tuple[Sequence[InteractionRecord], str | None]:
             request = ReadInteractions(status=status, run_id=run_id, after_interaction_id=after, limit=RUNS_PAGE)
             reply = await self.connection.call(request, InteractionsReply)
-            result.extend(reply.interactions)
-            if reply.next_after_interaction_id is None:
-                return result
-            after = reply.next_after_interaction_id
+            return reply.interactions, reply.next_after_interaction_id
+
+        return await _read_pages(page, "read_interactions")
 
     async def usage(self, conversation_id: str | None = None) -> dict[str, RunUsage]:
         """Token usage totals: the conversation's (keyed by its id; empty if it has used none) or, without one,
@@ -608,18 +611,12 @@ class Client:
     async def peers(self) -> list[PeerInfo]:
         """The connections attached to the owner: clients, readers and workers with what they announced, by peer
         id (read page by page: a peer attached or gone between two pages may be in the list or not)."""
-        result: list[PeerInfo] = []
-        after: int | None = None
-        while True:
+
+        async def page(after: int | None) -> tuple[Sequence[PeerInfo], int | None]:
             reply = await self.connection.call(ReadPeers(after_peer_id=after), PeersReply)
-            result.extend(reply.peers)
-            if reply.next_after_peer_id is None:
-                return result
-            if after is not None and reply.next_after_peer_id <= after:
-                raise ProtocolError(
-                    f"read_peers after peer {after} answered a page ending at {reply.next_after_peer_id}"
-                )
-            after = reply.next_after_peer_id
+            return reply.peers, reply.next_after_peer_id
+
+        return await _read_pages(page, "read_peers")
 
     async def announce(self, announcement: Announce) -> None:
         """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
@@ -773,6 +770,25 @@ async def connect(
         ssl_context=ssl_context,
     ) as connection:
         yield Client(connection)
+
+
+async def _read_pages(
+    read_page: Callable[[_C | None], Awaitable[tuple[Sequence[_T], _C | None]]], what: str
+) -> list[_T]:
+    """Every record of a keyset-paged read, joined: ``read_page(after)`` answers one page and the cursor after it
+    (``None``: that was the last page), starting from ``None``. The owner's cursors only move forward (the pages
+    are in key order); one that does not is the owner's error, raised as :class:`ProtocolError` rather than read
+    again forever. A checkpoint (each page is a call)."""
+    result: list[_T] = []
+    after: _C | None = None
+    while True:
+        page, next_after = await read_page(after)
+        result.extend(page)
+        if next_after is None:
+            return result
+        if after is not None and next_after <= after:
+            raise ProtocolError(f"{what} after {after!r} answered a page ending at {next_after!r}")
+        after = next_after
 
 
 MAX_PARTIAL_REREADS: Final = 16

@@ -32,6 +32,11 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
+    AGENT_TASK_PREFIX,
+    ASSISTANT_ENTRY,
+    TOOL_RESULT_ENTRY,
+    TOOL_TASK_PREFIX,
+    USER_ENTRY,
     Conflict,
     CreateInteraction,
     EntryRecord,
@@ -71,11 +76,8 @@ from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition
 from ._transcript import transcript, transcript_cache
 
-AGENT_PREFIX: Final = "agent:"
-TOOL_PREFIX: Final = "tool:"
-USER_ENTRY: Final = "tether.user"
-ASSISTANT_ENTRY: Final = "tether.assistant"
-TOOL_RESULT_ENTRY: Final = "tether.tool_result"
+AGENT_PREFIX: Final = AGENT_TASK_PREFIX
+TOOL_PREFIX: Final = TOOL_TASK_PREFIX
 INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
 _IDS: Final = uuid.UUID("3f6c2a59-0d1e-4b8f-a7c4-6e2b91d05c37")
 

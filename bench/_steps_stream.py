@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio
+from _common import bench_env, owner_and_worker
 
 import actors
-from runtime import stop_gracefully, tether_command, wait_for_owner
 
 HERE: Final = Path(__file__).parent
 WRITER: Final = str(HERE / "_writer.py")
@@ -121,16 +121,8 @@ class _Window:
 
 async def measure(directory: str, runs: int, seconds: float, turns: int) -> dict[str, Any]:
     db = os.path.join(directory, "stream.db")
-    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": pythonpath, "BENCH_STEP_STREAM_TURNS": str(turns)}
-    owner = await trio.lowlevel.open_process(tether_command("owner", "--db", db), stdout=subprocess.DEVNULL, env=env)
-    worker: trio.Process | None = None
-    try:
+    async with owner_and_worker(db, bench_env(BENCH_STEP_STREAM_TURNS=str(turns))) as (owner, worker, info):
         with trio.fail_after(600):
-            info = await wait_for_owner(db, owner)
-            worker = await trio.lowlevel.open_process(
-                tether_command("worker", "--db", db, "--app", "_steps_app:app"), stdout=subprocess.DEVNULL, env=env
-            )
             before, loaded, after = (_Window(owner.pid, worker.pid) for _ in range(3))
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
                 # The worker is attached and warm; one run alone gives the overhead per step without the load.
@@ -143,10 +135,6 @@ async def measure(directory: str, runs: int, seconds: float, turns: int) -> dict
                 stamps = await _gaps(client, run_ids, turns)
                 elapsed = time.perf_counter() - started
                 await after.measure(info.url, info.token, seconds)
-    finally:
-        if worker is not None:
-            await stop_gracefully(worker)
-        await stop_gracefully(owner)
     gaps = sorted(start - end for end, start in stamps)
     in_window = sorted(start - end for end, start in stamps if window_start <= end + mono_offset <= window_end)
     alone = (before.appends_per_s + after.appends_per_s) / 2

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _common import bench_env, owner_and_worker
 
 import actors
 from protocol import PartialRecord
-from runtime import stop_gracefully, tether_command, wait_for_owner
 
 HERE = Path(__file__).parent
 APPENDERS = 8
@@ -51,16 +50,9 @@ async def _appends_per_s(client: actors.Client, conversation_id: str, seconds: f
 
 async def variant(directory: str, name: str, interval_ms: int, runs: int, seconds: float) -> dict[str, Any]:
     db = os.path.join(directory, f"{name}.db")
-    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": pythonpath, "BENCH_PARTIAL_INTERVAL_MS": str(interval_ms)}
-    owner = await trio.lowlevel.open_process(tether_command("owner", "--db", db), stdout=subprocess.DEVNULL, env=env)
-    worker: trio.Process | None = None
-    try:
+    env = bench_env(BENCH_PARTIAL_INTERVAL_MS=str(interval_ms))
+    async with owner_and_worker(db, env):
         with trio.fail_after(300):
-            await wait_for_owner(db, owner)
-            worker = await trio.lowlevel.open_process(
-                tether_command("worker", "--db", db, "--app", "_steps_app:app"), stdout=subprocess.DEVNULL, env=env
-            )
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
                 notes = await client.create_conversation()
                 await _appends_per_s(client, notes, 0.5)  # warm
@@ -85,10 +77,6 @@ async def variant(directory: str, name: str, interval_ms: int, runs: int, second
                     loaded = await _appends_per_s(client, notes, seconds)
                     nursery.cancel_scope.cancel(reason="measured")
                 busy = [run_id for run_id in run_ids if (await client.run(run_id)).status != "completed"]
-    finally:
-        if worker is not None:
-            await stop_gracefully(worker)
-        await stop_gracefully(owner)
     return {
         "partial_interval_ms": interval_ms,
         "appends_per_s_alone": round(alone, 1),

@@ -16,24 +16,15 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
 import trio
+from _common import import_baseline_s
 
 import actors
 from protocol import OwnerUnavailable, TetherError, read_runtime
 from runtime import stop_gracefully, tether_command
-
-
-def import_baseline_s(rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import actors, storage_owner.io"], check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 async def _attached_workers(db: str) -> tuple[int, int | None]:

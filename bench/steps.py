@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _common import bench_env, owner_and_worker
 from commit_throughput import baseline_commits_per_s
 
 import actors
-from runtime import stop_gracefully, tether_command, wait_for_owner
 
 HERE = Path(__file__).parent
 CONCURRENCY = (1, 16)
@@ -122,20 +121,18 @@ async def _tether_steps(
     ``run_once`` at each concurrency: steps per second, and the owner's time per step at 16."""
     db = os.path.join(directory, f"{name}.db")
     stats_path = Path(directory) / f"{name}-owner-stats.json"
-    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": pythonpath, **extra_env}
-    owner = await trio.lowlevel.open_process(
-        [sys.executable, str(HERE / "_steps_owner.py"), str(stats_path), "owner", "--db", db, "--sync", sync],
-        stdout=subprocess.DEVNULL,
-        env=env,
-    )
-    worker: trio.Process | None = None
-    try:
+    owner_command = [
+        sys.executable,
+        str(HERE / "_steps_owner.py"),
+        str(stats_path),
+        "owner",
+        "--db",
+        db,
+        "--sync",
+        sync,
+    ]
+    async with owner_and_worker(db, bench_env(**extra_env), owner_command) as (owner, worker, _):
         with trio.fail_after(300):
-            await wait_for_owner(db, owner)
-            worker = await trio.lowlevel.open_process(
-                tether_command("worker", "--db", db, "--app", "_steps_app:app"), stdout=subprocess.DEVNULL, env=env
-            )
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
                 await run_once(client, 1, warm_steps)  # the worker is attached and warm
                 per_s: dict[int, float] = {}
@@ -157,10 +154,6 @@ async def _tether_steps(
                             "owner_core_us_per_step": (after["core_s"] - before["core_s"]) / total * 1e6,
                             "owner_batches": after["batches"] - before["batches"],
                         }
-    finally:
-        if worker is not None:
-            await stop_gracefully(worker)
-        await stop_gracefully(owner)
     return {"steps_per_s": per_s, "profile_at_16": profile}
 
 

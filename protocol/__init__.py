@@ -177,6 +177,7 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
+from ._kinds import AGENT_TASK_PREFIX, ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, TOOL_TASK_PREFIX, USER_ENTRY
 from ._limits import (
     DEFAULT_MAX_LEASES,
     MAX_ANNOUNCE_BYTES,
@@ -205,6 +206,8 @@ from ._version import (
 )
 
 __all__ = [
+    "AGENT_TASK_PREFIX",
+    "ASSISTANT_ENTRY",
     "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
     "FRAME_TYPES",
@@ -226,6 +229,9 @@ __all__ = [
     "RUN_ACTIVE",
     "RUN_TERMINAL",
     "SUPPORTED_VERSIONS",
+    "TOOL_RESULT_ENTRY",
+    "TOOL_TASK_PREFIX",
+    "USER_ENTRY",
     "WEBSOCKET_HARD_LIMIT_BYTES",
     "WRITE_TYPES",
     "AbortTask",

@@ -89,6 +89,16 @@ def _json_text(text: str) -> Any:
         ) from None
 
 
+def _add_db(command: argparse.ArgumentParser) -> None:
+    """The ``--db`` option of a command that reaches a database's owner (default ``./tether.db``)."""
+    command.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+
+
+def _add_json(command: argparse.ArgumentParser, what: str) -> None:
+    """The ``--json`` flag of a command that prints records; ``what`` says what the JSON holds."""
+    command.add_argument("--json", action="store_true", help=what)
+
+
 def _add_runs_commands(commands: Any) -> None:
     """``tether submit``, ``runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``."""
     submit = commands.add_parser(
@@ -103,7 +113,7 @@ def _add_runs_commands(commands: Any) -> None:
         ),
     )
     submit.add_argument("text", metavar="TEXT", help="what to say")
-    submit.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    _add_db(submit)
     to = submit.add_mutually_exclusive_group(required=True)
     to.add_argument("--conversation", metavar="ID", help="an existing conversation bound to an agent")
     to.add_argument("--agent", metavar="NAME", help="a new conversation bound to agent NAME")
@@ -120,7 +130,7 @@ def _add_runs_commands(commands: Any) -> None:
         help="while the conversation has an active run: queue behind it (follow_up, default) or refuse (reject)",
     )
     submit.add_argument("--wait", action="store_true", help="follow the run until it settles, then print its answer")
-    submit.add_argument("--json", action="store_true", help="print one JSON object: conversation_id, submission, run")
+    _add_json(submit, "print one JSON object: conversation_id, submission, run")
 
     runs = commands.add_parser(
         "runs",
@@ -128,7 +138,7 @@ def _add_runs_commands(commands: Any) -> None:
         description="Print every run, oldest first: its conversation, agent@version, status and reason, the "
         "operation it is blocked on, and its tokens. Asks the running owner.",
     )
-    runs.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    _add_db(runs)
     runs.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
     runs.add_argument(
         "--status",
@@ -145,7 +155,7 @@ def _add_runs_commands(commands: Any) -> None:
         ),
         help="only runs in this status",
     )
-    runs.add_argument("--json", action="store_true", help="print one JSON object with a list of run records")
+    _add_json(runs, "print one JSON object with a list of run records")
 
     resolve = commands.add_parser(
         "resolve",
@@ -154,9 +164,9 @@ def _add_runs_commands(commands: Any) -> None:
         "the model sees, after checking by hand what the tool did. The run then resumes.",
     )
     resolve.add_argument("operation_id", metavar="OPERATION_ID", help="the operation the run is blocked on")
-    resolve.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    _add_db(resolve)
     resolve.add_argument("--output", required=True, type=_json_text, metavar="JSON", help="the tool's output, JSON")
-    resolve.add_argument("--json", action="store_true", help="print the operation record")
+    _add_json(resolve, "print the operation record")
 
     for name, text, description in (
         ("retry", "re-attempt a failed run", "Re-attempt a failed run (a new task, the same run)."),
@@ -169,8 +179,8 @@ def _add_runs_commands(commands: Any) -> None:
     ):
         command = commands.add_parser(name, help=text, description=description)
         command.add_argument("run_id", metavar="RUN_ID", help="the run")
-        command.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
-        command.add_argument("--json", action="store_true", help="print the run record")
+        _add_db(command)
+        _add_json(command, "print the run record")
 
     respond = commands.add_parser(
         "respond",
@@ -178,20 +188,20 @@ def _add_runs_commands(commands: Any) -> None:
         description="Approve or deny an open interaction (see tether interactions). It is answered once.",
     )
     respond.add_argument("interaction_id", metavar="INTERACTION_ID", help="the interaction")
-    respond.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    _add_db(respond)
     answer = respond.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="let the tool call run")
     answer.add_argument("--deny", action="store_true", help="refuse it (the model is told)")
     respond.add_argument("--note", metavar="TEXT", help="a note kept with the answer")
-    respond.add_argument("--json", action="store_true", help="print the interaction record")
+    _add_json(respond, "print the interaction record")
 
     interactions = commands.add_parser(
         "interactions",
         help="list the open approvals and how to answer each",
         description="Print every open interaction: its run, the tool's arguments, and the command that answers it.",
     )
-    interactions.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
-    interactions.add_argument("--json", action="store_true", help="print one JSON object with the interactions")
+    _add_db(interactions)
+    _add_json(interactions, "print one JSON object with the interactions")
 
     watch = commands.add_parser(
         "watch",
@@ -207,7 +217,7 @@ def _add_runs_commands(commands: Any) -> None:
             "Ctrl-C (SIGINT) or SIGTERM end it with exit status 0."
         ),
     )
-    watch.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
+    _add_db(watch)
     scope = watch.add_mutually_exclusive_group()
     scope.add_argument("--conversation", metavar="ID", help="only this conversation")
     scope.add_argument("--run", metavar="RUN_ID", help="only this run (in its conversation)")

@@ -30,8 +30,8 @@ from protocol import TaskRecord
 from ._demo_agents import run_agents_demo
 from ._demo_commits import run_commits_demo
 from ._demo_stream import run_stream_demo
+from ._demo_up import demo_up
 from ._demo_view import LiveView
-from ._process import stop_gracefully, tether_command
 from .demo_app import BANK_ENV, Bank
 
 DEMO_TIMEOUT_S: Final = 120.0
@@ -66,15 +66,7 @@ async def run_checkout_demo(db: str) -> int:
         pass  # a fresh ledger for this run
     bank = Bank(bank_path)
     print(f"Tether demo: durable tasks on {db}\n", flush=True)
-    log_path = db + ".up.log"
-    with open(log_path, "wb") as log:
-        up = await trio.lowlevel.open_process(
-            tether_command("up", "--db", db, "--workers", str(WORKERS)),
-            stdout=log,
-            stderr=log,
-            env={**os.environ, BANK_ENV: bank_path},
-        )
-    try:
+    async with demo_up(db, workers=WORKERS, env={BANK_ENV: bank_path}, new_log=True) as (up, log_path):
         with trio.fail_after(DEMO_TIMEOUT_S):
             async with actors.connect(db=db, name="tether-demo", wait_for_owner_s=30) as client:
                 workers = await _wait_for_workers(client)
@@ -89,8 +81,6 @@ async def run_checkout_demo(db: str) -> int:
                     ]
                     nursery.cancel_scope.cancel()
                 ok = _check_ledger(bank, outcomes, show)
-    finally:
-        await stop_gracefully(up)
     print(
         "\n" + ("Every payment was charged at most once, and every abort was undone." if ok else "FAILED: see above.")
     )

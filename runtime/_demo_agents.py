@@ -25,8 +25,8 @@ import trio
 import actors
 from protocol import InteractionRecord, OperationRecord, RunRecord, new_id
 
+from ._demo_up import demo_up
 from ._demo_view import LiveView
-from ._process import stop_gracefully, tether_command
 from .demo_app import DESK_ENV, HOLD_ENV, Desk
 
 DEMO_TIMEOUT_S: Final = 60.0
@@ -43,27 +43,19 @@ async def run_agents_demo(db: str) -> int:
         pass  # the tools hold after their effect until the demo removes it
     desk = Desk(desk_path)
     print(f"Tether demo: a durable agent on {db}\n", flush=True)
-    log_path = db + ".up.log"
-    with open(log_path, "ab") as log:
-        up = await trio.lowlevel.open_process(
-            tether_command("up", "--db", db, "--workers", "1"),
-            stdout=log,
-            stderr=log,
-            env={**os.environ, DESK_ENV: desk_path, HOLD_ENV: hold_path},
-        )
     problems: list[str] = []
     try:
-        with trio.fail_after(DEMO_TIMEOUT_S):
-            async with actors.connect(db=db, name="tether-demo", wait_for_owner_s=30) as client:
-                worker = await _wait_for_worker(client)
-                _say(f"tether up (pid {up.pid}): the owner, and worker {worker.peer_name}; log in {log_path}")
-                show = _Show(client)
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(show.run)
-                    problems = await _scenario(client, show, desk, hold_path, db)
-                    nursery.cancel_scope.cancel()
+        async with demo_up(db, workers=1, env={DESK_ENV: desk_path, HOLD_ENV: hold_path}) as (up, log_path):
+            with trio.fail_after(DEMO_TIMEOUT_S):
+                async with actors.connect(db=db, name="tether-demo", wait_for_owner_s=30) as client:
+                    worker = await _wait_for_worker(client)
+                    _say(f"tether up (pid {up.pid}): the owner, and worker {worker.peer_name}; log in {log_path}")
+                    show = _Show(client)
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(show.run)
+                        problems = await _scenario(client, show, desk, hold_path, db)
+                        nursery.cancel_scope.cancel()
     finally:
-        await stop_gracefully(up)
         if os.path.exists(hold_path):
             os.remove(hold_path)
     print("\n" + ("No effect was done twice, and the run answered." if not problems else "FAILED: see above."))

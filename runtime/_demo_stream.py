@@ -23,7 +23,7 @@ import trio
 import actors
 from protocol import Change, PartialRecord, RunRecord
 
-from ._process import stop_gracefully, tether_command
+from ._demo_up import demo_up
 from ._watch import plain_lines
 from ._watch_view import WatchView
 from .demo_app import DESK_ENV, MODEL_ENV, TRACKER_ANSWER, Desk
@@ -57,23 +57,13 @@ async def run_stream_demo(db: str, model: str | None = None) -> int:
     else:
         source = f"model {model} at {os.environ.get('OPENAI_BASE_URL') or DEFAULT_BASE_URL}"
     print(f"Tether demo: an agent streaming its answer on {db} ({source})\n", flush=True)
-    log_path = db + ".up.log"
-    with open(log_path, "ab") as log:
-        up = await trio.lowlevel.open_process(
-            tether_command("up", "--db", db, "--workers", "1"),
-            stdout=log,
-            stderr=log,
-            env={**os.environ, DESK_ENV: desk_path, MODEL_ENV: model or ""},
-        )
     problems: list[str] = []
-    try:
+    async with demo_up(db, workers=1, env={DESK_ENV: desk_path, MODEL_ENV: model or ""}) as (up, log_path):
         with trio.fail_after(SCRIPTED_TIMEOUT_S if model is None else REAL_MODEL_TIMEOUT_S):
             async with actors.connect(db=db, name="tether-demo", wait_for_owner_s=30) as client:
                 worker = await _wait_for_worker(client)
                 _say(f"tether up (pid {up.pid}): the owner, and worker {worker}; log in {log_path}")
                 problems = await _scenario(client, db, expect_script=model is None)
-    finally:
-        await stop_gracefully(up)
     if model is None:
         problems += _check_desk(Desk(desk_path))
     for problem in problems:

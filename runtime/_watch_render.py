@@ -16,13 +16,10 @@ from rich.text import Text
 from rich.tree import Tree
 
 from actors import PartialOutput
-from protocol import EntryRecord, RunRecord, TaskRecord
+from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, RunRecord, TaskRecord
 
 from ._watch_view import (
     ACTIVE_RUN,
-    ASSISTANT_ENTRY,
-    TOOL_RESULT_ENTRY,
-    USER_ENTRY,
     WatchView,
     preview,
 )

@@ -22,6 +22,9 @@ import attrs
 
 import actors
 from protocol import (
+    ASSISTANT_ENTRY,
+    TOOL_RESULT_ENTRY,
+    USER_ENTRY,
     ConversationRecord,
     EntryRecord,
     InteractionRecord,
@@ -46,9 +49,6 @@ MAX_TASKS: Final = 2_000
 PREVIEW_CHARS: Final = 200
 """A tool result or argument list longer than this is shown cut, with ``…``."""
 
-USER_ENTRY: Final = "tether.user"
-ASSISTANT_ENTRY: Final = "tether.assistant"
-TOOL_RESULT_ENTRY: Final = "tether.tool_result"
 ACTIVE_RUN: Final = frozenset({"queued", "retry_wait", "pending", "running", "waiting", "needs_attention"})
 
 _K = TypeVar("_K")

@@ -165,7 +165,7 @@ class Partials:
         self._store.insert_partial_piece(op.operation_id, stored_chars, new)
         self._store.put_partial(head)
         self._set(head)
-        return _partial_record(head, stored_chars, new, STREAMING, seq, now_ms)
+        return _partial_record(head, offset=stored_chars, text=new, status=STREAMING, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ ends
 
@@ -233,7 +233,7 @@ class Partials:
             self._set(new)
         if not emit:
             return None
-        return _partial_record(head, head.chars, "", status, seq, now_ms)
+        return _partial_record(head, offset=head.chars, text="", status=status, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
 
@@ -305,7 +305,9 @@ class Partials:
             offset = 0
         elif offset:
             text = text[offset:]
-        return _partial_record(head, offset, text, head.status, head.seq, head.created_at_ms)
+        return _partial_record(
+            head, offset=offset, text=text, status=head.status, seq=head.seq, created_at_ms=head.created_at_ms
+        )
 
     @property
     def held_count(self) -> int:
@@ -340,9 +342,10 @@ class PartialsPage:
 
 
 def _partial_record(
-    head: PartialHead, offset: int, text: str, status: PartialStatus, seq: int, created_at_ms: int
+    head: PartialHead, *, offset: int, text: str, status: PartialStatus, seq: int, created_at_ms: int
 ) -> PartialRecord:
-    """The record of ``head``'s operation and attempt: ``text`` from character ``offset``, as ``status`` at ``seq``."""
+    """A record of ``head``'s model request (its operation, run, conversation and attempt): ``text`` from character
+    ``offset``, as of commit ``seq``."""
     return PartialRecord(
         operation_id=head.operation_id,
         run_id=head.run_id,

@@ -28,8 +28,11 @@ from typing import Final
 import attrs
 
 from protocol import (
+    AGENT_TASK_PREFIX,
     RUN_ACTIVE,
     RUN_TERMINAL,
+    TOOL_TASK_PREFIX,
+    USER_ENTRY,
     CreateInteraction,
     CreateTask,
     EntryRecord,
@@ -61,12 +64,12 @@ from ._tasks import CutOffRule, TaskEngine
 from ._usage import Accounting, check_usage
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
-AGENT_KIND_PREFIX: Final = "agent:"
-TOOL_KIND_PREFIX: Final = "tool:"
+AGENT_KIND_PREFIX: Final = AGENT_TASK_PREFIX
+TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 EXTERNAL_KIND_PREFIX: Final = "tether."
 ATTENTION_KIND: Final = "tether.attention"
 APPROVAL_KIND: Final = "tether.approval"
-USER_ENTRY_KIND: Final = "tether.user"
+USER_ENTRY_KIND: Final = USER_ENTRY
 BUSY: Final = frozenset({"pending", "running", "retry_wait"})
 """Statuses that take global capacity (``max_concurrent_runs``)."""
 ACTIVE: Final = frozenset(RUN_ACTIVE)

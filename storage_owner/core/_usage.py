@@ -29,6 +29,8 @@ import math
 from collections.abc import Callable
 from typing import Final
 
+import attrs
+
 from protocol import (
     Budget,
     BudgetReply,
@@ -148,14 +150,7 @@ class Accounting:
         its tokens ``unpriced_tokens`` when its cost stays unknown (whatever the worker sent there)."""
         price = self.prices.get(name) if kind == "model" else None
         cost = usage.cost if price is None else cost_of(usage, price)
-        return RunUsage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cached_tokens=usage.cached_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            cost=cost,
-            unpriced_tokens=total_tokens(usage) if cost is None else 0,
-        )
+        return attrs.evolve(usage, cost=cost, unpriced_tokens=total_tokens(usage) if cost is None else 0)
 
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
         """Add a committed result's usage to its conversation, model (model requests) and task tree (rule 2)."""

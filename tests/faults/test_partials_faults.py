@@ -14,7 +14,7 @@ from protocol import PartialRecord
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import STREAMED_ANSWER
-from tests.integration.test_agents import ledger, run_in, serving, start_run, worker_process
+from tests.integration._agent_helpers import ledger, run_in, serving, start_run, worker_process
 
 __all__ = ["ledger"]  # the fixture
 

@@ -28,10 +28,13 @@ import pytest
 import trio
 
 import actors
-from protocol import EntryRecord, new_id
+from protocol import EntryRecord
 from tests.conftest import OwnerProcess
 from tests.faults._run_apps import streaming_app, tool_app
 from tests.integration._agent_apps import read_ledger
+from tests.integration._agent_helpers import ledger, run_in, served, start_run
+
+__all__ = ["ledger"]  # the fixture
 
 TIMEOUT_S: Final = 90
 POLL_S: Final = 0.02
@@ -47,29 +50,17 @@ KILL_FLAGS: Final = {
 }
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
-    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
-    return path
-
-
 @contextlib.asynccontextmanager
-async def worker(db: str, app: actors.App) -> AsyncIterator[None]:
-    """``app`` served in this process for the block (it outlives owner restarts: the worker reconnects)."""
-    async with trio.open_nursery() as nursery:
-        scope = trio.CancelScope()
-
-        async def run(*, task_status: trio.TaskStatus[Any]) -> None:
-            with scope:
-                await actors.serve(app, db=db, name="survivor", task_status=task_status)
-
-        await nursery.start(run)
-        try:
-            yield
-        finally:
-            scope.cancel()
+async def two_owners(db: str, *kill_flags: str) -> AsyncIterator[tuple[OwnerProcess, OwnerProcess]]:
+    """The owner to kill (run with ``kill_flags``) and the one started after it on the same database, both on the
+    manual clock; both closed (reaped) at the end of the block."""
+    faulty = OwnerProcess(db, *MANUAL, *kill_flags)
+    healthy = OwnerProcess(db, *MANUAL)
+    try:
+        yield faulty, healthy
+    finally:
+        await faulty.close()
+        await healthy.close()
 
 
 async def until(predicate: Any) -> Any:
@@ -103,12 +94,9 @@ def transcript_whole(entries: list[EntryRecord]) -> bool:
     return sorted(calls) == sorted(results) and len(results) == len(set(results))
 
 
-async def start_run(db: str) -> tuple[str, str]:
+async def start_run_in(db: str) -> tuple[str, str]:
     async with actors.connect(db) as client:
-        conversation_id = await client.create_conversation(agent="support")
-        submission = await client.submit(conversation_id, kind="input", payload="Where?", request_id=new_id())
-    assert submission.run_id is not None
-    return conversation_id, submission.run_id
+        return await start_run(client, "Where?")
 
 
 async def kill_at(point: str, owner: OwnerProcess, db: str, run_id: str, ledger: Path) -> int:
@@ -147,13 +135,11 @@ async def test_owner_killed_around_a_tool_call(
     gate = tmp_path / "gate"
     if point != "mid_tool":
         gate.touch()  # the handler returns at once: the kill flag picks the point
-    faulty = OwnerProcess(db_path, *MANUAL, *KILL_FLAGS[point])
-    healthy = OwnerProcess(db_path, *MANUAL)
-    try:
+    async with two_owners(db_path, *KILL_FLAGS[point]) as (faulty, healthy):
         with trio.fail_after(TIMEOUT_S):
             await faulty.start()
-            async with worker(db_path, tool_app(policy)):
-                conversation_id, run_id = await start_run(db_path)
+            async with served(db_path, tool_app(policy), name="survivor"):
+                conversation_id, run_id = await start_run_in(db_path)
                 status = await kill_at(point, faulty, db_path, run_id, ledger)
                 assert status == -signal.SIGKILL
                 ran_before = executions(ledger)
@@ -161,7 +147,7 @@ async def test_owner_killed_around_a_tool_call(
                 async with actors.connect(db_path) as client:
                     interrupted = point in ("mid_tool", "result_lost")
                     if interrupted and policy == "manual":
-                        run = await until(lambda: _needs_attention(client, run_id))
+                        run = await run_in(client, run_id, "needs_attention")
                         [first] = ran_before
                         assert (run.reason, run.operation_id) == ("tool_interrupted", first["operation_id"])
                         ops = await client.operations(run_id)
@@ -179,9 +165,6 @@ async def test_owner_killed_around_a_tool_call(
                     run = await client.wait_for_run(run_id)
                     ops = await client.operations(run_id)
                     entries = await client.entries(conversation_id)
-    finally:
-        await faulty.close()
-        await healthy.close()
     assert run.status == "completed" and run.answer is not None
     assert run.answer.text == "Your order shipped."
     assert transcript_whole(entries)
@@ -213,43 +196,33 @@ async def test_owner_killed_around_a_tool_call(
         assert result.data["is_error"] is False  # type: ignore[index]
 
 
-async def _needs_attention(client: actors.Client, run_id: str) -> actors.RunRecord | None:
-    run = await client.run(run_id)
-    return run if run.status == "needs_attention" else None
-
-
 @pytest.mark.parametrize("point", ["model_stream", "model_result_lost", "model_result_kept"])
 async def test_owner_killed_around_a_model_request(db_path: str, ledger: Path, tmp_path: Path, point: str) -> None:
     gate = tmp_path / "gate"
     if point != "model_stream":
         gate.touch()
-    faulty = OwnerProcess(db_path, *MANUAL, *KILL_FLAGS[point])
-    healthy = OwnerProcess(db_path, *MANUAL)
-    try:
+    async with two_owners(db_path, *KILL_FLAGS[point]) as (faulty, healthy):
         with trio.fail_after(TIMEOUT_S):
             await faulty.start()
-            async with worker(db_path, streaming_app()):
-                conversation_id, run_id = await start_run(db_path)
+            async with served(db_path, streaming_app(), name="survivor"):
+                conversation_id, run_id = await start_run_in(db_path)
                 assert await kill_at(point, faulty, db_path, run_id, ledger) == -signal.SIGKILL
                 await healthy.start()
                 async with actors.connect(db_path) as client:
                     if point != "model_result_kept":
                         # The interrupted request is a failed attempt: the run waits out its back-off durably.
-                        run = await until(lambda: _status(client, run_id, "retry_wait"))
+                        run = await run_in(client, run_id, "retry_wait")
                         [op] = await client.operations(run_id)
                         assert (op.status, op.attempt, op.error) == ("interrupted", 1, "interrupted")
                         assert [e.kind for e in await client.entries(conversation_id)] == ["tether.user"]
                         gate.touch()
                         await client.advance_clock(999)
-                        await trio.sleep(0.2)
+                        # The advance commits whatever fell due before it answers: no real-time wait is needed.
                         assert (await client.run(run_id)).status == "retry_wait"
                         await client.advance_clock(1)  # the agent's Retry: first_delay_ms=1000
                     run = await client.wait_for_run(run_id)
                     ops = await client.operations(run_id)
                     entries = await client.entries(conversation_id)
-    finally:
-        await faulty.close()
-        await healthy.close()
     assert run.status == "completed" and run.answer is not None
     assert run.answer.text == "A streamed answer."
     assert [entry.kind for entry in entries] == ["tether.user", "tether.assistant"]
@@ -264,31 +237,24 @@ async def test_owner_killed_around_a_model_request(db_path: str, ledger: Path, t
     assert op.usage is not None and op.usage == run.usage  # counted once
 
 
-async def _status(client: actors.Client, run_id: str, status: str) -> actors.RunRecord | None:
-    run = await client.run(run_id)
-    return run if run.status == status else None
-
-
 @pytest.mark.parametrize(("stored", "registered"), [("manual", "safe"), ("safe", "manual"), ("idempotent", "manual")])
 async def test_the_stored_policy_wins_over_a_new_registration_after_an_owner_kill(
     db_path: str, ledger: Path, tmp_path: Path, stored: actors.Recovery, registered: actors.Recovery
 ) -> None:
     # The owner dies mid-tool; the tool comes back registered under another policy: the intent's policy decides.
     gate = tmp_path / "gate"
-    faulty = OwnerProcess(db_path, *MANUAL)
-    healthy = OwnerProcess(db_path, *MANUAL)
-    try:
+    async with two_owners(db_path) as (faulty, healthy):
         with trio.fail_after(TIMEOUT_S):
             await faulty.start()
-            async with worker(db_path, tool_app(stored)):
-                conversation_id, run_id = await start_run(db_path)
+            async with served(db_path, tool_app(stored), name="survivor"):
+                conversation_id, run_id = await start_run_in(db_path)
                 assert await kill_at("mid_tool", faulty, db_path, run_id, ledger) == -signal.SIGKILL
             [first] = executions(ledger)
             await healthy.start()
             gate.touch()
-            async with worker(db_path, tool_app(registered)), actors.connect(db_path) as client:
+            async with served(db_path, tool_app(registered), name="survivor"), actors.connect(db_path) as client:
                 if stored == "manual":
-                    run = await until(lambda: _needs_attention(client, run_id))
+                    run = await run_in(client, run_id, "needs_attention")
                     assert (run.reason, run.operation_id) == ("tool_interrupted", first["operation_id"])
                     await trio.sleep(0.3)  # a worker registered as safe is attached: it must not run it
                     assert executions(ledger) == [first]
@@ -296,9 +262,6 @@ async def test_the_stored_policy_wins_over_a_new_registration_after_an_owner_kil
                 run = await client.wait_for_run(run_id)
                 ops = await client.operations(run_id)
                 entries = await client.entries(conversation_id)
-    finally:
-        await faulty.close()
-        await healthy.close()
     assert run.status == "completed" and transcript_whole(entries)
     tool = ops[1]
     assert tool.policy == stored

@@ -6,77 +6,32 @@ a worker served in this process then takes the run over.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 import trio
 
 import actors
-from protocol import new_id
-from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.faults import _run_apps
 from tests.integration._agent_apps import read_ledger
-from tests.integration._up_helpers import CHILD_ENV, ROOT
+from tests.integration._agent_helpers import ledger, run_in, served, start_run, worker_process
+
+__all__ = ["ledger"]  # the fixture
 
 TIMEOUT_S: Final = 60
-POLL_S: Final = 0.02
+RUN_APPS: Final = "tests.faults._run_apps"
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
-    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
-    return path
-
-
-@contextlib.asynccontextmanager
-async def worker_process(db: str, attribute: str, ledger: Path) -> AsyncIterator[trio.Process]:
-    """``tether worker --app tests.faults._run_apps:ATTRIBUTE`` with the test's ledger and gate; reaped."""
-    command = tether_command("worker", "--db", db, "--app", f"tests.faults._run_apps:{attribute}")
-    env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
-    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        yield process
-    finally:
-        await stop_gracefully(process)
-
-
-@contextlib.asynccontextmanager
-async def serving(db: str, app: actors.App) -> AsyncIterator[None]:
-    async with trio.open_nursery() as nursery:
-        scope = trio.CancelScope()
-
-        async def run(*, task_status: trio.TaskStatus[Any]) -> None:
-            with scope:
-                await actors.serve(app, db=db, name="second", task_status=task_status)
-
-        await nursery.start(run)
-        try:
-            yield
-        finally:
-            scope.cancel()
-
-
-async def start_run(client: actors.Client) -> tuple[str, str]:
-    conversation_id = await client.create_conversation(agent="support")
-    submission = await client.submit(conversation_id, kind="input", payload="Where?", request_id=new_id())
-    assert submission.run_id is not None
-    return conversation_id, submission.run_id
-
-
-async def run_in(client: actors.Client, run_id: str, status: str) -> None:
-    while True:
-        if (await client.run(run_id)).status == status:
-            return
-        await trio.sleep(POLL_S)
+async def killed_at_its_point(client: actors.Client, db: str, attribute: str, ledger: Path) -> tuple[str, str]:
+    """Start a run for a ``tether worker`` serving ``tests.faults._run_apps:ATTRIBUTE``, which kills itself at its
+    point of the run: (conversation id, run id) once it is dead (its exit status checked)."""
+    async with worker_process(db, attribute, ledger, module=RUN_APPS) as process:
+        ids = await start_run(client, "Where?")
+        assert await process.wait() == -signal.SIGKILL
+    return ids
 
 
 @pytest.mark.parametrize("policy", ["manual", "safe", "idempotent"])
@@ -85,14 +40,13 @@ async def test_worker_killed_before_a_tool_intent_runs_it_once_under_every_polic
 ) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(owner.db) as client:
-            async with worker_process(owner.db, f"{policy}_dies_before_intent", ledger) as process:
-                conversation_id, run_id = await start_run(client)
-                assert await process.wait() == -signal.SIGKILL
+            attribute = f"{policy}_dies_before_intent"
+            conversation_id, run_id = await killed_at_its_point(client, owner.db, attribute, ledger)
             # No intent was stored: nothing is interrupted, a manual tool does not stop the run.
             ops = await client.operations(run_id)
             assert [(op.kind, op.status) for op in ops] == [("model", "completed")]
             assert read_ledger(ledger) == []
-            async with serving(owner.db, getattr(_run_apps, f"{policy}_dies_before_intent")):
+            async with served(owner.db, getattr(_run_apps, attribute), name="second"):
                 run = await client.wait_for_run(run_id)
             ops = await client.operations(run_id)
             entries = await client.entries(conversation_id)
@@ -115,15 +69,14 @@ async def test_worker_killed_after_a_tool_result_never_runs_it_again(
 ) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(manual_owner.db) as client:
-            async with worker_process(manual_owner.db, f"{policy}_dies_after_tool_result", ledger) as process:
-                conversation_id, run_id = await start_run(client)
-                assert await process.wait() == -signal.SIGKILL
+            attribute = f"{policy}_dies_after_tool_result"
+            conversation_id, run_id = await killed_at_its_point(client, manual_owner.db, attribute, ledger)
             # The second model request was cut off: a failed attempt, retried after its back-off.
             await run_in(client, run_id, "retry_wait")
             _, tool, model_second = await client.operations(run_id)
             assert (tool.status, tool.attempt) == ("completed", 1)
             assert (model_second.status, model_second.attempt) == ("interrupted", 1)
-            async with serving(manual_owner.db, getattr(_run_apps, f"{policy}_dies_after_tool_result")):
+            async with served(manual_owner.db, getattr(_run_apps, attribute), name="second"):
                 await client.advance_clock(1000)
                 run = await client.wait_for_run(run_id)
             ops = await client.operations(run_id)

@@ -7,9 +7,7 @@ Requests go through the client's run API (``create_conversation(agent=)``, ``sub
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -19,48 +17,19 @@ import trio
 
 import actors
 from actors._connection import Connection
-from protocol import Commit, Conflict, EntryRecord, RunRecord, StartOperation, new_id
+from protocol import Commit, Conflict, EntryRecord, RunRecord, StartOperation
 from runtime import _runs as runs_cli
-from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import ONE_CALL, build, read_ledger
-from tests.integration._up_helpers import CHILD_ENV, ROOT
+from tests.integration._agent_helpers import POLL_S, ledger, run_in, serving, start_run, worker_process
+
+__all__ = ["ledger"]  # the fixture
 
 TIMEOUT_S: Final = 30
-POLL_S: Final = 0.02
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-@contextlib.asynccontextmanager
-async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIterator[actors.Client]:
-    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
-    async with actors.connect(db) as client, trio.open_nursery() as nursery:
-        scope = trio.CancelScope()
-
-        async def run(*, task_status: trio.TaskStatus[actors.Client]) -> None:
-            with scope:
-                await actors.serve(app, db=db, name=name, task_status=task_status)
-
-        await nursery.start(run)
-        try:
-            yield client
-        finally:
-            scope.cancel()
-
-
-@contextlib.asynccontextmanager
-async def worker_process(db: str, attribute: str, ledger: Path) -> AsyncIterator[trio.Process]:
-    """``tether worker --app tests.integration._agent_apps:ATTRIBUTE``, with the test's ledger and gate; reaped."""
-    command = tether_command("worker", "--db", db, "--app", f"tests.integration._agent_apps:{attribute}")
-    env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
-    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        yield process
-    finally:
-        await stop_gracefully(process)
 
 
 async def ledger_lines(ledger: Path, count: int) -> list[dict[str, Any]]:
@@ -76,22 +45,6 @@ async def model_streaming(client: actors.Client, run_id: str) -> None:
     while True:
         if any(op.status == "started" for op in await client.operations(run_id)):
             return
-        await trio.sleep(POLL_S)
-
-
-async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
-    """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
-    conversation_id = await client.create_conversation(agent="support")
-    submission = await client.submit(conversation_id, kind="input", payload=text, request_id=new_id())
-    assert submission.run_id is not None
-    return conversation_id, submission.run_id
-
-
-async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.RunRecord:
-    while True:
-        run = await client.run(run_id)
-        if run.status in statuses:
-            return run
         await trio.sleep(POLL_S)
 
 
@@ -113,14 +66,6 @@ def no_dangling_call(entries: list[EntryRecord]) -> bool:
     calls = {call["call_id"] for e in entries if e.kind == "tether.assistant" for call in e.data["tool_calls"]}  # type: ignore[index]
     results = {e.data["call_id"] for e in entries if e.kind == "tether.tool_result"}  # type: ignore[index]
     return calls <= results
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
-    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
-    return path
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -311,7 +256,7 @@ async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess,
             task = await client.task((await client.run(run_id)).task_id or "")
             assert task.status == "sleeping"
             await client.advance_clock(2499)
-            await trio.sleep(0.2)
+            # The advance commits whatever fell due before it answers: no real-time wait is needed.
             assert (await client.run(run_id)).status == "retry_wait"
             await client.advance_clock(1)
             run = await client.wait_for_run(run_id)

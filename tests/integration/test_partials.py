@@ -15,7 +15,7 @@ from protocol import EntryRecord, PartialRecord, RunRecord
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import STREAMED_ANSWER
-from tests.integration.test_agents import ledger, serving, start_run
+from tests.integration._agent_helpers import ledger, serving, start_run
 
 __all__ = ["ledger"]  # the fixture
 

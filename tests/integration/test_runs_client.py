@@ -16,6 +16,19 @@ PAST_GRACE_MS = ORPHAN_GRACE_MS + 1
 ``cancelled``) once the orphan grace is over on the owner's clock."""
 
 
+async def pending_run(client: actors.Client) -> str:
+    """A run submitted to a new conversation of agent ``support``, which no worker serves: its id."""
+    conversation_id = await client.create_conversation(agent="support")
+    submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
+    assert submission.run_id is not None
+    return submission.run_id
+
+
+async def wait_into(client: actors.Client, run_id: str, result: list[actors.RunRecord]) -> None:
+    """Append the run's record to ``result`` once it settles (``wait_for_run``)."""
+    result.append(await client.wait_for_run(run_id))
+
+
 async def test_an_input_starts_a_pending_run_and_the_next_one_is_queued(manual_owner: OwnerProcess) -> None:
     with trio.fail_after(20):
         async with actors.connect(db=manual_owner.db) as client:
@@ -97,17 +110,10 @@ async def test_cancel_a_queued_and_a_pending_run(manual_owner: OwnerProcess) -> 
 async def test_wait_for_run_ends_when_the_run_is_cancelled(manual_owner: OwnerProcess) -> None:
     with trio.fail_after(20):
         async with actors.connect(db=manual_owner.db) as client:
-            conversation_id = await client.create_conversation(agent="support")
-            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
-            assert submission.run_id is not None
-            run_id = submission.run_id
+            run_id = await pending_run(client)
             result: list[actors.RunRecord] = []
-
-            async def wait() -> None:
-                result.append(await client.wait_for_run(run_id))
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(wait)
+                nursery.start_soon(wait_into, client, run_id, result)
                 await trio.testing.wait_all_tasks_blocked()
                 assert result == []
                 await client.cancel_run(run_id)
@@ -120,33 +126,24 @@ async def test_wait_for_run_ends_when_the_run_is_cancelled(manual_owner: OwnerPr
 async def test_a_closed_clients_wait_for_run_fails_at_a_checkpoint(manual_owner: OwnerProcess) -> None:
     with trio.fail_after(20):
         async with actors.connect(db=manual_owner.db) as client:
-            conversation_id = await client.create_conversation(agent="support")
-            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
-            assert submission.run_id is not None
+            run_id = await pending_run(client)
         with pytest.raises(actors.ConnectionLost):
-            await client.wait_for_run(submission.run_id)
+            await client.wait_for_run(run_id)
         with pytest.raises(actors.ConnectionLost):
             await client.runs()
         with trio.CancelScope() as scope:
             scope.cancel(reason="a closed client's calls are still checkpoints")
-            await client.wait_for_run(submission.run_id)
+            await client.wait_for_run(run_id)
         assert scope.cancelled_caught
 
 
 async def test_wait_for_run_survives_an_owner_restart(manual_owner: OwnerProcess) -> None:
     with trio.fail_after(30):
         async with actors.connect(db=manual_owner.db) as client:
-            conversation_id = await client.create_conversation(agent="support")
-            submission = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
-            assert submission.run_id is not None
-            run_id = submission.run_id
+            run_id = await pending_run(client)
             result: list[actors.RunRecord] = []
-
-            async def wait() -> None:
-                result.append(await client.wait_for_run(run_id))
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(wait)
+                nursery.start_soon(wait_into, client, run_id, result)
                 await trio.testing.wait_all_tasks_blocked()
                 await manual_owner.kill()
                 await manual_owner.start()

@@ -4,8 +4,6 @@ attempt fails or is cut off, stale leases and the bounds refused whole. Driven t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from actors._client import _join_partials
 from protocol import (
     MAX_PARTIAL_BYTES,
@@ -26,10 +24,10 @@ from protocol import (
     Watch,
     Watching,
 )
-from tests.unit.test_runs_core import RunSim, leased_run, model_intent, sim
+from tests.unit.test_runs_core import RunSim, leased_run, manual_sim, model_intent, model_requested, sim
 from tests.unit.test_tasks_core import aborted, error_code, expect, fresh_id, sent
 
-__all__ = ["sim"]  # the fixture
+__all__ = ["manual_sim", "sim"]  # the fixtures
 
 
 def piece(op: str, offset: int, text: str, attempt: int = 1) -> AppendPartial:
@@ -101,74 +99,62 @@ def next_turn(task_id: str) -> SetTaskState:
     return SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"phase": "turn", "turn": 2}))
 
 
-def test_a_failed_attempt_is_aborted_and_the_next_attempt_replaces_its_text(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "replace.db", clock="manual")
-    try:
-        run_id, task_id, worker = leased_run(sim)
-        op = fresh_id()
-        worker.ok(task_id, model_intent(run_id, op))
-        worker.ok(task_id, piece(op, 0, "first try"))
-        lease = worker.lease(task_id).lease
-        until_ms = sim.now_ms + 1_000
-        failed = worker.ok(
-            task_id,
-            FinishOperation(operation_id=op, status="failed", error="server_error: 502"),
-            SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
-        )
-        assert logged_partials(sim)[-1] == (failed.seq, 1, 9, "", "aborted")
-        assert stored(sim, operation_id=op) == [(1, 0, "first try", "aborted")]  # kept until the next attempt
-        # The aborted attempt takes no more pieces: its phase ended with the failure.
-        assert error_code(worker.commit(task_id, piece(op, 9, "more"), lease=lease)) == ErrorCode.STALE_LEASE
-        sim.request(sim.client, AdvanceClock(by_ms=1_000))
+def test_a_failed_attempt_is_aborted_and_the_next_attempt_replaces_its_text(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "first try"))
+    lease = worker.lease(task_id).lease
+    until_ms = sim.now_ms + 1_000
+    failed = worker.ok(
+        task_id,
+        FinishOperation(operation_id=op, status="failed", error="server_error: 502"),
+        SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
+    )
+    assert logged_partials(sim)[-1] == (failed.seq, 1, 9, "", "aborted")
+    assert stored(sim, operation_id=op) == [(1, 0, "first try", "aborted")]  # kept until the next attempt
+    # The aborted attempt takes no more pieces: its phase ended with the failure.
+    assert error_code(worker.commit(task_id, piece(op, 9, "more"), lease=lease)) == ErrorCode.STALE_LEASE
+    sim.request(sim.client, AdvanceClock(by_ms=1_000))
+    assert worker.holds(task_id)
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))
+    # A piece of attempt 1 is refused now: only the open attempt streams.
+    assert error_code(worker.commit(task_id, piece(op, 0, "x", attempt=1))) == ErrorCode.CONFLICT
+    second = worker.ok(task_id, piece(op, 0, "second", attempt=2))
+    assert logged_partials(sim)[-1] == (second.seq, 2, 0, "second", "streaming")
+    assert stored(sim, operation_id=op) == [(2, 0, "second", "streaming")]
+    assert sim.store.partial_text(op) == "second"
+
+
+def test_an_interrupted_stream_is_aborted_by_the_owner_and_deleted_past_the_last_attempt(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "cut me"))
+    head = sim.core.head_seq
+    worker.leave()  # the settling commit interrupts the operation: its stream is aborted there
+    assert sim.run(run_id).status == "retry_wait"
+    [(seq, attempt, offset, text, status)] = logged_partials(sim, head)
+    assert (attempt, offset, text, status) == (1, 6, "", "aborted") and seq > head
+    assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
+    # An owner restart meanwhile keeps it aborted (never streaming again, never an answer).
+    sim.restart()
+    assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
+    for attempt_number in (2, 3):
+        sim.request(sim.client, AdvanceClock(by_ms=2_000))
+        worker = sim.agent_worker()
         assert worker.holds(task_id)
-        worker.ok(task_id, model_intent(run_id, op, attempt=2))
-        # A piece of attempt 1 is refused now: only the open attempt streams.
-        assert error_code(worker.commit(task_id, piece(op, 0, "x", attempt=1))) == ErrorCode.CONFLICT
-        second = worker.ok(task_id, piece(op, 0, "second", attempt=2))
-        assert logged_partials(sim)[-1] == (second.seq, 2, 0, "second", "streaming")
-        assert stored(sim, operation_id=op) == [(2, 0, "second", "streaming")]
-        assert sim.store.partial_text(op) == "second"
-    finally:
-        sim.close()
-
-
-def test_an_interrupted_stream_is_aborted_by_the_owner_and_deleted_past_the_last_attempt(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "cut.db", clock="manual")
-    try:
-        run_id, task_id, worker = leased_run(sim)
-        op = fresh_id()
-        worker.ok(task_id, model_intent(run_id, op))
-        worker.ok(task_id, piece(op, 0, "cut me"))
-        head = sim.core.head_seq
-        worker.leave()  # the settling commit interrupts the operation: its stream is aborted there
-        assert sim.run(run_id).status == "retry_wait"
-        [(seq, attempt, offset, text, status)] = logged_partials(sim, head)
-        assert (attempt, offset, text, status) == (1, 6, "", "aborted") and seq > head
-        assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
-        # An owner restart meanwhile keeps it aborted (never streaming again, never an answer).
-        sim.restart()
-        assert stored(sim, operation_id=op) == [(1, 0, "cut me", "aborted")]
-        for attempt_number in (2, 3):
-            sim.request(sim.client, AdvanceClock(by_ms=2_000))
-            worker = sim.agent_worker()
-            assert worker.holds(task_id)
-            worker.ok(task_id, model_intent(run_id, op, attempt=attempt_number))
-            worker.ok(task_id, piece(op, 0, f"try {attempt_number}", attempt=attempt_number))
-            assert stored(sim, operation_id=op) == [(attempt_number, 0, f"try {attempt_number}", "streaming")]
-            worker.leave()
-        # Cut off at its last attempt: the run fails, the partial is aborted and its pieces deleted.
-        assert sim.run(run_id).status == "failed"
-        assert logged_partials(sim)[-1][1:] == (3, 5, "", "aborted")
-        assert stored(sim, operation_id=op) == [(3, 5, "", "aborted")]
-        assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
-    finally:
-        sim.close()
+        worker.ok(task_id, model_intent(run_id, op, attempt=attempt_number))
+        worker.ok(task_id, piece(op, 0, f"try {attempt_number}", attempt=attempt_number))
+        assert stored(sim, operation_id=op) == [(attempt_number, 0, f"try {attempt_number}", "streaming")]
+        worker.leave()
+    # Cut off at its last attempt: the run fails, the partial is aborted and its pieces deleted.
+    assert sim.run(run_id).status == "failed"
+    assert logged_partials(sim)[-1][1:] == (3, 5, "", "aborted")
+    assert stored(sim, operation_id=op) == [(3, 5, "", "aborted")]
+    assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
 
 
 def test_an_owner_restart_mid_stream_aborts_it_in_the_recovery_commit(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    _run_id, task_id, worker, op = model_requested(sim)
     worker.ok(task_id, piece(op, 0, "half"))
     head = sim.core.head_seq
     sim.restart()
@@ -177,9 +163,7 @@ def test_an_owner_restart_mid_stream_aborts_it_in_the_recovery_commit(sim: RunSi
 
 
 def test_a_cancelled_run_aborts_its_stream_and_deletes_the_pieces(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    run_id, task_id, worker, op = model_requested(sim)
     worker.ok(task_id, piece(op, 0, "never mind"))
     sim.request(sim.client, CancelRun(run_id=run_id))
     assert task_id in worker.cancelled
@@ -194,9 +178,7 @@ def test_a_cancelled_run_aborts_its_stream_and_deletes_the_pieces(sim: RunSim) -
 
 
 def test_a_stale_lease_is_refused_whole_and_stores_nothing(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    _run_id, task_id, worker, op = model_requested(sim)
     old = worker.lease(task_id).lease
     worker.leave()
     head = sim.core.head_seq
@@ -209,9 +191,7 @@ def test_a_stale_lease_is_refused_whole_and_stores_nothing(sim: RunSim) -> None:
 
 
 def test_bounds_refuse_the_piece_whole_and_keep_what_was_stored(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    _run_id, task_id, worker, op = model_requested(sim)
     big = "x" * MAX_PARTIAL_PIECE_BYTES
     offset = 0
     while offset + len(big) <= MAX_PARTIAL_BYTES:
@@ -230,9 +210,7 @@ def test_bounds_refuse_the_piece_whole_and_keep_what_was_stored(sim: RunSim) -> 
 
 
 def test_a_refused_commit_with_a_piece_changes_nothing_in_store_or_memory(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    run_id, task_id, worker, op = model_requested(sim)
     bad = FinishOperation(operation_id=fresh_id(), status="completed")  # no such operation: the commit is refused
     assert error_code(worker.commit(task_id, piece(op, 0, "lost"), bad)) == ErrorCode.NOT_FOUND
     assert stored(sim, operation_id=op) == [] and sim.core.partials.held_count == 0
@@ -251,9 +229,7 @@ def test_a_refused_commit_with_a_piece_changes_nothing_in_store_or_memory(sim: R
 def test_an_interruption_settled_with_an_admission_logs_the_operation_and_its_aborted_output(sim: RunSim) -> None:
     """Fix: a settling commit that also admitted a run dropped the records of the operations it interrupted from
     the log (they were stored, but no watch saw them, nor the partial output's abort)."""
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    _run_id, task_id, worker, op = model_requested(sim)
     worker.ok(task_id, piece(op, 0, "cut"))
     other = sim.agent_conversation()
     head = sim.core.head_seq
@@ -265,21 +241,16 @@ def test_an_interruption_settled_with_an_admission_logs_the_operation_and_its_ab
     assert any(isinstance(r, PartialRecord) and r.operation_id == op and r.status == "aborted" for r in logged)
 
 
-def test_a_retry_that_streams_no_text_still_ends_the_aborted_output_as_done(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "quiet-retry.db", clock="manual")
-    try:
-        run_id, task_id, worker = leased_run(sim)
-        op = fresh_id()
-        worker.ok(task_id, model_intent(run_id, op))
-        worker.ok(task_id, piece(op, 0, "half an answ"))
-        worker.leave()
-        sim.request(sim.client, AdvanceClock(by_ms=1_000))
-        worker = sim.agent_worker()
-        worker.ok(task_id, model_intent(run_id, op, attempt=2))
-        done = worker.ok(task_id, FinishOperation(operation_id=op, status="completed"), next_turn(task_id))
-        # Tool calls only this time: a done record of attempt 2 replaces attempt 1's aborted text for readers.
-        assert logged_partials(sim)[-1] == (done.seq, 2, 0, "", "done")
-        assert stored(sim, operation_id=op) == [(2, 0, "", "done")]
-        assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
-    finally:
-        sim.close()
+def test_a_retry_that_streams_no_text_still_ends_the_aborted_output_as_done(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "half an answ"))
+    worker.leave()
+    sim.request(sim.client, AdvanceClock(by_ms=1_000))
+    worker = sim.agent_worker()
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))
+    done = worker.ok(task_id, FinishOperation(operation_id=op, status="completed"), next_turn(task_id))
+    # Tool calls only this time: a done record of attempt 2 replaces attempt 1's aborted text for readers.
+    assert logged_partials(sim)[-1] == (done.seq, 2, 0, "", "done")
+    assert stored(sim, operation_id=op) == [(2, 0, "", "done")]
+    assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0

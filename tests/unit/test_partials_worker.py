@@ -21,11 +21,11 @@ from protocol import (
     Committed,
     ErrorCode,
     LeaseRef,
-    OperationRecord,
-    PartialRecord,
     UsageError,
     error_for_code,
 )
+from tests.unit._records import operation_record
+from tests.unit._records import partial_record as record
 
 LEASE = LeaseRef(task_id="t", epoch=3)
 
@@ -143,20 +143,6 @@ def test_partial_interval_ms_is_checked() -> None:
 # ------------------------------------------------------------------------------------------------ PartialText
 
 
-def record(offset: int, text: str, *, attempt: int = 1, status: str = "streaming", seq: int, op: str = "op") -> Any:
-    return PartialRecord(
-        operation_id=op,
-        run_id="r",
-        conversation_id="c",
-        attempt=attempt,
-        offset=offset,
-        text=text,
-        status=status,  # type: ignore[arg-type]
-        seq=seq,
-        created_at_ms=0,
-    )
-
-
 def test_partial_text_skips_what_it_holds_and_replaces_a_retried_attempt() -> None:
     reader = actors.PartialText()
     reader.feed(record(0, "Hel", seq=1))
@@ -192,25 +178,6 @@ def test_partial_text_started_mid_stream_or_past_a_gap_holds_from_there() -> Non
     assert reader.text("other") == "" and list(reader.outputs) == ["op", "other"]
 
 
-def model_operation(status: str, *, seq: int, attempt: int = 1, kind: str = "model") -> OperationRecord:
-    return OperationRecord(
-        operation_id="op",
-        run_id="r",
-        conversation_id="c",
-        task_id="t",
-        kind=kind,  # type: ignore[arg-type]
-        name="scripted",
-        version=1,
-        turn=1,
-        attempt=attempt,
-        digest="d",
-        status=status,  # type: ignore[arg-type]
-        seq=seq,
-        created_at_ms=0,
-        updated_at_ms=0,
-    )
-
-
 def test_partial_text_says_what_each_record_added() -> None:
     reader = actors.PartialText()
     [first] = reader.feed(record(0, "Hel", seq=1))
@@ -224,15 +191,15 @@ def test_partial_text_says_what_each_record_added() -> None:
 def test_partial_text_settles_from_the_operation_record_ordered_by_seq() -> None:
     reader = actors.PartialText()
     reader.feed(record(0, "abc", seq=5))
-    assert reader.settle(model_operation("failed", seq=4)) is None  # older than the text held
-    assert reader.settle(model_operation("started", seq=6)) is None
-    assert reader.settle(model_operation("failed", kind="tool", seq=6)) is None
-    cut = reader.settle(model_operation("failed", seq=6))
+    assert reader.settle(operation_record("failed", seq=4)) is None  # older than the text held
+    assert reader.settle(operation_record("started", seq=6)) is None
+    assert reader.settle(operation_record("failed", kind="tool", seq=6)) is None
+    cut = reader.settle(operation_record("failed", seq=6))
     assert cut is not None and (cut.status, cut.text, cut.seq) == ("aborted", "abc", 6)
     assert reader.feed(record(3, "", status="aborted", seq=6)) == []  # the record of the same commit
-    assert reader.settle(model_operation("interrupted", seq=7)) is None  # cut off already
+    assert reader.settle(operation_record("interrupted", seq=7)) is None  # cut off already
     reader.feed(record(0, "xyz", attempt=2, seq=8))
-    done = reader.settle(model_operation("completed", attempt=2, seq=9))
+    done = reader.settle(operation_record("completed", attempt=2, seq=9))
     assert done is not None and (done.status, done.text) == ("done", "xyz")
     assert reader.forget("op") == done and reader.outputs == {} and reader.forget("op") is None
 

@@ -145,6 +145,14 @@ def sim(tmp_path: Path) -> Iterator[RunSim]:
     opened.close()
 
 
+@pytest.fixture
+def manual_sim(tmp_path: Path) -> Iterator[RunSim]:
+    """A sim whose owner runs on the manual clock (time moves by ``AdvanceClock`` only)."""
+    opened = RunSim(tmp_path / "runs.db", clock="manual")
+    yield opened
+    opened.close()
+
+
 def finish(worker: Worker, run: RunRecord, text: str = "done") -> Committed:
     assert run.task_id is not None
     return worker.ok(run.task_id, completed(run.task_id, {"text": text}))
@@ -537,6 +545,14 @@ def leased_run(sim: RunSim) -> tuple[str, str, Worker]:
     return run_id, task_id, worker
 
 
+def model_requested(sim: RunSim) -> tuple[str, str, Worker, str]:
+    """A leased run whose first model request (attempt 1) is journaled: (run id, task id, worker, operation id)."""
+    run_id, task_id, worker = leased_run(sim)
+    operation_id = fresh_id()
+    worker.ok(task_id, model_intent(run_id, operation_id))
+    return run_id, task_id, worker, operation_id
+
+
 def with_tool(sim: RunSim, worker: Worker, task_id: str) -> tuple[str, Worker]:
     """The run task calls one tool: its tool task, leased to a tool worker."""
     tools = sim.worker(kinds=("tool:lookup",))
@@ -768,64 +784,54 @@ def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     assert stored is not None and stored.status == "interrupted"
 
 
-def test_a_cut_off_model_request_backs_off_durably_and_fails_past_its_last_attempt(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "retry.db", clock="manual")
-    try:
-        run_id, task_id, worker = leased_run(sim)
-        op = fresh_id()
-        worker.ok(task_id, model_intent(run_id, op))
-        worker.leave()
-        start_ms = sim.now_ms
-        task = sim.task(task_id)
-        assert (task.status, task.until_ms) == ("sleeping", start_ms + 1_000)
-        assert sim.run(run_id).status == "retry_wait"
-        stored = sim.store.operation(op)
-        assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 1)
-        # The deadline is on the owner's clock: it survives a restart of the core.
-        sim.restart()
-        assert sim.task(task_id).until_ms == start_ms + 1_000 and sim.run(run_id).status == "retry_wait"
-        worker = sim.agent_worker()
-        assert not worker.holds(task_id)
-        sim.request(sim.client, AdvanceClock(by_ms=999))
-        assert not worker.holds(task_id)
-        sim.request(sim.client, AdvanceClock(by_ms=1))
-        assert worker.holds(task_id) and sim.run(run_id).status == "running"
-        worker.ok(task_id, model_intent(run_id, op, attempt=2))
-        # An owner crash consumes an attempt too: 1_000 * 2 ms, within the 1_500 cap.
-        sim.restart()
-        assert sim.task(task_id).until_ms == sim.now_ms + 1_500
-        sim.request(sim.client, AdvanceClock(by_ms=1_500))
-        worker = sim.agent_worker()
-        worker.ok(task_id, model_intent(run_id, op, attempt=3))
-        worker.leave()
-        run = sim.run(run_id)
-        assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
-        outcome = sim.outcome(task_id)
-        assert (outcome.status, outcome.reason) == ("failed", "model_retries_exhausted")
-        assert outcome.error is not None and "3 of 3" in outcome.error
-    finally:
-        sim.close()
+def test_a_cut_off_model_request_backs_off_durably_and_fails_past_its_last_attempt(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.leave()
+    start_ms = sim.now_ms
+    task = sim.task(task_id)
+    assert (task.status, task.until_ms) == ("sleeping", start_ms + 1_000)
+    assert sim.run(run_id).status == "retry_wait"
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 1)
+    # The deadline is on the owner's clock: it survives a restart of the core.
+    sim.restart()
+    assert sim.task(task_id).until_ms == start_ms + 1_000 and sim.run(run_id).status == "retry_wait"
+    worker = sim.agent_worker()
+    assert not worker.holds(task_id)
+    sim.request(sim.client, AdvanceClock(by_ms=999))
+    assert not worker.holds(task_id)
+    sim.request(sim.client, AdvanceClock(by_ms=1))
+    assert worker.holds(task_id) and sim.run(run_id).status == "running"
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))
+    # An owner crash consumes an attempt too: 1_000 * 2 ms, within the 1_500 cap.
+    sim.restart()
+    assert sim.task(task_id).until_ms == sim.now_ms + 1_500
+    sim.request(sim.client, AdvanceClock(by_ms=1_500))
+    worker = sim.agent_worker()
+    worker.ok(task_id, model_intent(run_id, op, attempt=3))
+    worker.leave()
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("failed", "model_retries_exhausted")
+    outcome = sim.outcome(task_id)
+    assert (outcome.status, outcome.reason) == ("failed", "model_retries_exhausted")
+    assert outcome.error is not None and "3 of 3" in outcome.error
 
 
-def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_operation(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "worker-retry.db", clock="manual")
-    try:
-        run_id, task_id, worker = leased_run(sim)
-        op = fresh_id()
-        worker.ok(task_id, model_intent(run_id, op))
-        until_ms = sim.now_ms + retry_delay_ms(MODEL_RETRY, 1)
-        worker.ok(
-            task_id,
-            FinishOperation(operation_id=op, status="failed", error="rate limited", usage=usage(1)),
-            SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
-        )
-        assert sim.run(run_id).status == "retry_wait"
-        sim.request(sim.client, AdvanceClock(by_ms=until_ms - sim.now_ms))
-        assert worker.holds(task_id)
-        worker.ok(task_id, model_intent(run_id, op, attempt=2))
-        assert sim.store.operation(op) is not None
-    finally:
-        sim.close()
+def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_operation(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    until_ms = sim.now_ms + retry_delay_ms(MODEL_RETRY, 1)
+    worker.ok(
+        task_id,
+        FinishOperation(operation_id=op, status="failed", error="rate limited", usage=usage(1)),
+        SetTaskState(task_id=task_id, status="sleeping", until_ms=until_ms, checkpoint=JsonValue({"turn": 0})),
+    )
+    assert sim.run(run_id).status == "retry_wait"
+    sim.request(sim.client, AdvanceClock(by_ms=until_ms - sim.now_ms))
+    assert worker.holds(task_id)
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))
+    assert sim.store.operation(op) is not None
 
 
 def test_retry_delay_is_exponential_capped_and_deterministic() -> None:

@@ -17,11 +17,9 @@ from protocol import (
     CancelRun,
     Committed,
     CreateConversation,
-    CreateTask,
     Error,
     ErrorCode,
     FinishOperation,
-    JsonValue,
     ModelPrice,
     Ok,
     OperationReply,
@@ -35,13 +33,12 @@ from protocol import (
     RunUsage,
     SetBudget,
     SetPrices,
-    SetTaskState,
     UsageReply,
     UsageTotal,
     UsageTotalsReply,
 )
 from storage_owner.core._usage import cost_of
-from tests.unit.test_runs_core import RunSim, leased_run, model_intent, tool_intent
+from tests.unit.test_runs_core import RunSim, leased_run, model_intent, model_requested, tool_intent, with_tool
 from tests.unit.test_tasks_core import Worker, completed, ended, error_code, expect, fresh_id
 
 GPT = ModelPrice(model="scripted", input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
@@ -194,7 +191,7 @@ def test_usage_rolls_up_per_run_conversation_model_and_tree_once(sim: RunSim) ->
 def test_a_subagent_run_counts_toward_its_parent_task_tree(sim: RunSim) -> None:
     # A parent agent run whose tool task creates a conversation it owns (a subagent) and submits to it.
     parent_run, parent_task, worker = leased_run(sim)
-    tool_id, tools = _tool_task(sim, worker, parent_task)
+    tool_id, tools = with_tool(sim, worker, parent_task)
     sub_conversation = fresh_id()
     tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
     sub_run = sim.start_run(sub_conversation)
@@ -237,24 +234,10 @@ def test_usage_totals_are_read_in_pages(sim: RunSim) -> None:
 
 
 def test_a_reported_usage_that_no_provider_reports_is_refused(sim: RunSim) -> None:
-    run_id, task_id, worker = leased_run(sim)
-    op = fresh_id()
-    worker.ok(task_id, model_intent(run_id, op))
+    run_id, task_id, worker, op = model_requested(sim)
     bad = FinishOperation(operation_id=op, status="completed", usage=tokens(-1, 5))
     assert error_code(worker.commit(task_id, bad)) == ErrorCode.INVALID
     assert sim.run(run_id).usage == RunUsage()
-
-
-def _tool_task(sim: RunSim, worker: Worker, task_id: str) -> tuple[str, Worker]:
-    tools = sim.worker(kinds=("tool:lookup",))
-    tool_id = fresh_id()
-    worker.ok(
-        task_id,
-        CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
-        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
-    )
-    assert tools.holds(tool_id)
-    return tool_id, tools
 
 
 # ------------------------------------------------------------------------------------------------ budgets
@@ -286,7 +269,7 @@ def test_a_model_request_past_the_conversation_budget_fails_the_run_before_its_i
 
 def test_a_tree_budget_is_kept_under_its_root_and_stops_a_subagent(sim: RunSim) -> None:
     parent_run, parent_task, worker = leased_run(sim)
-    tool_id, tools = _tool_task(sim, worker, parent_task)
+    tool_id, tools = with_tool(sim, worker, parent_task)
     expect(set_prices(sim, GPT), PricesReply)
     reply = sim.request(sim.client, SetBudget(scope="tree", key=tool_id, max_cost=1.0))
     assert expect(reply, BudgetReply).key == parent_task  # any task of the tree names the root's budget
@@ -366,7 +349,7 @@ def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, mo
     monkeypatch.setattr("storage_owner.core._usage.MAX_CACHED_ROOTS", 2)
     accounting = sim.core.runs.accounting
     _, parent_task, worker = leased_run(sim)
-    tool_id, tools = _tool_task(sim, worker, parent_task)
+    tool_id, tools = with_tool(sim, worker, parent_task)
     sub_conversation = fresh_id()
     tools.ok(tool_id, CreateConversation(conversation_id=sub_conversation, owner_task_id=tool_id, agent="support"))
     sub_task = sim.run(sim.start_run(sub_conversation)).task_id
@@ -378,7 +361,7 @@ def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, mo
 
 def test_a_model_request_past_budget_under_a_lease_the_owner_cannot_end_is_only_refused(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
-    tool_id, tools = _tool_task(sim, worker, task_id)
+    tool_id, tools = with_tool(sim, worker, task_id)
     conversation_id = sim.run(run_id).conversation_id
     expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_tokens=0)), BudgetReply)
     head = sim.core.head_seq

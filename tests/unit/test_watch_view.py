@@ -16,7 +16,6 @@ from protocol import (
     InteractionAnswer,
     InteractionRecord,
     JsonValue,
-    OperationRecord,
     PartialRecord,
     RunRecord,
     TaskOutcome,
@@ -25,6 +24,7 @@ from protocol import (
 from runtime._watch import json_line
 from runtime._watch_render import render
 from runtime._watch_view import MAX_ENTRIES_PER_CONVERSATION, MAX_PARTIAL_CHARS, MAX_STREAMS, WatchView
+from tests.unit._records import operation_record, partial_record
 
 CONVERSATION = "c0000000-0000-7000-8000-000000000001"
 RUN = "r0000000-0000-7000-8000-000000000001"
@@ -35,37 +35,24 @@ MODEL_OP = "m0000000-0000-7000-8000-000000000001"
 def piece(
     offset: int, text: str, *, attempt: int = 1, status: str = "streaming", seq: int = 10, op: str = MODEL_OP
 ) -> Any:
-    return PartialRecord(
-        operation_id=op,
-        run_id=RUN,
-        conversation_id=CONVERSATION,
-        attempt=attempt,
-        offset=offset,
-        text=text,
-        status=status,  # type: ignore[arg-type]
-        seq=seq,
-        created_at_ms=0,
+    return partial_record(
+        offset, text, seq=seq, attempt=attempt, status=status, op=op, run_id=RUN, conversation_id=CONVERSATION
     )
 
 
 def operation(
     status: str, *, kind: str = "model", attempt: int = 1, op: str = MODEL_OP, name: str = "scripted", seq: int = 1
 ) -> Any:
-    return OperationRecord(
-        operation_id=op,
+    return operation_record(
+        status,
+        seq=seq,
+        attempt=attempt,
+        kind=kind,
+        name=name,
+        op=op,
         run_id=RUN,
         conversation_id=CONVERSATION,
         task_id=TASK,
-        kind=kind,  # type: ignore[arg-type]
-        name=name,
-        version=1,
-        turn=1,
-        attempt=attempt,
-        digest="d",
-        status=status,  # type: ignore[arg-type]
-        seq=seq,
-        created_at_ms=0,
-        updated_at_ms=0,
     )
 
 

@@ -1,0 +1,17 @@
+"""The agent layer's names on records, which the owner, the workers and the readers all match: the kind prefixes of a
+run's task and of a tool call's task, and the kinds of a run's transcript entries. Defined once, here."""
+
+from __future__ import annotations
+
+from typing import Final
+
+AGENT_TASK_PREFIX: Final = "agent:"
+"""A run's task has kind ``agent:<agent name>``."""
+TOOL_TASK_PREFIX: Final = "tool:"
+"""A tool call's task has kind ``tool:<tool name>``."""
+USER_ENTRY: Final = "tether.user"
+"""The entry of a run's input (written by the owner when the run is admitted)."""
+ASSISTANT_ENTRY: Final = "tether.assistant"
+"""The entry of a model turn: its text and tool calls."""
+TOOL_RESULT_ENTRY: Final = "tether.tool_result"
+"""The entry of a tool call's result."""

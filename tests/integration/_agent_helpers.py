@@ -1,0 +1,92 @@
+"""What the agent tests against real processes share (tests/integration/test_agents.py, test_partials.py,
+tests/faults/test_run_owner_kills.py, test_run_worker_kills.py, test_partials_faults.py): the tools' ledger and gate,
+an app served in this process or by a ``tether worker`` process (reaped), a run started, a run's status awaited.
+
+The waits poll another process's state: bound each test with ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+
+import actors
+from protocol import new_id
+from runtime import stop_gracefully, tether_command
+from tests.integration._up_helpers import CHILD_ENV, ROOT
+
+POLL_S: Final = 0.02
+AGENT_APPS: Final = "tests.integration._agent_apps"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tools' execution ledger (``TETHER_TEST_LEDGER``) and their gate file (``TETHER_TEST_GATE``, absent:
+    a gated handler blocks until the test creates it), both in the test's temporary folder."""
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("TETHER_TEST_LEDGER", str(path))
+    monkeypatch.setenv("TETHER_TEST_GATE", str(tmp_path / "gate"))
+    return path
+
+
+@contextlib.asynccontextmanager
+async def served(db: str, app: actors.App, *, name: str) -> AsyncIterator[None]:
+    """``app`` served in this process by worker ``name`` for the duration of the block (it outlives owner
+    restarts: the worker reconnects)."""
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def run(*, task_status: trio.TaskStatus[Any]) -> None:
+            with scope:
+                await actors.serve(app, db=db, name=name, task_status=task_status)
+
+        await nursery.start(run)
+        try:
+            yield
+        finally:
+            scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIterator[actors.Client]:
+    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
+    async with actors.connect(db) as client, served(db, app, name=name):
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def worker_process(
+    db: str, attribute: str, ledger: Path, *, module: str = AGENT_APPS
+) -> AsyncIterator[trio.Process]:
+    """``tether worker --app MODULE:ATTRIBUTE``, with the test's ledger and gate; reaped."""
+    command = tether_command("worker", "--db", db, "--app", f"{module}:{attribute}")
+    env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        await stop_gracefully(process)
+
+
+async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
+    """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
+    conversation_id = await client.create_conversation(agent="support")
+    submission = await client.submit(conversation_id, kind="input", payload=text, request_id=new_id())
+    assert submission.run_id is not None
+    return conversation_id, submission.run_id
+
+
+async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.RunRecord:
+    """The run's record once its status is one of ``statuses`` (polled)."""
+    while True:
+        run = await client.run(run_id)
+        if run.status in statuses:
+            return run
+        await trio.sleep(POLL_S)
