@@ -32,7 +32,7 @@ from protocol import EntryRecord
 from tests.conftest import OwnerProcess
 from tests.faults._run_apps import streaming_app, tool_app
 from tests.integration._agent_apps import read_ledger
-from tests.integration._agent_helpers import ledger, run_in, served, start_run
+from tests.integration._agent_helpers import lease_holder, ledger, run_in, served, start_run
 
 __all__ = ["ledger"]  # the fixture
 
@@ -256,7 +256,9 @@ async def test_the_stored_policy_wins_over_a_new_registration_after_an_owner_kil
                 if stored == "manual":
                     run = await run_in(client, run_id, "needs_attention")
                     assert (run.reason, run.operation_id) == ("tool_interrupted", first["operation_id"])
-                    await trio.sleep(0.3)  # a worker registered as safe is attached: it must not run it
+                    # a worker registering the tool as safe is attached (its announcement committed): not leased to it
+                    [tool_task] = [op.task_id for op in await client.operations(run_id) if op.kind == "tool"]
+                    assert await lease_holder(client, tool_task) is None
                     assert executions(ledger) == [first]
                     await client.resolve(first["operation_id"], {"order": "A1", "status": "by hand"})
                 run = await client.wait_for_run(run_id)

@@ -90,3 +90,13 @@ async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.R
         if run.status in statuses:
             return run
         await trio.sleep(POLL_S)
+
+
+async def lease_holder(client: actors.Client, task_id: str) -> str | None:
+    """The name of the worker holding ``task_id``'s lease, or None (also for a task no longer live).
+
+    Read right after a worker attached (``served``/``serving`` return once its announcement is committed), it shows
+    what that arrival did: the owner grants the leases an announcement allows in the batch that commits it, so a test
+    proves that a task was not handed to the new worker without sleeping in real time."""
+    node = (await client.task_graph()).nodes.get(task_id)
+    return None if node is None else node.leased_to

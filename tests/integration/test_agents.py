@@ -22,7 +22,7 @@ from runtime import _runs as runs_cli
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import ONE_CALL, build, read_ledger
-from tests.integration._agent_helpers import POLL_S, ledger, run_in, serving, start_run, worker_process
+from tests.integration._agent_helpers import POLL_S, lease_holder, ledger, run_in, serving, start_run, worker_process
 
 __all__ = ["ledger"]  # the fixture
 
@@ -324,7 +324,8 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
                 assert (tool_op.status, tool_op.attempt) == ("interrupted", 1)
             async with serving(owner.db, getattr(_agent_apps, policy), name="second"):
                 if policy == "manual":
-                    await trio.sleep(0.2)
+                    # the second worker is attached (its announcement committed): the call is not handed to it
+                    assert await lease_holder(client, tool_op.task_id) is None
                     assert (await client.run(run_id)).status == "needs_attention"  # never run again by itself
                     output = {"order": "A1", "status": "checked by hand"}
                     resolved = await client.resolve(first["operation_id"], output, resolved_by="ops")
