@@ -429,12 +429,22 @@ class Client:
         submitted (exactly for one process's submissions, whose UUIDv7 ids strictly increase; to the millisecond
         across processes)."""
 
+        return [run async for run in self.iter_runs(conversation_id=conversation_id, status=status)]
+
+    async def iter_runs(
+        self, *, conversation_id: str | None = None, status: str | None = None
+    ) -> AsyncIterator[RunRecord]:
+        """The runs of :meth:`runs`, in the same order, read a page at a time as the loop asks for them: memory for
+        one page however many runs there are (``tether usage --conversation`` counts the runs it does not show)."""
+
         async def page(after: str | None) -> tuple[Sequence[RunRecord], str | None]:
             request = ReadRuns(conversation_id=conversation_id, status=status, after_run_id=after, limit=RUNS_PAGE)
             reply = await self.connection.call(request, RunsReply)
             return reply.runs, reply.next_after_run_id
 
-        return await _read_pages(page, "read_runs")
+        async for records in _pages(page, "read_runs"):
+            for run in records:
+                yield run
 
     async def operations(self, run_id: str) -> list[OperationRecord]:
         """The run's operation journal (model calls and tool calls, their intents and results), oldest first."""
@@ -779,13 +789,19 @@ async def _read_pages(
     (``None``: that was the last page), starting from ``None``. The owner's cursors only move forward (the pages
     are in key order); one that does not is the owner's error, raised as :class:`ProtocolError` rather than read
     again forever. A checkpoint (each page is a call)."""
-    result: list[_T] = []
+    return [record async for page in _pages(read_page, what) for record in page]
+
+
+async def _pages(
+    read_page: Callable[[_C | None], Awaitable[tuple[Sequence[_T], _C | None]]], what: str
+) -> AsyncIterator[Sequence[_T]]:
+    """The pages of :func:`_read_pages`, one at a time, each read when the previous one was taken."""
     after: _C | None = None
     while True:
         page, next_after = await read_page(after)
-        result.extend(page)
+        yield page
         if next_after is None:
-            return result
+            return
         if after is not None and next_after <= after:
             raise ProtocolError(f"{what} after {after!r} answered a page ending at {next_after!r}")
         after = next_after

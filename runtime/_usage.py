@@ -34,10 +34,10 @@ def add_usage_commands(commands: Any) -> None:
         help="token usage and cost per model, conversation, run and task tree",
         description=(
             "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price, "
-            "'>= X' when some tokens had none) and the budgets set on them. Without a filter: every model and every "
-            "conversation. With --conversation: that conversation, each of its runs, and the task tree it belongs to "
-            "if a task owns it (a subagent's). With --run: the run, its conversation and its task tree (a "
-            "subagent's usage counts toward the tree of the task above it). Asks the running owner."
+            "'>= X' when some tokens had none) and the budgets set on them. Without a filter: the first --limit "
+            "models and conversations. With --conversation: that conversation, its first --limit runs, and the task "
+            "tree it belongs to if a task owns it (a subagent's). With --run: the run, its conversation and its task "
+            "tree (a subagent's usage counts toward the tree of the task above it). Asks the running owner."
         ),
     )
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -49,8 +49,8 @@ def add_usage_commands(commands: Any) -> None:
         type=positive,
         default=DEFAULT_LIMIT,
         metavar="N",
-        help=f"without a filter: the first N models and N conversations, by key (default {DEFAULT_LIMIT}); "
-        "how many more there are is said",
+        help=f"without a filter: the first N models and N conversations, by key; with --conversation: its first N "
+        f"runs, in submission order (default {DEFAULT_LIMIT}); how many more there are is said",
     )
     usage.add_argument(
         "--json",
@@ -189,8 +189,13 @@ async def read_usage(
             return rows, left_out
         rows += _rows("conversation", *await client.usage_totals("conversation", conversation_id))
         if run_id is None:
-            for run in await client.runs(conversation_id=conversation_id):
-                rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
+            shown = 0
+            async for run in client.iter_runs(conversation_id=conversation_id):  # one page held at a time
+                if shown < limit:
+                    rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
+                    shown += 1
+                else:
+                    left_out["run"] = left_out.get("run", 0) + 1
             owner = (await client.conversation(conversation_id)).owner_task_id
             tree_of = owner
         else:

@@ -228,3 +228,30 @@ async def test_usage_without_a_filter_shows_up_to_limit_totals_a_scope_and_how_m
         assert len(everything["totals"]) == 4 and everything["not_shown"] == {"model": 0, "conversation": 0}
         refused = await run_tether("usage", "--db", db, "--limit", "0")
         assert refused.returncode == 2
+
+
+async def test_usage_of_a_conversation_shows_its_first_limit_runs_and_how_many_more(
+    manual_owner: OwnerProcess,
+) -> None:
+    db = manual_owner.db
+    model = CountingModel([actors.ScriptedTurn(text="ok", usage=TURN_USAGE) for _ in range(3)])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app_with(model)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            run_ids = []
+            for n in range(3):
+                submission = await client.submit(conversation_id, kind="input", payload="hi", request_id=f"r-{n}")
+                assert submission.run_id is not None
+                assert (await client.wait_for_run(submission.run_id)).status == "completed"
+                run_ids.append(submission.run_id)
+            assert [run.run_id async for run in client.iter_runs(conversation_id=conversation_id)] == run_ids
+        shown = await tether_json("usage", "--db", db, "--conversation", conversation_id, "--limit", "2")
+        assert [r["key"] for r in shown["totals"] if r["scope"] == "run"] == run_ids[:2]
+        assert row(shown, "conversation", conversation_id)["input_tokens"] == 3 * TURN_USAGE.input_tokens
+        assert shown["not_shown"] == {"run": 1}
+        table = await run_tether("usage", "--db", db, "--conversation", conversation_id, "--limit", "2")
+        assert table.returncode == 0, table.stderr
+        assert nonblank_lines(table.stdout)[-1].startswith("1 more run totals not shown")
+        everything = await tether_json("usage", "--db", db, "--conversation", conversation_id)
+        assert [r["key"] for r in everything["totals"] if r["scope"] == "run"] == run_ids
+        assert everything["not_shown"] == {}
