@@ -428,7 +428,6 @@ class Client:
         """Every run (of one conversation and/or in one status when given), in run id order: the order they were
         submitted (exactly for one process's submissions, whose UUIDv7 ids strictly increase; to the millisecond
         across processes)."""
-
         return [run async for run in self.iter_runs(conversation_id=conversation_id, status=status)]
 
     async def iter_runs(
