@@ -3,6 +3,8 @@
 ``actors`` never imports ``storage_owner``; both speak only through ``protocol``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from protocol import (
     Budget,
     BudgetExceeded,
@@ -72,13 +74,26 @@ from ._models import (
     UserMessage,
     assemble,
 )
-from ._openai import OpenAIChat
 from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._runs import tool_operation_id
 from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
 from ._watch import WatchStream
 from ._worker import serve
+
+if TYPE_CHECKING:
+    from ._openai import OpenAIChat
+
+
+def __getattr__(name: str) -> Any:
+    """``OpenAIChat`` is imported on first use: it loads httpx, which every process importing ``actors`` (each
+    ``tether`` command, every worker) would otherwise pay for at start, whether it talks to a model server or not."""
+    if name == "OpenAIChat":
+        from ._openai import OpenAIChat
+
+        return OpenAIChat
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AgentDefinition",

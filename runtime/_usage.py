@@ -6,15 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
 
 from ._args import amount, count, positive
-from ._runs import check_db, connect
+
+if TYPE_CHECKING:
+    import actors
 
 PRICE_FILE_KEYS: Final = {
     "input": "input_per_mtok",
@@ -112,8 +115,19 @@ def add_usage_commands(commands: Any) -> None:
     budget.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _connect(db: str, name: str) -> AbstractAsyncContextManager[actors.Client]:
+    """A client of the owner of ``db`` (``runtime._runs.connect``). ``_runs`` and the client are imported here, not
+    at the top: ``tether`` builds its parser with :func:`add_usage_commands` for every command, ``tether owner``
+    included, which must not pay for loading the client (httpx, jsonschema)."""
+    from ._runs import connect
+
+    return connect(db, name)
+
+
 def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> None:
     """Run ``tether usage``, ``prices`` or ``budget`` (parsed ``args``); ``say`` prints."""
+    from ._runs import check_db
+
     db = check_db(args.db)
     if args.command == "usage":
         found = partial(read_usage, db, conversation_id=args.conversation, run_id=args.run, limit=args.limit)
@@ -174,7 +188,7 @@ async def read_usage(
 ) -> tuple[list[Row], dict[str, int]]:
     """The rows ``tether usage`` prints (see its ``--help``), and, without a filter, how many totals of each scope
     ``limit`` left out."""
-    async with connect(db, "tether-usage") as client:
+    async with _connect(db, "tether-usage") as client:
         rows: list[Row] = []
         left_out: dict[str, int] = {}
         if run_id is not None:
@@ -294,7 +308,7 @@ def read_price_file(path: str) -> list[ModelPrice]:
 
 
 async def change_prices(db: str, args: argparse.Namespace) -> list[ModelPrice]:
-    async with connect(db, "tether-prices") as client:
+    async with _connect(db, "tether-prices") as client:
         if args.action == "set":
             price = ModelPrice(
                 model=args.model,
@@ -347,7 +361,7 @@ def format_prices(table: list[ModelPrice]) -> str:
 
 async def change_budget(db: str, args: argparse.Namespace) -> list[Row]:
     """Set or clear the budget when asked, then read it back with the usage it bounds."""
-    async with connect(db, "tether-budget") as client:
+    async with _connect(db, "tether-budget") as client:
         if args.clear or args.max_tokens is not None or args.max_cost is not None:
             await client.set_budget(
                 conversation_id=args.conversation,

@@ -43,3 +43,14 @@ def test_actors_sources_import_nothing_from_storage_owner() -> None:
 def test_importing_protocol_leaves_its_io_module_alone() -> None:
     # protocol.io imports trio and trio_websocket; the sans-IO core imports protocol.
     assert _loaded_after("import protocol", "protocol.io") == []
+
+
+def test_importing_actors_leaves_httpx_until_openai_chat_is_used() -> None:
+    # Every worker and every tether command imports actors; only a model server's client needs httpx.
+    assert _loaded_after("import actors", "httpx") == []
+    assert _loaded_after("import actors; actors.OpenAIChat", "httpx") != []
+
+
+def test_building_the_tether_parser_loads_no_client() -> None:
+    # `tether owner` builds the whole parser (every command's) before it runs; the client is for the other commands.
+    assert _loaded_after("import runtime; runtime.build_parser()", "actors") == []
