@@ -93,10 +93,12 @@ async def run_in(client: actors.Client, run_id: str, *statuses: str) -> actors.R
 
 
 async def lease_holder(client: actors.Client, task_id: str) -> str | None:
-    """The name of the worker holding ``task_id``'s lease, or None (also for a task no longer live).
+    """The name of the worker holding the lease of the live task ``task_id``, or None (a task no longer live fails
+    the test: it could not be handed to anyone, so a check on it would prove nothing).
 
     Read right after a worker attached (``served``/``serving`` return once its announcement is committed), it shows
     what that arrival did: the owner grants the leases an announcement allows in the batch that commits it, so a test
     proves that a task was not handed to the new worker without sleeping in real time."""
     node = (await client.task_graph()).nodes.get(task_id)
-    return None if node is None else node.leased_to
+    assert node is not None, f"task {task_id} is not live"
+    return node.leased_to
