@@ -146,3 +146,22 @@ async def test_entries_read_backwards_follow_a_decreasing_cursor() -> None:
 
     owner = PagedOwner(entries)
     assert cast(list[int], await client_of(owner).entries("c-1", order="desc")) == [10, 6, 2]
+
+
+async def test_iter_runs_reads_a_page_only_when_the_loop_reaches_it() -> None:
+    # Its memory is one page however many runs there are: the next page is asked for once the last one is taken.
+    pages: dict[Any, tuple[tuple[str, ...], Any]] = {None: (("a", "b"), "b"), "b": (("c",), None)}
+
+    def runs(request: ReadRuns) -> RunsReply:
+        records, after = pages[request.after_run_id]
+        return RunsReply(runs=cast(Any, records), next_after_run_id=after)
+
+    owner = PagedOwner(runs)
+    seen: list[tuple[str, int]] = []
+    async for run in client_of(owner).iter_runs(conversation_id="c-1"):
+        seen.append((cast(str, run), len(owner.requests)))
+    assert seen == [("a", 1), ("b", 1), ("c", 2)]
+    assert [(request.conversation_id, request.after_run_id) for request in owner.requests] == [
+        ("c-1", None),
+        ("c-1", "b"),
+    ]
