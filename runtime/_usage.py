@@ -203,13 +203,13 @@ async def read_usage(
             return rows, left_out
         rows += _rows("conversation", *await client.usage_totals("conversation", conversation_id))
         if run_id is None:
-            shown = 0
+            runs = 0
             async for run in client.iter_runs(conversation_id=conversation_id):  # one page held at a time
-                if shown < limit:
+                if runs < limit:
                     rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
-                    shown += 1
-                else:
-                    left_out["run"] = left_out.get("run", 0) + 1
+                runs += 1
+            if runs > limit:
+                left_out["run"] = runs - limit
             owner = (await client.conversation(conversation_id)).owner_task_id
             tree_of = owner
         else:
