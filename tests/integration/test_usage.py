@@ -4,7 +4,6 @@ its budget ends ``failed`` (``budget_exceeded``) without the model being called 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import trio
 
 import actors
 from tests.conftest import OwnerProcess
+from tests.integration._agent_helpers import serving
 from tests.integration._up_helpers import nonblank_lines, run_tether
 
 TIMEOUT_S: Final = 60
@@ -63,20 +63,12 @@ def script() -> list[actors.ScriptedTurn]:
     ]
 
 
-@contextlib.asynccontextmanager
-async def serving(db: str, app: actors.App) -> AsyncIterator[actors.Client]:
-    async with actors.connect(db) as client, trio.open_nursery() as nursery:
-        scope = trio.CancelScope()
-
-        async def run(*, task_status: trio.TaskStatus[actors.Client]) -> None:
-            with scope:
-                await actors.serve(app, db=db, name="usage-worker", task_status=task_status)
-
-        await nursery.start(run)
-        try:
-            yield client
-        finally:
-            scope.cancel()
+async def completed_run(client: actors.Client, conversation_id: str, request_id: str) -> str:
+    """Submit ``hi`` to the conversation and wait until its run completed: the run's id."""
+    submission = await client.submit(conversation_id, kind="input", payload="hi", request_id=request_id)
+    assert submission.run_id is not None
+    assert (await client.wait_for_run(submission.run_id)).status == "completed"
+    return submission.run_id
 
 
 async def tether_json(*args: str) -> Any:
@@ -206,9 +198,7 @@ async def test_usage_without_a_filter_shows_up_to_limit_totals_a_scope_and_how_m
             conversations = []
             for n in range(3):
                 conversation_id = await client.create_conversation(agent="support")
-                submission = await client.submit(conversation_id, kind="input", payload="hi", request_id=f"r-{n}")
-                assert submission.run_id is not None
-                assert (await client.wait_for_run(submission.run_id)).status == "completed"
+                await completed_run(client, conversation_id, f"r-{n}")
                 conversations.append(conversation_id)
             # The client reads the first N (and says how many there are), not every total.
             totals, _, count = await client.usage_listing("conversation", limit=2)
@@ -238,12 +228,7 @@ async def test_usage_of_a_conversation_shows_its_first_limit_runs_and_how_many_m
     with trio.fail_after(TIMEOUT_S):
         async with serving(db, app_with(model)) as client:
             conversation_id = await client.create_conversation(agent="support")
-            run_ids = []
-            for n in range(3):
-                submission = await client.submit(conversation_id, kind="input", payload="hi", request_id=f"r-{n}")
-                assert submission.run_id is not None
-                assert (await client.wait_for_run(submission.run_id)).status == "completed"
-                run_ids.append(submission.run_id)
+            run_ids = [await completed_run(client, conversation_id, f"r-{n}") for n in range(3)]
             assert [run.run_id async for run in client.iter_runs(conversation_id=conversation_id)] == run_ids
         shown = await tether_json("usage", "--db", db, "--conversation", conversation_id, "--limit", "2")
         assert [r["key"] for r in shown["totals"] if r["scope"] == "run"] == run_ids[:2]
