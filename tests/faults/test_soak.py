@@ -276,6 +276,13 @@ async def _soak(db_path: str, tmp_path: Path, rng: random.Random) -> None:
                     trees_done = [await client.wait_for_task(task_id) for task_id in sorted(load.trees)]
                     await client.wait_for_task(short_nap)
                     runs_done = [await client.wait_for_run(run_id) for run_id in sorted(load.runs.values())]
+                    # A worker restarted by the last kill may still be starting (its SIGTERM handler not yet set): it
+                    # is whole again once it has announced, and only then is it stopped.
+                    names = {f"soak-{slot}" for slot in range(WORKERS)}
+                    while True:
+                        if names <= {peer.peer_name for peer in await client.peers() if peer.announced}:
+                            break
+                        await trio.sleep(0.02)
                 wal_samples.append(file_size(db_path + "-wal"))
                 db_bytes = file_size(db_path)
             assert await workers.close() == [0] * WORKERS
