@@ -152,6 +152,10 @@ class Connection:
         """Receives the leases and cancellations the owner pushes to a worker."""
         self.on_connection_lost: Callable[[], None] | None = None
         """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
+        self.on_attempt: Callable[[TetherError | None, float], None] | None = None
+        """Called after each failed attempt to reach the owner (the first connection waiting for it, or a
+        reconnection) with why and the back-off before the next, and with ``(None, 0.0)`` once an attempt that
+        followed failures succeeded: how a worker logs its retries."""
 
     # ------------------------------------------------------------------------------ the surface it offers
 
@@ -313,14 +317,25 @@ class Connection:
         """The first connection: tried once, or again with back-off for ``wait_s`` while no owner answers."""
         deadline = trio.current_time() + wait_s
         backoff = BACKOFF_INITIAL_S
+        failed = False
         while True:
             try:
-                return await self._open(nursery)
-            except OwnerUnavailable:
+                ws = await self._open(nursery)
+            except OwnerUnavailable as exc:
                 if trio.current_time() + backoff > deadline:
                     raise
+                failed = True
+                self._attempted(exc, backoff)
+            else:
+                if failed:
+                    self._attempted(None, 0.0)
+                return ws
             await trio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _attempted(self, error: TetherError | None, backoff_s: float) -> None:
+        if self.on_attempt is not None:
+            self.on_attempt(error, backoff_s)
 
     async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
         """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
@@ -351,10 +366,13 @@ class Connection:
                     self._failure = exc
                     self._connected.set()
                     return
-                except (OwnerUnavailable, ProtocolError):
+                except (OwnerUnavailable, ProtocolError) as exc:
+                    self._attempted(exc, backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                     attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
                     continue
+                if backoff > BACKOFF_INITIAL_S:  # it followed failed attempts
+                    self._attempted(None, 0.0)
                 backoff = BACKOFF_INITIAL_S
                 attempt_timeout_s = RECONNECT_ATTEMPT_TIMEOUT_S
                 self.reconnects += 1
@@ -517,9 +535,10 @@ async def open_connection(
     wait_for_owner_s: float,
     ca: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    on_attempt: Callable[[TetherError | None, float], None] | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect (see :func:`actors.connect` for the arguments and errors), serve and reconnect in the background
-    until the block exits, then close."""
+    until the block exits, then close. ``on_attempt``: see :attr:`Connection.on_attempt`."""
     connection = Connection(
         db=db,
         url=url,
@@ -531,6 +550,7 @@ async def open_connection(
         ca=ca,
         ssl_context=ssl_context,
     )
+    connection.on_attempt = on_attempt
     try:
         async with trio.open_nursery() as nursery:
             connection._nursery = nursery

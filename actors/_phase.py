@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 import trio
@@ -119,7 +119,15 @@ class Phase:
     :meth:`aborted` in an abort handler), alone or with other writes in :meth:`commit`.
     """
 
-    def __init__(self, client: Client, lease: Lease, checkpoint: Any, version: int) -> None:
+    def __init__(
+        self,
+        client: Client,
+        lease: Lease,
+        checkpoint: Any,
+        version: int,
+        *,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.client = client
         """The worker's connection, for reads (entries, documents, other tasks)."""
         self.task_id = lease.lease.task_id
@@ -140,6 +148,15 @@ class Phase:
         self._received_s = trio.current_time()
         self.ended = False
         """Whether this run committed its task's next state."""
+        self._stopping = stopping
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker running this phase is stopping (it drains: it lets the phases it runs finish, for at
+        most its drain timeout, and takes no new lease). A phase about to start a long step it could as well start
+        in its next run may commit a checkpoint instead and end: the task goes on from it under another worker (or
+        this one once it is back). The run loop does so between a turn's tool results and its next model request."""
+        return self._stopping()
 
     @property
     def phase(self) -> str | None:

@@ -533,6 +533,12 @@ class AgentRun:
         turn = int(rt.checkpoint["turn"])
         async with rt.commit() as tx:
             entries = await self._missing_results(rt, tx, cancelled=False)
+            if rt.stopping:
+                # The worker drains: the next model request is the next run's of phase ``turn`` (another worker's,
+                # or this one's once back), not a stream this stop would wait for.
+                tx.advance({"phase": "turn", "turn": turn + 1})
+        if rt.ended:
+            return
         await self._turn(rt, turn + 1, None if tx.writes else entries)
 
     async def abort(self, rt: Phase) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import socket
+import threading
 import traceback
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, Final
 
 import attrs
 import trio
@@ -27,22 +30,29 @@ from protocol import (
     RequestFailed,
     StaleLease,
     TetherError,
+    UsageError,
     collapse_group,
 )
 from protocol.io import log_stderr
 
 from ._app import App, TaskDefinition
-from ._client import Client, connect
+from ._client import Client, check_target, connect
 from ._phase import Phase
 from ._runs import run_definition
 
 MAX_ERROR_CHARS: Final = 4000
 RELEASE_TIMEOUT_S: Final = 10.0
+DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+"""How long a stopping worker lets the phases it runs finish before it cuts off what still runs (``tether worker
+--drain-timeout``, ``tether up --drain-timeout``, ``serve(drain_timeout_s=)``)."""
+RETRY_LOG_INTERVAL_S: Final = 10.0
+"""While a worker cannot reach its owner, at most one log line per this many seconds says so."""
 
 
 @attrs.define(eq=False)
 class _Running:
     lease: LeaseRef
+    kind: str
     scope: trio.CancelScope
     lost: bool = False
     """The connection that held the lease ended: the owner has cut it off, there is nothing to release."""
@@ -51,15 +61,56 @@ class _Running:
 class Worker:
     """Runs leased phases of one app, each in its own cancel scope in one nursery."""
 
-    def __init__(self, app: App, client: Client, nursery: trio.Nursery, log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        app: App,
+        client: Client,
+        nursery: trio.Nursery,
+        log: Callable[[str], None],
+        stop: _Stop | None = None,
+        *,
+        max_leases: int = DEFAULT_MAX_LEASES,
+    ) -> None:
         self.app = app
         self.client = client
         self._nursery = nursery
         self._log = log
+        self._stop = stop or _Stop()
+        self._max_leases = max_leases
         self._running: dict[str, _Running] = {}
 
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
+
+    def running_kinds(self) -> list[str]:
+        """What runs here now, as ``kind (task id)``, for the log lines of a stop."""
+        return [f"{running.kind} ({task_id})" for task_id, running in self._running.items()]
+
+    def announcement(self) -> Announce:
+        """What this worker tells the owner after every (re)connection: its app, the leases whose phases still run
+        here, and how many it takes: none while it drains."""
+        return Announce(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            app=self.app.name,
+            capabilities=self.app.capabilities(),
+            max_leases=0 if self._stop.draining else self._max_leases,
+            leases=self.held(),
+        )
+
+    def drain(self) -> None:
+        """Take no new lease (told to the owner by a new announcement); the phases running go on, and the stop's
+        ``drained`` is set once none runs."""
+        self._nursery.start_soon(self._announce_drain)
+        self._check_drained()
+
+    async def _announce_drain(self) -> None:
+        with contextlib.suppress(TetherError):  # the connection ended: its leases did too, nothing to tell
+            await self.client.announce(self.announcement())
+
+    def _check_drained(self) -> None:
+        if self._stop.draining and not self._running:
+            self._stop.drained.set()
 
     def on_connection_lost(self) -> None:
         """Every lease belonged to the connection that ended (the owner cuts them all off): stop every phase now,
@@ -74,12 +125,21 @@ class Worker:
             if running is not None and running.lease == frame.lease:
                 running.scope.cancel(reason=frame.reason)
             return
+        if self._stop.draining:
+            # Granted before the owner took the announcement that this worker drains: given back unrun (the task is
+            # pending again, no restart counted), for another worker, or this one once it is back.
+            self._nursery.start_soon(self._give_back, frame)
+            return
         running = self._running.get(frame.lease.task_id)
         if running is not None:
             running.scope.cancel(reason="the owner granted this task again")  # an older lease is void
-        running = _Running(lease=frame.lease, scope=trio.CancelScope())
+        running = _Running(lease=frame.lease, kind=frame.kind, scope=trio.CancelScope())
         self._running[frame.lease.task_id] = running
         self._nursery.start_soon(self._run, frame, running)
+
+    async def _give_back(self, lease: Lease) -> None:
+        with contextlib.suppress(TetherError):
+            await self._release(lease)
 
     async def _run(self, lease: Lease, running: _Running) -> None:
         task_id = lease.lease.task_id
@@ -104,6 +164,7 @@ class Worker:
         finally:
             if self._running.get(task_id) is running:
                 del self._running[task_id]
+            self._check_drained()
 
     async def _run_phase(self, lease: Lease, definition: TaskDefinition) -> None:
         checkpoint = lease.checkpoint
@@ -124,7 +185,7 @@ class Worker:
                 self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
                 await self._release(lease, migration_error=message)
                 return
-        rt = Phase(self.client, lease, checkpoint, definition.version)
+        rt = Phase(self.client, lease, checkpoint, definition.version, stopping=lambda: self._stop.draining)
         if lease.mode == "abort":
             function = definition.abort
             if function is None:
@@ -186,42 +247,155 @@ async def serve(
     max_leases: int = DEFAULT_MAX_LEASES,
     log: Callable[[str], None] = log_stderr,
     ca: str | os.PathLike[str] | None = None,
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+    stop: Callable[[], Awaitable[object]] | None = None,
+    handle_signals: bool = True,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` as a worker until cancelled.
+    """Serve ``app`` as a worker until stopped.
 
     Connects with role ``worker`` and announces the app's capabilities (task kinds, each with its version);
     re-announces after every reconnection, naming the leases whose phases still run here (the owner cancels those
     it gave to someone else meanwhile). Every leased phase runs in its own cancel scope: an abort from the owner
     cancels it, and the lease is released once the phase has stopped. ``task_status.started`` receives the
     connected client (for ``nursery.start``). ``ca`` verifies a ``wss://`` owner, as for :func:`connect`.
+
+    **Stopping drains.** SIGINT or SIGTERM (with ``handle_signals``, from the main thread) or the return of
+    ``stop()`` (an async function, if given) stop the worker: it takes no new lease, lets the phases it runs finish
+    and commit (a tool call ends with its result, not as an interrupted call), for at most ``drain_timeout_s``,
+    then returns. What still runs at that deadline is cut off and follows its recovery policy. A second SIGINT or
+    SIGTERM, or a cancellation of ``serve``, stops at once, cutting off what runs. Each step is logged.
+
+    Raises :class:`~protocol.UsageError` at once for what no retry can mend (see :func:`connect`) and for a negative
+    ``drain_timeout_s``; an owner that is not up yet is waited for, each failed attempt logged (at most one line per
+    ``RETRY_LOG_INTERVAL_S`` while it lasts).
     """
-    started = False
+    check_target(db=db, url=url, token=token, ca=ca)
+    if not drain_timeout_s >= 0:
+        raise UsageError(f"drain_timeout_s is a number of seconds, 0 or more, not {drain_timeout_s!r}")
     worker_name = name or f"worker-{os.getpid()}"
+    signals = handle_signals and threading.current_thread() is threading.main_thread()
+    receiver = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) if signals else contextlib.nullcontext()
+    # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
+    with receiver as received:
+        stopping = _Stop()
+        async with trio.open_nursery() as nursery:
+            if received is not None:
+                nursery.start_soon(_stop_on_signals, received, stopping, nursery.cancel_scope, log, worker_name)
+            if stop is not None:
+                nursery.start_soon(_stop_when, stop, stopping)
+            nursery.start_soon(_drain_deadline, stopping, drain_timeout_s, log, worker_name)
+            nursery.start_soon(_end_when_drained, stopping, nursery.cancel_scope)
+            client = await nursery.start(
+                partial(
+                    _serve_connections,
+                    app,
+                    stopping,
+                    connect_args={"db": db, "url": url, "token": token, "ca": ca, "name": worker_name},
+                    max_leases=max_leases,
+                    log=log,
+                )
+            )
+            task_status.started(client)
+
+
+class _Stop:
+    """A worker's stop, across the connections of one :func:`serve`: asked (``asked``), then draining
+    (``draining``: no new lease), then over (``drained``: nothing runs any more, or the drain timed out)."""
+
+    def __init__(self) -> None:
+        self.asked = trio.Event()
+        self.draining = False
+        self.drained = trio.Event()
+        self.worker: Worker | None = None
+        """The worker of the current connection."""
+
+    def ask(self) -> None:
+        if self.asked.is_set():
+            return
+        self.asked.set()
+        self.draining = True
+        if self.worker is not None:
+            self.worker.drain()
+        else:  # not attached yet: nothing runs
+            self.drained.set()
+
+
+async def _stop_on_signals(
+    signals: Any, stopping: _Stop, scope: trio.CancelScope, log: Callable[[str], None], name: str
+) -> None:
+    """The first SIGINT/SIGTERM asks the stop; a second one stops at once."""
+    async for signum in signals:
+        if not stopping.asked.is_set():
+            stopping.ask()
+            continue
+        running = stopping.worker.running_kinds() if stopping.worker is not None else []
+        cut = f"; cutting off {len(running)} running: {', '.join(running)}" if running else ""
+        log(f"tether worker: {name}: {signal.Signals(signum).name} again: stopping at once{cut}")
+        scope.cancel(reason="a second SIGINT or SIGTERM")
+        return
+
+
+async def _stop_when(stop: Callable[[], Awaitable[object]], stopping: _Stop) -> None:
+    await stop()
+    stopping.ask()
+
+
+async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable[[str], None], name: str) -> None:
+    """Once the stop is asked: say what runs, and end the drain at its deadline if it has not ended by then."""
+    await stopping.asked.wait()
+    running = stopping.worker.running_kinds() if stopping.worker is not None else []
+    if running:
+        log(
+            f"tether worker: {name}: stopping: taking no new work; {len(running)} running finish first, for at most "
+            f"{drain_timeout_s:g} s (SIGINT or SIGTERM again stops at once): {', '.join(running)}"
+        )
+    with trio.move_on_after(drain_timeout_s):
+        await stopping.drained.wait()
+        if running:
+            log(f"tether worker: {name}: stopping: everything it ran has finished")
+        return
+    left = stopping.worker.running_kinds() if stopping.worker is not None else []
+    log(
+        f"tether worker: {name}: stopping: the drain timeout ({drain_timeout_s:g} s) passed; cutting off "
+        f"{len(left)} still running, each follows its recovery policy: {', '.join(left)}"
+    )
+    stopping.drained.set()
+
+
+async def _end_when_drained(stopping: _Stop, scope: trio.CancelScope) -> None:
+    """End :func:`serve` once the drain is over. Whatever still runs then is cut off, not released: the connection
+    closes with its leases, and the owner applies each task's recovery policy."""
+    await stopping.drained.wait()
+    scope.cancel(reason="the worker stopped")
+
+
+async def _serve_connections(
+    app: App,
+    stopping: _Stop,
+    *,
+    connect_args: dict[str, Any],
+    max_leases: int,
+    log: Callable[[str], None],
+    task_status: trio.TaskStatus[Client],
+) -> None:
+    """Serve ``app`` until cancelled, connecting afresh whenever a connection cannot be kept up."""
+    started = False
+    attempts = _AttemptLog(log, connect_args["name"], connect_args["db"] or connect_args["url"])
     while True:
         try:
             async with (
-                connect(
-                    db, url=url, token=token, role="worker", name=worker_name, wait_for_owner_s=math.inf, ca=ca
-                ) as client,
+                connect(role="worker", wait_for_owner_s=math.inf, on_attempt=attempts, **connect_args) as client,
                 trio.open_nursery() as nursery,
             ):
-                worker = Worker(app, client, nursery, log)
-
-                def announcement(worker: Worker = worker) -> Announce:
-                    return Announce(
-                        pid=os.getpid(),
-                        host=socket.gethostname(),
-                        app=app.name,
-                        capabilities=app.capabilities(),
-                        max_leases=max_leases,
-                        leases=worker.held(),
-                    )
-
+                worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases)
                 client.connection.on_lease = worker.on_lease
                 client.connection.on_connection_lost = worker.on_connection_lost
-                client.connection.announcement = announcement  # re-sent by the connection after every reconnection
-                await client.announce(announcement())
+                client.connection.announcement = worker.announcement  # re-sent after every reconnection
+                stopping.worker = worker
+                await client.announce(worker.announcement())
+                if stopping.draining:
+                    worker.drain()  # asked while this connection was being made
                 if not started:
                     started = True
                     task_status.started(client)
@@ -230,4 +404,42 @@ async def serve(
             # OwnerUnavailable: the owner stayed away longer than a client waits for it. ConnectionLost: the owner
             # went away during the first announcement (later ones are re-sent by the client itself). Either way,
             # connect afresh, waiting for the next owner.
-            continue
+            stopping.worker = None
+            if stopping.draining:
+                stopping.drained.set()  # the connection's leases ended with it: nothing runs here any more
+
+
+class _AttemptLog:
+    """A worker's log of its failed attempts to reach the owner: the first failure at once, then at most one line
+    per ``RETRY_LOG_INTERVAL_S`` while they go on, and one when an attempt succeeds again."""
+
+    def __init__(self, log: Callable[[str], None], name: str, target: Any) -> None:
+        self._log = log
+        self._name = name
+        self._target = target
+        self._first_s: float | None = None
+        self._logged_s = 0.0
+        self._attempts = 0
+
+    def __call__(self, error: TetherError | None, backoff_s: float) -> None:
+        now = trio.current_time()
+        if error is None:
+            if self._first_s is not None:
+                self._log(
+                    f"tether worker: {self._name}: reached the owner of {self._target} after "
+                    f"{now - self._first_s:.1f} s ({self._attempts} failed attempt(s))"
+                )
+            self._first_s, self._attempts = None, 0
+            return
+        self._attempts += 1
+        if self._first_s is None:
+            self._first_s = self._logged_s = now
+            self._log(
+                f"tether worker: {self._name}: cannot reach the owner: {error}; trying again every {backoff_s:.2g} s"
+            )
+        elif now - self._logged_s >= RETRY_LOG_INTERVAL_S:
+            self._logged_s = now
+            self._log(
+                f"tether worker: {self._name}: still cannot reach the owner after {now - self._first_s:.0f} s "
+                f"({self._attempts} attempts): {error}; trying again in {backoff_s:.2g} s"
+            )

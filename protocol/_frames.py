@@ -676,7 +676,8 @@ class Announce:
     app: str
     capabilities: tuple[Capability, ...]
     max_leases: int = DEFAULT_MAX_LEASES
-    """How many phases this worker runs at once."""
+    """How many phases this worker runs at once; 0 while it drains before stopping: the phases it runs finish, and
+    the owner grants it nothing new."""
     leases: tuple[LeaseRef, ...] = ()
     """Leases whose phases still run here (after a reconnection): those no longer valid are cancelled."""
 

@@ -40,6 +40,10 @@ DEFAULT_MAX_PEER_OUTPUT_MIB: Final = 16
 DEFAULT_MAX_QUEUED_OUTPUT_MIB: Final = 256
 """As ``storage_owner.core``'s output budgets, in MiB (not imported, as above)."""
 DEFAULT_APP: Final = "runtime.demo_app:app"
+DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+"""As ``actors``' (not imported: the CLI loads the client only to run it)."""
+STOP_TIMEOUT_S: Final = 60.0
+"""How long ``tether stop`` waits by default: the workers' default drain and the owner's stop, with room."""
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
@@ -406,6 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"task phases each worker runs at once (default {DEFAULT_MAX_LEASES})",
     )
+    up.add_argument(
+        "--drain-timeout",
+        type=_seconds_or_zero,
+        default=DEFAULT_DRAIN_TIMEOUT_S,
+        metavar="S",
+        help=f"on SIGINT, SIGTERM or tether stop, the workers take no new work and let what they run (phases, tool "
+        f"calls, model requests) finish and commit for at most S seconds, then cut off what still runs (it follows "
+        f"its recovery policy); a second signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
+    )
 
     worker = commands.add_parser(
         "worker",
@@ -439,6 +452,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"run at most N task phases at once (default {DEFAULT_MAX_LEASES})",
     )
+    worker.add_argument(
+        "--drain-timeout",
+        type=_seconds_or_zero,
+        default=DEFAULT_DRAIN_TIMEOUT_S,
+        metavar="S",
+        help=f"on SIGINT or SIGTERM, take no new work and let what runs (phases, tool calls, model requests) finish "
+        f"and commit for at most S seconds, then cut off what still runs (it follows its recovery policy); a second "
+        f"signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
+    )
 
     status = commands.add_parser(
         "status",
@@ -452,9 +474,20 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser(
         "stop",
         help="stop the runtime of a database (its supervisor, or its lone owner) and wait until it is gone",
+        description=(
+            "Send SIGTERM to the supervisor of DB (tether up), or to its lone owner, and wait until it is gone, saying "
+            "what it waits for: the workers first finish what they run (for at most their --drain-timeout), then the "
+            "owner closes the database. Exit 1 with a reason if nothing runs or it did not stop in time."
+        ),
     )
     stop.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
-    stop.add_argument("--timeout", type=_seconds, default=30.0, metavar="S", help="wait at most S seconds (default 30)")
+    stop.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=STOP_TIMEOUT_S,
+        metavar="S",
+        help=f"wait at most S seconds (default {STOP_TIMEOUT_S:g}: room for the workers' drain)",
+    )
 
     tasks = commands.add_parser(
         "tasks",
@@ -668,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stop":
             from ._status import stop
 
-            print(stop(args.db, timeout_s=args.timeout), flush=True)
+            print(stop(args.db, timeout_s=args.timeout, say=partial(print, flush=True)), flush=True)
             return EXIT_OK
     except OwnerAlreadyRunning as exc:
         return _fail(exc, EXIT_ALREADY_RUNNING)
@@ -728,6 +761,7 @@ def _run_up(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         restart_window_s=args.restart_window,
         max_leases=args.max_leases,
+        drain_timeout_s=args.drain_timeout,
         max_concurrent_runs=args.max_concurrent_runs,
         owner_args=_exposure_owner_args(args),
         group_readable=args.group_readable,
@@ -772,25 +806,43 @@ def _run_worker(args: argparse.Namespace) -> int:
         raise TetherError(f"--max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}")
     app = actors.load_app(args.app)
     target = args.db or args.url
-    serve = partial(
-        actors.serve,
-        app,
-        db=args.db,
-        url=args.url,
-        token=args.token,
-        name=args.name,
-        max_leases=args.max_leases,
-        ca=args.ca,
-    )
-    _run_trio(
-        partial(
-            _serve_until_stopped,
-            serve,
-            supervised=args.supervised,
-            started=lambda _: f"tether worker: {args.name or os.getpid()} serving {app.name} on {target}",
-        )
-    )
+    name = args.name or f"worker-{os.getpid()}"
+
+    async def serve() -> None:
+        """Serve until SIGINT/SIGTERM or, for a ``--supervised`` child, the supervisor's end: each drains first
+        (``actors.serve`` handles the signals: a second one stops at once)."""
+        async with trio.open_nursery() as nursery:
+            parent_gone = trio.Event()
+            if args.supervised:
+                nursery.start_soon(watch_parent, parent_gone.set)
+            await actors.serve(
+                app,
+                db=args.db,
+                url=args.url,
+                token=args.token,
+                name=name,
+                max_leases=args.max_leases,
+                ca=args.ca,
+                drain_timeout_s=args.drain_timeout,
+                stop=parent_gone.wait,
+                task_status=_Said(f"tether worker: {name} serving {app.name} on {target}"),
+            )
+            nursery.cancel_scope.cancel(reason="the worker stopped")
+
+    _run_trio(serve)
+    print(f"tether worker: {name} stopped", flush=True)
     return EXIT_OK
+
+
+class _Said:
+    """A ``task_status`` that prints ``line`` once its task has started (a task that stops before starting says
+    nothing, where ``nursery.start`` would raise)."""
+
+    def __init__(self, line: str) -> None:
+        self._line = line
+
+    def started(self, value: object = None) -> None:
+        print(self._line, flush=True)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -902,7 +954,7 @@ async def _serve_until_stopped(
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             if supervised:
-                nursery.start_soon(watch_parent, nursery.cancel_scope)
+                nursery.start_soon(watch_parent, partial(nursery.cancel_scope.cancel, reason="the supervisor is gone"))
             # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
             nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
             value = await nursery.start(serve)

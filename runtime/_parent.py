@@ -9,6 +9,7 @@ No signals and no pid polling are involved.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Final
 
 import trio
@@ -17,13 +18,13 @@ PARENT_HEARTBEAT_S: Final = 1.0
 PARENT_SILENCE_S: Final = 15.0
 
 
-async def watch_parent(cancel: trio.CancelScope) -> None:
-    """Cancel ``cancel`` once stdin ends or stays silent for too long."""
+async def watch_parent(on_gone: Callable[[], object]) -> None:
+    """Call ``on_gone`` once stdin ends or stays silent for too long (an owner cancels itself, a worker drains)."""
     stream = trio.lowlevel.FdStream(os.dup(0))
     async with stream:
         while True:
             with trio.move_on_after(PARENT_SILENCE_S) as silence:
                 data = await stream.receive_some(4096)
             if silence.cancelled_caught or not data:
-                cancel.cancel(reason="the supervisor is gone")
+                on_gone()
                 return

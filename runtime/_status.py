@@ -17,6 +17,11 @@ from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_v
 from ._supervisor import read_state, supervisor_lock_path
 
 STATUS_TIMEOUT_S: Final = 5.0
+STOP_POLL_S: Final = 0.5
+"""How often ``tether stop`` asks the owner what still runs."""
+STOP_SHOWN: Final = 5
+"""At most this many running phases are named in a line of ``tether stop``."""
+SHORT_ID: Final = 8
 T = TypeVar("T")
 
 
@@ -150,8 +155,9 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def stop(db: str, *, timeout_s: float) -> str:
-    """SIGTERM the supervisor of ``db`` (or its lone owner) and wait until it is gone. Returns what was stopped."""
+def stop(db: str, *, timeout_s: float, say: Callable[[str], None] = lambda line: None) -> str:
+    """SIGTERM the supervisor of ``db`` (or its lone owner) and wait until it is gone, saying through ``say`` what
+    it waits for (the work its workers finish first, then the owner). Returns what was stopped."""
     db = os.path.abspath(db)
     state = read_state(db)
     lock = supervisor_lock_path(db)
@@ -162,9 +168,44 @@ def stop(db: str, *, timeout_s: float) -> str:
     else:
         raise OwnerUnavailable(f"nothing is running for {db}")
     os.kill(pid, signal.SIGTERM)
+    say(f"tether stop: sent SIGTERM to the {target} (pid {pid}) of {db}")
     deadline = time.monotonic() + timeout_s
+    said: str | None = None
+    asked_s = 0.0
     while lock_is_held(lock):
-        if time.monotonic() > deadline:
-            raise TetherError(f"the {target} (pid {pid}) did not stop within {timeout_s:g} s")
+        now = time.monotonic()
+        if now > deadline:
+            raise TetherError(
+                f"the {target} (pid {pid}) did not stop within {timeout_s:g} s"
+                + (f"; it was still {said}" if said else "")
+                + f"; wait longer (--timeout), or stop it at once: send it SIGTERM again (kill {pid})"
+            )
+        if now - asked_s >= STOP_POLL_S:
+            asked_s = now
+            waiting = _what_stop_waits_for(db)
+            if waiting is not None and waiting != said:
+                said = waiting
+                say(f"tether stop: {waiting}")
         time.sleep(0.02)
     return f"stopped the {target} (pid {pid}) of {db}"
+
+
+def _what_stop_waits_for(db: str) -> str | None:
+    """What a stop waits for now, in words: the phases still leased to workers, or the owner closing."""
+    if not is_owned(db):
+        return None
+    graph = ask_owner(db, "tether-stop", actors.Client.task_graph)
+    if graph is None:
+        return "waiting for the owner to stop"
+    running = sorted(
+        (node.leased_to or "", node.task.kind, node.task.task_id)
+        for node in graph.nodes.values()
+        if node.leased_to is not None
+    )
+    if not running:
+        return "waiting for the workers and the owner to stop (nothing runs any more)"
+    shown = ", ".join(
+        f"{kind} (task {task_id[-SHORT_ID:]}) on {worker}" for worker, kind, task_id in running[:STOP_SHOWN]
+    )
+    more = f" and {len(running) - STOP_SHOWN} more" if len(running) > STOP_SHOWN else ""
+    return f"waiting for {len(running)} running on the workers to finish and commit: {shown}{more}"

@@ -114,6 +114,9 @@ class SupervisorConfig:
     max_leases: int = DEFAULT_MAX_LEASES
     """Phases each worker runs at once."""
     stop_timeout_s: float = 10.0
+    """How long a child may take to exit after SIGTERM (a worker: after its drain) before it is killed."""
+    drain_timeout_s: float = 30.0
+    """``tether worker --drain-timeout``: how long a stopping worker lets what it runs finish."""
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
     owner_args: tuple[str, ...] = ()
@@ -189,6 +192,8 @@ class Supervisor:
                     f"worker-{index}",
                     "--max-leases",
                     str(config.max_leases),
+                    "--drain-timeout",
+                    f"{config.drain_timeout_s:g}",
                 ),
             )
             for index in range(1, config.workers + 1)
@@ -197,6 +202,7 @@ class Supervisor:
         self._workers_started = False
         self._stopping = False
         self._exits: trio.MemorySendChannel[trio.Process]
+        self._signals: Any = None
         self.url: str | None = None
         self.started_at_ms = int(time.time() * 1000)
 
@@ -218,6 +224,7 @@ class Supervisor:
         lock_fd = self._lock()
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                self._signals = signals
                 async with trio.open_nursery() as nursery:
                     send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
@@ -303,7 +310,13 @@ class Supervisor:
                         await self._start_workers(nursery)
                     nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                 self._write_state()
-        self._say("tether up: stopping (workers first, then the owner)")
+        running = sum(1 for worker in self.workers if worker.running)
+        self._say(
+            f"tether up: stopping: the workers finish what they run (at most {self.config.drain_timeout_s:g} s), then "
+            f"the standby and the owner stop; SIGINT or SIGTERM again stops at once"
+            if running
+            else "tether up: stopping the standby, then the owner"
+        )
 
     def _count_restart(self, child: _Child) -> None:
         now = trio.current_time()
@@ -408,19 +421,37 @@ class Supervisor:
             await trio.sleep(PARENT_HEARTBEAT_S)
 
     async def _stop_all(self) -> None:
-        """Workers first (they hand their work back), then the standby (so that it never takes over), then the owner
-        (it closes the database cleanly)."""
+        """Workers first (each drains: what it runs finishes and commits, for at most its drain timeout), then the
+        standby (so that it never takes over), then the owner (it closes the database cleanly). A SIGINT or SIGTERM
+        meanwhile is passed on to the workers, which then stop at once."""
         self._stopping = True
-        for group in (self.workers, [self.standby], [self.owner]):
-            async with trio.open_nursery() as nursery:
-                for child in group:
-                    nursery.start_soon(self._stop_child, child)
+        async with trio.open_nursery() as watcher:
+            watcher.start_soon(self._stop_at_once_on_signal)
+            for group in (self.workers, [self.standby], [self.owner]):
+                async with trio.open_nursery() as nursery:
+                    for child in group:
+                        nursery.start_soon(self._stop_child, child)
+            watcher.cancel_scope.cancel(reason="everything stopped")
+
+    async def _stop_at_once_on_signal(self) -> None:
+        signals = self._signals
+        if signals is None:
+            return
+        async for _ in signals:
+            self._say("tether up: stopping at once: the workers cut off what they still run")
+            for worker in self.workers:
+                process = worker.process
+                if process is not None and process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.terminate()  # a worker's second SIGTERM: it stops at once
 
     async def _stop_child(self, child: _Child) -> None:
         process = child.process
         if process is None:
             return
         timeout_s = self.config.stop_timeout_s
+        if child in self.workers:
+            timeout_s += self.config.drain_timeout_s
         await stop_gracefully(
             process,
             timeout_s=timeout_s,

@@ -1142,8 +1142,9 @@ class OwnerCore:
         if state.role != "worker":
             message = f"only workers announce capabilities; this connection is a {state.role}"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
-        if not 1 <= request.max_leases <= MAX_LEASES_PER_WORKER:
-            raise Refusal(ErrorCode.INVALID, f"max_leases must be between 1 and {MAX_LEASES_PER_WORKER}")
+        if not 0 <= request.max_leases <= MAX_LEASES_PER_WORKER:
+            # 0: a worker that drains before it stops (it finishes its phases and takes no new lease).
+            raise Refusal(ErrorCode.INVALID, f"max_leases must be between 0 and {MAX_LEASES_PER_WORKER}")
         if len(request.capabilities) > MAX_CAPABILITIES:
             message = (
                 f"a worker may announce at most {MAX_CAPABILITIES} capabilities, not {len(request.capabilities)}; "

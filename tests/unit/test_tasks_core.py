@@ -16,6 +16,7 @@ import attrs
 import pytest
 
 from protocol import (
+    MAX_LEASES_PER_WORKER,
     REPLY_TYPES,
     REQUEST_TYPES,
     SUPPORTED_VERSIONS,
@@ -1522,12 +1523,32 @@ def test_a_worker_holds_at_most_max_leases(sim: OwnerSim) -> None:
     assert {*worker.leases, *extra.leases} <= set(tasks[1:])
 
 
-def test_an_announce_with_no_lease_capacity_is_invalid(sim: OwnerSim) -> None:
+def test_an_announce_past_the_lease_bounds_is_invalid(sim: OwnerSim) -> None:
     peer = sim.connect("worker")
-    announce = Announce(pid=1, host="h", app="a", capabilities=(), max_leases=0)
-    assert error_code(sim.request(peer, announce)) == ErrorCode.INVALID
+    for max_leases in (-1, MAX_LEASES_PER_WORKER + 1):
+        announce = Announce(pid=1, host="h", app="a", capabilities=(), max_leases=max_leases)
+        assert error_code(sim.request(peer, announce)) == ErrorCode.INVALID
     client_announce = Announce(pid=1, host="h", app="a", capabilities=())
     assert error_code(sim.request(sim.client, client_announce)) == ErrorCode.NOT_ALLOWED
+
+
+def test_a_draining_worker_keeps_its_leases_and_gets_no_new_one(sim: OwnerSim) -> None:
+    """A worker stopping re-announces with ``max_leases=0``: the phases it runs may still commit, it is granted
+    nothing more, and what it would have run goes to another worker (or waits for one), never ``blocked``."""
+    draining = sim.worker(max_leases=2)
+    first, second, third = (sim.create_task() for _ in range(3))
+    assert sorted(draining.leases) == sorted([first, second])
+    capabilities = (Capability(kind="task", name=KIND, version=1, restart_limit=5),)
+    announce = Announce(pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=0)
+    expect(sim.request(draining.peer, announce), Ok)
+    draining.ok(first, completed(first))  # its running phase still commits
+    draining.ok(second, advance(second, {"phase": "b"}))  # and may go on to its next state, not leased again here
+    assert sorted(draining.leases) == []
+    nodes = sim.graph()
+    assert [nodes[task_id].task.status for task_id in (second, third)] == ["pending", "pending"]
+    assert all(nodes[task_id].blocked is None for task_id in (second, third))  # a worker has the kind: not blocked
+    other = sim.worker(max_leases=2)
+    assert sorted(other.leases) == sorted([second, third]) and not draining.leases
 
 
 def test_a_saturated_worker_does_not_keep_the_owner_settling(sim: OwnerSim) -> None:

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import actors
-from actors._worker import Worker
-from protocol import Commit, Committed, Lease, LeaseRef, Ok, Release, Request, SetTaskState
+from actors._worker import Worker, _Stop
+from protocol import Announce, Commit, Committed, Lease, LeaseRef, Ok, Release, Request, SetTaskState
 
 
 class FakeClient:
@@ -27,6 +28,9 @@ class FakeClient:
         if isinstance(request, Commit):
             return Committed(seq=len(self.sent), committed_at_ms=0, results=(0,) * len(request.writes))
         return Ok()
+
+    async def announce(self, announcement: Announce) -> None:
+        await self.call(announcement, Ok)
 
 
 def lease(*, version: int = 1, checkpoint: Any = None, mode: str = "phase", epoch: int = 1) -> Lease:
@@ -128,3 +132,62 @@ async def test_advance_to_the_same_checkpoint_is_a_usage_error() -> None:
     (state,) = task_states(await run_lease(app, lease()))
     assert state.outcome is not None and state.outcome.status == "completed"
     assert len(errors) == 1 and isinstance(errors[0], actors.UsageError) and isinstance(errors[0], ValueError)
+
+
+async def test_a_draining_worker_gives_a_new_lease_back_unrun_and_tells_the_owner_it_takes_none() -> None:
+    """The announcement that a worker drains (``max_leases=0``) and a grant can cross on the wire: the phase leased
+    after the stop was asked never runs; its lease is released at once (the task is pending again, no restart)."""
+    ran: list[str] = []
+
+    async def work(rt: actors.Phase) -> None:
+        ran.append(rt.task_id)
+        await rt.complete()
+
+    app = actors.App("test")
+    app.define_task("job", version=1, initial=lambda _: {"phase": "work"}, phases={"work": work})
+    connection = FakeClient()
+    stop = _Stop()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            worker = Worker(app, connection, nursery, lambda line: None, stop, max_leases=8)  # type: ignore[arg-type]
+            stop.worker = worker
+            assert worker.announcement().max_leases == 8
+            stop.ask()
+            worker.on_lease(lease())
+    assert ran == []
+    [announce] = [request for request in connection.sent if isinstance(request, Announce)]
+    [release] = [request for request in connection.sent if isinstance(request, Release)]
+    assert len(connection.sent) == 2
+    assert isinstance(announce, Announce) and announce.max_leases == 0 and announce.leases == ()
+    assert isinstance(release, Release) and release.lease == lease().lease and release.migration_error is None
+    assert stop.drained.is_set()
+
+
+async def test_a_phase_sees_that_its_worker_stops_and_the_drain_ends_when_it_commits() -> None:
+    seen: list[bool] = []
+    proceed = trio.Event()
+
+    async def work(rt: actors.Phase) -> None:
+        seen.append(rt.stopping)
+        await proceed.wait()
+        seen.append(rt.stopping)
+        await rt.complete()
+
+    app = actors.App("test")
+    app.define_task("job", version=1, initial=lambda _: {"phase": "work"}, phases={"work": work})
+    connection = FakeClient()
+    stop = _Stop()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            worker = Worker(app, connection, nursery, lambda line: None, stop)  # type: ignore[arg-type]
+            stop.worker = worker
+            worker.on_lease(lease())
+            await trio.testing.wait_all_tasks_blocked()
+            stop.ask()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not stop.drained.is_set()  # the phase still runs
+            assert worker.running_kinds() == ["job (task-1)"]
+            proceed.set()
+            await stop.drained.wait()
+    assert seen == [False, True]
+    assert [write.status for write in task_states(connection.sent)] == ["terminal"]

@@ -1,0 +1,218 @@
+"""A worker that stops drains (issue 16): it takes no new lease, lets what it runs finish and commit for at most its
+drain timeout, then stops; only what still runs at that deadline is cut off and follows its recovery policy. A
+second signal stops at once. In this process (``actors.serve``), under ``tether worker``, and under ``tether up`` /
+``tether stop``; the tools count their executions in a ledger file (tests/integration/_agent_apps.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final
+
+import trio
+
+import actors
+from runtime import stop_gracefully, tether_command
+from tests.conftest import OwnerProcess
+from tests.integration import _agent_apps
+from tests.integration._agent_apps import read_ledger
+from tests.integration._agent_helpers import POLL_S, ledger, run_in, start_run, worker_process
+from tests.integration._up_helpers import CHILD_ENV, ROOT, all_up, nonblank_lines, tether_up
+
+__all__ = ["ledger"]  # the fixture
+
+TIMEOUT_S: Final = 40
+
+
+async def tool_started(ledger: Path) -> None:
+    """Return once the tool's handler has started (it records itself first, then waits for the gate)."""
+    while True:
+        if read_ledger(ledger):
+            return
+        await trio.sleep(POLL_S)
+
+
+def open_gate() -> None:
+    Path(os.environ["TETHER_TEST_GATE"]).touch()
+
+
+async def test_a_stopped_worker_lets_its_manual_tool_finish_and_takes_nothing_new(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    """``serve(stop=...)``: the manual tool in flight ends with its result, not as an interrupted call; the run's
+    next model turn is not taken by the draining worker but by the next one, and the run completes: no resolve."""
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client, trio.open_nursery() as nursery:
+            stop = trio.Event()
+            logged: list[str] = []
+            stopped = trio.Event()
+
+            async def first_worker(*, task_status: trio.TaskStatus[None]) -> None:
+                await actors.serve(
+                    _agent_apps.manual, db=owner.db, name="first", stop=stop.wait, log=logged.append,
+                    task_status=task_status,
+                )  # fmt: skip
+                stopped.set()
+
+            await nursery.start(first_worker)
+            conversation_id, run_id = await start_run(client)
+            await tool_started(ledger)
+            stop.set()
+            while True:
+                if any("finish first" in line for line in logged):
+                    break
+                await trio.sleep(POLL_S)
+            assert "tool:lookup" in logged[-1] and "for at most 30 s" in logged[-1]
+            assert not stopped.is_set()  # it waits for the tool
+            open_gate()
+            await stopped.wait()
+            assert any("everything it ran has finished" in line for line in logged), logged
+            run = await client.run(run_id)
+            assert run.status == "pending", run  # its next turn waits for a worker: nothing needs a person
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.status, op.attempt) for op in ops] == [
+                ("model", "completed", 1),
+                ("tool", "completed", 1),
+            ]
+            second = trio.CancelScope()
+
+            async def second_worker(*, task_status: trio.TaskStatus[None]) -> None:
+                with second:
+                    await actors.serve(_agent_apps.manual, db=owner.db, name="second", task_status=task_status)
+
+            await nursery.start(second_worker)
+            run = await client.wait_for_run(run_id)
+            second.cancel()
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == "Your order shipped."
+            assert len(read_ledger(ledger)) == 1  # the tool ran once
+            assert [op.status for op in await client.operations(run_id)] == ["completed"] * 3
+            assert conversation_id == run.conversation_id
+
+
+async def test_what_still_runs_at_the_drain_timeout_is_cut_off_and_follows_its_policy(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            stop = trio.Event()
+            logged: list[str] = []
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: actors.serve(
+                        _agent_apps.manual, db=owner.db, name="first", stop=stop.wait, log=logged.append,
+                        drain_timeout_s=0.2, task_status=task_status,
+                    )
+                )  # fmt: skip
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+                stop.set()  # the gate stays shut: the tool is still running at the deadline
+            assert any("drain timeout (0.2 s) passed; cutting off 1" in line for line in logged), logged
+            run = await run_in(client, run_id, "needs_attention")
+            assert run.reason == "tool_interrupted"  # the manual policy: a person decides
+
+
+async def test_tether_worker_drains_on_sigterm_and_stops_at_once_on_a_second(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with worker_process(owner.db, "manual", ledger) as process:
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+                process.send_signal(signal.SIGTERM)
+                with trio.move_on_after(0.5):
+                    await process.wait()
+                assert process.returncode is None  # draining: the tool still runs
+                process.send_signal(signal.SIGTERM)  # a second one: at once
+                assert await process.wait() == 0
+            run = await run_in(client, run_id, "needs_attention")
+            assert run.reason == "tool_interrupted"
+
+
+async def test_ctrl_c_of_a_script_serving_stops_it_cleanly(owner: OwnerProcess, tmp_path: Path) -> None:
+    """``trio.run(actors.serve...)`` in a script: SIGINT drains and returns, exit 0, no KeyboardInterrupt."""
+    script = tmp_path / "serve_script.py"
+    script.write_text(
+        "import functools, sys, trio, actors\n"
+        "from tests.integration import _agent_apps\n"
+        "trio.run(functools.partial(actors.serve, _agent_apps.manual, db=sys.argv[1], name='script'))\n"
+        "print('the script ends', flush=True)\n",
+        encoding="utf-8",
+    )
+    with trio.fail_after(TIMEOUT_S):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(script), owner.db],
+            cwd=ROOT,
+            env=CHILD_ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            async with actors.connect(owner.db) as client:
+                while True:
+                    if any(peer.peer_name == "script" and peer.announced for peer in await client.peers()):
+                        break
+                    await trio.sleep(POLL_S)
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 0
+            assert process.stdout is not None and process.stderr is not None
+            out = await process.stdout.receive_some(65536)
+            err = await process.stderr.receive_some(65536)
+        finally:
+            await stop_gracefully(process)
+    assert b"the script ends" in out
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode(errors="replace")
+
+
+async def test_tether_stop_lets_a_manual_tool_finish_and_tether_up_completes_the_run(
+    db_path: str, tmp_path: Path, ledger: Path
+) -> None:
+    """Issue 16's case: a manual tool running, ``tether stop`` says what it waits for, the tool finishes and
+    commits, everything stops; ``tether up`` again completes the run without ``resolve``, the tool having run once."""
+    app = "tests.integration._agent_apps:manual"
+    env = {"TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    with trio.fail_after(TIMEOUT_S * 2):
+        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", env=env) as up:
+            await up.wait_status(all_up(1), "the owner and a worker attached")
+            async with actors.connect(db_path) as client:
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+            stop = await trio.lowlevel.open_process(
+                tether_command("stop", "--db", db_path), cwd=ROOT, env=CHILD_ENV, stdout=subprocess.PIPE
+            )
+            try:
+                assert stop.stdout is not None
+                said = b""
+                while b"tool:lookup" not in said:
+                    chunk = await stop.stdout.receive_some(65536)
+                    assert chunk, f"tether stop ended without saying what it waits for: {said!r}"
+                    said += chunk
+                assert up.process.poll() is None  # still draining: the tool has not returned
+                open_gate()
+                assert await stop.wait() == 0
+                said += await stop.stdout.receive_some(65536)
+            finally:
+                await stop_gracefully(stop)
+            assert await up.wait_exit() == 0
+            lines = nonblank_lines(said)
+            assert lines[0].startswith("tether stop: sent SIGTERM to the supervisor"), lines
+            assert any(
+                "waiting for 1 running on the workers to finish and commit: tool:lookup" in line for line in lines
+            )
+            assert lines[-1].startswith("stopped the supervisor"), lines
+            await up.assert_everything_gone()
+        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", label="again", env=env) as up:
+            async with actors.connect(db_path, wait_for_owner_s=20) as client:
+                run = await client.wait_for_run(run_id)
+                assert run.status == "completed", run
+                ops = await client.operations(run_id)
+            assert [(op.kind, op.status, op.attempt) for op in ops] == [
+                ("model", "completed", 1),
+                ("tool", "completed", 1),
+                ("model", "completed", 1),
+            ]
+            assert len(read_ledger(ledger)) == 1  # the tool ran once, and nobody resolved anything
