@@ -48,7 +48,7 @@ from protocol import (
 
 from ._agents import AgentDefinition
 from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, TaskGraph, Transaction, WhenBusy, connect
+from ._client import Client, EntryPage, TaskGraph, Transaction, WhenBusy, check_target, connect
 from ._models import (
     AssistantMessage,
     AssistantTurn,
@@ -176,6 +176,7 @@ __all__ = [
     "WatchStream",
     "WhenBusy",
     "assemble",
+    "check_target",
     "connect",
     "load_app",
     "new_id",

@@ -435,11 +435,12 @@ class _AttemptLog:
         if self._first_s is None:
             self._first_s = self._logged_s = now
             self._log(
-                f"tether worker: {self._name}: cannot reach the owner: {error}; trying again every {backoff_s:.2g} s"
+                f"tether worker: {self._name}: {error}; trying again in {backoff_s:.2g} s, and on (a line every "
+                f"{RETRY_LOG_INTERVAL_S:g} s while it lasts)"
             )
         elif now - self._logged_s >= RETRY_LOG_INTERVAL_S:
             self._logged_s = now
             self._log(
-                f"tether worker: {self._name}: still cannot reach the owner after {now - self._first_s:.0f} s "
-                f"({self._attempts} attempts): {error}; trying again in {backoff_s:.2g} s"
+                f"tether worker: {self._name}: still no owner after {now - self._first_s:.0f} s ({self._attempts} "
+                f"attempts): {error}; trying again in {backoff_s:.2g} s"
             )

@@ -22,6 +22,7 @@ from protocol import (
     SchemaTooNew,
     StorageError,
     TetherError,
+    UsageError,
     collapse_group,
 )
 
@@ -801,9 +802,13 @@ def _run_worker(args: argparse.Namespace) -> int:
     import actors
 
     if args.url is not None and not args.token:
-        raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
+        return _fail("worker: --url needs the owner's access token: --token TOKEN or TETHER_TOKEN", EXIT_USAGE)
     if args.max_leases > MAX_LEASES_PER_WORKER:
-        raise TetherError(f"--max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}")
+        return _fail(f"worker: --max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}", EXIT_USAGE)
+    try:  # what no retry can mend fails now, not in a loop of attempts
+        actors.check_target(db=args.db, url=args.url, token=args.token, ca=args.ca)
+    except UsageError as exc:
+        return _fail(f"worker: {exc}", EXIT_USAGE)
     app = actors.load_app(args.app)
     target = args.db or args.url
     name = args.name or f"worker-{os.getpid()}"

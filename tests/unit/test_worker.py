@@ -191,3 +191,26 @@ async def test_a_phase_sees_that_its_worker_stops_and_the_drain_ends_when_it_com
             await stop.drained.wait()
     assert seen == [False, True]
     assert [write.status for write in task_states(connection.sent)] == ["terminal"]
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ({"url": "ws://127.0.0.1:9", "token": None}, "needs its access token"),
+        ({"url": "ws://127.0.0.1:9", "token": ""}, "needs its access token"),
+        ({"url": "127.0.0.1:9", "token": "t"}, "ws:// or wss://"),
+        ({"url": "wss://127.0.0.1:9", "token": "t", "ca": "/no/such/ca.pem"}, "/no/such/ca.pem"),
+        ({"db": "tether.db", "url": "ws://127.0.0.1:9", "token": "t"}, "exactly one of"),
+    ],
+)
+async def test_what_no_retry_can_mend_is_a_usage_error_before_anything_is_tried(
+    where: dict[str, Any], said: str
+) -> None:
+    """Before, ``serve`` retried these forever (``connect`` raised them as ``OwnerUnavailable`` at each attempt)."""
+    app = actors.App("test")
+    with trio.fail_after(5):
+        with pytest.raises(actors.UsageError, match=said):
+            await actors.serve(app, **where)
+        with pytest.raises(actors.UsageError, match=said):
+            async with actors.connect(**where):
+                pass
