@@ -84,7 +84,7 @@ class Worker:
 
     def running_kinds(self) -> list[str]:
         """What runs here now, as ``kind (task id)``, for the log lines of a stop."""
-        return [f"{running.kind} ({task_id})" for task_id, running in self._running.items()]
+        return [f"{running.kind} (task {task_id})" for task_id, running in self._running.items()]
 
     def announcement(self) -> Announce:
         """What this worker tells the owner after every (re)connection: its app, the leases whose phases still run
@@ -347,13 +347,13 @@ async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable
     running = stopping.worker.running_kinds() if stopping.worker is not None else []
     if running:
         log(
-            f"tether worker: {name}: stopping: taking no new work; {len(running)} running finish first, for at most "
-            f"{drain_timeout_s:g} s (SIGINT or SIGTERM again stops at once): {', '.join(running)}"
+            f"tether worker: {name}: stopping: no new work; waiting up to {drain_timeout_s:g} s for what runs to "
+            f"finish and commit (SIGINT or SIGTERM again stops at once): {', '.join(running)}"
         )
     with trio.move_on_after(drain_timeout_s):
         await stopping.drained.wait()
         if running:
-            log(f"tether worker: {name}: stopping: everything it ran has finished")
+            log(f"tether worker: {name}: stopping: everything it ran finished and committed")
         return
     left = stopping.worker.running_kinds() if stopping.worker is not None else []
     log(

@@ -361,8 +361,14 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery, child: _Child) -> None:
         child.exited = trio.Event()
         child.ready_at = None
+        # In a session of its own: a Ctrl-C in the terminal of `tether up` reaches the supervisor alone, which stops
+        # the children in order (a worker signalled twice, by the terminal and by us, would not drain).
         child.process = await trio.lowlevel.open_process(
-            child.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            child.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         child.started_at = trio.current_time()
         child.started_at_ms = int(time.time() * 1000)

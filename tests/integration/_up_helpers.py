@@ -228,11 +228,17 @@ class Up:
 
 @contextlib.asynccontextmanager
 async def tether_up(
-    db: str, directory: Path, *args: str, label: str = "up", env: Mapping[str, str] | None = None
+    db: str,
+    directory: Path,
+    *args: str,
+    label: str = "up",
+    env: Mapping[str, str] | None = None,
+    new_session: bool = False,
 ) -> AsyncIterator[Up]:
-    """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment); on exit
-    SIGTERM and reap it, then SIGKILL anything left that it started (the test asserts separately that nothing was
-    left)."""
+    """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment; with
+    ``new_session`` in a session and process group of its own, as a terminal's foreground job, so that a test can
+    signal the group as a Ctrl-C does); on exit SIGTERM and reap it, then SIGKILL anything left that it started (the
+    test asserts separately that nothing was left)."""
     stdout_path = directory / f"{label}.stdout"
     stderr_path = directory / f"{label}.stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
@@ -242,6 +248,7 @@ async def tether_up(
             stderr=stderr,
             cwd=ROOT,
             env={**CHILD_ENV, **(env or {})},
+            start_new_session=new_session,
         )
     up = Up(db=db, process=process, stdout_path=stdout_path, stderr_path=stderr_path, started_at=time.monotonic())
     try:

@@ -62,14 +62,14 @@ async def test_a_stopped_worker_lets_its_manual_tool_finish_and_takes_nothing_ne
             await tool_started(ledger)
             stop.set()
             while True:
-                if any("finish first" in line for line in logged):
+                if any("waiting up to 30 s for what runs to finish" in line for line in logged):
                     break
                 await trio.sleep(POLL_S)
-            assert "tool:lookup" in logged[-1] and "for at most 30 s" in logged[-1]
+            assert "tool:lookup (task " in logged[-1]
             assert not stopped.is_set()  # it waits for the tool
             open_gate()
             await stopped.wait()
-            assert any("everything it ran has finished" in line for line in logged), logged
+            assert any("everything it ran finished and committed" in line for line in logged), logged
             run = await client.run(run_id)
             assert run.status == "pending", run  # its next turn waits for a worker: nothing needs a person
             ops = await client.operations(run_id)
@@ -216,3 +216,33 @@ async def test_tether_stop_lets_a_manual_tool_finish_and_tether_up_completes_the
                 ("model", "completed", 1),
             ]
             assert len(read_ledger(ledger)) == 1  # the tool ran once, and nobody resolved anything
+
+
+async def test_ctrl_c_of_tether_up_drains_its_workers(db_path: str, tmp_path: Path, ledger: Path) -> None:
+    """A terminal's Ctrl-C sends SIGINT to the whole foreground process group: the supervisor alone must get it (its
+    children run in sessions of their own), or each worker, signalled by the terminal and then by the supervisor,
+    would stop at once instead of draining."""
+    app = "tests.integration._agent_apps:manual"
+    env = {"TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    with trio.fail_after(TIMEOUT_S):
+        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", env=env, new_session=True) as up:
+            await up.wait_status(all_up(1), "the owner and a worker attached")
+            async with actors.connect(db_path) as client:
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+            os.killpg(up.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+            while True:
+                if "waiting up to 30 s for what runs to finish" in up.stderr_text():
+                    break
+                assert up.process.poll() is None, up.stderr_text()
+                await trio.sleep(POLL_S)
+            open_gate()
+            assert await up.wait_exit() == 0, up.stderr_text()
+            await up.assert_everything_gone()
+        assert "cutting off" not in up.stderr_text()
+        async with (
+            tether_up(db_path, tmp_path, "--app", app, "--workers", "1", label="again", env=env),
+            actors.connect(db_path, wait_for_owner_s=20) as client,
+        ):
+            run = await client.wait_for_run(run_id)
+        assert run.status == "completed" and len(read_ledger(ledger)) == 1

@@ -186,7 +186,7 @@ async def test_a_phase_sees_that_its_worker_stops_and_the_drain_ends_when_it_com
             stop.ask()
             await trio.testing.wait_all_tasks_blocked()
             assert not stop.drained.is_set()  # the phase still runs
-            assert worker.running_kinds() == ["job (task-1)"]
+            assert worker.running_kinds() == ["job (task task-1)"]
             proceed.set()
             await stop.drained.wait()
     assert seen == [False, True]
