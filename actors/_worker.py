@@ -10,7 +10,6 @@ import socket
 import threading
 import traceback
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -285,18 +284,16 @@ async def serve(
             if stop is not None:
                 nursery.start_soon(_stop_when, stop, stopping)
             nursery.start_soon(_drain_deadline, stopping, drain_timeout_s, log, worker_name)
-            nursery.start_soon(_end_when_drained, stopping, nursery.cancel_scope)
-            client = await nursery.start(
-                partial(
-                    _serve_connections,
-                    app,
-                    stopping,
-                    connect_args={"db": db, "url": url, "token": token, "ca": ca, "name": worker_name},
-                    max_leases=max_leases,
-                    log=log,
+            nursery.start_soon(_end_if_drained_unattached, stopping, nursery.cancel_scope)
+
+            async def connections(*, task_status: trio.TaskStatus[Client]) -> None:
+                connect_args = {"db": db, "url": url, "token": token, "ca": ca, "name": worker_name}
+                await _serve_connections(
+                    app, stopping, connect_args=connect_args, max_leases=max_leases, log=log, task_status=task_status
                 )
-            )
-            task_status.started(client)
+                nursery.cancel_scope.cancel(reason="the worker stopped")
+
+            task_status.started(await nursery.start(connections))
 
 
 class _Stop:
@@ -363,11 +360,12 @@ async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable
     stopping.drained.set()
 
 
-async def _end_when_drained(stopping: _Stop, scope: trio.CancelScope) -> None:
-    """End :func:`serve` once the drain is over. Whatever still runs then is cut off, not released: the connection
-    closes with its leases, and the owner applies each task's recovery policy."""
+async def _end_if_drained_unattached(stopping: _Stop, scope: trio.CancelScope) -> None:
+    """End :func:`serve` when its drain ends while it is not attached (it was waiting for an owner): an attached one
+    closes its connection first (:func:`_serve_connections`), which cancelling would make wait for its timeout."""
     await stopping.drained.wait()
-    scope.cancel(reason="the worker stopped")
+    if stopping.worker is None:
+        scope.cancel(reason="the worker stopped")
 
 
 async def _serve_connections(
@@ -379,7 +377,7 @@ async def _serve_connections(
     log: Callable[[str], None],
     task_status: trio.TaskStatus[Client],
 ) -> None:
-    """Serve ``app`` until cancelled, connecting afresh whenever a connection cannot be kept up."""
+    """Serve ``app`` until the stop's drain is over, connecting afresh whenever a connection cannot be kept up."""
     started = False
     attempts = _AttemptLog(log, connect_args["name"], connect_args["db"] or connect_args["url"])
     while True:
@@ -399,7 +397,11 @@ async def _serve_connections(
                 if not started:
                     started = True
                     task_status.started(client)
-                await trio.sleep_forever()
+                await stopping.drained.wait()
+                # Whatever still runs now is cut off, not released: the connection closes (cleanly, as the block
+                # exits) with its leases, and the owner applies each task's recovery policy.
+                nursery.cancel_scope.cancel(reason="the worker stopped")
+            return
         except (OwnerUnavailable, ConnectionLost):
             # OwnerUnavailable: the owner stayed away longer than a client waits for it. ConnectionLost: the owner
             # went away during the first announcement (later ones are re-sent by the client itself). Either way,
