@@ -22,7 +22,7 @@ from protocol import (
     SchemaTooNew,
     StorageError,
     TetherError,
-    collapse_group,
+    raise_collapsed,
 )
 
 from ._args import count, positive
@@ -920,7 +920,7 @@ def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
     try:
         trio.run(function)
     except BaseExceptionGroup as group:
-        raise collapse_group(group) from None
+        raise_collapsed(group)
 
 
 def _fail(exc: BaseException | str, status: int) -> int:
