@@ -21,7 +21,9 @@ A Python block without a marker fails tests/unit/test_docs.py, so a new example 
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, Literal
@@ -136,13 +138,14 @@ def example(block: Block) -> Example:
 
 
 def examples(document: Path) -> list[Example]:
-    """The examples of ``document``: its Python blocks, by their markers."""
-    return [example(block) for block in blocks(document) if block.is_python]
-
-
-def marked_non_python(document: Path) -> list[str]:
-    """Blocks that carry an example marker but are not Python (a marker the tests would ignore)."""
-    return [block.where for block in blocks(document) if block.marker is not None and not block.is_python]
+    """The marked Python blocks of ``document``, in order (one without a marker is left out here:
+    tests/unit/test_docs.py fails on it)."""
+    found: list[Example] = []
+    for block in blocks(document):
+        if block.is_python:
+            with contextlib.suppress(MarkerError):
+                found.append(example(block))
+    return found
 
 
 def app_source(document: Path, name: str) -> str:
@@ -157,6 +160,14 @@ def app_source(document: Path, name: str) -> str:
     if not parts:
         raise MarkerError(f"{document.relative_to(ROOT)} has no block marked 'example: app {name}'")
     return "".join(parts)
+
+
+def execute_app(document: Path, name: str) -> types.ModuleType:
+    """Execute the module ``name`` of ``document`` as a fresh module (not imported: nothing is left in
+    ``sys.modules``); a traceback names the document's lines."""
+    module = types.ModuleType(name)
+    exec(compile(app_source(document, name), str(document.relative_to(ROOT)), "exec"), module.__dict__)
+    return module
 
 
 def parse_fragment(block: Block) -> ast.Module:
@@ -214,3 +225,25 @@ def anchors(document: Path) -> set[str]:
         seen[slug] = count + 1
         found.add(slug if count == 0 else f"{slug}-{count}")
     return found
+
+
+def section(document: Path, title: str) -> tuple[str, list[Block]]:
+    """The prose of the section headed ``title`` (up to the next heading of its level or above: its lines outside
+    fenced blocks, joined by spaces) and its blocks."""
+    lines = document.read_text(encoding="utf-8").splitlines()
+    inside = _fenced_lines(lines)
+    start = level = None
+    end = len(lines)
+    for number, line in enumerate(lines):
+        heading = re.match(r"^(#{1,6})\s+(.*)$", line) if number not in inside else None
+        if heading is None:
+            continue
+        if start is None and heading.group(2).strip() == title:
+            start, level = number, len(heading.group(1))
+        elif start is not None and level is not None and len(heading.group(1)) <= level:
+            end = number
+            break
+    if start is None:
+        raise MarkerError(f"{document.relative_to(ROOT)} has no section {title!r}")
+    text = " ".join(line for number, line in enumerate(lines[start:end], start=start) if number not in inside)
+    return text, [block for block in blocks(document) if start < block.line <= end]

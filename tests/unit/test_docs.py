@@ -11,8 +11,24 @@ from typing import Final
 import attrs
 import pytest
 
+import actors
 from protocol import FRAME_TYPES, WRITE_TYPES
-from tests._docs import DOCUMENTS, ROOT, anchors, headings, prose
+from tests._docs import (
+    DOCUMENTS,
+    ROOT,
+    Example,
+    MarkerError,
+    anchors,
+    app_source,
+    blocks,
+    dangling_markers,
+    example,
+    examples,
+    execute_app,
+    headings,
+    parse_fragment,
+    prose,
+)
 
 PROTOCOL_DOC = Path(__file__).parents[2] / "docs" / "protocol.md"
 ENVELOPE_FIELDS = {"call_id"}
@@ -98,3 +114,55 @@ def test_every_named_file_and_section_exists(document: Path) -> None:
                 if named is not None and not any(title.startswith(section) for title in titles)
             ]
     assert not missing, "\n".join(missing)
+
+
+# ------------------------------------------------------------------------------------------------ examples
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=DOCUMENT_IDS)
+def test_every_python_block_is_a_marked_example(document: Path) -> None:
+    problems = []
+    for block in blocks(document):
+        if block.is_python:
+            try:
+                found = example(block)
+            except MarkerError as exc:
+                problems.append(str(exc))
+                continue
+            if found.kind == "script" and found.app is not None:
+                try:
+                    app_source(document, found.app)
+                except MarkerError as exc:
+                    problems.append(f"{block.where}: a script with {found.app}: {exc}")
+        elif block.marker is not None:
+            problems.append(f"{block.where}: an example marker on a block that is not Python ({block.info!r})")
+    problems += [f"{where}: an example marker that is not right before a fence" for where in dangling_markers(document)]
+    assert not problems, "\n".join(problems)
+
+
+def _examples(kind: str) -> list[Example]:
+    return [found for document in DOCUMENTS for found in examples(document) if found.kind == kind]
+
+
+APPS: Final = sorted({(found.block.document, found.app) for found in _examples("app") if found.app is not None})
+
+
+@pytest.mark.parametrize(
+    ("document", "name"), APPS, ids=[f"{document.relative_to(ROOT)}:{name}" for document, name in APPS]
+)
+def test_an_app_example_executes_and_defines_an_app(document: Path, name: str) -> None:
+    """Every ``define_*`` call in it checks its definition, so an example that no longer fits the API fails here."""
+    module = execute_app(document, name)
+    assert isinstance(getattr(module, "app", None), actors.App), f"{name}: `app` is not an actors.App"
+
+
+@pytest.mark.parametrize("found", _examples("fragment"), ids=lambda found: found.block.where)
+def test_a_fragment_parses(found: Example) -> None:
+    parse_fragment(found.block)
+
+
+@pytest.mark.parametrize("found", _examples("script"), ids=lambda found: found.block.where)
+def test_a_script_is_a_program(found: Example) -> None:
+    """Scripts run in tests/integration/test_examples.py; here only that they compile without top-level await (a
+    reader can run one as it is)."""
+    compile(found.block.padded(), found.block.where, "exec")
