@@ -57,7 +57,7 @@ class Block:
 
     @property
     def is_python(self) -> bool:
-        return self.info.split(maxsplit=1)[0].lower() in PYTHON_INFO if self.info.strip() else False
+        return (self.info.split() or [""])[0].lower() in PYTHON_INFO
 
     def padded(self) -> str:
         """The source preceded by blank lines, so that a traceback's line numbers are the document's."""

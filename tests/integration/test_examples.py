@@ -72,6 +72,7 @@ async def test_the_scripts_run_against_tether_up_serving_their_app(
                 )
                 output = (done.stdout + done.stderr).decode(errors="replace")
                 assert done.returncode == 0, f"{script.block.where} exited with {done.returncode}:\n{output}"
+                print(f"{script.block.where} printed:\n{output}")
         await up.assert_everything_gone()
 
 
@@ -121,7 +122,9 @@ async def test_your_own_agent_from_the_app_file_to_tether_watch(tmp_path: Path) 
     tools = [name for turn in agent.model.turns for name, _ in turn.tool_calls]
     assert answer and tools and answer in " ".join(text.split()), "README's prose names the answer of the model"
 
-    env = {**CHILD_ENV, "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")])}
+    # A person's shell: the virtual environment's bin first on PATH (as `source .venv/bin/activate` puts it), and no
+    # PYTHONPATH (tether_up's CHILD_ENV has the repository on it): only the working directory can hold the app.
+    env = {**os.environ, "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]), "PYTHONPATH": ""}
     tether = shutil.which("tether", path=env["PATH"])
     assert tether is not None and Path(tether).parent == VENV_BIN
 
