@@ -53,11 +53,11 @@ from protocol import (
     Request,
     TetherError,
     Welcome,
-    collapse_group,
     decode_frame,
     decode_message,
     encode_frame,
     error_for_code,
+    raise_collapsed,
     read_runtime,
     take_message,
 )
@@ -562,4 +562,4 @@ async def open_connection(
                 await connection.aclose()
                 nursery.cancel_scope.cancel(reason="the client is closing")
     except BaseExceptionGroup as group:
-        raise collapse_group(group) from None
+        raise_collapsed(group)

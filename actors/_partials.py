@@ -33,7 +33,7 @@ from protocol import (
     PartialStatus,
     TetherError,
     UsageError,
-    collapse_group,
+    raise_collapsed,
 )
 
 from ._phase import Phase
@@ -157,7 +157,7 @@ async def partial_output(rt: Phase, operation_id: str, attempt: int, interval_ms
             finally:
                 nursery.cancel_scope.cancel(reason="the model stream ended")
     except BaseExceptionGroup as group:  # what the stream raised, as itself (the sender raises nothing)
-        raise collapse_group(group) from None
+        raise_collapsed(group)
 
 
 # ------------------------------------------------------------------------------------------------ readers

@@ -31,6 +31,7 @@ from protocol import (
     TetherError,
     UsageError,
     collapse_group,
+    raise_collapsed,
 )
 from protocol.io import log_stderr
 
@@ -203,9 +204,8 @@ class Worker:
         except BaseExceptionGroup as group:
             # Before ``except Exception`` (an ExceptionGroup is an Exception): a phase whose own nursery raised
             # a stale lease (or was cancelled) ends as that, not as a phase crash.
-            collapsed = collapse_group(group)
-            if isinstance(collapsed, trio.Cancelled | StaleLease):
-                raise collapsed from None
+            if isinstance(collapse_group(group), trio.Cancelled | StaleLease):
+                raise_collapsed(group)
             if not isinstance(group, Exception):
                 raise
             await self._phase_raised(rt, group)

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import trio
 from _common import bench_env
@@ -52,10 +53,12 @@ async def measure_round(directory: str, tool_s: float, stop_after_s: float, busy
             if busy:
                 async with actors.connect(db=db) as client:
                     conversation_id = await client.create_conversation(agent="banker")
-                    submission = await client.submit(conversation_id, kind="input", payload="move 5", request_id=actors.new_id())
+                    submission = await client.submit(
+                        conversation_id, kind="input", payload="move 5", request_id=actors.new_id()
+                    )
                 while not os.path.exists(started_file):
                     await trio.sleep(0.005)
-                tool_started = float(open(started_file).read().split()[0])
+                tool_started = float(Path(started_file).read_text().split()[0])
                 await trio.sleep(stop_after_s)
             began = time.perf_counter()
             if busy:
@@ -80,7 +83,7 @@ async def measure_round(directory: str, tool_s: float, stop_after_s: float, busy
                     ops = await client.operations(submission.run_id)
             assert run.status == "completed", run
             assert [(op.kind, op.status, op.attempt) for op in ops if op.kind == "tool"] == [("tool", "completed", 1)]
-            assert len(open(started_file).read().split()) == 1, "the tool ran more than once"
+            assert len(Path(started_file).read_text().split()) == 1, "the tool ran more than once"
         finally:
             await stop_gracefully(check)
     return took_s, remaining_s

@@ -45,6 +45,7 @@ from ._errors import (
     UsageError,
     collapse_group,
     error_for_code,
+    raise_collapsed,
 )
 from ._frames import (
     EVENT_TYPES,
@@ -392,6 +393,7 @@ __all__ = [
     "json_value",
     "new_id",
     "phase_of",
+    "raise_collapsed",
     "read_runtime",
     "remove_runtime",
     "retry_delay_ms",

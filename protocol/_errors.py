@@ -28,6 +28,7 @@ Errors cross the wire as an :class:`ErrorCode` plus a message, never as exceptio
 from __future__ import annotations
 
 import enum
+from typing import NoReturn
 
 
 class ErrorCode(enum.StrEnum):
@@ -208,7 +209,8 @@ def _rebuild(cls: type[TetherError], args: tuple[object, ...], kwargs: dict[str,
 
 
 def collapse_group(exc: BaseException) -> BaseException:
-    """At a public boundary, an exception group holding one exception becomes that exception."""
+    """At a public boundary, an exception group holding one exception becomes that exception (raise it with
+    :func:`raise_collapsed`, which keeps its cause)."""
     leaves: list[BaseException] = []
 
     def walk(current: BaseException) -> None:
@@ -220,3 +222,23 @@ def collapse_group(exc: BaseException) -> BaseException:
 
     walk(exc)
     return leaves[0] if len(leaves) == 1 else exc
+
+
+def raise_collapsed(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """Raise ``group`` as :func:`collapse_group` collapses it, from the ``except`` clause that caught it.
+
+    A single leaf is raised as itself with its own ``__cause__``, ``__context__`` and traceback: an
+    :class:`OwnerUnavailable` raised ``from`` an ``OSError`` or ``SSLError`` arrives with it. (``raise leaf from
+    None`` would drop the cause; a plain ``raise leaf`` there would make the group its context.) Several leaves
+    are raised as the group, unchanged, so a ``Cancelled`` among them is never swallowed; a lone ``Cancelled`` is
+    raised as itself, for its cancel scope to catch.
+    """
+    leaf = collapse_group(group)
+    if leaf is group:
+        raise group
+    context = leaf.__context__
+    try:
+        raise leaf
+    finally:
+        leaf.__context__ = context  # what raising it inside the ``except`` replaced with the group
+        del leaf, context  # the frame would hold the exception that holds the frame

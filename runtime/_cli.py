@@ -23,7 +23,7 @@ from protocol import (
     StorageError,
     TetherError,
     UsageError,
-    collapse_group,
+    raise_collapsed,
 )
 
 from ._args import count, positive
@@ -977,7 +977,7 @@ def _run_trio(function: Callable[[], Awaitable[object]]) -> None:
     try:
         trio.run(function)
     except BaseExceptionGroup as group:
-        raise collapse_group(group) from None
+        raise_collapsed(group)
 
 
 def _fail(exc: BaseException | str, status: int) -> int:

@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -233,20 +233,23 @@ async def tether_up(
     *args: str,
     label: str = "up",
     env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+    command: Sequence[str] | None = None,
     new_session: bool = False,
 ) -> AsyncIterator[Up]:
-    """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment; with
-    ``new_session`` in a session and process group of its own, as a terminal's foreground job, so that a test can
-    signal the group as a Ctrl-C does); on exit SIGTERM and reap it, then SIGKILL anything left that it started (the
-    test asserts separately that nothing was left)."""
+    """Start ``tether up --db DB ARGS`` from ``cwd`` (output to files in ``directory``; ``env`` added to its
+    environment), or ``command``, a ``tether up`` command line of its own on the database ``db`` (a README's, as a
+    person types it); with ``new_session`` in a session and process group of its own, as a terminal's foreground
+    job, so that a test can signal the group as a Ctrl-C does. On exit SIGTERM and reap it, then SIGKILL anything
+    left that it started (the test asserts separately that nothing was left)."""
     stdout_path = directory / f"{label}.stdout"
     stderr_path = directory / f"{label}.stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         process = await trio.lowlevel.open_process(
-            tether_command("up", "--db", db, *args),
+            list(command) if command is not None else tether_command("up", "--db", db, *args),
             stdout=stdout,
             stderr=stderr,
-            cwd=ROOT,
+            cwd=cwd,
             env={**CHILD_ENV, **(env or {})},
             start_new_session=new_session,
         )
