@@ -202,7 +202,6 @@ class Supervisor:
         self._workers_started = False
         self._stopping = False
         self._exits: trio.MemorySendChannel[trio.Process]
-        self._signals: Any = None
         self.url: str | None = None
         self.started_at_ms = int(time.time() * 1000)
 
@@ -224,11 +223,12 @@ class Supervisor:
         lock_fd = self._lock()
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                self._signals = signals
                 async with trio.open_nursery() as nursery:
                     send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
                     nursery.start_soon(self._feed_heartbeats)
+                    stop = trio.Event()
+                    nursery.start_soon(self._watch_signals, signals, stop)
                     try:
                         await self._start(nursery, self.owner)
                         if await self._wait_owner_ready():
@@ -236,8 +236,6 @@ class Supervisor:
                             nursery.start_soon(self._arm_standby, nursery, self.owner.process)
                         self._write_state()
                         task_status.started()
-                        stop = trio.Event()
-                        nursery.start_soon(_set_on_signal, signals, stop)
                         await self._supervise(nursery, receive, stop)
                     finally:
                         with trio.CancelScope(shield=True):
@@ -431,19 +429,17 @@ class Supervisor:
         standby (so that it never takes over), then the owner (it closes the database cleanly). A SIGINT or SIGTERM
         meanwhile is passed on to the workers, which then stop at once."""
         self._stopping = True
-        async with trio.open_nursery() as watcher:
-            watcher.start_soon(self._stop_at_once_on_signal)
-            for group in (self.workers, [self.standby], [self.owner]):
-                async with trio.open_nursery() as nursery:
-                    for child in group:
-                        nursery.start_soon(self._stop_child, child)
-            watcher.cancel_scope.cancel(reason="everything stopped")
+        for group in (self.workers, [self.standby], [self.owner]):
+            async with trio.open_nursery() as nursery:
+                for child in group:
+                    nursery.start_soon(self._stop_child, child)
 
-    async def _stop_at_once_on_signal(self) -> None:
-        signals = self._signals
-        if signals is None:
-            return
+    async def _watch_signals(self, signals: Any, stop: trio.Event) -> None:
+        """The first SIGINT or SIGTERM stops the supervisor (``stop``); one during the stop stops it at once."""
         async for _ in signals:
+            if not self._stopping:
+                stop.set()
+                continue
             self._say("tether up: stopping at once: the workers cut off what they still run")
             for worker in self.workers:
                 process = worker.process
@@ -486,8 +482,3 @@ class Supervisor:
 def _child_state(child: _Child) -> dict[str, Any]:
     return {"name": child.name, "pid": child.pid, "restarts": child.restarts, "started_at_ms": child.started_at_ms}
 
-
-async def _set_on_signal(signals: Any, stop: trio.Event) -> None:
-    async for _ in signals:
-        stop.set()
-        return

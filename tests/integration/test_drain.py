@@ -246,3 +246,31 @@ async def test_ctrl_c_of_tether_up_drains_its_workers(db_path: str, tmp_path: Pa
         ):
             run = await client.wait_for_run(run_id)
         assert run.status == "completed" and len(read_ledger(ledger)) == 1
+
+
+async def test_a_second_signal_stops_tether_up_at_once(db_path: str, tmp_path: Path, ledger: Path) -> None:
+    """The first SIGTERM drains (the tool keeps running); a second passes on to the workers, which cut it off: the
+    manual tool call is interrupted and its run needs a person, as after a crash."""
+    app = "tests.integration._agent_apps:manual"
+    env = {"TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
+    with trio.fail_after(TIMEOUT_S):
+        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", env=env) as up:
+            await up.wait_status(all_up(1), "the owner and a worker attached")
+            async with actors.connect(db_path) as client:
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+            up.process.send_signal(signal.SIGTERM)
+            while True:
+                if "waiting up to 30 s for what runs to finish" in up.stderr_text():
+                    break
+                await trio.sleep(POLL_S)
+            up.process.send_signal(signal.SIGTERM)  # the gate stays shut: only the second signal ends the tool
+            assert await up.wait_exit(timeout_s=10) == 0, up.stderr_text()
+            await up.assert_everything_gone()
+        assert "stopping at once" in up.stdout_text() + up.stderr_text()
+        async with (
+            tether_up(db_path, tmp_path, "--app", app, "--workers", "1", label="again", env=env),
+            actors.connect(db_path, wait_for_owner_s=20) as client,
+        ):
+            run = await run_in(client, run_id, "needs_attention")
+        assert run.reason == "tool_interrupted"
