@@ -481,4 +481,3 @@ class Supervisor:
 
 def _child_state(child: _Child) -> dict[str, Any]:
     return {"name": child.name, "pid": child.pid, "restarts": child.restarts, "started_at_ms": child.started_at_ms}
-
