@@ -69,7 +69,7 @@ from ._models import (
     TurnBuilder,
     Usage,
     UserMessage,
-    backoff_ms,
+    next_delay_ms,
 )
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
@@ -455,8 +455,11 @@ class AgentRun:
         exc: ModelError,
         pieces: Sequence[Write] = (),
     ) -> None:
+        """One commit: the attempt's failure and the task's next state. A retryable error with attempts left sleeps
+        until the back-off's deadline (``retry_wait``); a final one, or the policy's last attempt, fails the run at
+        once: no wait is taken for a try that never comes."""
         error = f"{exc.kind}: {exc}"
-        delay = backoff_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
+        delay = next_delay_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
             tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))

@@ -265,6 +265,24 @@ async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess,
             assert (op.status, op.attempt) == ("completed", 2)
 
 
+async def test_the_last_model_attempt_fails_the_run_at_once(manual_owner: OwnerProcess, ledger: Path) -> None:
+    # A retryable error at the last attempt the retry policy allows: the run fails in that attempt's commit, with no
+    # wait for a try that never comes (it used to sleep the back-off once more, in retry_wait).
+    turns = [actors.ScriptedTurn(text="never", error="server_error", fail_attempts=2)]
+    retry = actors.Retry(attempts=2, first_delay_ms=1000, max_delay_ms=10_000)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(manual_owner.db, build(turns, retry=retry)) as client:
+            _, run_id = await start_run(client)
+            await run_in(client, run_id, "retry_wait")
+            await client.advance_clock(1000)  # commits the wake-up before it answers: attempt 2 runs now
+            run = await run_in(client, run_id, "failed", "retry_wait")
+            assert (run.status, run.reason) == ("failed", "model_error")
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt) == ("failed", 2)
+            task = await client.task(run.task_id or "")
+            assert task.outcome is not None and "attempt 2 of 2" in (task.outcome.error or "")
+
+
 async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:
     loop = [actors.ScriptedTurn(tool_calls=[("boom", {})])] * 3
     with trio.fail_after(TIMEOUT_S):
