@@ -177,7 +177,14 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
-from ._kinds import AGENT_TASK_PREFIX, ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, TOOL_TASK_PREFIX, USER_ENTRY
+from ._kinds import (
+    AGENT_TASK_PREFIX,
+    ASSISTANT_ENTRY,
+    RESERVED_ENTRY_PREFIX,
+    TOOL_RESULT_ENTRY,
+    TOOL_TASK_PREFIX,
+    USER_ENTRY,
+)
 from ._limits import (
     DEFAULT_MAX_LEASES,
     MAX_ANNOUNCE_BYTES,
@@ -225,6 +232,7 @@ __all__ = [
     "RECORD_TYPES",
     "REPLY_TYPES",
     "REQUEST_TYPES",
+    "RESERVED_ENTRY_PREFIX",
     "RUNTIME_SUFFIX",
     "RUN_ACTIVE",
     "RUN_TERMINAL",

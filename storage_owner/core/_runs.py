@@ -29,6 +29,7 @@ import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
+    RESERVED_ENTRY_PREFIX,
     RUN_ACTIVE,
     RUN_TERMINAL,
     TOOL_TASK_PREFIX,
@@ -507,6 +508,23 @@ class Runs:
         records.insert(len(records) - 1, entry)
 
     # ------------------------------------------------------------------------------------ operation journal
+
+    def check_run_entry(self, conversation_id: str, kind: str, lease: LeaseRef | None, where: str) -> None:
+        """Refuse an entry of a kind under ``tether.`` (what a model reads) unless it is committed under the current
+        lease of a live run's task, or of a tool task it owns, in that run's conversation (the lease itself was
+        checked with the commit). The owner writes ``tether.user`` itself, at admission; a client, a worker under
+        no lease or another run's, could otherwise forge a turn of the transcript."""
+        task = None if lease is None else self._tasks.live(lease.task_id)
+        run_id = None if task is None else self.run_of_task(task)
+        run = None if run_id is None else self.live.get(run_id)
+        if run is None or run.conversation_id != conversation_id:
+            message = (
+                f"{where}.kind {kind!r}: entry kinds under {RESERVED_ENTRY_PREFIX!r} are the runtime's (what a model "
+                "reads): only a run's own task or tool task writes them, in the run's conversation, under its lease; "
+                "nothing of the commit was written. Give an entry of your own a kind outside that prefix (such as "
+                "'app.note'), or submit an input to start a run"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
 
     def _writer(self, run_id: str, lease: LeaseRef | None, where: str) -> tuple[RunRecord, TaskRecord]:
         """The live run and the task whose lease writes its journal (its run task, or a tool task it owns)."""
