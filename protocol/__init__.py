@@ -193,6 +193,7 @@ from ._limits import (
     MAX_PARTIAL_PIECE_BYTES,
     MAX_PEER_NAME_CHARS,
     MAX_ROLE_CHARS,
+    MAX_RUN_ERROR_CHARS,
     MAX_TOKEN_CHARS,
 )
 from ._runtime import (
@@ -227,6 +228,7 @@ __all__ = [
     "MAX_PARTIAL_PIECE_BYTES",
     "MAX_PEER_NAME_CHARS",
     "MAX_ROLE_CHARS",
+    "MAX_RUN_ERROR_CHARS",
     "MAX_TOKEN_CHARS",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",

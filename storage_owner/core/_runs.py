@@ -29,6 +29,7 @@ import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
+    MAX_RUN_ERROR_CHARS,
     RESERVED_ENTRY_PREFIX,
     RUN_ACTIVE,
     RUN_TERMINAL,
@@ -122,6 +123,16 @@ class Derived:
     status: RunStatus
     reason: str | None = None
     operation_id: str | None = None
+    error: str | None = None
+    """Why a ``failed`` run failed: its task's error text, cut at :data:`MAX_RUN_ERROR_CHARS`."""
+
+
+def run_error(text: str | None) -> str | None:
+    """``text`` as a run record's ``error``: at most :data:`MAX_RUN_ERROR_CHARS` characters, a cut one ending in
+    ``…`` (the task's outcome keeps the whole text)."""
+    if text is None or len(text) <= MAX_RUN_ERROR_CHARS:
+        return text
+    return text[: MAX_RUN_ERROR_CHARS - 1] + "…"
 
 
 def run_status(
@@ -173,7 +184,7 @@ def run_status(
             return Derived("completed")
         if outcome.status == "aborted" or task.abort == "abort":
             return Derived("cancelled")
-        return Derived("failed", outcome.reason or outcome.status)
+        return Derived("failed", outcome.reason or outcome.status, error=run_error(outcome.error))
     if task.abort == "abort":
         # Being cancelled: nobody is asked anything any more; it ends ``cancelled`` once its task is terminal.
         return Derived(
@@ -362,6 +373,7 @@ class Runs:
                 run,
                 status=derived.status,
                 reason=derived.reason,
+                error=derived.error,
                 operation_id=derived.operation_id,
                 version=task.version,
                 answer=answer_of(task) or run.answer,
@@ -481,8 +493,9 @@ class Runs:
         )
         try:
             task = self._tasks.create_task(write, seq, now_ms, f"run {run.run_id}")
-        except Refusal:  # the conversation's owner task can own no new work: the run cannot start
-            new = attrs.evolve(run, status="failed", reason="not_admitted", seq=seq, updated_at_ms=now_ms)
+        except Refusal as refusal:  # the conversation's owner task can own no new work: the run cannot start
+            error = run_error(f"the run could not be admitted: {refusal.message}")
+            new = attrs.evolve(run, status="failed", reason="not_admitted", error=error, seq=seq, updated_at_ms=now_ms)
             self.put(new)
             changed[run.run_id] = new
             return
@@ -748,6 +761,7 @@ class Runs:
             run_id=run.run_id,
             conversation_id=run.conversation_id,
             operation_id=write.operation_id,
+            tool=task.kind.removeprefix(TOOL_KIND_PREFIX),
             task_id=approval_task.task_id,
             kind=write.kind,
             status="open",
@@ -861,7 +875,14 @@ class Runs:
                 self._store.update_operation(reset)
                 records.append(reset)
         new = attrs.evolve(
-            run, status="queued", reason=None, operation_id=None, task_id=None, seq=seq, updated_at_ms=now_ms
+            run,
+            status="queued",
+            reason=None,
+            error=None,
+            operation_id=None,
+            task_id=None,
+            seq=seq,
+            updated_at_ms=now_ms,
         )
         self._store.update_run(new)
         self._live_set(new)

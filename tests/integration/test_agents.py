@@ -281,6 +281,7 @@ async def test_the_last_model_attempt_fails_the_run_at_once(manual_owner: OwnerP
             assert (op.status, op.attempt) == ("failed", 2)
             task = await client.task(run.task_id or "")
             assert task.outcome is not None and "attempt 2 of 2" in (task.outcome.error or "")
+            assert run.error == task.outcome.error
 
 
 async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:
@@ -290,6 +291,7 @@ async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess,
             _, run_id = await start_run(client)
             run = await client.wait_for_run(run_id)
             assert (run.status, run.reason) == ("failed", "max_turns")
+            assert run.error == "the run reached its agent's limit of 2 model turns"
             assert len([op for op in await client.operations(run_id) if op.kind == "model"]) == 2
         async with serving(
             owner.db, build([actors.ScriptedTurn(text="x", error="bad_request", fail_attempts=1)])
@@ -297,6 +299,8 @@ async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess,
             _, run_id = await start_run(client)
             run = await client.wait_for_run(run_id)
             assert (run.status, run.reason) == ("failed", "model_error")
+            cause = "bad_request: scripted failure of turn 1, attempt 1"
+            assert run.error == f"model request failed (attempt 1 of 3): {cause}"
             [op] = await client.operations(run_id)
             assert op.status == "failed" and op.attempt == 1
 

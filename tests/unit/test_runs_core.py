@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from protocol import (
+    MAX_RUN_ERROR_CHARS,
     AbortTask,
     AdvanceClock,
     Announce,
@@ -61,16 +62,19 @@ from protocol import (
     UsageTotal,
     WaitRun,
     approval_task_id,
+    converter,
     retry_delay_ms,
 )
 from storage_owner.core._checks import Refusal
 from storage_owner.core._runs import Derived, attention_task_id, run_status, run_task_id, user_entry_id
+from storage_owner.store._sqlite import _pack
 from tests.unit.test_tasks_core import (
     TOKEN,
     OwnerSim,
     Worker,
     aborted,
     completed,
+    ended,
     error_code,
     expect,
     failed,
@@ -852,6 +856,23 @@ def test_a_cut_off_model_request_backs_off_durably_and_fails_past_its_last_attem
     outcome = sim.outcome(task_id)
     assert (outcome.status, outcome.reason) == ("failed", "model_retries_exhausted")
     assert outcome.error is not None and "3 of 3" in outcome.error
+    assert run.error == outcome.error  # why it failed, on the run itself
+
+
+def test_a_failed_run_says_why_within_a_bound_and_a_retry_clears_it(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    assert sim.run(run_id).error is None
+    cause = "model request failed (attempt 1 of 4): connection: could not reach model 'm' at http://127.0.0.1:9/v1"
+    worker.ok(
+        task_id, ended(task_id, "failed", error=cause + " " + "x" * 2 * MAX_RUN_ERROR_CHARS, reason="model_error")
+    )
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("failed", "model_error")
+    assert run.error is not None and run.error.startswith(cause) and run.error.endswith("…")
+    assert len(run.error) == MAX_RUN_ERROR_CHARS
+    retried = expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run
+    assert (retried.status, retried.error) == ("queued", None)
+    assert sim.run(run_id).error is None
 
 
 def test_a_retryable_model_failure_committed_by_the_worker_retries_the_same_operation(manual_sim: RunSim) -> None:
@@ -927,6 +948,21 @@ def ask(sim: RunSim, tools: Worker, tool_id: str, run_id: str, op: str, digest: 
     return tools.commit(tool_id, interaction, wait)
 
 
+def test_an_interaction_stored_before_it_named_its_tool_is_read_with_its_tool(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    [interaction] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
+    legacy = converter.unstructure(interaction)
+    del legacy["tool"]  # as an engine of protocol 4 stored it
+    sim.store._db.execute(
+        "UPDATE interactions SET record = ? WHERE interaction_id = ?", (_pack(legacy), interaction.interaction_id)
+    )
+    [read] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
+    assert read == interaction and read.tool == "lookup"  # from its approval task's owner, the tool task
+
+
 def test_respond_is_accepted_once_survives_a_restart_and_a_replay_never_asks_again(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
@@ -936,10 +972,11 @@ def test_respond_is_accepted_once_survives_a_restart_and_a_replay_never_asks_aga
     run = sim.run(run_id)
     assert (run.status, run.operation_id) == ("waiting", op)
     [interaction] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
-    assert (interaction.operation_id, interaction.task_id, interaction.args) == (
+    assert (interaction.operation_id, interaction.task_id, interaction.args, interaction.tool) == (
         op,
         approval_task_id(op),
         {"amount": 5},
+        "lookup",  # the tool task's: what a person approves
     )
     assert sim.graph()[approval_task_id(op)].blocked is None
     sim.restart()
