@@ -108,8 +108,8 @@ def _add_runs_commands(commands: Any) -> None:
             "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
             "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
             "and print its id. Prints the run; with --wait, follows it (each new status, each approval it waits for "
-            "with the command that answers it) until it settles, then prints its answer, or its status and reason "
-            "(exit 1 if it failed)."
+            "with the command that answers it) until it settles, then prints its answer, or its status, reason and "
+            "error (exit 1 if it failed)."
         ),
     )
     submit.add_argument("text", metavar="TEXT", help="what to say")
@@ -136,7 +136,7 @@ def _add_runs_commands(commands: Any) -> None:
         "runs",
         help="list the agent runs of a database",
         description="Print every run, oldest first: its conversation, agent@version, status and reason, the "
-        "operation it is blocked on, and its tokens. Asks the running owner.",
+        "operation it is blocked on, its tokens, and why a failed run failed (its error). Asks the running owner.",
     )
     _add_db(runs)
     runs.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
@@ -848,7 +848,7 @@ def _runs_command(args: argparse.Namespace) -> int:
             }
             print(json.dumps(document), flush=True)
         if run is not None and run.status == "failed":
-            return _fail(f"run {run.run_id} failed: {run.reason or 'no reason given'}", EXIT_FAILED)
+            return _fail(_runs.failure(run), EXIT_FAILED)
         return EXIT_OK
     if args.command == "runs":
         runs = trio.run(partial(_runs.list_runs, db, conversation_id=args.conversation, status=args.status))

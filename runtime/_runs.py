@@ -12,6 +12,8 @@ from typing import Any, Final
 import actors
 from protocol import OwnerUnavailable, RunRecord, converter
 
+from ._watch_view import one_line
+
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
 """The statuses that end ``wait_for_run``."""
@@ -38,13 +40,22 @@ def record_json(record: Any) -> Any:
 
 
 def describe_run(run: RunRecord) -> str:
-    """One line: the run, its status and why, what it is blocked on, its answer."""
+    """One line: the run, its status and why (the reason, and for a failed run the error in words), what it is
+    blocked on."""
     line = f"run {run.run_id}: {run.status}"
     if run.reason is not None:
         line += f" ({run.reason})"
     if run.operation_id is not None:
         line += f", blocked on operation {run.operation_id}"
+    if run.error is not None:
+        line += f": {one_line(run.error)}"
     return line
+
+
+def failure(run: RunRecord) -> str:
+    """The one line a failed run ends ``tether submit`` with (on stderr): its reason and its error."""
+    line = f"run {run.run_id} failed ({run.reason or 'no reason given'})"
+    return line if run.error is None else f"{line}: {one_line(run.error)}"
 
 
 def tokens(run: RunRecord) -> str:
@@ -54,10 +65,10 @@ def tokens(run: RunRecord) -> str:
 
 
 def format_runs(runs: list[RunRecord]) -> str:
-    """The runs as a table, oldest first."""
+    """The runs as a table, oldest first; a failed run's error last, whole, on its row."""
     if not runs:
         return "no runs"
-    header = ("RUN", "CONVERSATION", "AGENT", "STATUS", "REASON", "BLOCKED ON", "TOKENS IN/OUT")
+    header = ("RUN", "CONVERSATION", "AGENT", "STATUS", "REASON", "BLOCKED ON", "TOKENS IN/OUT", "ERROR")
     rows = [
         (
             run.run_id,
@@ -67,6 +78,7 @@ def format_runs(runs: list[RunRecord]) -> str:
             run.reason or "-",
             run.operation_id or "-",
             tokens(run),
+            "" if run.error is None else one_line(run.error),
         )
         for run in runs
     ]

@@ -282,7 +282,7 @@ class WatchView:
         if previous is not None and (previous.status, previous.reason) == (run.status, run.reason):
             return []
         line = f"run {run.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else "")
-        lines = [line]
+        lines = [line + (f": {one_line(run.error)}" if run.error else "")]
         if run.status == "completed" and run.answer is not None and previous is not None:
             lines[0] += " with its answer"
         lines.extend(f"  {command}" for command in self.attention_commands(run))
@@ -412,6 +412,7 @@ class WatchView:
         for run in self.runs_of():
             if run.status in ("needs_attention", "failed"):
                 why = f"run {run.run_id} {run.status}" + (f" ({run.reason})" if run.reason else "")
+                why += f": {one_line(run.error)}" if run.error else ""
                 commands = tuple(self.attention_commands(run))
                 if commands and (run.status == "needs_attention" or self._latest_of_conversation(run)):
                     found.append(Attention(run.run_id, run.conversation_id, why, commands))
@@ -475,6 +476,11 @@ def tool_operation_id(run_id: str, turn: Any, call_id: str) -> str | None:
 
 def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:
     return f"tether respond --db {db} {interaction_id} {'--approve' if approve else '--deny'}"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (an error text may hold several)."""
+    return " ".join(text.splitlines())
 
 
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:

@@ -270,8 +270,9 @@ async def test_the_last_model_attempt_fails_the_run_at_once(manual_owner: OwnerP
     # wait for a try that never comes (it used to sleep the back-off once more, in retry_wait).
     turns = [actors.ScriptedTurn(text="never", error="server_error", fail_attempts=2)]
     retry = actors.Retry(attempts=2, first_delay_ms=1000, max_delay_ms=10_000)
+    logged: list[str] = []
     with trio.fail_after(TIMEOUT_S):
-        async with serving(manual_owner.db, build(turns, retry=retry)) as client:
+        async with serving(manual_owner.db, build(turns, retry=retry), log=logged.append) as client:
             _, run_id = await start_run(client)
             await run_in(client, run_id, "retry_wait")
             await client.advance_clock(1000)  # commits the wake-up before it answers: attempt 2 runs now
@@ -282,6 +283,13 @@ async def test_the_last_model_attempt_fails_the_run_at_once(manual_owner: OwnerP
             task = await client.task(run.task_id or "")
             assert task.outcome is not None and "attempt 2 of 2" in (task.outcome.error or "")
             assert run.error == task.outcome.error
+    # The worker's log (what tether up relays) says each failed attempt, and what comes of it.
+    error = "server_error: scripted failure of turn 1, attempt"
+    assert logged == [
+        f"tether worker: run {run_id}: model 'scripted' failed (attempt 1 of 2): {error} 1; tried again in 1000 ms",
+        f"tether worker: run {run_id}: model 'scripted' failed (attempt 2 of 2): {error} 2; that was the last "
+        "attempt: the run failed",
+    ]
 
 
 async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:

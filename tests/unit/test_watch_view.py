@@ -18,6 +18,7 @@ from protocol import (
     JsonValue,
     PartialRecord,
     RunRecord,
+    RunUsage,
     TaskOutcome,
     TaskRecord,
 )
@@ -56,7 +57,15 @@ def operation(
     )
 
 
-def run(status: str, *, reason: str | None = None, operation_id: str | None = None, seq: int = 1) -> RunRecord:
+def run(
+    status: str,
+    *,
+    reason: str | None = None,
+    operation_id: str | None = None,
+    seq: int = 1,
+    error: str | None = None,
+    cost: float | None = None,
+) -> RunRecord:
     return RunRecord(
         run_id=RUN,
         conversation_id=CONVERSATION,
@@ -64,7 +73,9 @@ def run(status: str, *, reason: str | None = None, operation_id: str | None = No
         version=1,
         status=status,  # type: ignore[arg-type]
         reason=reason,
+        error=error,
         operation_id=operation_id,
+        usage=RunUsage(input_tokens=12, output_tokens=3, cost=cost),
         submission_id=RUN,
         task_id=TASK,
         seq=seq,
@@ -343,6 +354,25 @@ def test_needs_attention_and_failed_runs_give_the_command_that_settles_them() ->
     [item] = view.attention()
     assert item.commands == (f"tether retry --db db.sqlite {RUN}",)
     assert f"tether retry --db db.sqlite {RUN}" in screen(view)
+
+
+CONNECT_ERROR = (
+    "model request failed (attempt 4 of 4): connection: could not reach model 'm' at "
+    "http://127.0.0.1:9/v1/chat/completions: ConnectError: all attempts to connect to 127.0.0.1:9 failed"
+)
+
+
+def test_a_failed_run_says_why_in_every_view() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    view.apply(5, [run("retry_wait", seq=5)])
+    lines = view.apply(6, [run("failed", reason="model_error", error=CONNECT_ERROR, seq=6)])
+    assert lines[0] == f"run {RUN}: failed (model_error): {CONNECT_ERROR}"
+    [item] = view.attention()
+    assert item.what == f"run {RUN} failed (model_error): {CONNECT_ERROR}"
+    text = screen(view, width=200)  # in the panel of what waits for a person, wrapped at its width
+    assert "failed (model_error): model request failed (attempt 4 of 4): connection: could not reach" in text
+    assert "all attempts to connect to 127.0.0.1:9 failed" in text
+    assert '"error": "model request failed (attempt 4 of 4)' in json_line(view.runs.get(RUN), 6)
 
 
 def test_a_run_view_keeps_only_that_runs_records_and_its_task_tree() -> None:
