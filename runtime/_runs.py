@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import actors
-from protocol import OwnerUnavailable, RunRecord, converter
+from protocol import OwnerUnavailable, PeerInfo, RunRecord, converter
 
 from ._watch_view import one_line
 
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
 """The statuses that end ``wait_for_run``."""
+TERMINAL: Final = ("completed", "failed", "cancelled")
 
 
 def check_db(db: str) -> str:
@@ -99,12 +100,14 @@ async def submit(
     when_busy: actors.WhenBusy,
     wait: bool,
     say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
     """Submit ``text`` as an ``input`` (to a new conversation bound to ``agent`` when given); return the
     conversation, the submission and its run (with ``wait``, once it settled).
 
     ``say`` gets each line for a person as soon as it is known: the new conversation and the run before the wait
-    starts (so an interrupted wait has shown them), the settled run and its answer after it.
+    starts (so an interrupted wait has shown them), the settled run and its answer after it. ``warn`` gets one line
+    when no attached worker announces the run's agent (the run waits until one does; ``wait`` waits for it too).
     """
     show = say or (lambda line: None)
     async with connect(db, "tether-submit") as client:
@@ -120,6 +123,10 @@ async def submit(
             return conversation_id, submission, None
         run = await client.run(submission.run_id)
         show(f"{describe_run(run)}; request {submission.request_id}")
+        if warn is not None and run.status not in TERMINAL and run.reason != "cancelling":
+            missing = agent_missing(db, run.agent, await client.peers())
+            if missing is not None:
+                warn(missing + ("; waiting for it (Ctrl-C ends the wait, not the run)" if wait else ""))
         if wait and run.status not in SETTLED:
             run = await follow_run(client, db, run, show)
         if wait:
@@ -128,6 +135,25 @@ async def submit(
         if run.answer is not None:
             show(run.answer.text)
         return conversation_id, submission, run
+
+
+def agent_missing(db: str, agent: str, peers: Sequence[PeerInfo]) -> str | None:
+    """What to tell a person whose run's agent no attached worker announces (``None``: one does)."""
+    announced = sorted(
+        {capability.name for peer in peers for capability in peer.capabilities if capability.kind == "agent"}
+    )
+    if agent in announced:
+        return None
+    if not any(peer.role == "worker" for peer in peers):
+        return (
+            f"tether submit: no worker is attached, so none announces agent {agent!r}; the run waits until one that "
+            f"does attaches (tether up --db {db} --app MODULE:ATTR, or tether worker --db {db} --app MODULE:ATTR)"
+        )
+    they = ", ".join(announced) if announced else "no agent"
+    return (
+        f"tether submit: no attached worker announces agent {agent!r} (they announce: {they}); the run waits until "
+        "one that does attaches"
+    )
 
 
 async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Callable[[str], None]) -> RunRecord:

@@ -392,7 +392,8 @@ class WatchView:
         return "requested"
 
     def attention(self) -> list[Attention]:
-        """What waits for a person, with the command that answers it: open approvals and runs that need attention."""
+        """What waits for a person, with the command that answers it: open approvals, runs that need attention, a
+        run whose agent no attached worker announces, and the latest failed run of a conversation."""
         found: list[Attention] = []
         for interaction in sorted(self.interactions.values(), key=lambda i: i.interaction_id):
             if interaction.status != "open":
@@ -410,11 +411,11 @@ class WatchView:
                 )
             )
         for run in self.runs_of():
-            if run.status in ("needs_attention", "failed"):
+            if run.status in ("needs_attention", "failed") or run.reason == "agent_missing":
                 why = f"run {run.run_id} {run.status}" + (f" ({run.reason})" if run.reason else "")
                 why += f": {one_line(run.error)}" if run.error else ""
                 commands = tuple(self.attention_commands(run))
-                if commands and (run.status == "needs_attention" or self._latest_of_conversation(run)):
+                if commands and (run.status != "failed" or self._latest_of_conversation(run)):
                     found.append(Attention(run.run_id, run.conversation_id, why, commands))
         return found
 
@@ -432,6 +433,11 @@ class WatchView:
         if run.status == "needs_attention":
             return [
                 f"start a worker that has {run.agent}@{run.version}: tether worker --db {db} --app MODULE:ATTR",
+                f"tether cancel --db {db} {run.run_id}",
+            ]
+        if run.status == "pending" and run.reason == "agent_missing":
+            return [
+                f"start a worker whose app defines agent {run.agent}: tether worker --db {db} --app MODULE:ATTR",
                 f"tether cancel --db {db} {run.run_id}",
             ]
         if run.status == "failed":

@@ -161,7 +161,8 @@ def run_status(
     ``running``, ``completing``                                                      ``running``
     ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
                                           ``migration_failed``                       (``agent_version_missing``)
-    ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
+    ``pending``                           blocked ``missing_task``                   ``pending`` (``agent_missing``)
+    ``pending``                           otherwise                                  ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
     ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
@@ -169,6 +170,9 @@ def run_status(
     ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
+
+    ``agent_missing`` (no attached worker announces the agent) keeps the run ``pending``, holding its capacity: it
+    goes on by itself once one attaches, as at an owner's start before its workers are back.
 
     ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
     ``approval`` the operation ids of the live external tasks it owns (transitively), if any, ``tool_missing`` the
@@ -197,6 +201,8 @@ def run_status(
     if status == "pending":
         if blocked in ("task_too_old", "migration_failed"):
             return Derived("needs_attention", "agent_version_missing")
+        if blocked == "missing_task":
+            return Derived("pending", "agent_missing")
         return Derived("pending")
     if attention is not None:
         return Derived("needs_attention", "tool_interrupted", attention)
@@ -504,6 +510,7 @@ class Runs:
         new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
         self.put(new)
         changed[run.run_id] = new
+        self._dirty[run.run_id] = None  # derived once settled: whether an attached worker announces its agent
         if attempt > 1:
             return
         position = store.next_entry_position(run.conversation_id)

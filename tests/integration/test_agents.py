@@ -245,6 +245,37 @@ async def test_submit_wait_follows_the_run_and_names_the_approval_it_waits_for(
     assert len(read_ledger(ledger)) == 1
 
 
+async def test_submit_to_an_agent_no_worker_announces_warns_and_the_run_goes_on_once_one_attaches(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    said: list[str] = []
+    warned: list[str] = []
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build(ONE_CALL)) as client:  # announces agent support only
+            _, _, run = await runs_cli.submit(
+                owner.db,
+                "hello",
+                conversation_id=None,
+                agent="nosuch",
+                request_id="r-nosuch",
+                when_busy="follow_up",
+                wait=False,
+                say=said.append,
+                warn=warned.append,
+            )
+            assert run is not None and (run.status, run.reason) == ("pending", "agent_missing")
+            assert warned == [
+                "tether submit: no attached worker announces agent 'nosuch' (they announce: support); the run waits "
+                "until one that does attaches"
+            ]
+            assert said[-1] == f"run {run.run_id}: pending (agent_missing); request r-nosuch"
+            nosuch = actors.App("nosuch-app")
+            nosuch.define_agent("nosuch", version=1, model=actors.ScriptedModel([actors.ScriptedTurn(text="Here.")]))
+            async with serving(owner.db, nosuch, name="nosuch-worker"):
+                done = await client.wait_for_run(run.run_id)
+                assert (done.status, done.answer.text if done.answer else None) == ("completed", "Here.")
+
+
 async def test_model_retry_waits_on_the_manual_clock(manual_owner: OwnerProcess, ledger: Path) -> None:
     turns = [actors.ScriptedTurn(text="Fine now.", error="rate_limit", fail_attempts=1, retry_after_ms=2500)]
     with trio.fail_after(TIMEOUT_S):

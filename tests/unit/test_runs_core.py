@@ -201,7 +201,7 @@ def _task(status: str, **fields: Any) -> TaskRecord:
         (_task("running"), {}, Derived("running")),
         (_task("completing", held=TaskOutcome(status="completed")), {}, Derived("running")),
         (_task("pending"), {}, Derived("pending")),
-        (_task("pending"), {"blocked": "missing_task"}, Derived("pending")),
+        (_task("pending"), {"blocked": "missing_task"}, Derived("pending", "agent_missing")),
         (_task("pending"), {"blocked": "task_too_old"}, Derived("needs_attention", "agent_version_missing")),
         (_task("pending"), {"blocked": "migration_failed"}, Derived("needs_attention", "agent_version_missing")),
         (_task("waiting"), {}, Derived("running")),
@@ -365,8 +365,8 @@ def test_a_missing_agent_version_needs_attention_until_a_worker_has_it(sim: RunS
     v2 = sim.agent_worker(version=2)
     v2.ok(task_id, SetTaskState(task_id=task_id, status="running", checkpoint=JsonValue({"phase": "turn"})))
     v2.leave()
-    # No worker for the agent at all: pending, as any task while workers come back.
-    assert sim.run(run_id).status == "pending"
+    # No worker for the agent at all: pending (agent_missing), holding its capacity while workers come back.
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("pending", "agent_missing")
     v1 = sim.agent_worker(version=1)
     run = sim.run(run_id)
     assert (run.status, run.reason) == ("needs_attention", "agent_version_missing")
@@ -375,6 +375,24 @@ def test_a_missing_agent_version_needs_attention_until_a_worker_has_it(sim: RunS
     assert expect(sim.request(sim.client, wait), RunReply).run == run
     v2 = sim.agent_worker(version=2)
     assert v2.holds(task_id)
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("running", None)
+
+
+def test_a_run_of_an_agent_no_attached_worker_announces_says_so_and_goes_on_once_one_attaches(sim: RunSim) -> None:
+    # Submitted before any worker attached (as at tether up's start), then with workers of another agent only.
+    run_id = sim.start_run(sim.agent_conversation())
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("pending", "agent_missing")
+    other = sim.agent_worker("billing")
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("pending", "agent_missing")
+    assert not other.holds(run_task_id(run_id, 1))
+    # Still pending: wait_run does not answer, and it holds its capacity (max_concurrent_runs counts it busy).
+    wait = sent(WaitRun(run_id=run_id))
+    assert [frame for _, call_id, frame in sim.batch((sim.client, wait)) if call_id == wait.call_id] == []
+    assert sim.core.runs._busy == 1
+    worker = sim.agent_worker()
+    assert worker.holds(run_task_id(run_id, 1))
     run = sim.run(run_id)
     assert (run.status, run.reason) == ("running", None)
 
@@ -1093,8 +1111,8 @@ def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_aga
     retried = expect(sim.request(sim.client, retry), RunReply).run
     assert (retried.run_id, retried.status, retried.task_id) == (first, "queued", None)
     # Admitted again in the same batch (capacity allows), without a second user entry.
-    run = sim.run(first)
-    assert (run.status, run.task_id, run.reason) == ("pending", run_task_id(first, 2), None)
+    run = sim.run(first)  # its worker left: no attached worker announces its agent
+    assert (run.status, run.task_id, run.reason) == ("pending", run_task_id(first, 2), "agent_missing")
     assert [data["run_id"] for _, data in sim.entries(conversation_id)] == [first]
     stored = sim.store.operation(op)
     assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 0)

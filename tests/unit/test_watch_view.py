@@ -375,6 +375,22 @@ def test_a_failed_run_says_why_in_every_view() -> None:
     assert '"error": "model request failed (attempt 4 of 4)' in json_line(view.runs.get(RUN), 6)
 
 
+def test_a_run_whose_agent_no_worker_announces_says_what_starts_one() -> None:
+    view = WatchView("db.sqlite")
+    lines = view.apply(5, [run("pending", reason="agent_missing", seq=5)])
+    commands = [
+        "start a worker whose app defines agent support: tether worker --db db.sqlite --app MODULE:ATTR",
+        f"tether cancel --db db.sqlite {RUN}",
+    ]
+    assert lines == [f"run {RUN}: pending (agent_missing)", *(f"  {command}" for command in commands)]
+    queued = attrs.evolve(run("queued", seq=6), run_id="r0000000-0000-7000-8000-000000000002", task_id=None)
+    view.apply(6, [queued])  # a follow-up behind it: it is still what waits
+    [item] = view.attention()
+    assert (item.what, item.commands) == (f"run {RUN} pending (agent_missing)", tuple(commands))
+    view.apply(6, [run("running", seq=6)])  # a worker with the agent attached: nothing waits for a person
+    assert view.attention() == []
+
+
 def test_a_run_view_keeps_only_that_runs_records_and_its_task_tree() -> None:
     view = WatchView("tether.db", run_id=RUN)
     other_run = "r0000000-0000-7000-8000-000000000002"
