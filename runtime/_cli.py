@@ -199,7 +199,8 @@ def _add_runs_commands(commands: Any) -> None:
     interactions = commands.add_parser(
         "interactions",
         help="list the open approvals and how to answer each",
-        description="Print every open interaction: its run, the tool's arguments, and the command that answers it.",
+        description="Print every open interaction: its run, the tool and its arguments, and the command that answers "
+        "it.",
     )
     _add_db(interactions)
     _add_json(interactions, "print one JSON object with the interactions")

@@ -222,12 +222,13 @@ async def open_interactions(db: str) -> list[actors.InteractionRecord]:
 
 
 def format_interactions(db: str, interactions: list[actors.InteractionRecord]) -> str:
-    """Each open approval with the tool's arguments and the commands that answer it."""
+    """Each open approval with the tool, its arguments and the commands that answer it."""
     if not interactions:
         return "no open interactions"
     lines: list[str] = []
     for interaction in interactions:
         args = json.dumps(interaction.args, separators=(",", ":"))
-        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {args}")
+        call = f"{interaction.tool} {args}" if interaction.tool else args
+        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {call}")
         lines.append(f"  tether respond --db {db} {interaction.interaction_id} --approve   (or --deny)")
     return "\n".join(lines)

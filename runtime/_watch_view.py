@@ -161,12 +161,19 @@ class WatchView:
         the commit (a retried run's new task)."""
         records = list(records)
         ordered = sorted(range(len(records)), key=lambda index: not isinstance(records[index], RunRecord))
+        last = {
+            record.operation_id: index for index, record in enumerate(records) if isinstance(record, OperationRecord)
+        }
         lines: list[str] = []
         matched: list[int] = []
         for index in ordered:
             record = records[index]
             if self.matches(record):
                 matched.append(index)
+                if isinstance(record, OperationRecord) and last[record.operation_id] != index:
+                    # An operation's earlier record in the commit that also ends it (a call that ran nothing is
+                    # journaled, intent and failure, with its result): a state no one saw, never shown as running.
+                    continue
                 lines.extend(self._apply(record))
         self.seq = max(self.seq, seq)
         return lines, [records[index] for index in sorted(matched)]
@@ -303,7 +310,9 @@ class WatchView:
         return [f"{interaction.kind} {interaction.interaction_id} {verdict}"]
 
     def _call_name(self, interaction: InteractionRecord) -> str:
-        operation = self.operations.get(interaction.operation_id)
+        if interaction.tool:
+            return interaction.tool
+        operation = self.operations.get(interaction.operation_id)  # a record of an engine before protocol 5
         if operation is not None:
             return operation.name
         for entry in self.entries(interaction.conversation_id):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime import _runs
-from tests.unit.test_watch_view import CONNECT_ERROR, RUN, run
+from tests.unit.test_watch_view import CONNECT_ERROR, RUN, interaction, run
 
 
 def test_a_failed_run_says_why_on_its_line_and_in_the_table() -> None:
@@ -19,3 +19,11 @@ def test_a_failed_run_says_why_on_its_line_and_in_the_table() -> None:
 def test_an_error_of_several_lines_is_shown_on_one() -> None:
     failed = run("failed", reason="phase_error", error="RuntimeError: boom\n  at line 3")
     assert _runs.describe_run(failed).endswith("failed (phase_error): RuntimeError: boom   at line 3")
+
+
+def test_an_open_approval_names_its_tool() -> None:
+    listed = _runs.format_interactions("tether.db", [interaction("open", tool="refund")]).splitlines()
+    assert listed == [
+        f'approval i0000000-0000-7000-8000-000000000001 (run {RUN}): refund {{"order_id":"A1"}}',
+        "  tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --approve   (or --deny)",
+    ]

@@ -116,7 +116,7 @@ def task(task_id: str, kind: str, status: str, *, owner: str | None = None, on: 
     )
 
 
-def interaction(status: str, *, approve: bool | None = None) -> InteractionRecord:
+def interaction(status: str, *, approve: bool | None = None, tool: str = "lookup") -> InteractionRecord:
     tool_op = tool_operation_id(RUN, 1, "call-1")
     answer = None if approve is None else InteractionAnswer(approve=approve, note=None, responded_by=None, at_ms=0)
     return InteractionRecord(
@@ -124,6 +124,7 @@ def interaction(status: str, *, approve: bool | None = None) -> InteractionRecor
         run_id=RUN,
         conversation_id=CONVERSATION,
         operation_id=tool_op,
+        tool=tool,
         task_id="a0000000-0000-7000-8000-000000000001",
         kind="approval",
         status=status,  # type: ignore[arg-type]
@@ -333,6 +334,38 @@ def test_the_answer_the_result_and_the_settled_run_replace_what_waited() -> None
     text = screen(view)
     assert "waiting for you" not in text and "streaming" not in text
     assert "done" in text and '{"status": "shipped"}' in text and "assistant: Your order shipped." in text
+
+
+def test_a_denied_call_never_shows_as_running() -> None:
+    # The call that ran nothing is journaled, intent and failure, in the commit of its result: its intent is not a
+    # state anyone saw, and the call is shown as what it became.
+    view = approval_story()
+    assert view.apply(9, [interaction("answered", approve=False)]) == [
+        "approval i0000000-0000-7000-8000-000000000001 denied"
+    ]
+    tool_op = tool_operation_id(RUN, 1, "call-1")
+    denial = "error: the call was denied by a person"
+    result = {"run_id": RUN, "operation_id": tool_op, "call_id": "call-1", "name": "lookup", "content": denial}
+    lines = view.apply(
+        10,
+        [
+            operation("started", kind="tool", op=tool_op, name="lookup", seq=10),
+            operation("failed", kind="tool", op=tool_op, name="lookup", seq=10),
+            entry(2, "tether.tool_result", {**result, "is_error": True}),
+        ],
+    )
+    assert lines == [f"tool lookup result (error): {denial}"]
+    [assistant] = [e for e in view.entries(CONVERSATION) if e.kind == "tether.assistant"]
+    [call] = view.tool_calls(assistant)
+    assert (call.status, call.result) == ("error", denial)
+    assert "running" not in screen(view).split("transcript")[-1]
+
+
+def test_an_interaction_names_its_tool_without_the_call_in_view() -> None:
+    view = WatchView("tether.db")  # a watch from a later seq: neither the assistant entry nor the operation is held
+    lines = view.apply(7, [interaction("open", tool="refund")])
+    assert lines[0] == 'approval i0000000-0000-7000-8000-000000000001 waits: refund {"order_id":"A1"}'
+    assert view.attention()[0].what == 'approval i0000000-0000-7000-8000-000000000001: refund {"order_id":"A1"}'
 
 
 def test_a_cut_off_stream_is_shown_as_such_never_as_an_answer() -> None:
