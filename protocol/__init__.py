@@ -3,6 +3,7 @@
 Both the storage owner and its peers speak only through this package.
 """
 
+from ._amounts import amount_text
 from ._codec import (
     MAX_JSON_DEPTH,
     BadFrame,
@@ -386,6 +387,7 @@ __all__ = [
     "Watching",
     "Welcome",
     "Write",
+    "amount_text",
     "approval_task_id",
     "check_json",
     "collapse_group",

@@ -107,7 +107,8 @@ def _add_runs_commands(commands: Any) -> None:
         description=(
             "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
             "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
-            "and print its id. Prints the run, and says on stderr when no attached worker announces its agent (the "
+            "and print its id. Prints the run as read back once the submission is committed (queued, pending, or "
+            "already running), and says on stderr when no attached worker announces its agent (the "
             "run waits for one); with --wait, follows it (each new status, each approval it waits for "
             "with the command that answers it) until it settles, then prints its answer, or its status, reason and "
             "error (exit 1 if it failed)."

@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import actors
-from protocol import OwnerUnavailable, PeerInfo, RunRecord, converter
+from protocol import OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
 
-from ._watch_view import one_line
+from ._watch_view import one_line, retry_commands
 
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
@@ -62,7 +62,7 @@ def failure(run: RunRecord) -> str:
 def tokens(run: RunRecord) -> str:
     usage = run.usage
     text = f"{usage.input_tokens}/{usage.output_tokens}"
-    return text if usage.cost is None else f"{text} ${usage.cost:.4f}"
+    return text if usage.cost is None else f"{text} ${amount_text(usage.cost)}"
 
 
 def format_runs(runs: list[RunRecord]) -> str:
@@ -186,7 +186,10 @@ def next_steps(db: str, run: RunRecord) -> list[str]:
     if run.status == "waiting" and run.operation_id is not None:
         return [f"  it waits for an approval: tether interactions --db {db}"]
     if run.status == "failed":
-        return [f"  try it again: tether retry --db {db} {run.run_id}"]
+        commands = retry_commands(db, run)
+        if len(commands) == 1:
+            return [f"  try it again: {commands[0]}"]
+        return [f"  {command}" for command in commands]
     return []
 
 

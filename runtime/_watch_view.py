@@ -450,7 +450,7 @@ class WatchView:
                 f"tether cancel --db {db} {run.run_id}",
             ]
         if run.status == "failed":
-            return [f"tether retry --db {db} {run.run_id}"]
+            return retry_commands(db, run)
         return []
 
     def task_tree(self, run: RunRecord) -> list[tuple[int, TaskRecord]]:
@@ -487,6 +487,20 @@ def tool_operation_id(run_id: str, turn: Any, call_id: str) -> str | None:
     if not isinstance(turn, int):
         return None
     return actors.tool_operation_id(run_id, turn, call_id)
+
+
+def retry_commands(db: str, run: RunRecord) -> list[str]:
+    """What retries a failed run. After ``budget_exceeded``, raising the budget first (the run's error names which:
+    its conversation's, or its task tree's), since a retry alone would meet the same budget again."""
+    retry = f"tether retry --db {db} {run.run_id}"
+    if run.reason != "budget_exceeded":
+        return [retry]
+    scopes = f"--conversation {run.conversation_id}" + (f" | --task {run.task_id}" if run.task_id else "")
+    return [
+        f"raise the budget its error names first: tether budget --db {db} ({scopes}) --max-tokens N | --max-cost X | "
+        "--clear",
+        f"then: {retry}",
+    ]
 
 
 def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:

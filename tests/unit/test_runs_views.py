@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime import _runs
-from tests.unit.test_watch_view import CONNECT_ERROR, RUN, interaction, run
+from tests.unit.test_watch_view import CONNECT_ERROR, CONVERSATION, RUN, TASK, interaction, run
 
 
 def test_a_failed_run_says_why_on_its_line_and_in_the_table() -> None:
@@ -27,3 +27,26 @@ def test_an_open_approval_names_its_tool() -> None:
         f'approval i0000000-0000-7000-8000-000000000001 (run {RUN}): refund {{"order_id":"A1"}}',
         "  tether respond --db tether.db i0000000-0000-7000-8000-000000000001 --approve   (or --deny)",
     ]
+
+
+def test_a_cost_is_a_plain_decimal() -> None:
+    assert _runs.tokens(run("completed", cost=0.00001)) == "12/3 $0.00001"
+    assert _runs.tokens(run("completed", cost=1.5)) == "12/3 $1.5"
+    assert _runs.tokens(run("completed")) == "12/3"
+
+
+def test_after_a_spent_budget_the_hint_is_to_raise_it_then_retry() -> None:
+    spent = run("failed", reason="budget_exceeded", error="run ...: the budget of conversation ... is spent")
+    assert _runs.next_steps("t.db", spent) == [
+        f"  raise the budget its error names first: tether budget --db t.db (--conversation {CONVERSATION} | --task "
+        f"{TASK}) --max-tokens N | --max-cost X | --clear",
+        f"  then: tether retry --db t.db {RUN}",
+    ]
+    assert _runs.next_steps("t.db", run("failed", reason="model_error")) == [
+        f"  try it again: tether retry --db t.db {RUN}"
+    ]
+
+
+def test_what_submit_prints_is_the_run_as_read_right_after() -> None:
+    # docs/operations.md: the status as read back once the submission is committed, whatever it is by then.
+    assert _runs.describe_run(run("running")) == f"run {RUN}: running"

@@ -424,6 +424,18 @@ def test_a_run_whose_agent_no_worker_announces_says_what_starts_one() -> None:
     assert view.attention() == []
 
 
+def test_costs_are_plain_decimals_and_a_spent_budget_says_to_raise_it_before_the_retry() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    lines = view.apply(6, [run("failed", reason="budget_exceeded", error="the budget is spent", cost=0.00001, seq=6)])
+    assert lines[1:] == [
+        f"  raise the budget its error names first: tether budget --db db.sqlite (--conversation {CONVERSATION} | "
+        f"--task {TASK}) --max-tokens N | --max-cost X | --clear",
+        f"  then: tether retry --db db.sqlite {RUN}",
+    ]
+    text = screen(view, width=200)
+    assert "12/3 $0.00001" in text and "e-05" not in text
+
+
 def test_a_run_view_keeps_only_that_runs_records_and_its_task_tree() -> None:
     view = WatchView("tether.db", run_id=RUN)
     other_run = "r0000000-0000-7000-8000-000000000002"
