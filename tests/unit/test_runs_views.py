@@ -45,8 +45,3 @@ def test_after_a_spent_budget_the_hint_is_to_raise_it_then_retry() -> None:
     assert _runs.next_steps("t.db", run("failed", reason="model_error")) == [
         f"  try it again: tether retry --db t.db {RUN}"
     ]
-
-
-def test_what_submit_prints_is_the_run_as_read_right_after() -> None:
-    # docs/operations.md: the status as read back once the submission is committed, whatever it is by then.
-    assert _runs.describe_run(run("running")) == f"run {RUN}: running"
