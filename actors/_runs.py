@@ -476,8 +476,8 @@ class AgentRun:
             then = "that was the last attempt: the run failed"
         else:
             then = f"not tried again ({exc.kind} is final): the run failed"
-        what = f"model {self.agent.model.name!r} failed (attempt {attempt} of {retry.attempts}): {error}"
-        self._log(f"tether worker: run {rt.input['run_id']}: {_one_line(what)}; {then}")
+        what = f"model request failed (attempt {attempt} of {retry.attempts}): {error}"
+        self._log(f"tether worker: run {rt.input['run_id']} (agent {self.agent.name}): {_one_line(what)}; {then}")
 
     def _next(self, tx: PhaseTransaction, rt: Phase, run_id: str, turn: int, message: AssistantMessage) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error

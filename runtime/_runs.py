@@ -12,7 +12,7 @@ from typing import Any, Final
 import actors
 from protocol import OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
 
-from ._watch_view import one_line, retry_commands
+from ._watch_view import WatchView, one_line, retry_commands
 
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
@@ -40,16 +40,17 @@ def record_json(record: Any) -> Any:
     return converter.unstructure(record)
 
 
-def describe_run(run: RunRecord) -> str:
+def describe_run(run: RunRecord, note: str | None = None) -> str:
     """One line: the run, its status and why (the reason, and for a failed run the error in words), what it is
-    blocked on."""
+    blocked on, and ``note`` (a run in ``retry_wait``: which attempt failed, and when the next is)."""
     line = f"run {run.run_id}: {run.status}"
     if run.reason is not None:
         line += f" ({run.reason})"
     if run.operation_id is not None:
         line += f", blocked on operation {run.operation_id}"
-    if run.error is not None:
-        line += f": {one_line(run.error)}"
+    note = run.error or note
+    if note is not None:
+        line += f": {one_line(note)}"
     return line
 
 
@@ -159,9 +160,13 @@ def agent_missing(db: str, agent: str, peers: Sequence[PeerInfo]) -> str | None:
 async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Callable[[str], None]) -> RunRecord:
     """Watch ``run``'s conversation until the run is settled (as ``wait_for_run`` returns it), telling a person each
     new status as it is committed, and each approval it asks for with the command that answers it (the wait goes on
-    while a person answers in another terminal). Resumes by itself after an owner restart, as every watch does."""
+    while a person answers in another terminal). A run waiting to retry says which attempt failed and when the next
+    is. Resumes by itself after an owner restart, as every watch does."""
+    view = WatchView(db, run_id=run.run_id)  # what the run's journal and task say, for the retry notes
+    view.follow(run)
     async with client.watch(conversation_id=run.conversation_id, from_seq=run.seq) as changes:
         async for change in changes:
+            view.fold(change.seq, change.records)
             for record in change.records:
                 if isinstance(record, actors.InteractionRecord) and record.run_id == run.run_id:
                     if record.status == "open":
@@ -172,7 +177,7 @@ async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Calla
                         run.reason,
                         run.operation_id,
                     ):
-                        show(describe_run(record))
+                        show(describe_run(record, view.retry_note(record)))
                     run = record
                     if run.status in SETTLED:
                         return run

@@ -31,6 +31,7 @@ from protocol import (
     OperationRecord,
     PartialRecord,
     Record,
+    Retry,
     RunRecord,
     TaskRecord,
 )
@@ -289,11 +290,32 @@ class WatchView:
         if previous is not None and (previous.status, previous.reason) == (run.status, run.reason):
             return []
         line = f"run {run.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else "")
-        lines = [line + (f": {one_line(run.error)}" if run.error else "")]
+        note = run.error or self.retry_note(run)
+        lines = [line + (f": {one_line(note)}" if note else "")]
         if run.status == "completed" and run.answer is not None and previous is not None:
             lines[0] += " with its answer"
         lines.extend(f"  {command}" for command in self.attention_commands(run))
         return lines
+
+    def retry_note(self, run: RunRecord) -> str | None:
+        """For a run in ``retry_wait``: which model attempt failed, why, and when the next one is (from its journal
+        and its task as this view holds them); ``None`` otherwise."""
+        if run.status != "retry_wait":
+            return None
+        failed = [
+            operation
+            for operation in self.operations.values()
+            if operation.run_id == run.run_id and operation.kind == "model" and operation.status != "completed"
+        ]
+        if not failed:
+            return None
+        operation = max(failed, key=lambda candidate: candidate.seq)
+        attempts = (operation.retry or Retry()).attempts
+        note = f"attempt {operation.attempt} of {attempts} failed ({operation.error or operation.status})"
+        task = self.tasks.get(run.task_id) if run.task_id is not None else None
+        if task is not None and task.status == "sleeping" and task.until_ms is not None:
+            note += f"; the next in {max(0, task.until_ms - task.updated_at_ms)} ms"
+        return note
 
     def _interaction(self, interaction: InteractionRecord) -> list[str]:
         self.interactions.put(interaction.interaction_id, interaction)

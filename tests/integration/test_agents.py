@@ -316,11 +316,46 @@ async def test_the_last_model_attempt_fails_the_run_at_once(manual_owner: OwnerP
             assert run.error == task.outcome.error
     # The worker's log (what tether up relays) says each failed attempt, and what comes of it.
     error = "server_error: scripted failure of turn 1, attempt"
+    failed = f"tether worker: run {run_id} (agent support): model request failed"
     assert logged == [
-        f"tether worker: run {run_id}: model 'scripted' failed (attempt 1 of 2): {error} 1; tried again in 1000 ms",
-        f"tether worker: run {run_id}: model 'scripted' failed (attempt 2 of 2): {error} 2; that was the last "
-        "attempt: the run failed",
+        f"{failed} (attempt 1 of 2): {error} 1; tried again in 1000 ms",
+        f"{failed} (attempt 2 of 2): {error} 2; that was the last attempt: the run failed",
     ]
+
+
+async def test_submit_wait_says_which_attempt_failed_and_when_the_next_is(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    turns = [actors.ScriptedTurn(text="Fine now.", error="rate_limit", fail_attempts=1)]
+    said: list[str] = []
+    done: list[RunRecord | None] = []
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(manual_owner.db, build(turns)) as client, trio.open_nursery() as nursery:
+
+            async def submit_and_wait() -> None:
+                _, _, run = await runs_cli.submit(
+                    manual_owner.db,
+                    "hello",
+                    conversation_id=None,
+                    agent="support",
+                    request_id="r-retry",
+                    when_busy="follow_up",
+                    wait=True,
+                    say=said.append,
+                )
+                done.append(run)
+
+            nursery.start_soon(submit_and_wait)
+            while not any(": retry_wait" in line for line in said):
+                await trio.sleep(POLL_S)
+            await client.advance_clock(1000)
+    [run] = done
+    assert run is not None and run.status == "completed"
+    [waiting] = [line for line in said if ": retry_wait" in line]
+    assert waiting == (
+        f"run {run.run_id}: retry_wait: attempt 1 of 3 failed (rate_limit: scripted failure of turn 1, attempt 1); "
+        "the next in 1000 ms"
+    )
 
 
 async def test_final_model_error_and_max_turns_fail_the_run(owner: OwnerProcess, ledger: Path) -> None:

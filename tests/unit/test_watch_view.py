@@ -17,6 +17,7 @@ from protocol import (
     InteractionRecord,
     JsonValue,
     PartialRecord,
+    Retry,
     RunRecord,
     RunUsage,
     TaskOutcome,
@@ -406,6 +407,17 @@ def test_a_failed_run_says_why_in_every_view() -> None:
     assert "failed (model_error): model request failed (attempt 4 of 4): connection: could not reach" in text
     assert "all attempts to connect to 127.0.0.1:9 failed" in text
     assert '"error": "model request failed (attempt 4 of 4)' in json_line(view.runs.get(RUN), 6)
+
+
+def test_a_run_waiting_to_retry_says_which_attempt_failed_why_and_when_the_next_is() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    view.apply(3, [run("running", seq=3), task(TASK, "agent:support", "running")])
+    failed = attrs.evolve(operation("failed", seq=5), error="connection: could not reach", retry=Retry(attempts=4))
+    sleeping = attrs.evolve(task(TASK, "agent:support", "sleeping"), until_ms=1_500, updated_at_ms=1_000)
+    view.apply(5, [failed, sleeping])
+    lines = view.apply(6, [run("retry_wait", seq=6)])
+    assert lines == [f"run {RUN}: retry_wait: attempt 1 of 4 failed (connection: could not reach); the next in 500 ms"]
+    assert view.retry_note(run("running")) is None
 
 
 def test_a_run_whose_agent_no_worker_announces_says_what_starts_one() -> None:
