@@ -911,7 +911,7 @@ class OwnerCore:
         seq = self._head_seq + 1
         self._store.savepoint()
         self.tasks.begin()
-        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.message)
+        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.why)
         end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
         try:
             record = self.tasks.set_state(end, lease, seq, now_ms, "budget")

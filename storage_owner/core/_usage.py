@@ -63,9 +63,11 @@ MAX_TREE_DEPTH: Final = 100_000
 class BudgetRefusal(Refusal):
     """A model request's intent refused for its budget: the core ends the run's task ``failed`` instead."""
 
-    def __init__(self, message: str, *, task_id: str) -> None:
+    def __init__(self, message: str, *, task_id: str, why: str) -> None:
         super().__init__(ErrorCode.BUDGET_EXCEEDED, message)
         self.task_id = task_id
+        self.why = why
+        """The message without the run it names: the run's task's error (the run's own record says which run)."""
 
 
 def cost_of(usage: RunUsage, price: ModelPrice) -> float:
@@ -192,12 +194,12 @@ class Accounting:
                     f"{model} --input X --output Y; 0 for a free model)"
                 )
             if spent is not None:
-                message = (
-                    f"run {run.run_id}: the budget of {what} is spent ({spent}): the model request was not started "
-                    f"and the run ends failed (budget_exceeded); raise it first (tether budget {option} {key} "
-                    f"--max-tokens N or --max-cost X, or --clear to remove it), then tether retry {run.run_id}"
+                why = (
+                    f"the budget of {what} is spent ({spent}): the model request was not started and the run ends "
+                    f"failed (budget_exceeded); raise it first (tether budget {option} {key} --max-tokens N or "
+                    f"--max-cost X, or --clear to remove it), then tether retry {run.run_id}"
                 )
-                raise BudgetRefusal(message, task_id=run.task_id or task.task_id)
+                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=run.task_id or task.task_id, why=why)
 
     # ------------------------------------------------------------------------------------------ requests
 

@@ -328,7 +328,14 @@ async def test_submit_wait_says_which_attempt_failed_and_when_the_next_is(
 ) -> None:
     turns = [actors.ScriptedTurn(text="Fine now.", error="rate_limit", fail_attempts=1)]
     said: list[str] = []
+    waits = trio.Event()
     done: list[RunRecord | None] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if ": retry_wait" in line:
+            waits.set()
+
     with trio.fail_after(TIMEOUT_S):
         async with serving(manual_owner.db, build(turns)) as client, trio.open_nursery() as nursery:
 
@@ -341,13 +348,12 @@ async def test_submit_wait_says_which_attempt_failed_and_when_the_next_is(
                     request_id="r-retry",
                     when_busy="follow_up",
                     wait=True,
-                    say=said.append,
+                    say=say,
                 )
                 done.append(run)
 
             nursery.start_soon(submit_and_wait)
-            while not any(": retry_wait" in line for line in said):
-                await trio.sleep(POLL_S)
+            await waits.wait()
             await client.advance_clock(1000)
     [run] = done
     assert run is not None and run.status == "completed"

@@ -303,6 +303,7 @@ def test_a_spent_budget_says_so_in_plain_decimals_and_what_to_do(sim: RunSim) ->
     assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
     run = sim.run(run_id)
     assert run.reason == "budget_exceeded" and run.error is not None
+    assert run.error.startswith(f"the budget of conversation {conversation_id} is spent ")  # the run is the record's
     assert "(a cost of 0.00002 of its max_cost 0.00001)" in run.error and "e-05" not in run.error
     assert run.error.endswith(
         f"raise it first (tether budget --conversation {conversation_id} --max-tokens N or --max-cost X, or "
