@@ -10,14 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import actors
-from protocol import OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
+from protocol import RUN_TERMINAL, OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
 
 from ._watch_view import WatchView, one_line, retry_commands
 
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
 """The statuses that end ``wait_for_run``."""
-TERMINAL: Final = ("completed", "failed", "cancelled")
 
 
 def check_db(db: str) -> str:
@@ -124,7 +123,7 @@ async def submit(
             return conversation_id, submission, None
         run = await client.run(submission.run_id)
         show(f"{describe_run(run)}; request {submission.request_id}")
-        if warn is not None and run.status not in TERMINAL and run.reason != "cancelling":
+        if warn is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling":
             missing = agent_missing(db, run.agent, await client.peers())
             if missing is not None:
                 warn(missing + ("; waiting for it (Ctrl-C ends the wait, not the run)" if wait else ""))

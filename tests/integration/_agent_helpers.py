@@ -19,6 +19,7 @@ import trio
 
 import actors
 from protocol import new_id
+from protocol.io import log_stderr
 from runtime import stop_gracefully, tether_command
 from tests.integration._up_helpers import CHILD_ENV, ROOT
 
@@ -47,10 +48,7 @@ async def served(
 
         async def run(*, task_status: trio.TaskStatus[Any]) -> None:
             with scope:
-                if log is None:
-                    await actors.serve(app, db=db, name=name, task_status=task_status)
-                else:
-                    await actors.serve(app, db=db, name=name, log=log, task_status=task_status)
+                await actors.serve(app, db=db, name=name, log=log or log_stderr, task_status=task_status)
 
         await nursery.start(run)
         try:
