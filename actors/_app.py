@@ -130,14 +130,15 @@ class App:
         name: str,
         handler: ToolHandler,
         *,
-        description: str,
-        parameters: Mapping[str, Any],
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
         recovery: Recovery = "manual",
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,
     ) -> ToolDefinition:
-        """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (and registers
-        nothing) if the definition is unusable, such as a ``parameters`` that is not a JSON Schema (draft 2020-12)."""
+        """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (a
+        ``ValueError``; and registers nothing) if the definition is unusable, such as a ``parameters`` that is not a
+        JSON Schema (draft 2020-12), or a ``description`` or ``parameters`` left out (both are required)."""
         if name in self._tools:
             raise UsageError(f"tool {name!r} is already defined in app {self.name!r}")
         definition = define_tool(
@@ -157,7 +158,7 @@ class App:
         name: str | None = None,
         *,
         description: str | None = None,
-        parameters: Mapping[str, Any],
+        parameters: Mapping[str, Any] | None = None,
         recovery: Recovery = "manual",
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,

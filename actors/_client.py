@@ -164,7 +164,8 @@ class Client:
         """Append an entry and return the ``seq`` of its commit, once durable.
 
         ``entry_id`` (a new UUIDv7 by default) makes a retry after :class:`ConnectionLost` safe: the owner
-        refuses a second entry with the same id (:class:`~protocol.Duplicate`).
+        refuses a second entry with the same id (:class:`~protocol.Duplicate`). Kinds under ``tether.`` are the
+        runtime's (what a model reads): the owner refuses them from a client (:class:`~protocol.InvalidRequest`).
         """
         async with self.commit() as tx:
             tx.append(conversation_id, kind=kind, data=data, entry_id=entry_id)

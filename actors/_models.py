@@ -377,9 +377,7 @@ class Retry:
             raise UsageError(f"attempts count from 1, not {attempt!r}")
         if retry_after_ms is not None and retry_after_ms < 0:
             raise UsageError(f"retry_after_ms cannot be negative ({retry_after_ms})")
-        if attempt >= self.attempts:
-            return None
-        return backoff_ms(self.to_protocol(), attempt, retry_after_ms)
+        return next_delay_ms(self.to_protocol(), attempt, retry_after_ms)
 
     def to_protocol(self) -> protocol.Retry:
         """The policy as a model request's intent stores it (:class:`protocol.Retry`, the same fields)."""
@@ -402,6 +400,15 @@ def backoff_ms(retry: protocol.Retry, attempt: int, retry_after_ms: int | None =
     if retry_after_ms is not None:
         delay = max(delay, min(retry_after_ms, retry.max_delay_ms))
     return delay
+
+
+def next_delay_ms(retry: protocol.Retry, attempt: int, retry_after_ms: int | None = None) -> int | None:
+    """How long to wait after failed attempt ``attempt`` before the next one (:func:`backoff_ms`), or ``None`` when
+    ``attempt`` was the policy's last: then nothing is retried, and the failure is final. The one place that knows
+    the last attempt, for :meth:`Retry.delay_ms` and the run loop (which holds the policy the journal stored)."""
+    if attempt >= retry.attempts:
+        return None
+    return backoff_ms(retry, attempt, retry_after_ms)
 
 
 DEFAULT_RETRY: Final = Retry()

@@ -506,6 +506,27 @@ def request_messages(request: ModelRequest) -> list[dict[str, Any]]:
     return messages
 
 
+def _checked_base_url(base: object, source: str) -> str:
+    """``base`` once it is an http(s) URL that httpx can send a request to: what httpx would only refuse at the first
+    request (a character it rejects, a host name no resolver takes) is a :class:`UsageError` when the model is
+    built, naming ``source`` (``base_url`` or the environment variable it came from)."""
+    must = f"OpenAIChat: {source} must be an http:// or https:// URL such as {DEFAULT_BASE_URL!r}"
+    if not isinstance(base, str):
+        raise UsageError(must)
+    try:
+        parts = urlsplit(base)
+        url = httpx.URL(base)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise UsageError(f"OpenAIChat: {source} is not a URL: {exc} ({base!r})") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(must)
+    try:
+        url.host.encode("idna")
+    except UnicodeError as exc:
+        raise UsageError(f"OpenAIChat: {source}'s host {url.host!r} is not a host name: {exc}") from None
+    return base
+
+
 def _checked_headers(headers: object) -> dict[str, str]:
     if headers is None:
         return {}
@@ -565,9 +586,7 @@ class OpenAIChat:
         if not isinstance(model, str) or not model.strip():
             raise UsageError(f"OpenAIChat: model must be a model name such as 'gpt-4o-mini', not {model!r}")
         base = base_url if base_url is not None else os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-        if not isinstance(base, str) or urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
-            source = "base_url" if base_url is not None else BASE_URL_ENV
-            raise UsageError(f"OpenAIChat: {source} must be an http:// or https:// URL such as {DEFAULT_BASE_URL!r}")
+        base = _checked_base_url(base, "base_url" if base_url is not None else BASE_URL_ENV)
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
         if not isinstance(key, str):
             raise UsageError("OpenAIChat: api_key must be a string")
@@ -636,8 +655,9 @@ class OpenAIChat:
         ``retry_after_ms``), 5xx, a connection refused or reset, a timeout, a stream cut before it finished or a
         response that could not be read; final for 400, 401, 403, 404, 422 and other 4xx, a request past the
         model's context (``context_overflow``), an exhausted quota (429 ``insufficient_quota``), a response past the
-        bounds. An error object in the stream is classified by its code like an HTTP error.
-        """
+        bounds, a URL httpx refuses (``bad_request``), a response this adapter misread (httpx's ``StreamError``:
+        ``invalid_stream``). An error object in the stream is classified by its code like an HTTP error. No httpx
+        error escapes unmapped: a run meets a classified model error, never a phase's crash."""
         decoder = ChatStreamDecoder(self._where())
         body = self.request_body(request)
         started = False
@@ -650,7 +670,9 @@ class OpenAIChat:
                     started = True
                     async for event in self._events(response, decoder):
                         yield event
-            except httpx.HTTPError as exc:
+            except httpx.StreamError as exc:  # a RuntimeError, not an HTTPError: this adapter misread a response
+                raise self._misread(exc) from None
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError either
                 if not decoder.finished:
                     raise self._transport_error(exc, started) from None
                 # Lost after the server said it finished: the answer is whole; only the usage may be missing.
@@ -755,7 +777,16 @@ class OpenAIChat:
             retryable=retryable,
         )
 
-    def _transport_error(self, exc: httpx.HTTPError, started: bool) -> ModelError:
+    def _misread(self, exc: httpx.StreamError) -> ModelError:
+        return ModelError(
+            self._redact(
+                f"the adapter could not read the response of {self._where()} ({type(exc).__name__}: {exc}); this is "
+                "a bug in the adapter, and sending the request again would meet it again"
+            ),
+            kind="invalid_stream",
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError | httpx.InvalidURL, started: bool) -> ModelError:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
             return ModelError(

@@ -28,7 +28,7 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
@@ -54,6 +54,7 @@ from protocol import (
     json_value,
 )
 from protocol import Retry as ProtocolRetry
+from protocol.io import log_stderr
 
 from ._agents import AgentDefinition
 from ._app import DEFAULT_RESTART_LIMIT, App, TaskDefinition
@@ -69,7 +70,7 @@ from ._models import (
     TurnBuilder,
     Usage,
     UserMessage,
-    backoff_ms,
+    next_delay_ms,
 )
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
@@ -349,10 +350,12 @@ def _run_usage(usage: Usage | None) -> RunUsage | None:
 
 
 class AgentRun:
-    """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`."""
+    """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`. ``log`` is the
+    worker's log: a failed model attempt is one line of it (what failed, and what comes of it)."""
 
-    def __init__(self, agent: AgentDefinition) -> None:
+    def __init__(self, agent: AgentDefinition, log: Callable[[str], None] = log_stderr) -> None:
         self.agent = agent
+        self._log = log
 
     def definition(self) -> TaskDefinition:
         return TaskDefinition(
@@ -455,8 +458,11 @@ class AgentRun:
         exc: ModelError,
         pieces: Sequence[Write] = (),
     ) -> None:
+        """One commit: the attempt's failure and the task's next state. A retryable error with attempts left sleeps
+        until the back-off's deadline (``retry_wait``); a final one, or the policy's last attempt, fails the run at
+        once: no wait is taken for a try that never comes."""
         error = f"{exc.kind}: {exc}"
-        delay = backoff_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
+        delay = next_delay_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
             tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
@@ -464,6 +470,14 @@ class AgentRun:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
             else:
                 tx.sleep_until(rt.now_ms() + delay, {"phase": "turn", "turn": turn, "attempt": attempt + 1})
+        if delay is not None:
+            then = f"tried again in {delay} ms"
+        elif exc.retryable:
+            then = "that was the last attempt: the run failed"
+        else:
+            then = f"not tried again ({exc.kind} is final): the run failed"
+        what = f"model request failed (attempt {attempt} of {retry.attempts}): {error}"
+        self._log(f"tether worker: run {rt.input['run_id']} (agent {self.agent.name}): {_one_line(what)}; {then}")
 
     def _next(self, tx: PhaseTransaction, rt: Phase, run_id: str, turn: int, message: AssistantMessage) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
@@ -586,6 +600,10 @@ def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
         return INTERRUPTED
     why = outcome.reason or outcome.error or ""
     return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else "")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 
 def _message_data(message: Message) -> dict[str, Any]:
@@ -777,11 +795,12 @@ class ToolRun:
             tx.complete(result)
 
 
-def run_definition(app: App, kind: str) -> TaskDefinition | None:
-    """The task definition a worker of ``app`` runs for a lease of ``kind`` (``agent:<name>`` / ``tool:<name>``)."""
+def run_definition(app: App, kind: str, *, log: Callable[[str], None] = log_stderr) -> TaskDefinition | None:
+    """The task definition a worker of ``app`` runs for a lease of ``kind`` (``agent:<name>`` / ``tool:<name>``);
+    ``log`` is the worker's log."""
     if kind.startswith(AGENT_PREFIX):
         agent = app.agents.get(kind.removeprefix(AGENT_PREFIX))
-        return None if agent is None else AgentRun(agent).definition()
+        return None if agent is None else AgentRun(agent, log).definition()
     if kind.startswith(TOOL_PREFIX):
         tool = app.tools.get(kind.removeprefix(TOOL_PREFIX))
         return None if tool is None else ToolRun(tool).definition()

@@ -106,14 +106,15 @@ def define_tool(
     name: str,
     handler: ToolHandler,
     *,
-    description: str,
-    parameters: Mapping[str, Any],
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
     recovery: Recovery = "manual",
     version: int = 1,
     needs_approval: ApprovalPredicate | None = None,
 ) -> ToolDefinition:
     """Check a tool's definition and build it. Raises :class:`UsageError` saying what is wrong; nothing is
-    registered anywhere."""
+    registered anywhere. ``description`` and ``parameters`` are required: their ``None`` defaults exist so that
+    leaving one out is that same :class:`UsageError` (a ``ValueError``), not Python's ``TypeError``."""
     if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
         raise UsageError(
             f"tool name {name!r} must start with a letter and have at most 64 letters, digits, '_' or '-' "
@@ -143,6 +144,12 @@ def define_tool(
 
 def _checked_schema(name: str, parameters: object) -> dict[str, Any]:
     """A private copy of ``parameters`` once it is a JSON-like draft 2020-12 schema for a JSON object."""
+    if parameters is None:
+        raise UsageError(
+            f"tool {name!r}: give parameters, the JSON Schema of its arguments, such as "
+            '{"type": "object", "properties": {"order_id": {"type": "string"}}}; a tool without arguments takes '
+            '{"type": "object", "properties": {}}'
+        )
     if not isinstance(parameters, Mapping):
         raise UsageError(
             f"tool {name!r}: parameters must be a JSON Schema object such as "

@@ -143,7 +143,7 @@ class Worker:
 
     async def _run(self, lease: Lease, running: _Running) -> None:
         task_id = lease.lease.task_id
-        definition = self.app.tasks.get(lease.kind) or run_definition(self.app, lease.kind)
+        definition = self.app.tasks.get(lease.kind) or run_definition(self.app, lease.kind, log=self._log)
         scope = running.scope
         try:
             with scope:

@@ -3,6 +3,7 @@
 Both the storage owner and its peers speak only through this package.
 """
 
+from ._amounts import amount_text
 from ._codec import (
     MAX_JSON_DEPTH,
     BadFrame,
@@ -178,7 +179,14 @@ from ._frames import (
     retry_delay_ms,
 )
 from ._ids import approval_task_id, is_id, new_id
-from ._kinds import AGENT_TASK_PREFIX, ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, TOOL_TASK_PREFIX, USER_ENTRY
+from ._kinds import (
+    AGENT_TASK_PREFIX,
+    ASSISTANT_ENTRY,
+    RESERVED_ENTRY_PREFIX,
+    TOOL_RESULT_ENTRY,
+    TOOL_TASK_PREFIX,
+    USER_ENTRY,
+)
 from ._limits import (
     DEFAULT_MAX_LEASES,
     MAX_ANNOUNCE_BYTES,
@@ -187,6 +195,7 @@ from ._limits import (
     MAX_PARTIAL_PIECE_BYTES,
     MAX_PEER_NAME_CHARS,
     MAX_ROLE_CHARS,
+    MAX_RUN_ERROR_CHARS,
     MAX_TOKEN_CHARS,
 )
 from ._runtime import (
@@ -221,11 +230,13 @@ __all__ = [
     "MAX_PARTIAL_PIECE_BYTES",
     "MAX_PEER_NAME_CHARS",
     "MAX_ROLE_CHARS",
+    "MAX_RUN_ERROR_CHARS",
     "MAX_TOKEN_CHARS",
     "PROTOCOL_VERSION",
     "RECORD_TYPES",
     "REPLY_TYPES",
     "REQUEST_TYPES",
+    "RESERVED_ENTRY_PREFIX",
     "RUNTIME_SUFFIX",
     "RUN_ACTIVE",
     "RUN_TERMINAL",
@@ -377,6 +388,7 @@ __all__ = [
     "Watching",
     "Welcome",
     "Write",
+    "amount_text",
     "approval_task_id",
     "check_json",
     "collapse_group",

@@ -132,6 +132,9 @@ class RunRecord:
     """The agent version its task is bound to (0 until a worker first runs it)."""
     status: RunStatus
     reason: str | None = None
+    error: str | None = None
+    """Why a ``failed`` run failed, in words (its task's error: the model's error, the turn limit, the budget it
+    would pass...), at most ``MAX_RUN_ERROR_CHARS`` characters; set by the owner, ``None`` otherwise."""
     operation_id: str | None = None
     """The operation the run is blocked on (``needs_attention`` / ``waiting``), if any."""
     answer: RunAnswer | None = None
@@ -221,6 +224,9 @@ class InteractionRecord:
     run_id: str
     conversation_id: str
     operation_id: str
+    tool: str = ""
+    """The name of the tool whose call asks (what a person approves). Empty only in a record an engine before
+    protocol 5 logged (a replay of an older commit log); the interactions it stored are read with their tool."""
     task_id: str
     kind: Literal["approval", "question"]
     status: Literal["open", "answered", "cancelled"]

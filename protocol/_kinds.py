@@ -9,6 +9,10 @@ AGENT_TASK_PREFIX: Final = "agent:"
 """A run's task has kind ``agent:<agent name>``."""
 TOOL_TASK_PREFIX: Final = "tool:"
 """A tool call's task has kind ``tool:<tool name>``."""
+RESERVED_ENTRY_PREFIX: Final = "tether."
+"""Entry kinds under this prefix are the runtime's: the owner writes ``tether.user``, and a run's own task (or a tool
+task it owns) writes the others in the run's conversation, under its lease. The owner refuses them from anyone else
+(``invalid``), so no client can forge what a model reads."""
 USER_ENTRY: Final = "tether.user"
 """The entry of a run's input (written by the owner when the run is admitted)."""
 ASSISTANT_ENTRY: Final = "tether.assistant"

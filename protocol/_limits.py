@@ -18,6 +18,9 @@ refused (``invalid``), and a worker stops sending pieces before it; the whole an
 MAX_PARTIAL_PIECE_BYTES: Final = 256 << 10
 """One ``append_partial`` piece carries at most this many bytes of text (a worker splits a longer one), so a piece
 always fits a message."""
+MAX_RUN_ERROR_CHARS: Final = 2000
+"""A run record's ``error`` (why it failed) holds at most this many characters: the owner cuts its task's error
+text there, ending it with ``…`` (the task's outcome keeps the whole text)."""
 
 MAX_PEER_NAME_CHARS: Final = 128
 """A ``hello``'s ``peer_name``: at most this many printable characters (refused as ``invalid`` otherwise)."""

@@ -112,9 +112,11 @@ def _add_runs_commands(commands: Any) -> None:
         description=(
             "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
             "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
-            "and print its id. Prints the run; with --wait, follows it (each new status, each approval it waits for "
-            "with the command that answers it) until it settles, then prints its answer, or its status and reason "
-            "(exit 1 if it failed)."
+            "and print its id. Prints the run as read back once the submission is committed (queued, pending, or "
+            "already running), and says on stderr when no attached worker announces its agent (the "
+            "run waits for one); with --wait, follows it (each new status, each approval it waits for "
+            "with the command that answers it) until it settles, then prints its answer, or its status, reason and "
+            "error (exit 1 if it failed)."
         ),
     )
     submit.add_argument("text", metavar="TEXT", help="what to say")
@@ -141,7 +143,7 @@ def _add_runs_commands(commands: Any) -> None:
         "runs",
         help="list the agent runs of a database",
         description="Print every run, oldest first: its conversation, agent@version, status and reason, the "
-        "operation it is blocked on, and its tokens. Asks the running owner.",
+        "operation it is blocked on, its tokens, and why a failed run failed (its error). Asks the running owner.",
     )
     _add_db(runs)
     runs.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
@@ -203,7 +205,8 @@ def _add_runs_commands(commands: Any) -> None:
     interactions = commands.add_parser(
         "interactions",
         help="list the open approvals and how to answer each",
-        description="Print every open interaction: its run, the tool's arguments, and the command that answers it.",
+        description="Print every open interaction: its run, the tool and its arguments, and the command that answers "
+        "it.",
     )
     _add_db(interactions)
     _add_json(interactions, "print one JSON object with the interactions")
@@ -895,6 +898,7 @@ def _runs_command(args: argparse.Namespace) -> int:
                 when_busy=args.when_busy,
                 wait=args.wait,
                 say=None if args.json else partial(print, flush=True),
+                warn=partial(print, file=sys.stderr, flush=True),
             )
         )
         if args.json:
@@ -905,7 +909,7 @@ def _runs_command(args: argparse.Namespace) -> int:
             }
             print(json.dumps(document), flush=True)
         if run is not None and run.status == "failed":
-            return _fail(f"run {run.run_id} failed: {run.reason or 'no reason given'}", EXIT_FAILED)
+            return _fail(_runs.failure(run), EXIT_FAILED)
         return EXIT_OK
     if args.command == "runs":
         runs = trio.run(partial(_runs.list_runs, db, conversation_id=args.conversation, status=args.status))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import actors
-from protocol import OwnerUnavailable, RunRecord, converter
+from protocol import RUN_TERMINAL, OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
+
+from ._watch_view import WatchView, one_line, retry_commands
 
 CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
@@ -37,27 +39,37 @@ def record_json(record: Any) -> Any:
     return converter.unstructure(record)
 
 
-def describe_run(run: RunRecord) -> str:
-    """One line: the run, its status and why, what it is blocked on, its answer."""
+def describe_run(run: RunRecord, note: str | None = None) -> str:
+    """One line: the run, its status and why (the reason, and for a failed run the error in words), what it is
+    blocked on, and ``note`` (a run in ``retry_wait``: which attempt failed, and when the next is)."""
     line = f"run {run.run_id}: {run.status}"
     if run.reason is not None:
         line += f" ({run.reason})"
     if run.operation_id is not None:
         line += f", blocked on operation {run.operation_id}"
+    note = run.error or note
+    if note is not None:
+        line += f": {one_line(note)}"
     return line
+
+
+def failure(run: RunRecord) -> str:
+    """The one line a failed run ends ``tether submit`` with (on stderr): its reason and its error."""
+    line = f"run {run.run_id} failed ({run.reason or 'no reason given'})"
+    return line if run.error is None else f"{line}: {one_line(run.error)}"
 
 
 def tokens(run: RunRecord) -> str:
     usage = run.usage
     text = f"{usage.input_tokens}/{usage.output_tokens}"
-    return text if usage.cost is None else f"{text} ${usage.cost:.4f}"
+    return text if usage.cost is None else f"{text} ${amount_text(usage.cost)}"
 
 
 def format_runs(runs: list[RunRecord]) -> str:
-    """The runs as a table, oldest first."""
+    """The runs as a table, oldest first; a failed run's error last, whole, on its row."""
     if not runs:
         return "no runs"
-    header = ("RUN", "CONVERSATION", "AGENT", "STATUS", "REASON", "BLOCKED ON", "TOKENS IN/OUT")
+    header = ("RUN", "CONVERSATION", "AGENT", "STATUS", "REASON", "BLOCKED ON", "TOKENS IN/OUT", "ERROR")
     rows = [
         (
             run.run_id,
@@ -67,6 +79,7 @@ def format_runs(runs: list[RunRecord]) -> str:
             run.reason or "-",
             run.operation_id or "-",
             tokens(run),
+            "" if run.error is None else one_line(run.error),
         )
         for run in runs
     ]
@@ -87,12 +100,14 @@ async def submit(
     when_busy: actors.WhenBusy,
     wait: bool,
     say: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
     """Submit ``text`` as an ``input`` (to a new conversation bound to ``agent`` when given); return the
     conversation, the submission and its run (with ``wait``, once it settled).
 
     ``say`` gets each line for a person as soon as it is known: the new conversation and the run before the wait
-    starts (so an interrupted wait has shown them), the settled run and its answer after it.
+    starts (so an interrupted wait has shown them), the settled run and its answer after it. ``warn`` gets one line
+    when no attached worker announces the run's agent (the run waits until one does; ``wait`` waits for it too).
     """
     show = say or (lambda line: None)
     async with connect(db, "tether-submit") as client:
@@ -108,6 +123,10 @@ async def submit(
             return conversation_id, submission, None
         run = await client.run(submission.run_id)
         show(f"{describe_run(run)}; request {submission.request_id}")
+        if warn is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling":
+            missing = agent_missing(db, run.agent, await client.peers())
+            if missing is not None:
+                warn(missing + ("; waiting for it (Ctrl-C ends the wait, not the run)" if wait else ""))
         if wait and run.status not in SETTLED:
             run = await follow_run(client, db, run, show)
         if wait:
@@ -118,12 +137,35 @@ async def submit(
         return conversation_id, submission, run
 
 
+def agent_missing(db: str, agent: str, peers: Sequence[PeerInfo]) -> str | None:
+    """What to tell a person whose run's agent no attached worker announces (``None``: one does)."""
+    announced = sorted(
+        {capability.name for peer in peers for capability in peer.capabilities if capability.kind == "agent"}
+    )
+    if agent in announced:
+        return None
+    if not any(peer.role == "worker" for peer in peers):
+        return (
+            f"tether submit: no worker is attached, so none announces agent {agent!r}; the run waits until one that "
+            f"does attaches (tether up --db {db} --app MODULE:ATTR, or tether worker --db {db} --app MODULE:ATTR)"
+        )
+    they = ", ".join(announced) if announced else "no agent"
+    return (
+        f"tether submit: no attached worker announces agent {agent!r} (they announce: {they}); the run waits until "
+        "one that does attaches"
+    )
+
+
 async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Callable[[str], None]) -> RunRecord:
     """Watch ``run``'s conversation until the run is settled (as ``wait_for_run`` returns it), telling a person each
     new status as it is committed, and each approval it asks for with the command that answers it (the wait goes on
-    while a person answers in another terminal). Resumes by itself after an owner restart, as every watch does."""
+    while a person answers in another terminal). A run waiting to retry says which attempt failed and when the next
+    is. Resumes by itself after an owner restart, as every watch does."""
+    view = WatchView(db, run_id=run.run_id)  # what the run's journal and task say, for the retry notes
+    view.follow(run)
     async with client.watch(conversation_id=run.conversation_id, from_seq=run.seq) as changes:
         async for change in changes:
+            view.fold(change.seq, change.records)
             for record in change.records:
                 if isinstance(record, actors.InteractionRecord) and record.run_id == run.run_id:
                     if record.status == "open":
@@ -134,7 +176,7 @@ async def follow_run(client: actors.Client, db: str, run: RunRecord, show: Calla
                         run.reason,
                         run.operation_id,
                     ):
-                        show(describe_run(record))
+                        show(describe_run(record, view.retry_note(record)))
                     run = record
                     if run.status in SETTLED:
                         return run
@@ -148,7 +190,10 @@ def next_steps(db: str, run: RunRecord) -> list[str]:
     if run.status == "waiting" and run.operation_id is not None:
         return [f"  it waits for an approval: tether interactions --db {db}"]
     if run.status == "failed":
-        return [f"  try it again: tether retry --db {db} {run.run_id}"]
+        commands = retry_commands(db, run)
+        if len(commands) == 1:
+            return [f"  try it again: {commands[0]}"]
+        return [f"  {command}" for command in commands]
     return []
 
 
@@ -184,12 +229,13 @@ async def open_interactions(db: str) -> list[actors.InteractionRecord]:
 
 
 def format_interactions(db: str, interactions: list[actors.InteractionRecord]) -> str:
-    """Each open approval with the tool's arguments and the commands that answer it."""
+    """Each open approval with the tool, its arguments and the commands that answer it."""
     if not interactions:
         return "no open interactions"
     lines: list[str] = []
     for interaction in interactions:
         args = json.dumps(interaction.args, separators=(",", ":"))
-        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {args}")
+        call = f"{interaction.tool} {args}" if interaction.tool else args
+        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {call}")
         lines.append(f"  tether respond --db {db} {interaction.interaction_id} --approve   (or --deny)")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal
+from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal, amount_text
 
 from ._args import amount, count, positive
 
@@ -220,8 +220,9 @@ async def read_usage(
 
 
 def _cost(cost: float | None) -> str:
-    """An amount as set or summed (``-``: none): up to 10 significant digits, so that 1e-08 is not printed 0."""
-    return "-" if cost is None else f"{cost:.10g}"
+    """An amount as set or summed (``-``: none), a plain decimal (:func:`protocol.amount_text`): 0.00000001, never
+    1e-08 nor 0."""
+    return "-" if cost is None else amount_text(cost)
 
 
 def _total_cost(usage: RunUsage) -> str:

@@ -16,7 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from actors import PartialOutput
-from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, RunRecord, TaskRecord
+from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, RunRecord, TaskRecord, amount_text
 
 from ._watch_view import (
     ACTIVE_RUN,
@@ -113,7 +113,7 @@ def _runs(runs: list[RunRecord]) -> Table:
             f"{run.agent}@{run.version}" if run.version else run.agent,
             _status(run.status, run.reason),
             run.operation_id or "-",
-            tokens if usage.cost is None else f"{tokens} ${usage.cost:.4f}",
+            tokens if usage.cost is None else f"{tokens} ${amount_text(usage.cost)}",
         )
     return table
 

@@ -31,6 +31,7 @@ from protocol import (
     OperationRecord,
     PartialRecord,
     Record,
+    Retry,
     RunRecord,
     TaskRecord,
 )
@@ -161,12 +162,19 @@ class WatchView:
         the commit (a retried run's new task)."""
         records = list(records)
         ordered = sorted(range(len(records)), key=lambda index: not isinstance(records[index], RunRecord))
+        last = {
+            record.operation_id: index for index, record in enumerate(records) if isinstance(record, OperationRecord)
+        }
         lines: list[str] = []
         matched: list[int] = []
         for index in ordered:
             record = records[index]
             if self.matches(record):
                 matched.append(index)
+                if isinstance(record, OperationRecord) and last[record.operation_id] != index:
+                    # An operation's earlier record in the commit that also ends it (a call that ran nothing is
+                    # journaled, intent and failure, with its result): a state no one saw, never shown as running.
+                    continue
                 lines.extend(self._apply(record))
         self.seq = max(self.seq, seq)
         return lines, [records[index] for index in sorted(matched)]
@@ -282,11 +290,32 @@ class WatchView:
         if previous is not None and (previous.status, previous.reason) == (run.status, run.reason):
             return []
         line = f"run {run.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else "")
-        lines = [line]
+        note = run.error or self.retry_note(run)
+        lines = [line + (f": {one_line(note)}" if note else "")]
         if run.status == "completed" and run.answer is not None and previous is not None:
             lines[0] += " with its answer"
         lines.extend(f"  {command}" for command in self.attention_commands(run))
         return lines
+
+    def retry_note(self, run: RunRecord) -> str | None:
+        """For a run in ``retry_wait``: which model attempt failed, why, and when the next one is (from its journal
+        and its task as this view holds them); ``None`` otherwise."""
+        if run.status != "retry_wait":
+            return None
+        failed = [
+            operation
+            for operation in self.operations.values()
+            if operation.run_id == run.run_id and operation.kind == "model" and operation.status != "completed"
+        ]
+        if not failed:
+            return None
+        operation = max(failed, key=lambda candidate: candidate.seq)
+        attempts = (operation.retry or Retry()).attempts
+        note = f"attempt {operation.attempt} of {attempts} failed ({operation.error or operation.status})"
+        task = self.tasks.get(run.task_id) if run.task_id is not None else None
+        if task is not None and task.status == "sleeping" and task.until_ms is not None:
+            note += f"; the next in {max(0, task.until_ms - task.updated_at_ms)} ms"
+        return note
 
     def _interaction(self, interaction: InteractionRecord) -> list[str]:
         self.interactions.put(interaction.interaction_id, interaction)
@@ -303,7 +332,9 @@ class WatchView:
         return [f"{interaction.kind} {interaction.interaction_id} {verdict}"]
 
     def _call_name(self, interaction: InteractionRecord) -> str:
-        operation = self.operations.get(interaction.operation_id)
+        if interaction.tool:
+            return interaction.tool
+        operation = self.operations.get(interaction.operation_id)  # a record of an engine before protocol 5
         if operation is not None:
             return operation.name
         for entry in self.entries(interaction.conversation_id):
@@ -392,7 +423,8 @@ class WatchView:
         return "requested"
 
     def attention(self) -> list[Attention]:
-        """What waits for a person, with the command that answers it: open approvals and runs that need attention."""
+        """What waits for a person, with the command that answers it: open approvals, runs that need attention, a
+        run whose agent no attached worker announces, and the latest failed run of a conversation."""
         found: list[Attention] = []
         for interaction in sorted(self.interactions.values(), key=lambda i: i.interaction_id):
             if interaction.status != "open":
@@ -410,10 +442,11 @@ class WatchView:
                 )
             )
         for run in self.runs_of():
-            if run.status in ("needs_attention", "failed"):
+            if run.status in ("needs_attention", "failed") or run.reason == "agent_missing":
                 why = f"run {run.run_id} {run.status}" + (f" ({run.reason})" if run.reason else "")
+                why += f": {one_line(run.error)}" if run.error else ""
                 commands = tuple(self.attention_commands(run))
-                if commands and (run.status == "needs_attention" or self._latest_of_conversation(run)):
+                if commands and (run.status != "failed" or self._latest_of_conversation(run)):
                     found.append(Attention(run.run_id, run.conversation_id, why, commands))
         return found
 
@@ -433,8 +466,13 @@ class WatchView:
                 f"start a worker that has {run.agent}@{run.version}: tether worker --db {db} --app MODULE:ATTR",
                 f"tether cancel --db {db} {run.run_id}",
             ]
+        if run.status == "pending" and run.reason == "agent_missing":
+            return [
+                f"start a worker whose app defines agent {run.agent}: tether worker --db {db} --app MODULE:ATTR",
+                f"tether cancel --db {db} {run.run_id}",
+            ]
         if run.status == "failed":
-            return [f"tether retry --db {db} {run.run_id}"]
+            return retry_commands(db, run)
         return []
 
     def task_tree(self, run: RunRecord) -> list[tuple[int, TaskRecord]]:
@@ -473,8 +511,27 @@ def tool_operation_id(run_id: str, turn: Any, call_id: str) -> str | None:
     return actors.tool_operation_id(run_id, turn, call_id)
 
 
+def retry_commands(db: str, run: RunRecord) -> list[str]:
+    """What retries a failed run. After ``budget_exceeded``, raising the budget first (the run's error names which:
+    its conversation's, or its task tree's), since a retry alone would meet the same budget again."""
+    retry = f"tether retry --db {db} {run.run_id}"
+    if run.reason != "budget_exceeded":
+        return [retry]
+    scopes = f"--conversation {run.conversation_id}" + (f" | --task {run.task_id}" if run.task_id else "")
+    return [
+        f"raise the budget its error names first: tether budget --db {db} ({scopes}) --max-tokens N | --max-cost X | "
+        "--clear",
+        f"then: {retry}",
+    ]
+
+
 def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:
     return f"tether respond --db {db} {interaction_id} {'--approve' if approve else '--deny'}"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (an error text may hold several)."""
+    return " ".join(text.splitlines())
 
 
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:

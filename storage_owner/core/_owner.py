@@ -36,6 +36,7 @@ from protocol import (
     MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
+    RESERVED_ENTRY_PREFIX,
     SUPPORTED_VERSIONS,
     AbortTask,
     AdvanceClock,
@@ -674,6 +675,8 @@ class OwnerCore:
             check_id(conversation_id, f"{where}.conversation_id")
             check_id(write.entry_id, f"{where}.entry_id")
             check_name(write.kind, f"{where}.kind")
+            if write.kind.startswith(RESERVED_ENTRY_PREFIX):
+                self.runs.check_run_entry(conversation_id, write.kind, lease, where)
             position = positions.get(conversation_id)
             if position is None:
                 position = self._next_positions.get(conversation_id)
@@ -908,7 +911,7 @@ class OwnerCore:
         seq = self._head_seq + 1
         self._store.savepoint()
         self.tasks.begin()
-        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.message)
+        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.why)
         end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
         try:
             record = self.tasks.set_state(end, lease, seq, now_ms, "budget")

@@ -29,6 +29,8 @@ import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
+    MAX_RUN_ERROR_CHARS,
+    RESERVED_ENTRY_PREFIX,
     RUN_ACTIVE,
     RUN_TERMINAL,
     TOOL_TASK_PREFIX,
@@ -121,6 +123,16 @@ class Derived:
     status: RunStatus
     reason: str | None = None
     operation_id: str | None = None
+    error: str | None = None
+    """Why a ``failed`` run failed: its task's error text, cut at :data:`MAX_RUN_ERROR_CHARS`."""
+
+
+def run_error(text: str | None) -> str | None:
+    """``text`` as a run record's ``error``: at most :data:`MAX_RUN_ERROR_CHARS` characters, a cut one ending in
+    ``…`` (the task's outcome keeps the whole text)."""
+    if text is None or len(text) <= MAX_RUN_ERROR_CHARS:
+        return text
+    return text[: MAX_RUN_ERROR_CHARS - 1] + "…"
 
 
 def run_status(
@@ -149,7 +161,8 @@ def run_status(
     ``running``, ``completing``                                                      ``running``
     ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
                                           ``migration_failed``                       (``agent_version_missing``)
-    ``pending``                           otherwise (incl. ``missing_task``)         ``pending``
+    ``pending``                           blocked ``missing_task``                   ``pending`` (``agent_missing``)
+    ``pending``                           otherwise                                  ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
     ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
@@ -157,6 +170,9 @@ def run_status(
     ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
+
+    ``agent_missing`` (no attached worker announces the agent) keeps the run ``pending``, holding its capacity: it
+    goes on by itself once one attaches, as at an owner's start before its workers are back.
 
     ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
     ``approval`` the operation ids of the live external tasks it owns (transitively), if any, ``tool_missing`` the
@@ -172,7 +188,7 @@ def run_status(
             return Derived("completed")
         if outcome.status == "aborted" or task.abort == "abort":
             return Derived("cancelled")
-        return Derived("failed", outcome.reason or outcome.status)
+        return Derived("failed", outcome.reason or outcome.status, error=run_error(outcome.error))
     if task.abort == "abort":
         # Being cancelled: nobody is asked anything any more; it ends ``cancelled`` once its task is terminal.
         return Derived(
@@ -185,6 +201,8 @@ def run_status(
     if status == "pending":
         if blocked in ("task_too_old", "migration_failed"):
             return Derived("needs_attention", "agent_version_missing")
+        if blocked == "missing_task":
+            return Derived("pending", "agent_missing")
         return Derived("pending")
     if attention is not None:
         return Derived("needs_attention", "tool_interrupted", attention)
@@ -361,6 +379,7 @@ class Runs:
                 run,
                 status=derived.status,
                 reason=derived.reason,
+                error=derived.error,
                 operation_id=derived.operation_id,
                 version=task.version,
                 answer=answer_of(task) or run.answer,
@@ -480,8 +499,9 @@ class Runs:
         )
         try:
             task = self._tasks.create_task(write, seq, now_ms, f"run {run.run_id}")
-        except Refusal:  # the conversation's owner task can own no new work: the run cannot start
-            new = attrs.evolve(run, status="failed", reason="not_admitted", seq=seq, updated_at_ms=now_ms)
+        except Refusal as refusal:  # the conversation's owner task can own no new work: the run cannot start
+            error = run_error(f"the run could not be admitted: {refusal.message}")
+            new = attrs.evolve(run, status="failed", reason="not_admitted", error=error, seq=seq, updated_at_ms=now_ms)
             self.put(new)
             changed[run.run_id] = new
             return
@@ -490,6 +510,7 @@ class Runs:
         new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
         self.put(new)
         changed[run.run_id] = new
+        self._dirty[run.run_id] = None  # derived once settled: whether an attached worker announces its agent
         if attempt > 1:
             return
         position = store.next_entry_position(run.conversation_id)
@@ -507,6 +528,23 @@ class Runs:
         records.insert(len(records) - 1, entry)
 
     # ------------------------------------------------------------------------------------ operation journal
+
+    def check_run_entry(self, conversation_id: str, kind: str, lease: LeaseRef | None, where: str) -> None:
+        """Refuse an entry of a kind under ``tether.`` (what a model reads) unless it is committed under the current
+        lease of a live run's task, or of a tool task it owns, in that run's conversation (the lease itself was
+        checked with the commit). The owner writes ``tether.user`` itself, at admission; a client, a worker under
+        no lease or another run's, could otherwise forge a turn of the transcript."""
+        task = None if lease is None else self._tasks.live(lease.task_id)
+        run_id = None if task is None else self.run_of_task(task)
+        run = None if run_id is None else self.live.get(run_id)
+        if run is None or run.conversation_id != conversation_id:
+            message = (
+                f"{where}.kind {kind!r}: entry kinds under {RESERVED_ENTRY_PREFIX!r} are the runtime's (what a model "
+                "reads): only a run's own task or tool task writes them, in the run's conversation, under its lease; "
+                "nothing of the commit was written. Give an entry of your own a kind outside that prefix (such as "
+                "'app.note'), or submit an input to start a run"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
 
     def _writer(self, run_id: str, lease: LeaseRef | None, where: str) -> tuple[RunRecord, TaskRecord]:
         """The live run and the task whose lease writes its journal (its run task, or a tool task it owns)."""
@@ -730,6 +768,7 @@ class Runs:
             run_id=run.run_id,
             conversation_id=run.conversation_id,
             operation_id=write.operation_id,
+            tool=task.kind.removeprefix(TOOL_KIND_PREFIX),
             task_id=approval_task.task_id,
             kind=write.kind,
             status="open",
@@ -843,7 +882,14 @@ class Runs:
                 self._store.update_operation(reset)
                 records.append(reset)
         new = attrs.evolve(
-            run, status="queued", reason=None, operation_id=None, task_id=None, seq=seq, updated_at_ms=now_ms
+            run,
+            status="queued",
+            reason=None,
+            error=None,
+            operation_id=None,
+            task_id=None,
+            seq=seq,
+            updated_at_ms=now_ms,
         )
         self._store.update_run(new)
         self._live_set(new)

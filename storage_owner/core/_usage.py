@@ -44,6 +44,7 @@ from protocol import (
     TaskRecord,
     UsageTotal,
     UsageTotalsReply,
+    amount_text,
 )
 
 from ._checks import MAX_NAME_CHARS, Refusal, check_id, no_conversation
@@ -62,9 +63,11 @@ MAX_TREE_DEPTH: Final = 100_000
 class BudgetRefusal(Refusal):
     """A model request's intent refused for its budget: the core ends the run's task ``failed`` instead."""
 
-    def __init__(self, message: str, *, task_id: str) -> None:
+    def __init__(self, message: str, *, task_id: str, why: str) -> None:
         super().__init__(ErrorCode.BUDGET_EXCEEDED, message)
         self.task_id = task_id
+        self.why = why
+        """The message without the run it names: the run's task's error (the run's own record says which run)."""
 
 
 def cost_of(usage: RunUsage, price: ModelPrice) -> float:
@@ -165,9 +168,9 @@ class Accounting:
         if not self._has_budgets:
             return
         root = self.tree_root(task.task_id)
-        for scope, key, what in (
-            ("conversation", run.conversation_id, f"conversation {run.conversation_id}"),
-            ("tree", root, f"the task tree of {root}"),
+        for scope, key, what, option in (
+            ("conversation", run.conversation_id, f"conversation {run.conversation_id}", "--conversation"),
+            ("tree", root, f"the task tree of {root}", "--task"),
         ):
             budget = self._store.budget(scope, key)
             if budget is None:
@@ -178,12 +181,12 @@ class Accounting:
             if budget.max_tokens is not None and total_tokens(used) >= budget.max_tokens:
                 spent = f"{total_tokens(used)} tokens used of its max_tokens {budget.max_tokens}"
             elif budget.max_cost is not None and (used.cost or 0.0) >= budget.max_cost:
-                spent = f"a cost of {used.cost or 0.0:g} of its max_cost {budget.max_cost:g}"
+                spent = f"a cost of {amount_text(used.cost or 0.0)} of its max_cost {amount_text(budget.max_cost)}"
             elif budget.max_cost is not None and used.unpriced_tokens:
                 spent = (
-                    f"its max_cost {budget.max_cost:g} cannot bound a cost that is not known: {used.unpriced_tokens} "
-                    f"tokens were used with no price (the known cost is {used.cost or 0.0:g}); bound it with "
-                    f"max_tokens instead"
+                    f"its max_cost {amount_text(budget.max_cost)} cannot bound a cost that is not known: "
+                    f"{used.unpriced_tokens} tokens were used with no price (the known cost is "
+                    f"{amount_text(used.cost or 0.0)}); bound it with max_tokens instead"
                 )
             elif budget.max_cost is not None and model not in self.prices:
                 spent = (
@@ -191,11 +194,12 @@ class Accounting:
                     f"{model} --input X --output Y; 0 for a free model)"
                 )
             if spent is not None:
-                message = (
-                    f"run {run.run_id}: the budget of {what} is spent ({spent}): the model request was not started "
-                    f"and the run ends failed (budget_exceeded); raise the budget and retry the run to go on"
+                why = (
+                    f"the budget of {what} is spent ({spent}): the model request was not started and the run ends "
+                    f"failed (budget_exceeded); raise it first (tether budget {option} {key} --max-tokens N or "
+                    f"--max-cost X, or --clear to remove it), then tether retry {run.run_id}"
                 )
-                raise BudgetRefusal(message, task_id=run.task_id or task.task_id)
+                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=run.task_id or task.task_id, why=why)
 
     # ------------------------------------------------------------------------------------------ requests
 

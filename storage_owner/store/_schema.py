@@ -209,6 +209,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (operation_id, char_offset)
     );
     """,
+    # 6: why a run failed, in words (`runs.error`, NULL for the runs of older engines, which said it only on their
+    # tasks' outcomes). An interaction names its tool inside its record; one stored before says it through its
+    # approval task's owner, which the store reads it from (`_sqlite`), so no row is rewritten here.
+    """
+    ALTER TABLE runs ADD COLUMN error TEXT;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

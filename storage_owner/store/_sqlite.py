@@ -24,6 +24,7 @@ import attrs
 import msgpack
 
 from protocol import (
+    TOOL_TASK_PREFIX,
     Budget,
     ConversationRecord,
     DocumentRecord,
@@ -80,10 +81,6 @@ def _pack_operation(record: OperationRecord) -> bytes:
 
 def _pack_interaction(record: InteractionRecord) -> bytes:
     return _pack(_unstructure_interaction(record))
-
-
-def _unpack_interaction(blob: bytes) -> InteractionRecord:
-    return _structure_interaction(_unpack(blob), InteractionRecord)  # type: ignore[no-any-return]
 
 
 def _unpack_operation(blob: bytes) -> OperationRecord:
@@ -593,13 +590,24 @@ class SqliteStore(PartialsSql):
             (record.status, _pack_interaction(record), record.interaction_id),
         )
 
+    def _interaction(self, blob: bytes) -> InteractionRecord:
+        raw = _unpack(blob)
+        if "tool" not in raw:  # stored by an engine before schema 6: its tool task (the approval's owner) names it
+            row = self._db.execute(
+                "SELECT tool.kind FROM tasks AS approval JOIN tasks AS tool ON tool.task_id = approval.owner_task_id "
+                "WHERE approval.task_id = ?",
+                (raw["task_id"],),
+            ).fetchone()
+            raw["tool"] = "" if row is None else str(row[0]).removeprefix(TOOL_TASK_PREFIX)
+        return _structure_interaction(raw, InteractionRecord)  # type: ignore[no-any-return]
+
     def interaction(self, interaction_id: str) -> InteractionRecord | None:
         row = self._db.execute("SELECT record FROM interactions WHERE interaction_id = ?", (interaction_id,)).fetchone()
-        return None if row is None else _unpack_interaction(row[0])
+        return None if row is None else self._interaction(row[0])
 
     def operation_interaction(self, operation_id: str) -> InteractionRecord | None:
         row = self._db.execute("SELECT record FROM interactions WHERE operation_id = ?", (operation_id,)).fetchone()
-        return None if row is None else _unpack_interaction(row[0])
+        return None if row is None else self._interaction(row[0])
 
     def interaction_page(
         self, status: str | None, run_id: str | None, after_interaction_id: str | None, limit: int
@@ -610,7 +618,7 @@ class SqliteStore(PartialsSql):
             "AND (?3 IS NULL OR run_id = ?3) ORDER BY interaction_id LIMIT ?4",
             (after_interaction_id or "", status, run_id, limit + 1),
         ).fetchall()
-        page = [_unpack_interaction(row[0]) for row in rows[:limit]]  # type: ignore[arg-type]
+        page = [self._interaction(row[0]) for row in rows[:limit]]  # type: ignore[arg-type]
         return page, len(rows) > limit
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:

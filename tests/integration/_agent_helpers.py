@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,6 +19,7 @@ import trio
 
 import actors
 from protocol import new_id
+from protocol.io import log_stderr
 from runtime import stop_gracefully, tether_command
 from tests.integration._up_helpers import CHILD_ENV, ROOT
 
@@ -37,15 +38,17 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def served(db: str, app: actors.App, *, name: str) -> AsyncIterator[None]:
+async def served(
+    db: str, app: actors.App, *, name: str, log: Callable[[str], None] | None = None
+) -> AsyncIterator[None]:
     """``app`` served in this process by worker ``name`` for the duration of the block (it outlives owner
-    restarts: the worker reconnects)."""
+    restarts: the worker reconnects); ``log`` gets the worker's log lines (stderr by default)."""
     async with trio.open_nursery() as nursery:
         scope = trio.CancelScope()
 
         async def run(*, task_status: trio.TaskStatus[Any]) -> None:
             with scope:
-                await actors.serve(app, db=db, name=name, task_status=task_status)
+                await actors.serve(app, db=db, name=name, log=log or log_stderr, task_status=task_status)
 
         await nursery.start(run)
         try:
@@ -55,9 +58,11 @@ async def served(db: str, app: actors.App, *, name: str) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def serving(db: str, app: actors.App, *, name: str = "agents") -> AsyncIterator[actors.Client]:
+async def serving(
+    db: str, app: actors.App, *, name: str = "agents", log: Callable[[str], None] | None = None
+) -> AsyncIterator[actors.Client]:
     """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
-    async with actors.connect(db) as client, served(db, app, name=name):
+    async with actors.connect(db) as client, served(db, app, name=name, log=log):
         yield client
 
 

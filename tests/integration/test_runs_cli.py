@@ -31,9 +31,19 @@ def test_the_cli_default_is_the_owners() -> None:
 async def test_submit_with_agent_then_follow_up_runs_and_reject(manual_owner: OwnerProcess) -> None:
     db = manual_owner.db
     with trio.fail_after(60):
-        first = await tether_json("submit", "--db", db, "--agent", "support", "--request-id", "r-1", "hello")
+        submitted = await run_tether(
+            "submit", "--db", db, "--agent", "support", "--request-id", "r-1", "hello", "--json"
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        # No worker: the run waits for one, and the submit says so on stderr (its stdout is the JSON alone).
+        assert nonblank_lines(submitted.stderr) == [
+            "tether submit: no worker is attached, so none announces agent 'support'; the run waits until one that "
+            f"does attaches (tether up --db {db} --app MODULE:ATTR, or tether worker --db {db} --app MODULE:ATTR)"
+        ]
+        first = json.loads(submitted.stdout)
         conversation_id = first["conversation_id"]
         assert first["run"]["status"] == "pending" and first["run"]["agent"] == "support"
+        assert first["run"]["reason"] == "agent_missing"
         assert first["submission"]["request_id"] == "r-1"
         again = await tether_json(
             "submit", "--db", db, "--conversation", conversation_id, "--request-id", "r-1", "hello"
@@ -180,6 +190,13 @@ async def test_submit_wait_shows_the_run_before_waiting_and_ends_when_it_is_canc
                 await client.advance_clock(ORPHAN_GRACE_MS + 1)  # no worker: the marked task ends after the grace
             [completed] = done
             assert completed.returncode == 0, completed.stderr
+            # No worker: unless the cancel came first, the submit said the run waits for one, and that it waits too.
+            warning = (
+                "tether submit: no worker is attached, so none announces agent 'support'; the run waits until one "
+                f"that does attaches (tether up --db {db} --app MODULE:ATTR, or tether worker --db {db} --app "
+                "MODULE:ATTR); waiting for it (Ctrl-C ends the wait, not the run)"
+            )
+            assert nonblank_lines(completed.stderr) in ([], [warning])
             lines = nonblank_lines(completed.stdout)
             assert lines[0] == f"conversation {runs[0].conversation_id} (agent support)"
             # The run as the submit read it back (with its request id), then each new status while it waits: the
@@ -187,6 +204,7 @@ async def test_submit_wait_shows_the_run_before_waiting_and_ends_when_it_is_canc
             # on whether the test's cancel (and the grace's end) came first: pending, cancelling, or cancelled.
             assert "; request " in lines[1]
             run_lines = [line.partition("; request ")[0] for line in lines[1:]]
-            states = [f"run {runs[0].run_id}: {status}" for status in ("pending", "pending (cancelling)", "cancelled")]
+            statuses = ("pending (agent_missing)", "pending (cancelling)", "cancelled")
+            states = [f"run {runs[0].run_id}: {status}" for status in statuses]
             assert set(run_lines) <= set(states) and run_lines == sorted(set(run_lines), key=states.index)
             assert run_lines[-1] == states[-1]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import email.utils
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import actors
@@ -443,3 +445,52 @@ def test_it_is_a_model_an_agent_accepts() -> None:
     app = actors.App("openai")
     agent = app.define_agent("support", version=1, model=OpenAIChat("gpt-4o-mini", base_url="http://x/v1"))
     assert isinstance(agent.model, actors.Model) and agent.request(()).model == "gpt-4o-mini"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "complaint"),
+    [
+        ("http://[::1/v1", "base_url is not a URL"),  # urlsplit's ValueError: now a UsageError naming base_url
+        ("http://a\x00b/v1", "base_url is not a URL"),  # httpx.InvalidURL, which used to escape at the first request
+        ("http://" + "a" * 64 + ".example/v1", "base_url's host"),  # a label past 63: a UnicodeError, at the first call
+    ],
+)
+def test_a_base_url_httpx_cannot_use_is_refused_when_the_model_is_built(base_url: str, complaint: str) -> None:
+    with pytest.raises(UsageError, match=complaint):
+        OpenAIChat("m", base_url=base_url)
+
+
+def request() -> ModelRequest:
+    return ModelRequest(model="m", instructions="", messages=(UserMessage(text="hi"),))
+
+
+async def test_an_invalid_url_at_request_time_is_a_final_model_error() -> None:
+    # httpx.InvalidURL is not an httpx.HTTPError: it escaped stream() unmapped, and the run faulted (phase_error).
+    model = OpenAIChat("m", base_url="http://127.0.0.1:1/v1", api_key="")
+    model.url = "http://127.0.0.1:1/v1/chat\x00completions"  # what httpx refuses while it builds the request
+    with pytest.raises(ModelError) as caught:
+        async for _ in model.stream(request()):
+            pass
+    assert (caught.value.kind, caught.value.retryable) == ("bad_request", False)
+    assert "InvalidURL" in str(caught.value) and "model 'm'" in str(caught.value)
+
+
+class _ClosedStream(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raise httpx.StreamClosed()
+        yield b""  # pragma: no cover
+
+
+async def test_a_stream_error_is_a_final_model_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx.StreamError (a RuntimeError, not an httpx.HTTPError) is the adapter misreading a response: final, since
+    # sending the request again would meet the same bug.
+    def answer(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_ClosedStream())
+
+    model = OpenAIChat("m", base_url="http://127.0.0.1:1/v1", api_key="")
+    monkeypatch.setattr(model, "_client", lambda: httpx.AsyncClient(transport=httpx.MockTransport(answer)))
+    with pytest.raises(ModelError) as caught:
+        async for _ in model.stream(request()):
+            pass
+    assert (caught.value.kind, caught.value.retryable) == ("invalid_stream", False)
+    assert "StreamClosed" in str(caught.value)

@@ -7,7 +7,7 @@ from typing import Any
 
 import actors
 import protocol
-from actors._models import backoff_ms
+from actors._models import backoff_ms, next_delay_ms
 from actors._runs import INTERRUPTED, model_operation_id, tool_operation_id, transcript_messages
 from protocol import Capability, EntryRecord, JsonValue
 
@@ -92,6 +92,10 @@ def test_one_delay_formula() -> None:
     assert stored == protocol.Retry(attempts=5, first_delay_ms=300, max_delay_ms=5000, multiplier=3.0)
     for attempt in range(1, 5):
         assert retry.delay_ms(attempt) == protocol.retry_delay_ms(stored, attempt) == backoff_ms(stored, attempt)
+        assert next_delay_ms(stored, attempt) == backoff_ms(stored, attempt)
+    # After the last attempt there is no next one, whatever the error or the provider's Retry-After.
+    assert retry.delay_ms(5) is None and next_delay_ms(stored, 5) is None
+    assert next_delay_ms(stored, 5, retry_after_ms=2000) is None
     assert backoff_ms(stored, 1, retry_after_ms=2000) == 2000
     assert backoff_ms(stored, 1, retry_after_ms=60_000) == 5000
 

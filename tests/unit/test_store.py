@@ -219,8 +219,9 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
 
     store = SqliteStore.open(path)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         assert "char_offset" in _columns(path, "partial_pieces")
+        assert "error" in _columns(path, "runs")
         assert store.integrity_check() == "ok"
         assert store.conversation(conversation_id) == ConversationRecord(
             conversation_id=conversation_id, created_at_ms=10, seq=1, entry_count=1, owner_task_id=None

@@ -181,3 +181,19 @@ def test_decorator_without_description_or_docstring_is_refused() -> None:
     with pytest.raises(actors.UsageError, match="give a description"):
         app.tool(parameters=ORDER_SCHEMA)(bare)
     assert app.tools == {}
+
+
+def test_a_tool_without_parameters_or_description_is_a_usage_error_not_a_type_error() -> None:
+    # docs/agents.md promises a ValueError saying what is wrong; a missing keyword used to be Python's TypeError.
+    app = actors.App("support")
+    with pytest.raises(ValueError, match=r'give parameters.*"properties": \{\}'):
+        app.define_tool("refund", refund, description="Refund an order")
+    with pytest.raises(actors.UsageError, match="give a description"):
+        app.define_tool("refund", refund, parameters=ORDER_SCHEMA)
+
+    async def lookup(call: actors.ToolCall, args: dict[str, Any]) -> None:
+        """Look an order up."""
+
+    with pytest.raises(actors.UsageError, match="give parameters"):
+        app.tool()(lookup)
+    assert app.tools == {}

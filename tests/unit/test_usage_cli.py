@@ -33,8 +33,11 @@ def test_an_incomplete_cost_is_printed_as_a_lower_bound() -> None:
 def test_a_small_budget_is_not_printed_as_zero() -> None:
     budget = Budget(scope="conversation", key="c", max_tokens=5, max_cost=1e-8)
     cells = _cells(format_usage([Row("conversation", "c", RunUsage(), budget)]))
-    assert cells[7] == "5 tokens, cost 1e-08"
+    assert cells[7] == "5 tokens, cost 0.00000001"  # a plain decimal, never exponent notation
     assert _cells(format_usage([Row("model", "m", RunUsage(cost=123456.75))]))[6] == "123456.75"
+    assert _cells(format_usage([Row("model", "m", RunUsage(cost=0.00001))]))[6] == "0.00001"
+    assert _cells(format_usage([Row("model", "m", RunUsage(cost=0.1 + 0.2))]))[6] == "0.3"  # 10 digits at most
+    assert _cells(format_usage([Row("model", "m", RunUsage(cost=2e21))]))[6] == "2000000000000000000000"
 
 
 @pytest.mark.parametrize("text", ["²", "٣", "-1", "1.0", "1e3", "", " 5"])

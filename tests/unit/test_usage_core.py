@@ -294,6 +294,23 @@ def test_a_tree_budget_is_kept_under_its_root_and_stops_a_subagent(sim: RunSim) 
     assert sim.run(parent_run).status == "running"
 
 
+def test_a_spent_budget_says_so_in_plain_decimals_and_what_to_do(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    conversation_id = sim.run(run_id).conversation_id
+    expect(set_prices(sim, GPT), PricesReply)
+    expect(sim.request(sim.client, SetBudget(scope="conversation", key=conversation_id, max_cost=0.00001)), BudgetReply)
+    model_turn(sim, worker, task_id, run_id, tokens(10, 0))  # 10 input tokens at 2 per million: 0.00002
+    assert error_code(worker.commit(task_id, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
+    run = sim.run(run_id)
+    assert run.reason == "budget_exceeded" and run.error is not None
+    assert run.error.startswith(f"the budget of conversation {conversation_id} is spent ")  # the run is the record's
+    assert "(a cost of 0.00002 of its max_cost 0.00001)" in run.error and "e-05" not in run.error
+    assert run.error.endswith(
+        f"raise it first (tether budget --conversation {conversation_id} --max-tokens N or --max-cost X, or "
+        f"--clear to remove it), then tether retry {run_id}"
+    )
+
+
 def test_a_cost_budget_refuses_a_model_without_a_price(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     conversation_id = sim.run(run_id).conversation_id

@@ -17,7 +17,9 @@ from protocol import (
     InteractionRecord,
     JsonValue,
     PartialRecord,
+    Retry,
     RunRecord,
+    RunUsage,
     TaskOutcome,
     TaskRecord,
 )
@@ -56,7 +58,15 @@ def operation(
     )
 
 
-def run(status: str, *, reason: str | None = None, operation_id: str | None = None, seq: int = 1) -> RunRecord:
+def run(
+    status: str,
+    *,
+    reason: str | None = None,
+    operation_id: str | None = None,
+    seq: int = 1,
+    error: str | None = None,
+    cost: float | None = None,
+) -> RunRecord:
     return RunRecord(
         run_id=RUN,
         conversation_id=CONVERSATION,
@@ -64,7 +74,9 @@ def run(status: str, *, reason: str | None = None, operation_id: str | None = No
         version=1,
         status=status,  # type: ignore[arg-type]
         reason=reason,
+        error=error,
         operation_id=operation_id,
+        usage=RunUsage(input_tokens=12, output_tokens=3, cost=cost),
         submission_id=RUN,
         task_id=TASK,
         seq=seq,
@@ -105,7 +117,7 @@ def task(task_id: str, kind: str, status: str, *, owner: str | None = None, on: 
     )
 
 
-def interaction(status: str, *, approve: bool | None = None) -> InteractionRecord:
+def interaction(status: str, *, approve: bool | None = None, tool: str = "lookup") -> InteractionRecord:
     tool_op = tool_operation_id(RUN, 1, "call-1")
     answer = None if approve is None else InteractionAnswer(approve=approve, note=None, responded_by=None, at_ms=0)
     return InteractionRecord(
@@ -113,6 +125,7 @@ def interaction(status: str, *, approve: bool | None = None) -> InteractionRecor
         run_id=RUN,
         conversation_id=CONVERSATION,
         operation_id=tool_op,
+        tool=tool,
         task_id="a0000000-0000-7000-8000-000000000001",
         kind="approval",
         status=status,  # type: ignore[arg-type]
@@ -324,6 +337,38 @@ def test_the_answer_the_result_and_the_settled_run_replace_what_waited() -> None
     assert "done" in text and '{"status": "shipped"}' in text and "assistant: Your order shipped." in text
 
 
+def test_a_denied_call_never_shows_as_running() -> None:
+    # The call that ran nothing is journaled, intent and failure, in the commit of its result: its intent is not a
+    # state anyone saw, and the call is shown as what it became.
+    view = approval_story()
+    assert view.apply(9, [interaction("answered", approve=False)]) == [
+        "approval i0000000-0000-7000-8000-000000000001 denied"
+    ]
+    tool_op = tool_operation_id(RUN, 1, "call-1")
+    denial = "error: the call was denied by a person"
+    result = {"run_id": RUN, "operation_id": tool_op, "call_id": "call-1", "name": "lookup", "content": denial}
+    lines = view.apply(
+        10,
+        [
+            operation("started", kind="tool", op=tool_op, name="lookup", seq=10),
+            operation("failed", kind="tool", op=tool_op, name="lookup", seq=10),
+            entry(2, "tether.tool_result", {**result, "is_error": True}),
+        ],
+    )
+    assert lines == [f"tool lookup result (error): {denial}"]
+    [assistant] = [e for e in view.entries(CONVERSATION) if e.kind == "tether.assistant"]
+    [call] = view.tool_calls(assistant)
+    assert (call.status, call.result) == ("error", denial)
+    assert "running" not in screen(view).split("transcript")[-1]
+
+
+def test_an_interaction_names_its_tool_without_the_call_in_view() -> None:
+    view = WatchView("tether.db")  # a watch from a later seq: neither the assistant entry nor the operation is held
+    lines = view.apply(7, [interaction("open", tool="refund")])
+    assert lines[0] == 'approval i0000000-0000-7000-8000-000000000001 waits: refund {"order_id":"A1"}'
+    assert view.attention()[0].what == 'approval i0000000-0000-7000-8000-000000000001: refund {"order_id":"A1"}'
+
+
 def test_a_cut_off_stream_is_shown_as_such_never_as_an_answer() -> None:
     view = WatchView("tether.db", conversation_id=CONVERSATION)
     view.apply(3, [run("running", seq=3)])
@@ -343,6 +388,64 @@ def test_needs_attention_and_failed_runs_give_the_command_that_settles_them() ->
     [item] = view.attention()
     assert item.commands == (f"tether retry --db db.sqlite {RUN}",)
     assert f"tether retry --db db.sqlite {RUN}" in screen(view)
+
+
+CONNECT_ERROR = (
+    "model request failed (attempt 4 of 4): connection: could not reach model 'm' at "
+    "http://127.0.0.1:9/v1/chat/completions: ConnectError: all attempts to connect to 127.0.0.1:9 failed"
+)
+
+
+def test_a_failed_run_says_why_in_every_view() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    view.apply(5, [run("retry_wait", seq=5)])
+    lines = view.apply(6, [run("failed", reason="model_error", error=CONNECT_ERROR, seq=6)])
+    assert lines[0] == f"run {RUN}: failed (model_error): {CONNECT_ERROR}"
+    [item] = view.attention()
+    assert item.what == f"run {RUN} failed (model_error): {CONNECT_ERROR}"
+    text = screen(view, width=200)  # in the panel of what waits for a person, wrapped at its width
+    assert "failed (model_error): model request failed (attempt 4 of 4): connection: could not reach" in text
+    assert "all attempts to connect to 127.0.0.1:9 failed" in text
+    assert '"error": "model request failed (attempt 4 of 4)' in json_line(view.runs.get(RUN), 6)
+
+
+def test_a_run_waiting_to_retry_says_which_attempt_failed_why_and_when_the_next_is() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    view.apply(3, [run("running", seq=3), task(TASK, "agent:support", "running")])
+    failed = attrs.evolve(operation("failed", seq=5), error="connection: could not reach", retry=Retry(attempts=4))
+    sleeping = attrs.evolve(task(TASK, "agent:support", "sleeping"), until_ms=1_500, updated_at_ms=1_000)
+    view.apply(5, [failed, sleeping])
+    lines = view.apply(6, [run("retry_wait", seq=6)])
+    assert lines == [f"run {RUN}: retry_wait: attempt 1 of 4 failed (connection: could not reach); the next in 500 ms"]
+    assert view.retry_note(run("running")) is None
+
+
+def test_a_run_whose_agent_no_worker_announces_says_what_starts_one() -> None:
+    view = WatchView("db.sqlite")
+    lines = view.apply(5, [run("pending", reason="agent_missing", seq=5)])
+    commands = [
+        "start a worker whose app defines agent support: tether worker --db db.sqlite --app MODULE:ATTR",
+        f"tether cancel --db db.sqlite {RUN}",
+    ]
+    assert lines == [f"run {RUN}: pending (agent_missing)", *(f"  {command}" for command in commands)]
+    queued = attrs.evolve(run("queued", seq=6), run_id="r0000000-0000-7000-8000-000000000002", task_id=None)
+    view.apply(6, [queued])  # a follow-up behind it: it is still what waits
+    [item] = view.attention()
+    assert (item.what, item.commands) == (f"run {RUN} pending (agent_missing)", tuple(commands))
+    view.apply(6, [run("running", seq=6)])  # a worker with the agent attached: nothing waits for a person
+    assert view.attention() == []
+
+
+def test_costs_are_plain_decimals_and_a_spent_budget_says_to_raise_it_before_the_retry() -> None:
+    view = WatchView("db.sqlite", conversation_id=CONVERSATION)
+    lines = view.apply(6, [run("failed", reason="budget_exceeded", error="the budget is spent", cost=0.00001, seq=6)])
+    assert lines[1:] == [
+        f"  raise the budget its error names first: tether budget --db db.sqlite (--conversation {CONVERSATION} | "
+        f"--task {TASK}) --max-tokens N | --max-cost X | --clear",
+        f"  then: tether retry --db db.sqlite {RUN}",
+    ]
+    text = screen(view, width=200)
+    assert "12/3 $0.00001" in text and "e-05" not in text
 
 
 def test_a_run_view_keeps_only_that_runs_records_and_its_task_tree() -> None:
