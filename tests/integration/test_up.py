@@ -22,16 +22,26 @@ from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
 from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK
 from runtime._supervisor import state_path
+from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
     all_up,
+    cpu_used_s,
+    describe,
+    lock_has_waiter,
     nonblank_lines,
     pid_gone,
+    processes_naming,
     run_tether,
     supervised,
     tether_up,
+    thread_cpu_ns,
+    wait_for,
 )
 
+IDLE_WINDOW_S = 5.0
+IDLE_CPU_BOUND = 0.005
+"""What an idle ``tether up`` (supervisor, owner, standby, two workers) may use together: half a percent of a core."""
 STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "standby", "workers", "clients"}
 WORKER_KEYS = {"name", "pid", "alive", "attached", "restarts", "supervised"}
 
@@ -80,6 +90,27 @@ async def test_up_runs_an_owner_and_two_workers_and_stops_cleanly_on_sigterm(db_
             await up.assert_everything_gone(timeout_s=0.5)  # the supervisor reaped its children before exiting
             assert not state_path(db_path).exists()
             assert not runtime_path(db_path).exists()
+
+
+async def test_an_idle_up_with_two_workers_uses_under_half_a_percent_of_a_core(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2") as up:
+            await up.wait_status(all_up(2), "owner and two attached workers")
+            # The standby has imported everything and waits in flock (it does not poll).
+            await wait_for(lambda: lock_has_waiter(lock_path(db_path)), "standby waiting for the ownership lock")
+            pids = processes_naming(db_path)
+            assert len(pids) == 5, describe(pids)  # the supervisor, the owner, the standby, two workers
+            before = {pid: thread_cpu_ns(pid) for pid in pids}
+            started = time.monotonic()
+            await trio.sleep(IDLE_WINDOW_S)  # the measurement window itself: idle time is what is measured
+            elapsed_s = time.monotonic() - started
+            used = {pid: cpu_used_s(before[pid], thread_cpu_ns(pid)) / elapsed_s for pid in pids}
+            report = "\n".join(f"  {share:7.3%}  {describe({pid})}" for pid, share in used.items())
+            print(f"idle tether up, {elapsed_s:.1f} s: {sum(used.values()):.3%} of one core\n{report}")
+            assert sum(used.values()) < IDLE_CPU_BOUND, report
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
 
 
 async def test_tether_stop_stops_a_running_up_and_fails_when_nothing_runs(db_path: str, tmp_path: Path) -> None:
