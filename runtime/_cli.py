@@ -621,10 +621,21 @@ def _exposure_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _directory_problem(db: str) -> str | None:
+    """Why ``tether owner`` or ``tether up`` cannot use ``--db DB`` at all (its directory is missing), or ``None``."""
+    directory = os.path.dirname(os.path.abspath(db))
+    if os.path.isdir(directory):
+        return None
+    return (
+        f"the directory of the database does not exist: {directory} (--db {db}); create it, or give another --db; "
+        "nothing was started"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("owner", "up"):
-        problem = _exposure_problem(args)
+        problem = _directory_problem(args.db) or _exposure_problem(args)
         if problem is not None:
             return _fail(f"{args.command}: {problem}", EXIT_USAGE)
     try:
@@ -734,7 +745,6 @@ def _run_up(args: argparse.Namespace) -> int:
         start_check_s=args.start_check,
     )
     supervisor = Supervisor(config)
-    print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
     try:
         _run_trio(supervisor.run)
     except OwnerRefused as exc:

@@ -216,6 +216,11 @@ class Supervisor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until SIGINT/SIGTERM (clean stop) or until a child exceeds the restart intensity (``GaveUp``)."""
         lock_fd = self._lock()
+        workers = len(self.workers)
+        self._say(
+            f"tether up: {self.db}, {workers} worker{'' if workers == 1 else 's'} serving {self.config.app} "
+            f"(pid {os.getpid()})"
+        )
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:

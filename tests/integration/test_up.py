@@ -20,7 +20,7 @@ import trio
 import actors
 from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
-from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK
+from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from runtime._supervisor import state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
@@ -146,6 +146,12 @@ async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db
             assert second.returncode == EXIT_ALREADY_RUNNING, second.stderr
             assert elapsed < 10
             assert f"supervisor pid {up.pid}" in second.stderr.decode(), second.stderr
+            assert len(nonblank_lines(second.stderr)) == 1, second.stderr
+            assert second.stdout == b""  # no banner: it never started serving anything
+            # The first one's banner counts its one worker in the singular.
+            [banner, *_] = nonblank_lines(up.stdout_path.read_bytes())
+            db = os.path.abspath(db_path)
+            assert banner == f"tether up: {db}, 1 worker serving runtime.demo_app:app (pid {up.pid})"
 
             # The first one is untouched: same supervisor, owner and worker, all still up.
             after = await up.wait_status(all_up(1), "owner and an attached worker")
@@ -158,6 +164,22 @@ async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db
             up.process.send_signal(signal.SIGTERM)
             assert await up.wait_exit() == EXIT_OK, up.stderr_text()
             await up.assert_everything_gone(timeout_s=0.5)
+
+
+@pytest.mark.parametrize("command", ["up", "owner"])
+async def test_a_db_in_a_missing_directory_is_refused_naming_the_directory(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such"
+    db = str(missing / "x.db")
+    with trio.fail_after(30):
+        result = await run_tether(command, "--db", db)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stdout == b""
+    [line] = nonblank_lines(result.stderr)
+    assert line == (
+        f"tether: {command}: the directory of the database does not exist: {missing} (--db {db}); create it, or "
+        "give another --db; nothing was started"
+    )
+    assert not tmp_path.joinpath("no").exists()
 
 
 @pytest.mark.parametrize(
