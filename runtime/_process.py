@@ -17,8 +17,14 @@ POLL_INTERVAL_S: Final = 0.01
 
 
 def tether_command(*args: str) -> list[str]:
-    """The command line that runs ``tether ARGS`` with this interpreter (no console script needed)."""
-    return [sys.executable, "-m", "runtime", *args]
+    """The command line that runs ``tether ARGS`` with this interpreter (no console script needed).
+
+    ``-P``: the working directory is not put first on the import path, as ``python -m`` would, so that a
+    ``runtime.py``, ``protocol.py`` or ``actors.py`` where ``tether up`` runs cannot replace Tether's packages
+    (``PYTHONPATH`` is still honoured). The application module is looked up in the working directory all the same,
+    by :func:`actors.load_app`.
+    """
+    return [sys.executable, "-P", "-m", "runtime", *args]
 
 
 async def start_owner(

@@ -12,8 +12,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +32,8 @@ CHILD_ENV: Final = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
+CONSOLE_SCRIPT: Final = (str(Path(sys.executable).with_name("tether")),)
+"""The ``tether`` console script of this environment, as a user runs it (not ``python -m runtime``)."""
 POLL_S: Final = 0.05
 GONE_TIMEOUT_S: Final = 5.0
 
@@ -266,19 +269,25 @@ class Up:
 
 @contextlib.asynccontextmanager
 async def tether_up(
-    db: str, directory: Path, *args: str, label: str = "up", env: Mapping[str, str] | None = None
+    db: str,
+    directory: Path,
+    *args: str,
+    label: str = "up",
+    env: Mapping[str, str] | None = None,
+    command: Sequence[str] | None = None,
+    cwd: Path = ROOT,
 ) -> AsyncIterator[Up]:
-    """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment); on exit
-    SIGTERM and reap it, then SIGKILL anything left that it started (the test asserts separately that nothing was
-    left)."""
+    """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment; run as
+    ``command``, by default ``tether_command()``, in ``cwd``); on exit SIGTERM and reap it, then SIGKILL anything left
+    that it started (the test asserts separately that nothing was left)."""
     stdout_path = directory / f"{label}.stdout"
     stderr_path = directory / f"{label}.stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         process = await trio.lowlevel.open_process(
-            tether_command("up", "--db", db, *args),
+            [*(command or tether_command()), "up", "--db", db, *args],
             stdout=stdout,
             stderr=stderr,
-            cwd=ROOT,
+            cwd=cwd,
             env={**CHILD_ENV, **(env or {})},
         )
     up = Up(db=db, process=process, stdout_path=stdout_path, stderr_path=stderr_path, started_at=time.monotonic())

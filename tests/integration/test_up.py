@@ -25,6 +25,8 @@ from runtime._supervisor import state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
+    CHILD_ENV,
+    CONSOLE_SCRIPT,
     all_up,
     cpu_used_s,
     describe,
@@ -164,6 +166,69 @@ async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db
             up.process.send_signal(signal.SIGTERM)
             assert await up.wait_exit() == EXIT_OK, up.stderr_text()
             await up.assert_everything_gone(timeout_s=0.5)
+
+
+SHADOWS = ("runtime", "protocol", "actors")
+"""Module names of Tether's packages, which a user's project may well use for files of its own."""
+
+
+def _project(tmp_path: Path) -> Path:
+    """A user's project directory: ``myapp.py`` (an ``actors.App``), and a ``runtime.py``, ``protocol.py`` and
+    ``actors.py`` that leave a ``.imported`` file beside them and exit if anything imports them."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "myapp.py").write_text('import actors\n\napp = actors.App("myapp")\n')
+    for name in SHADOWS:
+        (project / f"{name}.py").write_text(
+            f"open(__file__ + '.imported', 'w').close()\nraise SystemExit('the project\\'s {name}.py ran')\n"
+        )
+    return project
+
+
+async def _worker_apps(db: str) -> list[str]:
+    async with actors.connect(db=db, role="reader") as client:
+        return [peer.app for peer in await client.peers() if peer.role == "worker" and peer.announced]
+
+
+async def test_up_run_in_a_project_with_files_named_like_tethers_packages_serves_the_projects_app(
+    db_path: str, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    with trio.fail_after(60):
+        async with tether_up(
+            db_path, tmp_path, "--workers", "1", "--app", "myapp:app", command=CONSOLE_SCRIPT, cwd=project
+        ) as up:
+            await up.wait_status(all_up(1), "owner and an attached worker")
+            assert await _worker_apps(db_path) == ["myapp"]  # found in the working directory, as documented
+            assert sorted(path.name for path in project.glob("*.imported")) == []
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+    assert "ran" not in up.stderr_text()
+
+
+async def test_the_worker_console_script_finds_the_app_module_in_its_working_directory(
+    owner: OwnerProcess, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    stderr_path = tmp_path / "worker.stderr"
+    with trio.fail_after(60):
+        with open(stderr_path, "wb") as stderr:
+            worker = await trio.lowlevel.open_process(
+                [*CONSOLE_SCRIPT, "worker", "--db", owner.db, "--app", "myapp:app"],
+                cwd=project,
+                env=CHILD_ENV,
+                stderr=stderr,
+            )
+        try:
+            while await _worker_apps(owner.db) != ["myapp"]:
+                assert worker.poll() is None, f"the worker exited with {worker.returncode}: {stderr_path.read_text()}"
+                await trio.sleep(0.05)
+            worker.send_signal(signal.SIGTERM)
+            assert await worker.wait() == EXIT_OK
+        finally:
+            await kill_and_reap(worker)
+    assert sorted(path.name for path in project.glob("*.imported")) == []
 
 
 @pytest.mark.parametrize("command", ["up", "owner"])
