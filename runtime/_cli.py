@@ -26,12 +26,15 @@ from protocol import (
 )
 
 from ._args import count, positive
+from ._entry import replay_early_signals, restore_default_signals
 from ._parent import watch_parent
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
+SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
+"""Commands that stop cleanly on SIGINT or SIGTERM, including one sent while they start (``runtime._entry``)."""
 
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
@@ -634,6 +637,8 @@ def _directory_problem(db: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in SIGNAL_LISTENING_COMMANDS:
+        restore_default_signals()
     if args.command in ("owner", "up"):
         problem = _directory_problem(args.db) or _exposure_problem(args)
         if problem is not None:
@@ -910,6 +915,7 @@ async def _serve_until_stopped(
     """Start ``serve`` (a function for ``nursery.start``), print ``started(its value)``, and serve until SIGINT or
     SIGTERM, or, for a ``--supervised`` child, until the supervisor is gone (see ``runtime._parent``)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        replay_early_signals()  # one that came while Python imported what the command needs stops it now
         async with trio.open_nursery() as nursery:
             if supervised:
                 nursery.start_soon(watch_parent, nursery.cancel_scope)

@@ -43,8 +43,9 @@ from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned, open_lock_file
 
 from ._cli import EXITS_FINAL
+from ._entry import replay_early_signals
 from ._parent import PARENT_HEARTBEAT_S
-from ._process import stop_gracefully, tether_command, wait_for_owner
+from ._process import open_tether_process, stop_gracefully, tether_command, wait_for_owner
 
 STATE_SUFFIX: Final = ".supervisor.json"
 LOCK_SUFFIX: Final = ".supervisor.lock"
@@ -223,6 +224,7 @@ class Supervisor:
         )
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                replay_early_signals()  # one that came while Python imported the supervisor stops it now
                 async with trio.open_nursery() as nursery:
                     send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
@@ -353,8 +355,14 @@ class Supervisor:
     async def _start(self, nursery: trio.Nursery, child: _Child) -> None:
         child.exited = trio.Event()
         child.ready_at = None
-        child.process = await trio.lowlevel.open_process(
-            child.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        # In a session of its own: a Ctrl-C in the terminal reaches the supervisor alone, which stops the children
+        # in order (workers, standby, owner) instead of all of them at once.
+        child.process = await open_tether_process(
+            child.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         child.started_at = trio.current_time()
         child.started_at_ms = int(time.time() * 1000)

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from protocol import OwnerUnavailable
-from runtime import stop_gracefully, tether_command
+from runtime import open_tether_process, stop_gracefully, tether_command
 from runtime._status import collect_status
 from runtime._supervisor import read_state
 
@@ -276,19 +276,22 @@ async def tether_up(
     env: Mapping[str, str] | None = None,
     command: Sequence[str] | None = None,
     cwd: Path = ROOT,
+    own_process_group: bool = False,
 ) -> AsyncIterator[Up]:
     """Start ``tether up --db DB ARGS`` (output to files in ``directory``; ``env`` added to its environment; run as
-    ``command``, by default ``tether_command()``, in ``cwd``); on exit SIGTERM and reap it, then SIGKILL anything left
-    that it started (the test asserts separately that nothing was left)."""
+    ``command``, by default ``tether_command()``, in ``cwd``; with ``own_process_group``, in a process group of its
+    own, as a shell starts a job); on exit SIGTERM and reap it, then SIGKILL anything left that it started (the test
+    asserts separately that nothing was left)."""
     stdout_path = directory / f"{label}.stdout"
     stderr_path = directory / f"{label}.stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        process = await trio.lowlevel.open_process(
+        process = await open_tether_process(
             [*(command or tether_command()), "up", "--db", db, *args],
             stdout=stdout,
             stderr=stderr,
             cwd=cwd,
             env={**CHILD_ENV, **(env or {})},
+            process_group=0 if own_process_group else None,
         )
     up = Up(db=db, process=process, stdout_path=stdout_path, stderr_path=stderr_path, started_at=time.monotonic())
     try:

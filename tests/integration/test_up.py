@@ -115,6 +115,23 @@ async def test_an_idle_up_with_two_workers_uses_under_half_a_percent_of_a_core(d
             await up.assert_everything_gone(timeout_s=0.5)
 
 
+async def test_ctrl_c_in_the_terminal_of_up_reaches_the_supervisor_alone_which_stops_its_children(
+    db_path: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2", own_process_group=True) as up:
+            status = await up.wait_status(all_up(2), "owner and two attached workers")
+            children = {status["owner"]["pid"], *(worker["pid"] for worker in supervised(status))}
+            assert status["standby"] is not None
+            children.add(status["standby"]["pid"])
+            # Each child in a session of its own: the terminal's SIGINT to the job's group reaches none of them.
+            assert {pid: os.getpgid(pid) == os.getpgid(up.pid) for pid in children} == dict.fromkeys(children, False)
+            os.killpg(os.getpgid(up.pid), signal.SIGINT)  # what Ctrl-C in its terminal does
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+            assert "tether up: stopping (workers first, then the owner)" in up.stdout_text()
+
+
 async def test_tether_stop_stops_a_running_up_and_fails_when_nothing_runs(db_path: str, tmp_path: Path) -> None:
     with trio.fail_after(60):
         nothing = await run_tether("stop", "--db", str(tmp_path / "never-created.db"))
