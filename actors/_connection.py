@@ -267,17 +267,11 @@ class Connection:
         context = None
         if url.startswith("wss://"):
             context = self._ssl_context or _client_ssl_context(ca)
+        step = ["the TCP connection"]
+        """Which step of the connection runs (``_open_websocket`` moves it on), for the error of one that fails."""
         try:
             with trio.fail_after(timeout_s):
-                if context is None:
-                    ws = await trio_websocket.connect_websocket_url(
-                        nursery,
-                        url,
-                        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                        receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                    )
-                else:
-                    ws = await _open_tls_websocket(nursery, url, context)
+                ws = await _open_websocket(nursery, url, context, step)
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             unverified = exc if isinstance(exc, ssl.SSLCertVerificationError) else exc.__cause__
             if isinstance(unverified, ssl.SSLCertVerificationError):
@@ -286,15 +280,25 @@ class Connection:
                     f"{unverified.verify_message}; give the CA that signed its certificate (connect(ca=FILE)); "
                     "nothing was sent"
                 ) from exc
-            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {exc}") from exc
+            why = f"{step[0]} did not complete within {timeout_s:g} s" if isinstance(exc, trio.TooSlowError) else exc
+            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {why}") from exc
         try:
             with trio.fail_after(timeout_s):
                 hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
                 await ws.send_message(encode_frame(hello))
                 answer = decode_frame(_binary(await ws.get_message()))
-        except (trio_websocket.ConnectionClosed, trio.TooSlowError) as exc:
+        except trio.TooSlowError as exc:
             await _close_quietly(ws)
-            raise OwnerUnavailable(f"the owner at {url} did not complete the handshake: {exc!r}") from exc
+            raise OwnerUnavailable(
+                f"cannot reach the owner at {url} ({self.describe_target()}): the owner did not answer the hello "
+                f"within {timeout_s:g} s"
+            ) from exc
+        except trio_websocket.ConnectionClosed as exc:
+            await _close_quietly(ws)
+            raise OwnerUnavailable(
+                f"cannot reach the owner at {url} ({self.describe_target()}): the owner closed the connection "
+                f"before answering the hello ({exc.reason})"
+            ) from exc
         except ProtocolError:
             await _close_quietly(ws)
             raise
@@ -459,30 +463,38 @@ class Connection:
                 await _close_quietly(ws)
 
 
-async def _open_tls_websocket(
-    nursery: trio.Nursery, url: str, context: ssl.SSLContext
+async def _open_websocket(
+    nursery: trio.Nursery, url: str, context: ssl.SSLContext | None, step: list[str]
 ) -> trio_websocket.WebSocketConnection:
-    """A ``wss://`` WebSocket whose TLS handshake is done (and verified) before the upgrade: trio-websocket would
-    do it inside its reader task, where a verification failure only shows as a handshake that never ends."""
+    """A WebSocket to ``url``: the TCP connection, the TLS handshake (with ``context``, done and verified before the
+    upgrade: trio-websocket would do it inside its reader task, where a verification failure only shows as an upgrade
+    that never ends), then the upgrade. ``step[0]`` says which of them runs, for the caller's error."""
     parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname or "", parts.port or 443
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(f"the owner's URL must be ws://HOST:PORT or wss://HOST:PORT, not {url!r}")
+    host, port = parts.hostname, parts.port or (443 if context is not None else 80)
     resource = parts.path or "/"
+    step[0] = f"the TCP connection to {host}:{port}"
     tcp = await trio.open_tcp_stream(host, port)
-    stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
     try:
-        await stream.do_handshake()
+        if context is not None:
+            step[0] = "the TLS handshake"
+            stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+            await stream.do_handshake()
+        step[0] = "the WebSocket upgrade"
+        host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return await trio_websocket.wrap_client_stream(
+            nursery,
+            stream,
+            host_header,
+            resource,
+            max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+            receive_buffer_size=RECEIVE_BUFFER_BYTES,
+        )
     except BaseException:
         await trio.aclose_forcefully(tcp)
         raise
-    host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return await trio_websocket.wrap_client_stream(
-        nursery,
-        stream,
-        host_header,
-        resource,
-        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-        receive_buffer_size=RECEIVE_BUFFER_BYTES,
-    )
 
 
 def _client_ssl_context(ca: str | None) -> ssl.SSLContext:
