@@ -145,6 +145,10 @@ class Connection:
         self.reconnects = 0
         """How many times the connection was re-established."""
         self._last_heard_s = 0.0
+        self._last_sent_s = 0.0
+        self._heartbeat_due: trio.CancelScope | None = None
+        """The heartbeat's wait, whose deadline :meth:`_sent` moves on."""
+        self._heartbeat_interval_s = 0.0
         self.announcement: Callable[[], Announce] | None = None
         """Called after every (re)connection for an announcement sent before anything else: how a worker
         re-announces itself (with the leases it still runs)."""
@@ -367,14 +371,14 @@ class Connection:
     async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
-        self._last_heard_s = trio.current_time()
+        self._last_heard_s = self._last_sent_s = trio.current_time()
         if self.announcement is not None:
             self.send_nowait(self.announcement())
         for watch in list(self._watches.values()):
             watch.resume()
         self._connected.set()
         assert self.welcome is not None
-        interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
+        interval_s = self._heartbeat_interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
@@ -388,14 +392,33 @@ class Connection:
                 await _close_quietly(ws)
 
     async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
-        """Ping the owner every ``interval_s``; give the connection up if the owner stays silent 4 times as long
-        (a stopped or wedged owner never closes the connection by itself)."""
+        """Make sure the owner hears from us every ``interval_s``: a ping once nothing else was sent for that long (a
+        connection that sends requests anyway needs none); give the connection up if the owner stays silent 4 times
+        as long (a stopped or wedged owner never closes it by itself).
+
+        The wait is a deadline that each message sent moves on (:meth:`_sent`), not a task waking to look: an idle
+        connection wakes once per ping, a busy one not at all."""
         while True:
-            await trio.sleep(interval_s)
-            if trio.current_time() - self._last_heard_s > 4 * interval_s:
+            self._heartbeat_due = trio.CancelScope(deadline=self._next_heartbeat_s(interval_s))
+            with self._heartbeat_due:
+                await trio.sleep_forever()
+            now_s = trio.current_time()
+            if now_s - self._last_heard_s > 4 * interval_s:
                 connection_scope.cancel(reason="the owner went silent")
                 return
-            self.send_nowait(Ping())
+            if now_s - self._last_sent_s >= interval_s and not self._outbox:  # (what is queued goes out at once)
+                self.send_nowait(Ping())
+                self._last_sent_s = now_s
+
+    def _next_heartbeat_s(self, interval_s: float) -> float:
+        """When the heartbeat must look again: a ping due, or the owner silent for too long."""
+        return min(self._last_sent_s + interval_s, self._last_heard_s + 4 * interval_s)
+
+    def _sent(self) -> None:
+        """A message goes out: the next ping is due an interval from now."""
+        self._last_sent_s = trio.current_time()
+        if self._heartbeat_due is not None:
+            self._heartbeat_due.deadline = self._next_heartbeat_s(self._heartbeat_interval_s)
 
     async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
         """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
@@ -410,6 +433,7 @@ class Connection:
             self._outbox_ready = trio.Event()
             while self._outbox:
                 message, _ = take_message(self._outbox)
+                self._sent()
                 await ws.send_message(message)
 
     async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:

@@ -19,11 +19,6 @@ from actors._connection import CONNECT_TIMEOUT_S
 TOKEN = "0" * 48
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 async def _refused_message(url: str) -> str:
     with pytest.raises(actors.OwnerUnavailable) as caught:
         async with actors.connect(url=url, token=TOKEN, reconnect=False):
