@@ -43,6 +43,9 @@ DEFAULT_MAX_PEER_OUTPUT_MIB: Final = 16
 DEFAULT_MAX_QUEUED_OUTPUT_MIB: Final = 256
 """As ``storage_owner.core``'s output budgets, in MiB (not imported, as above)."""
 DEFAULT_APP: Final = "runtime.demo_app:app"
+DEFAULT_LIVENESS_TIMEOUT_S: Final = 5.0
+"""``tether up --liveness-timeout``: how long the supervisor lets its owner go without answering, or an attached
+worker stay unattached while the owner answers, before it kills it."""
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
@@ -358,14 +361,17 @@ def build_parser() -> argparse.ArgumentParser:
         "up",
         help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
         description=(
-            "Start the owner, wait until it listens, then start the workers and a standby owner (it waits for the "
-            "ownership lock and takes over within milliseconds when the owner dies); restart a child that dies, "
-            "at once if it ran well, else with back-off, and give up past the restart intensity (more than "
-            "--max-restarts restarts within --restart-window seconds), naming the child and its last output. An "
-            "owner exit that retrying cannot change (3: another owner, 4: newer schema, 5: not a Tether database, "
-            "6: damaged) stops everything at once with that status. SIGINT or SIGTERM stop the workers first, then "
-            "the standby, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` work "
-            "from any shell."
+            "Start the owner and, meanwhile, load the app once as a worker would (an app that cannot be loaded stops "
+            "everything with exit 2 and the error); once the owner listens, start the workers and a standby owner "
+            "(it waits for the ownership lock and takes over within milliseconds when the owner dies). Restart a "
+            "child that dies, at once if it ran well, else with back-off, each on its own, and give up past the "
+            "restart intensity (more than --max-restarts restarts within --restart-window seconds), naming the "
+            "child and its last output. Kill an owner that stops answering (--liveness-timeout) and a worker the "
+            "owner dropped; both are replaced. An owner exit that retrying cannot change (3: another owner, 4: newer "
+            "schema, 5: not a Tether database, 6: damaged), or a worker's exit 2 (its app failed to load), stops "
+            "everything at once with that status. SIGINT or SIGTERM stop the workers first, then the standby, then "
+            "the owner; a Ctrl-C in the terminal reaches the supervisor alone. Writes DB.supervisor.json so that "
+            "`tether status` and `tether stop` work from any shell."
         ),
     )
     up.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -409,12 +415,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"task phases each worker runs at once (default {DEFAULT_MAX_LEASES})",
     )
+    up.add_argument(
+        "--liveness-timeout",
+        type=_seconds,
+        default=DEFAULT_LIVENESS_TIMEOUT_S,
+        metavar="S",
+        help="kill a hung owner: one that has not answered the supervisor's probe (a read of its peers through its "
+        "commit loop, every S/2 seconds, or every quarter of --heartbeat-timeout if that is sooner) for S seconds, "
+        "counted once it listens; the standby takes over. Also kill "
+        "a worker that attached once and has not been attached for S seconds while the owner answers (the owner "
+        f"dropped it); it is restarted (default {DEFAULT_LIVENESS_TIMEOUT_S:g})",
+    )
 
     worker = commands.add_parser(
         "worker",
         help="run one worker: attach to the owner of DB and serve an application",
         description=(
-            "Load the application (MODULE:ATTR naming an actors.App; a bad path fails before anything attaches), "
+            "Load the application (MODULE:ATTR naming an actors.App, MODULE looked up in the working directory "
+            "first; one that cannot be loaded fails with exit 2 before anything attaches), "
             "attach to the owner of DB as a worker, announce what the app runs, and keep a heartbeat. Waits for "
             "the owner if it is not up yet, and reconnects after losing it."
         ),
@@ -536,6 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for command in (owner, worker):
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    # tether up's check before it starts workers: load the app as a worker would, then exit 0 (or 2, saying why).
+    worker.add_argument("--check-app", action="store_true", help=argparse.SUPPRESS)
     owner.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)  # tether up's warm standby
     owner.add_argument(
         "--heartbeat-timeout",
@@ -730,7 +750,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    from ._supervisor import OwnerRefused, Supervisor, SupervisorConfig
+    from ._supervisor import AppRefused, OwnerRefused, Supervisor, SupervisorConfig
 
     host, port = args.listen
     config = SupervisorConfig(
@@ -748,11 +768,12 @@ def _run_up(args: argparse.Namespace) -> int:
         owner_args=_exposure_owner_args(args),
         group_readable=args.group_readable,
         start_check_s=args.start_check,
+        liveness_timeout_s=args.liveness_timeout,
     )
     supervisor = Supervisor(config)
     try:
         _run_trio(supervisor.run)
-    except OwnerRefused as exc:
+    except (OwnerRefused, AppRefused) as exc:
         return _fail(exc, exc.exit_status)
     print("tether up: stopped", flush=True)
     return EXIT_OK
@@ -785,7 +806,12 @@ def _run_worker(args: argparse.Namespace) -> int:
         raise TetherError("tether worker --url needs the owner's access token: --token TOKEN or TETHER_TOKEN")
     if args.max_leases > MAX_LEASES_PER_WORKER:
         raise TetherError(f"--max-leases is at most {MAX_LEASES_PER_WORKER}, not {args.max_leases}")
-    app = actors.load_app(args.app)
+    try:
+        app = actors.load_app(args.app)
+    except actors.AppLoadError as exc:  # retrying cannot change it: tether up stops on this status
+        return _fail(exc, EXIT_USAGE)
+    if args.check_app:
+        return EXIT_OK
     target = args.db or args.url
     serve = partial(
         actors.serve,

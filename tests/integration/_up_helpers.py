@@ -254,6 +254,22 @@ class Up:
     def stderr_text(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def said(self) -> list[str]:
+        """The supervisor's own lines so far (its stdout: what starts, exits, restarts and why), stripped."""
+        return [line.strip() for line in self.stdout_text().splitlines() if line.strip()]
+
+    async def wait_said(self, predicate: Callable[[str], bool], what: str, *, timeout_s: float = 20.0) -> str:
+        """Wait until the supervisor says a line that ``predicate`` accepts; return it (the first such one)."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                found = [line for line in self.said() if predicate(line)]
+                if found:
+                    return found[0]
+                if self.process.poll() is not None:
+                    raise AssertionError(f"tether up exited ({self.process.returncode}) before saying {what}")
+                await trio.sleep(POLL_S / 5)
+        raise AssertionError(f"tether up did not say {what} within {timeout_s:g} s:\n" + "\n".join(self.said()))
+
     async def wait_exit(self, *, timeout_s: float = 20.0) -> int:
         with trio.fail_after(timeout_s):
             return await self.process.wait()
