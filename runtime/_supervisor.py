@@ -76,6 +76,8 @@ STABLE_AFTER_S: Final = 1.0
 """A child that was ready (the owner listening, a worker started: after each start, not only the first) this long
 before dying ran well: it restarts at once, and its back-off starts over."""
 OWNER_READY_TIMEOUT_S: Final = 30.0
+UNANSWERED_GRACE_S: Final = 1.0
+"""How long a question to the owner must have waited before its silence counts (see :func:`next_liveness_look`)."""
 APP_CHECK_TIMEOUT_S: Final = 60.0
 """How long loading the app once (``tether worker --check-app``, before any worker starts) may take."""
 PROBES_PER_LIVENESS_TIMEOUT: Final = 2
@@ -119,6 +121,23 @@ def restart_delay(backoff_s: float, ready_s: float | None) -> tuple[float, float
         return 0.0, BACKOFF_INITIAL_S
     wait_s = max(backoff_s, BACKOFF_INITIAL_S)
     return wait_s, min(wait_s * 2, BACKOFF_MAX_S)
+
+
+def next_liveness_look(now_s: float, answered_s: float, asked_s: float | None, timeout_s: float) -> float | None:
+    """When to look at the owner's liveness again, or ``None``: it is hung, kill it.
+
+    ``answered_s``: when it last answered (or started listening); ``asked_s``: since when a question (a probe, or a
+    connection attempt) waits for its answer, ``None`` if none does. The owner is hung once it has not answered for
+    ``timeout_s`` while a question waited at least ``UNANSWERED_GRACE_S`` (at most half the timeout). Without that
+    wait the silence is the supervisor's own: stopped itself (Ctrl-Z, SIGSTOP), it asked nothing meanwhile, and the
+    owner gets a question and a moment to answer it first.
+    """
+    grace_s = min(UNANSWERED_GRACE_S, timeout_s / 2)
+    if now_s < answered_s + timeout_s:
+        return answered_s + timeout_s
+    if asked_s is not None and now_s - asked_s >= grace_s:
+        return None
+    return (now_s if asked_s is None else asked_s) + grace_s
 
 
 def probe_name(supervisor_pid: int) -> str:
@@ -170,6 +189,39 @@ class SupervisorConfig:
     """``tether up --liveness-timeout``: an owner that has not answered the supervisor for this long (counted from
     when it listened, then from its last answer) is killed; so is a worker that attached once and has not been
     attached for this long while the owner answers."""
+
+
+@attrs.define(eq=False)
+class _OwnerWatch:
+    """The liveness watch of one owner: when it last answered, since when a question waits, when to look next."""
+
+    answered_s: float
+    timeout_s: float
+    asked_s: float | None = None
+    interval_s: float = attrs.field()
+    """How often to ask: ``PROBES_PER_LIVENESS_TIMEOUT`` times per timeout, at most as often as the probe
+    connection's own heartbeat would ping."""
+    due: trio.CancelScope = attrs.field()
+    """Ends at the next look (:func:`next_liveness_look`); each answer moves its deadline on."""
+
+    @interval_s.default
+    def _interval(self) -> float:
+        return self.timeout_s / PROBES_PER_LIVENESS_TIMEOUT
+
+    @due.default
+    def _due(self) -> trio.CancelScope:
+        return trio.CancelScope(deadline=self.answered_s + self.timeout_s)
+
+    def asking(self) -> float:
+        """A question goes out (unless one already waits); returns now."""
+        now_s = trio.current_time()
+        if self.asked_s is None:
+            self.asked_s = now_s
+        return now_s
+
+    def answered(self) -> None:
+        self.answered_s, self.asked_s = trio.current_time(), None
+        self.due.deadline = self.answered_s + self.timeout_s
 
 
 @attrs.define(eq=False)
@@ -541,32 +593,34 @@ class Supervisor:
         workers are attached: see :meth:`_check_workers`.
         """
         timeout_s = self.config.liveness_timeout_s
+        watch = _OwnerWatch(answered_s=trio.current_time(), timeout_s=timeout_s)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_exit, process, nursery.cancel_scope)
-            # Its deadline moves on at each answer (a timer, not a task waking to look): idle costs nothing.
-            silence = trio.CancelScope(deadline=trio.current_time() + timeout_s)
-            nursery.start_soon(self._probe_owner, info, silence)
-            with silence:
-                await trio.sleep_forever()
+            nursery.start_soon(self._probe_owner, info, watch)
+            while True:
+                with watch.due:  # its deadline moves on at each answer: no task wakes to look while all is well
+                    await trio.sleep_forever()
+                now_s = trio.current_time()
+                look_s = next_liveness_look(now_s, watch.answered_s, watch.asked_s, timeout_s)
+                if look_s is None:
+                    break
+                watch.due = trio.CancelScope(deadline=look_s)
             if not self._stopping and self.owner.process is process:
-                silent_s = trio.current_time() - (silence.deadline - timeout_s)
-                interval_s = timeout_s / PROBES_PER_LIVENESS_TIMEOUT
+                silent_s, pid = now_s - watch.answered_s, process.pid
                 self._say(
-                    f"  {'owner':<10}has not answered for {silent_s:.1f} s (asked for its peers every {interval_s:g} "
-                    f"s; --liveness-timeout {timeout_s:g}): hung, so killing it (pid {process.pid})"
+                    f"  {'owner':<10}has not answered for {silent_s:.1f} s (asked for its peers every "
+                    f"{watch.interval_s:g} s; --liveness-timeout {timeout_s:g}): hung, so killing it (pid {pid})"
                 )
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
             # Then wait for its exit, which cancels the probe (on a stop, the stop ends it).
 
-    async def _probe_owner(self, info: RuntimeInfo, silence: trio.CancelScope) -> None:
-        """Ask the owner at ``info.url`` for its peers (``PROBES_PER_LIVENESS_TIMEOUT`` times per liveness timeout),
-        moving ``silence``'s deadline on at each answer; reconnect after a lost connection (nothing moves it
-        meanwhile)."""
-        timeout_s = self.config.liveness_timeout_s
-        interval_s = timeout_s / PROBES_PER_LIVENESS_TIMEOUT
+    async def _probe_owner(self, info: RuntimeInfo, watch: _OwnerWatch) -> None:
+        """Ask the owner at ``info.url`` for its peers every ``watch.interval_s``, noting each question and answer in
+        ``watch``; connect again after a lost connection (a connection attempt counts as a question)."""
         while True:
             try:
+                watch.asking()
                 async with actors.connect(
                     url=info.url,
                     token=info.token,
@@ -577,16 +631,16 @@ class Supervisor:
                 ) as client:
                     assert client.welcome is not None
                     # No more often than the connection's heartbeat would ping anyway: the probes replace its pings.
-                    interval_s = min(interval_s, client.welcome.heartbeat_ms / 1000)
+                    watch.interval_s = min(watch.interval_s, client.welcome.heartbeat_ms / 1000)
                     while True:
-                        asked_s = trio.current_time()
+                        asked_s = watch.asking()
                         peers = await client.peers()
-                        silence.deadline = trio.current_time() + timeout_s
+                        watch.answered()
                         self._check_workers(peers)
-                        await trio.sleep_until(asked_s + interval_s)
+                        await trio.sleep_until(asked_s + watch.interval_s)
             except TetherError:  # unreachable, connection lost, refused: no answer; the watch decides
                 pass
-            await trio.sleep(interval_s)
+            await trio.sleep(watch.interval_s)
 
     def _check_workers(self, peers: list[actors.PeerInfo]) -> None:
         """From an answer of the owner: a supervised worker that attached once since it started and has not been
