@@ -313,6 +313,19 @@ async def test_worker_with_a_bad_app_exits_at_once_without_attaching(
     assert [peer for peer in peers if peer.role == "worker"] == []
 
 
+async def test_worker_check_app_loads_the_app_as_a_worker_would_and_attaches_nothing(db_path: str) -> None:
+    # tether up's check before it starts workers: no owner is needed, nothing attaches.
+    with trio.fail_after(30):
+        good = await run_tether("worker", "--check-app", "--db", db_path, "--app", "runtime.demo_app:app")
+        bad = await run_tether("worker", "--check-app", "--db", db_path, "--app", "runtime.demo_app:nope")
+    assert (good.returncode, good.stdout, good.stderr) == (EXIT_OK, b"", b"")
+    assert bad.returncode == EXIT_USAGE
+    assert nonblank_lines(bad.stderr) == [
+        "tether: module 'runtime.demo_app' has no attribute 'nope' (--app runtime.demo_app:nope)"
+    ]
+    assert not os.path.exists(db_path)
+
+
 async def _run_x(state: Any) -> None:
     return None
 
