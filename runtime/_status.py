@@ -140,8 +140,8 @@ def format_status(status: dict[str, Any]) -> str:
     owner = status["owner"]
     if owner["alive"] and not owner["answering"]:
         lines.append(
-            f"owner       pid {owner['pid']} on {status['url']}, NOT ANSWERING (no reply within "
-            f"{STATUS_TIMEOUT_S:g} s: stopped or hung), {owner['restarts']} restarts"
+            f"owner       pid {owner['pid']} on {status['url']}, NOT ANSWERING (it holds the database but did not "
+            f"reply: stopped or hung), {owner['restarts']} restarts"
         )
     elif owner["alive"]:
         lines.append(f"owner       pid {owner['pid']} on {status['url']}, {owner['restarts']} restarts")
@@ -157,6 +157,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append("workers     none")
     for worker in status["workers"]:
         state = "attached" if worker["attached"] else ("alive, not attached" if worker["alive"] else "not running")
+        if worker["alive"] and owner["alive"] and not owner["answering"]:
+            state = "alive, attached or not: the owner does not answer"
         lines.append(f"worker      {worker['name']:<12} pid {worker['pid']}  {state}, {worker['restarts']} restarts")
     lines.append(f"clients     {status['clients']} other connections")
     return "\n".join(lines)

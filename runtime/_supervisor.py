@@ -518,6 +518,7 @@ class Supervisor:
                 f"worker was started and every process was stopped:\n{_tail(check)}",
                 EXIT_USAGE if status == EXIT_USAGE else EXIT_FAILED,
             )
+        self._say(f"  {'app-check':<10}{app} loads")
         self._app_checked.set()
 
     async def _start(self, nursery: trio.Nursery, child: _Child) -> None:

@@ -145,14 +145,20 @@ async def test_status_says_an_owner_that_holds_its_lock_but_does_not_answer_is_n
         try:
             as_json = await run_tether("status", "--db", owner.db, "--json")
             human = await run_tether("status", "--db", owner.db)
+            tasks = await run_tether("tasks", "--db", owner.db)
         finally:
             os.kill(owner.pid, signal.SIGCONT)
     assert answering["owner"] == {"pid": owner.pid, "alive": True, "answering": True, "restarts": 0}
     assert json.loads(as_json.stdout)["owner"] == {"pid": owner.pid, "alive": True, "answering": False, "restarts": 0}
     [line] = [line for line in nonblank_lines(human.stdout) if line.startswith("owner")]
     assert line == (
-        f"owner       pid {owner.pid} on {answering['url']}, NOT ANSWERING (no reply within 5 s: stopped or hung), "
-        "0 restarts"
+        f"owner       pid {owner.pid} on {answering['url']}, NOT ANSWERING (it holds the database but did not reply: "
+        "stopped or hung), 0 restarts"
+    )
+    assert tasks.returncode == EXIT_OK, tasks.stderr
+    assert nonblank_lines(tasks.stdout)[1] == (
+        "(the owner did not answer: stopped or hung; read from the database, as last committed; blocked reasons need "
+        "an owner that answers)"
     )
 
 
