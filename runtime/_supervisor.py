@@ -50,11 +50,11 @@ from typing import Any, Final
 import attrs
 import trio
 
-import actors
 from protocol import (
     DEFAULT_MAX_LEASES,
     OwnerAlreadyRunning,
     OwnerUnavailable,
+    PeerInfo,
     RuntimeInfo,
     TetherError,
     write_private_json,
@@ -619,6 +619,11 @@ class Supervisor:
     async def _probe_owner(self, info: RuntimeInfo, watch: _OwnerWatch) -> None:
         """Ask the owner at ``info.url`` for its peers every ``watch.interval_s``, noting each question and answer in
         ``watch``; connect again after a lost connection (a connection attempt counts as a question)."""
+        # The first question an interval after the owner started listening (its timeout counts from then), and the
+        # client imported only then: a quarter of a second of CPU kept off tether up's start, its workers starting.
+        await trio.sleep(watch.interval_s)
+        import actors
+
         while True:
             try:
                 watch.asking()
@@ -643,7 +648,7 @@ class Supervisor:
                 pass
             await trio.sleep(watch.interval_s)
 
-    def _check_workers(self, peers: list[actors.PeerInfo]) -> None:
+    def _check_workers(self, peers: list[PeerInfo]) -> None:
         """From an answer of the owner: a supervised worker that attached once since it started and has not been
         attached for ``--liveness-timeout`` since (the owner dropped it: stopped past the heartbeat timeout, or
         wedged) is SIGKILLed, and restarted as any dead worker is. A worker that never attached (still importing
