@@ -14,7 +14,7 @@ from typing import Final
 import trio
 
 PARENT_HEARTBEAT_S: Final = 7.5
-"""Seldom, so that idle children (and their supervisor) hardly wake: three heartbeats fit in the silence bound."""
+"""Seldom, so that idle children (and their supervisor) hardly wake: two heartbeats fit in the silence bound."""
 PARENT_SILENCE_S: Final = 15.0
 
 

@@ -82,9 +82,9 @@ APP_CHECK_TIMEOUT_S: Final = 60.0
 """How long loading the app once (``tether worker --check-app``, before any worker starts) may take."""
 PROBES_PER_LIVENESS_TIMEOUT: Final = 2
 """The supervisor asks its owner for its peers (a ``read_peers`` request, answered from the commit loop) this many
-times per ``--liveness-timeout``: every 5 s by default. Each answer costs the owner and the supervisor about 3 ms of
-CPU on a small virtual machine (mostly waking up), so more often would take an idle ``tether up`` past half a
-percent of a core."""
+times per ``--liveness-timeout`` (every 2.5 s by default), and no more often than its connection would ping anyway.
+Each answer costs the owner and the supervisor about 3 ms of CPU on a small virtual machine (mostly waking up), so
+more often would take an idle ``tether up`` past half a percent of a core."""
 
 
 class GaveUp(TetherError):
@@ -587,7 +587,7 @@ class Supervisor:
 
         A hung owner (a deadlock, a stalled disk, a stopped process or VM) does not die, so nothing else would notice
         it: clients time out one by one and the standby waits behind the lock. So the supervisor asks it for its
-        peers through its commit loop, twice per ``--liveness-timeout`` (a reader connection of its own); once no answer
+        peers through its commit loop (``PROBES_PER_LIVENESS_TIMEOUT``, a reader connection of its own); once no answer
         came for ``--liveness-timeout`` (counted from when it listened, then from its last answer) it says so and
         SIGKILLs it (which works on a stopped process), and the standby takes over as for any death. Never while the
         supervisor stops (an owner finishing its work may be slow to answer then). The answers also tell which
@@ -595,6 +595,8 @@ class Supervisor:
         """
         timeout_s = self.config.liveness_timeout_s
         watch = _OwnerWatch(answered_s=trio.current_time(), timeout_s=timeout_s)
+        for worker in self.workers:
+            worker.unattached_since = None  # counted while this owner answers, not a previous one
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_exit, process, nursery.cancel_scope)
             nursery.start_soon(self._probe_owner, info, watch)
@@ -675,7 +677,8 @@ class Supervisor:
                         process.kill()
 
     async def _feed_heartbeats(self) -> None:
-        """A byte on every child's stdin each second: a child whose pipe ends or falls silent stops itself."""
+        """A byte on every child's stdin every ``PARENT_HEARTBEAT_S``: a child whose pipe ends or falls silent stops
+        itself."""
         while True:
             for child in (*self.children, self.standby):
                 process = child.process
