@@ -660,7 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in SIGNAL_LISTENING_COMMANDS:
         restore_default_signals()
     if args.command in ("owner", "up"):
-        problem = _directory_problem(args.db) or _exposure_problem(args)
+        missing = _directory_problem(args.db)
+        if missing is not None:  # as any other error of the system's at start (a port in use): status 1
+            return _fail(f"{args.command}: {missing}", EXIT_FAILED)
+        problem = _exposure_problem(args)
         if problem is not None:
             return _fail(f"{args.command}: {problem}", EXIT_USAGE)
     try:

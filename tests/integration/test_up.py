@@ -284,7 +284,7 @@ async def test_a_db_in_a_missing_directory_is_refused_naming_the_directory(comma
     db = str(missing / "x.db")
     with trio.fail_after(30):
         result = await run_tether(command, "--db", db)
-    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.returncode == EXIT_FAILED, result.stderr
     assert result.stdout == b""
     [line] = nonblank_lines(result.stderr)
     assert line == (
