@@ -541,6 +541,10 @@ class Supervisor:
         detail = f" (app {self.config.app})" if child in (*self.workers, self.app_check) else ""
         self._say(f"  {child.name:<10}pid {child.pid}{detail}")
         nursery.start_soon(self._watch_child, child, child.process)
+        if self._stopping and child is not self.app_check:
+            # The stop began while this child was being started (a restart after its back-off, a new standby), so
+            # the stop may have seen the process it replaces: stop this one the same way.
+            nursery.start_soon(self._stop_child, child)
 
     async def _watch_child(self, child: _Child, process: trio.Process) -> None:
         """Relay the child's output, keep its tail, and report its exit."""
