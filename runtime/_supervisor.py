@@ -82,9 +82,9 @@ APP_CHECK_TIMEOUT_S: Final = 60.0
 """How long loading the app once (``tether worker --check-app``, before any worker starts) may take."""
 PROBES_PER_LIVENESS_TIMEOUT: Final = 2
 """The supervisor asks its owner for its peers (a ``read_peers`` request, answered from the commit loop) this many
-times per ``--liveness-timeout`` (every 2.5 s by default), and no more often than its connection would ping anyway.
-Each answer costs the owner and the supervisor about 3 ms of CPU on a small virtual machine (mostly waking up), so
-more often would take an idle ``tether up`` past half a percent of a core."""
+times per ``--liveness-timeout``, or as often as its connection would ping if that is sooner (the probes stand in
+for the pings): every 2.5 s by default. Each answer costs the owner and the supervisor about 3 ms of CPU on a small
+virtual machine (mostly waking up), so more often would take an idle ``tether up`` past half a percent of a core."""
 
 
 class GaveUp(TetherError):
@@ -199,8 +199,8 @@ class _OwnerWatch:
     timeout_s: float
     asked_s: float | None = None
     interval_s: float = attrs.field()
-    """How often to ask: ``PROBES_PER_LIVENESS_TIMEOUT`` times per timeout, at most as often as the probe
-    connection's own heartbeat would ping."""
+    """How often to ask: ``PROBES_PER_LIVENESS_TIMEOUT`` times per timeout, or as often as the probe connection would
+    ping if that is sooner."""
     due: trio.CancelScope = attrs.field()
     """Ends at the next look (:func:`next_liveness_look`); each answer moves its deadline on."""
 
@@ -642,7 +642,7 @@ class Supervisor:
                     reconnect=False,
                 ) as client:
                     assert client.welcome is not None
-                    # No more often than the connection's heartbeat would ping anyway: the probes replace its pings.
+                    # At least as often as the connection would ping: the probes stand in for its pings.
                     watch.interval_s = min(watch.interval_s, client.welcome.heartbeat_ms / 1000)
                     while True:
                         asked_s = watch.asking()
