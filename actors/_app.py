@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -221,10 +223,20 @@ class App:
 
 
 def load_app(spec: str) -> App:
-    """Import ``MODULE:ATTR`` and return the :class:`App` it names; :class:`AppLoadError` says what is wrong."""
+    """Import ``MODULE:ATTR`` and return the :class:`App` it names; :class:`AppLoadError` says what is wrong.
+
+    ``MODULE`` is looked up in the working directory first, then on the import path (``PYTHONPATH``, installed
+    packages), however the process was started (the ``tether`` console script, ``python -m runtime``, a child of
+    ``tether up``, a script calling this), as uvicorn finds its app. The working directory is put first on the import
+    path for that and stays there (the app's own later imports find its sibling modules); Tether's packages are
+    imported by then, so a file of the same name there cannot replace them.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise AppLoadError(f"--app must look like MODULE:ATTR (such as myapp.tasks:app), not {spec!r}")
+    working_directory = os.getcwd()
+    if sys.path[:1] not in ([working_directory], [""]):
+        sys.path.insert(0, working_directory)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -145,6 +145,10 @@ class Connection:
         self.reconnects = 0
         """How many times the connection was re-established."""
         self._last_heard_s = 0.0
+        self._last_sent_s = 0.0
+        self._heartbeat_due: trio.CancelScope | None = None
+        """The heartbeat's wait, whose deadline :meth:`_sent` moves on."""
+        self._heartbeat_interval_s = 0.0
         self.announcement: Callable[[], Announce] | None = None
         """Called after every (re)connection for an announcement sent before anything else: how a worker
         re-announces itself (with the leases it still runs)."""
@@ -271,17 +275,11 @@ class Connection:
         context = None
         if url.startswith("wss://"):
             context = self._ssl_context or _client_ssl_context(ca)
+        step = ["the TCP connection"]
+        """Which step of the connection runs (``_open_websocket`` moves it on), for the error of one that fails."""
         try:
             with trio.fail_after(timeout_s):
-                if context is None:
-                    ws = await trio_websocket.connect_websocket_url(
-                        nursery,
-                        url,
-                        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-                        receive_buffer_size=RECEIVE_BUFFER_BYTES,
-                    )
-                else:
-                    ws = await _open_tls_websocket(nursery, url, context)
+                ws = await _open_websocket(nursery, url, context, step)
         except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             unverified = exc if isinstance(exc, ssl.SSLCertVerificationError) else exc.__cause__
             if isinstance(unverified, ssl.SSLCertVerificationError):
@@ -290,15 +288,25 @@ class Connection:
                     f"{unverified.verify_message}; give the CA that signed its certificate (connect(ca=FILE)); "
                     "nothing was sent"
                 ) from exc
-            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {exc}") from exc
+            why = f"{step[0]} did not complete within {timeout_s:g} s" if isinstance(exc, trio.TooSlowError) else exc
+            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {why}") from exc
         try:
             with trio.fail_after(timeout_s):
                 hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
                 await ws.send_message(encode_frame(hello))
                 answer = decode_frame(_binary(await ws.get_message()))
-        except (trio_websocket.ConnectionClosed, trio.TooSlowError) as exc:
+        except trio.TooSlowError as exc:
             await _close_quietly(ws)
-            raise OwnerUnavailable(f"the owner at {url} did not complete the handshake: {exc!r}") from exc
+            raise OwnerUnavailable(
+                f"cannot reach the owner at {url} ({self.describe_target()}): the owner did not answer the hello "
+                f"within {timeout_s:g} s"
+            ) from exc
+        except trio_websocket.ConnectionClosed as exc:
+            await _close_quietly(ws)
+            raise OwnerUnavailable(
+                f"cannot reach the owner at {url} ({self.describe_target()}): the owner closed the connection "
+                f"before answering the hello ({exc.reason})"
+            ) from exc
         except ProtocolError:
             await _close_quietly(ws)
             raise
@@ -381,14 +389,14 @@ class Connection:
     async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
-        self._last_heard_s = trio.current_time()
+        self._last_heard_s = self._last_sent_s = trio.current_time()
         if self.announcement is not None:
             self.send_nowait(self.announcement())
         for watch in list(self._watches.values()):
             watch.resume()
         self._connected.set()
         assert self.welcome is not None
-        interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
+        interval_s = self._heartbeat_interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
@@ -402,14 +410,33 @@ class Connection:
                 await _close_quietly(ws)
 
     async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
-        """Ping the owner every ``interval_s``; give the connection up if the owner stays silent 4 times as long
-        (a stopped or wedged owner never closes the connection by itself)."""
+        """Make sure the owner hears from us every ``interval_s``: a ping once nothing else was sent for that long (a
+        connection that sends requests anyway needs none); give the connection up if the owner stays silent 4 times
+        as long (a stopped or wedged owner never closes it by itself).
+
+        The wait is a deadline that each message sent moves on (:meth:`_sent`), not a task waking to look: an idle
+        connection wakes once per ping, a busy one not at all."""
         while True:
-            await trio.sleep(interval_s)
-            if trio.current_time() - self._last_heard_s > 4 * interval_s:
+            self._heartbeat_due = trio.CancelScope(deadline=self._next_heartbeat_s(interval_s))
+            with self._heartbeat_due:
+                await trio.sleep_forever()
+            now_s = trio.current_time()
+            if now_s - self._last_heard_s > 4 * interval_s:
                 connection_scope.cancel(reason="the owner went silent")
                 return
-            self.send_nowait(Ping())
+            if now_s - self._last_sent_s >= interval_s and not self._outbox:  # (what is queued goes out at once)
+                self.send_nowait(Ping())
+                self._last_sent_s = now_s
+
+    def _next_heartbeat_s(self, interval_s: float) -> float:
+        """When the heartbeat must look again: a ping due, or the owner silent for too long."""
+        return min(self._last_sent_s + interval_s, self._last_heard_s + 4 * interval_s)
+
+    def _sent(self) -> None:
+        """A message goes out: the next ping is due an interval from now."""
+        self._last_sent_s = trio.current_time()
+        if self._heartbeat_due is not None:
+            self._heartbeat_due.deadline = self._next_heartbeat_s(self._heartbeat_interval_s)
 
     async def _send_loop(self, ws: trio_websocket.WebSocketConnection, connection_scope: trio.CancelScope) -> None:
         """Send what is queued, coalesced; when the connection breaks, end the connection (not the client)."""
@@ -424,6 +451,7 @@ class Connection:
             self._outbox_ready = trio.Event()
             while self._outbox:
                 message, _ = take_message(self._outbox)
+                self._sent()
                 await ws.send_message(message)
 
     async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
@@ -477,30 +505,38 @@ class Connection:
                 await _close_quietly(ws)
 
 
-async def _open_tls_websocket(
-    nursery: trio.Nursery, url: str, context: ssl.SSLContext
+async def _open_websocket(
+    nursery: trio.Nursery, url: str, context: ssl.SSLContext | None, step: list[str]
 ) -> trio_websocket.WebSocketConnection:
-    """A ``wss://`` WebSocket whose TLS handshake is done (and verified) before the upgrade: trio-websocket would
-    do it inside its reader task, where a verification failure only shows as a handshake that never ends."""
+    """A WebSocket to ``url``: the TCP connection, the TLS handshake (with ``context``, done and verified before the
+    upgrade: trio-websocket would do it inside its reader task, where a verification failure only shows as an upgrade
+    that never ends), then the upgrade. ``step[0]`` says which of them runs, for the caller's error."""
     parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname or "", parts.port or 443
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(f"the owner's URL must be ws://HOST:PORT or wss://HOST:PORT, not {url!r}")
+    host, port = parts.hostname, parts.port or (443 if context is not None else 80)
     resource = parts.path or "/"
+    step[0] = f"the TCP connection to {host}:{port}"
     tcp = await trio.open_tcp_stream(host, port)
-    stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
     try:
-        await stream.do_handshake()
+        if context is not None:
+            step[0] = "the TLS handshake"
+            stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+            await stream.do_handshake()
+        step[0] = "the WebSocket upgrade"
+        host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return await trio_websocket.wrap_client_stream(
+            nursery,
+            stream,
+            host_header,
+            resource,
+            max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
+            receive_buffer_size=RECEIVE_BUFFER_BYTES,
+        )
     except BaseException:
         await trio.aclose_forcefully(tcp)
         raise
-    host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return await trio_websocket.wrap_client_stream(
-        nursery,
-        stream,
-        host_header,
-        resource,
-        max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-        receive_buffer_size=RECEIVE_BUFFER_BYTES,
-    )
 
 
 def _client_ssl_context(ca: str | None) -> ssl.SSLContext:

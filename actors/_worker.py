@@ -260,10 +260,11 @@ async def serve(
     connected client (for ``nursery.start``). ``ca`` verifies a ``wss://`` owner, as for :func:`connect`.
 
     **Stopping drains.** SIGINT or SIGTERM (with ``handle_signals``, from the main thread) or the return of
-    ``stop()`` (an async function, if given) stop the worker: it takes no new lease, lets the phases it runs finish
-    and commit (a tool call ends with its result, not as an interrupted call), for at most ``drain_timeout_s``,
-    then returns. What still runs at that deadline is cut off and follows its recovery policy. A second SIGINT or
-    SIGTERM, or a cancellation of ``serve``, stops at once, cutting off what runs. Each step is logged.
+    ``stop()`` (an async function, if given; it is started once ``serve`` listens for the signals) stop the worker:
+    it takes no new lease, lets the phases it runs finish and commit (a tool call ends with its result, not as an
+    interrupted call), for at most ``drain_timeout_s``, then returns. What still runs at that deadline is cut off
+    and follows its recovery policy. A second SIGINT or SIGTERM, or a cancellation of ``serve``, stops at once,
+    cutting off what runs. Each step is logged.
 
     Raises :class:`~protocol.UsageError` at once for what no retry can mend (see :func:`connect`) and for a negative
     ``drain_timeout_s``; an owner that is not up yet is waited for, each failed attempt logged (at most one line per

@@ -27,12 +27,15 @@ from protocol import (
 )
 
 from ._args import count, positive
+from ._entry import replay_early_signals, restore_default_signals
 from ._parent import watch_parent
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
+SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
+"""Commands that stop cleanly on SIGINT or SIGTERM, including one sent while they start (``runtime._entry``)."""
 
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
@@ -45,6 +48,9 @@ DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
 """As ``actors``' (not imported: the CLI loads the client only to run it)."""
 STOP_TIMEOUT_S: Final = 60.0
 """How long ``tether stop`` waits by default: the workers' default drain and the owner's stop, with room."""
+DEFAULT_LIVENESS_TIMEOUT_S: Final = 5.0
+"""``tether up --liveness-timeout``: how long the supervisor lets its owner go without answering, or an attached
+worker stay unattached while the owner answers, before it kills it."""
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
@@ -363,14 +369,17 @@ def build_parser() -> argparse.ArgumentParser:
         "up",
         help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
         description=(
-            "Start the owner, wait until it listens, then start the workers and a standby owner (it waits for the "
-            "ownership lock and takes over within milliseconds when the owner dies); restart a child that dies, "
-            "at once if it ran well, else with back-off, and give up past the restart intensity (more than "
-            "--max-restarts restarts within --restart-window seconds), naming the child and its last output. An "
-            "owner exit that retrying cannot change (3: another owner, 4: newer schema, 5: not a Tether database, "
-            "6: damaged) stops everything at once with that status. SIGINT or SIGTERM stop the workers first, then "
-            "the standby, then the owner. Writes DB.supervisor.json so that `tether status` and `tether stop` work "
-            "from any shell."
+            "Start the owner and, meanwhile, load the app once as a worker would (an app that cannot be loaded stops "
+            "everything with exit 2 and the error); once the owner listens, start the workers and a standby owner "
+            "(it waits for the ownership lock and takes over within milliseconds when the owner dies). Restart a "
+            "child that dies, at once if it ran well, else with back-off, each on its own, and give up past the "
+            "restart intensity (more than --max-restarts restarts within --restart-window seconds), naming the "
+            "child and its last output. Kill an owner that stops answering (--liveness-timeout) and a worker the "
+            "owner dropped; both are replaced. An owner exit that retrying cannot change (3: another owner, 4: newer "
+            "schema, 5: not a Tether database, 6: damaged), or a worker's exit 2 (its app failed to load), stops "
+            "everything at once with that status. SIGINT or SIGTERM stop the workers first, then the standby, then "
+            "the owner; a Ctrl-C in the terminal reaches the supervisor alone. Writes DB.supervisor.json so that "
+            "`tether status` and `tether stop` work from any shell."
         ),
     )
     up.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -423,12 +432,24 @@ def build_parser() -> argparse.ArgumentParser:
         f"calls, model requests) finish and commit for at most S seconds, then cut off what still runs (it follows "
         f"its recovery policy); a second signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
     )
+    up.add_argument(
+        "--liveness-timeout",
+        type=_seconds,
+        default=DEFAULT_LIVENESS_TIMEOUT_S,
+        metavar="S",
+        help="kill a hung owner: one that has not answered the supervisor's probe (a read of its peers through its "
+        "commit loop, every S/2 seconds, or every quarter of --heartbeat-timeout if that is sooner) for S seconds, "
+        "counted once it listens; the standby takes over. Also kill "
+        "a worker that attached once and has not been attached for S seconds while the owner answers (the owner "
+        f"dropped it); it is restarted (default {DEFAULT_LIVENESS_TIMEOUT_S:g})",
+    )
 
     worker = commands.add_parser(
         "worker",
         help="run one worker: attach to the owner of DB and serve an application",
         description=(
-            "Load the application (MODULE:ATTR naming an actors.App; a bad path fails before anything attaches), "
+            "Load the application (MODULE:ATTR naming an actors.App, MODULE looked up in the working directory "
+            "first; one that cannot be loaded fails with exit 2 before anything attaches), "
             "attach to the owner of DB as a worker, announce what the app runs, and keep a heartbeat. Waits for "
             "the owner if it is not up yet, and reconnects after losing it."
         ),
@@ -570,6 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for command in (owner, worker):
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    # tether up's check before it starts workers: load the app as a worker would, then exit 0 (or 2, saying why).
+    worker.add_argument("--check-app", action="store_true", help=argparse.SUPPRESS)
     owner.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)  # tether up's warm standby
     owner.add_argument(
         "--heartbeat-timeout",
@@ -658,9 +681,25 @@ def _exposure_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _directory_problem(db: str) -> str | None:
+    """Why ``tether owner`` or ``tether up`` cannot use ``--db DB`` at all (its directory is missing), or ``None``."""
+    directory = os.path.dirname(os.path.abspath(db))
+    if os.path.isdir(directory):
+        return None
+    return (
+        f"the directory of the database does not exist: {directory} (--db {db}); create it, or give another --db; "
+        "nothing was started"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in SIGNAL_LISTENING_COMMANDS:
+        restore_default_signals()
     if args.command in ("owner", "up"):
+        missing = _directory_problem(args.db)
+        if missing is not None:  # as any other error of the system's at start (a port in use): status 1
+            return _fail(f"{args.command}: {missing}", EXIT_FAILED)
         problem = _exposure_problem(args)
         if problem is not None:
             return _fail(f"{args.command}: {problem}", EXIT_USAGE)
@@ -751,7 +790,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    from ._supervisor import OwnerRefused, Supervisor, SupervisorConfig
+    from ._supervisor import AppRefused, OwnerRefused, Supervisor, SupervisorConfig
 
     host, port = args.listen
     config = SupervisorConfig(
@@ -770,12 +809,12 @@ def _run_up(args: argparse.Namespace) -> int:
         owner_args=_exposure_owner_args(args),
         group_readable=args.group_readable,
         start_check_s=args.start_check,
+        liveness_timeout_s=args.liveness_timeout,
     )
     supervisor = Supervisor(config)
-    print(f"tether up: {supervisor.db}, {args.workers} workers serving {args.app} (pid {os.getpid()})", flush=True)
     try:
         _run_trio(supervisor.run)
-    except OwnerRefused as exc:
+    except (OwnerRefused, AppRefused) as exc:
         return _fail(exc, exc.exit_status)
     print("tether up: stopped", flush=True)
     return EXIT_OK
@@ -812,7 +851,12 @@ def _run_worker(args: argparse.Namespace) -> int:
         actors.check_target(db=args.db, url=args.url, token=args.token, ca=args.ca)
     except UsageError as exc:
         return _fail(f"worker: {exc}", EXIT_USAGE)
-    app = actors.load_app(args.app)
+    try:
+        app = actors.load_app(args.app)
+    except actors.AppLoadError as exc:  # retrying cannot change it: tether up stops on this status
+        return _fail(exc, EXIT_USAGE)
+    if args.check_app:
+        return EXIT_OK
     target = args.db or args.url
     name = args.name or f"worker-{os.getpid()}"
 
@@ -823,6 +867,13 @@ def _run_worker(args: argparse.Namespace) -> int:
             parent_gone = trio.Event()
             if args.supervised:
                 nursery.start_soon(watch_parent, parent_gone.set)
+
+            async def stop() -> None:
+                # actors.serve starts this once its own signal receiver is in place: a signal remembered while
+                # Python imported the command (runtime._entry) stops the worker now, as if it came now.
+                replay_early_signals()
+                await parent_gone.wait()
+
             await actors.serve(
                 app,
                 db=args.db,
@@ -832,7 +883,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 max_leases=args.max_leases,
                 ca=args.ca,
                 drain_timeout_s=args.drain_timeout,
-                stop=parent_gone.wait,
+                stop=stop,
                 task_status=_Said(f"tether worker: {name} serving {app.name} on {target}"),
             )
             nursery.cancel_scope.cancel(reason="the worker stopped")
@@ -961,6 +1012,7 @@ async def _serve_until_stopped(
     """Start ``serve`` (a function for ``nursery.start``), print ``started(its value)``, and serve until SIGINT or
     SIGTERM, or, for a ``--supervised`` child, until the supervisor is gone (see ``runtime._parent``)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        replay_early_signals()  # one that came while Python imported what the command needs stops it now
         async with trio.open_nursery() as nursery:
             if supervised:
                 nursery.start_soon(watch_parent, partial(nursery.cancel_scope.cancel, reason="the supervisor is gone"))

@@ -14,7 +14,8 @@ from typing import Final
 
 import trio
 
-PARENT_HEARTBEAT_S: Final = 1.0
+PARENT_HEARTBEAT_S: Final = 7.5
+"""Seldom, so that idle children (and their supervisor) hardly wake: two heartbeats fit in the silence bound."""
 PARENT_SILENCE_S: Final = 15.0
 
 

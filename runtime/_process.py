@@ -5,20 +5,40 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import trio
 
 from protocol import OwnerUnavailable, RuntimeInfo, read_runtime
+
+from ._entry import STOP_SIGNALS
 
 OWNER_START_TIMEOUT_S: Final = 20.0
 POLL_INTERVAL_S: Final = 0.01
 
 
 def tether_command(*args: str) -> list[str]:
-    """The command line that runs ``tether ARGS`` with this interpreter (no console script needed)."""
-    return [sys.executable, "-m", "runtime", *args]
+    """The command line that runs ``tether ARGS`` with this interpreter (no console script needed).
+
+    ``-P``: the working directory is not put first on the import path, as ``python -m`` would, so that a
+    ``runtime.py``, ``protocol.py`` or ``actors.py`` where ``tether up`` runs cannot replace Tether's packages
+    (``PYTHONPATH`` is still honoured). The application module is looked up in the working directory all the same,
+    by :func:`actors.load_app`.
+    """
+    return [sys.executable, "-P", "-m", "runtime", *args]
+
+
+def _block_stop_signals() -> None:
+    """In a child between fork and exec: block SIGINT and SIGTERM, which its entry point unblocks."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+async def open_tether_process(command: Sequence[str], **options: Any) -> trio.Process:
+    """``trio.lowlevel.open_process(command, **options)`` for a :func:`tether_command`: the child starts with SIGINT
+    and SIGTERM blocked, and its entry point unblocks them once its handler remembers them (``runtime._entry``). So
+    a signal sent the moment it started stops it cleanly (exit 0) instead of killing it before Python runs."""
+    return await trio.lowlevel.open_process(list(command), preexec_fn=_block_stop_signals, **options)
 
 
 async def start_owner(
@@ -33,9 +53,7 @@ async def start_owner(
     Raises :class:`OwnerUnavailable` (with the owner's exit status) if it exits or times out first; the process
     is killed and reaped in that case.
     """
-    process = await trio.lowlevel.open_process(
-        tether_command("owner", "--db", db, *extra), stdout=stdout, stderr=stderr
-    )
+    process = await open_tether_process(tether_command("owner", "--db", db, *extra), stdout=stdout, stderr=stderr)
     try:
         info = await wait_for_owner(db, process, timeout_s=timeout_s)
     except BaseException:

@@ -14,7 +14,7 @@ import actors
 from protocol import ConnectionLost, OwnerUnavailable, RuntimeInfo, TetherError, read_runtime
 from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_version
 
-from ._supervisor import read_state, supervisor_lock_path
+from ._supervisor import probe_name, read_state, supervisor_lock_path
 
 STATUS_TIMEOUT_S: Final = 5.0
 STOP_POLL_S: Final = 0.5
@@ -105,6 +105,7 @@ def collect_status(db: str) -> dict[str, Any]:
                 }
             )
     owner_state = (state or {}).get("owner", {}) if supervisor_alive else {}
+    probe = probe_name(state["pid"]) if supervisor_alive and state is not None else None
     owner_pid = info.pid if info is not None and owner_alive else None
     return {
         "db": db,
@@ -112,11 +113,17 @@ def collect_status(db: str) -> dict[str, Any]:
         "size_bytes": _size_bytes(db),
         "url": info.url if info is not None and owner_alive else None,
         "supervisor": {"pid": state["pid"]} if supervisor_alive and state is not None else None,
-        "owner": {"pid": owner_pid, "alive": owner_alive, "restarts": owner_state.get("restarts", 0)},
+        "owner": {
+            "pid": owner_pid,
+            "alive": owner_alive,
+            # Alive (it holds the lock) but silent: stopped or hung (tether up kills such an owner: --liveness-timeout).
+            "answering": peers is not None,
+            "restarts": owner_state.get("restarts", 0),
+        },
         "standby": _standby(state if supervisor_alive else None, owner_pid),
         "workers": workers,
-        # Every other connection but the workers; this status read is one of them and does not count.
-        "clients": max(0, sum(1 for peer in peers or [] if peer.role != "worker") - 1),
+        # Every other connection but the workers; neither this status read nor the supervisor's probe counts.
+        "clients": max(0, sum(1 for peer in peers or [] if peer.role != "worker" and peer.peer_name != probe) - 1),
     }
 
 
@@ -136,7 +143,12 @@ def format_status(status: dict[str, Any]) -> str:
         f"supervisor  {'pid ' + str(status['supervisor']['pid']) if status['supervisor'] else 'none'}",
     ]
     owner = status["owner"]
-    if owner["alive"]:
+    if owner["alive"] and not owner["answering"]:
+        lines.append(
+            f"owner       pid {owner['pid']} on {status['url']}, NOT ANSWERING (it holds the database but did not "
+            f"reply: stopped or hung), {owner['restarts']} restarts"
+        )
+    elif owner["alive"]:
         lines.append(f"owner       pid {owner['pid']} on {status['url']}, {owner['restarts']} restarts")
     else:
         lines.append("owner       not running")
@@ -150,6 +162,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append("workers     none")
     for worker in status["workers"]:
         state = "attached" if worker["attached"] else ("alive, not attached" if worker["alive"] else "not running")
+        if worker["alive"] and owner["alive"] and not owner["answering"]:
+            state = "alive, attached or not: the owner does not answer"
         lines.append(f"worker      {worker['name']:<12} pid {worker['pid']}  {state}, {worker['restarts']} restarts")
     lines.append(f"clients     {status['clients']} other connections")
     return "\n".join(lines)

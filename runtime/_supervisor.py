@@ -3,19 +3,31 @@
 Restart policy, as an Erlang/OTP supervisor counts it: every restart of any child is recorded; more than
 ``max_restarts`` within ``restart_window_s`` and the supervisor gives up: it stops everything and exits non-zero
 naming the child that tipped it over and its last output. A child that ran well (ready for ``STABLE_AFTER_S``: the
-owner listening, a worker started) restarts at once; one that dies sooner waits a little longer before each
-consecutive restart (back-off, :func:`restart_delay`). An owner that exits with a status retrying cannot change
-(``EXITS_FINAL``: another owner holds the database, a newer schema, not a Tether database, a damaged one) stops the
-supervisor at once with that status (:class:`OwnerRefused`). Workers start only once the owner listens.
+owner listening, a worker started, each time it was started) restarts at once; one that dies sooner waits a little
+longer before each consecutive restart (back-off, :func:`restart_delay`). Each restart waits in a task of its own:
+one child's back-off never delays another child's restart, a takeover by the standby or a new standby. An owner
+that exits with a status retrying cannot change (``EXITS_FINAL``: another owner holds the database, a newer schema,
+not a Tether database, a damaged one) stops the supervisor at once with that status (:class:`OwnerRefused`); so does
+a worker that exits with status 2, its app failing to load (:class:`AppRefused`).
+
+Start: the app is loaded once by a child (``tether worker --check-app``; the supervisor never imports application
+code) while the owner starts; workers start once the owner listens and the app loads. An app that cannot be loaded
+stops everything with exit 2 and the load error, instead of workers restarted until the restart intensity ends it.
 
 Warm standby: once the owner listens, the supervisor starts the next owner ahead of time (``tether owner
---standby``): it loads everything, then waits for the ownership lock, which the kernel releases the moment the owner
+--standby``): it loads everything, then waits for the ownership lock, which the kernel hands it the moment the owner
 dies, however it died. So an owner that died after it listened is replaced within milliseconds instead of a process
 start (most of a second, mostly imports); the takeover counts as a restart like any other, and the restart intensity
 still ends a loop of them. An owner that dies before listening has no standby: it backs off as above. The standby
 is stopped first on shutdown, so that it never takes over from an owner that is being stopped.
 
-Children notice a dead supervisor by their stdin pipe (end-of-file, or silence: see ``runtime._parent``), never by
+Liveness: a hung owner (a deadlock, a stalled disk, a stopped process or VM) does not die, so the supervisor asks it
+for its peers through its commit loop and kills it once it has not answered for ``--liveness-timeout``; the standby
+then takes over as for any death. The same answers list the attached workers: one that attached and then stays
+unattached as long (the owner dropped it: stopped, or hung) is killed and restarted (:meth:`Supervisor._watch_owner`).
+
+Children run in sessions of their own (a Ctrl-C in the terminal reaches the supervisor alone, which stops them in
+order) and notice a dead supervisor by their stdin pipe (end-of-file, or silence: see ``runtime._parent``), never by
 signals. The supervisor publishes its state next to the database (``DB.supervisor.json``, mode 0600) so that
 ``tether status`` and ``tether stop`` work from any shell.
 """
@@ -38,13 +50,22 @@ from typing import Any, Final
 import attrs
 import trio
 
-from protocol import DEFAULT_MAX_LEASES, OwnerAlreadyRunning, OwnerUnavailable, TetherError, write_private_json
+from protocol import (
+    DEFAULT_MAX_LEASES,
+    OwnerAlreadyRunning,
+    OwnerUnavailable,
+    PeerInfo,
+    RuntimeInfo,
+    TetherError,
+    write_private_json,
+)
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned, open_lock_file
 
-from ._cli import EXITS_FINAL
+from ._cli import DEFAULT_LIVENESS_TIMEOUT_S, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
+from ._entry import replay_early_signals
 from ._parent import PARENT_HEARTBEAT_S
-from ._process import stop_gracefully, tether_command, wait_for_owner
+from ._process import kill_and_reap, open_tether_process, stop_gracefully, tether_command, wait_for_owner
 
 STATE_SUFFIX: Final = ".supervisor.json"
 LOCK_SUFFIX: Final = ".supervisor.lock"
@@ -52,9 +73,18 @@ TAIL_LINES: Final = 20
 BACKOFF_INITIAL_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
 STABLE_AFTER_S: Final = 1.0
-"""A child that was ready (the owner listening, a worker started) this long before dying ran well: it restarts at
-once, and its back-off starts over."""
+"""A child that was ready (the owner listening, a worker started: after each start, not only the first) this long
+before dying ran well: it restarts at once, and its back-off starts over."""
 OWNER_READY_TIMEOUT_S: Final = 30.0
+UNANSWERED_GRACE_S: Final = 1.0
+"""How long a question to the owner must have waited before its silence counts (see :func:`next_liveness_look`)."""
+APP_CHECK_TIMEOUT_S: Final = 60.0
+"""How long loading the app once (``tether worker --check-app``, before any worker starts) may take."""
+PROBES_PER_LIVENESS_TIMEOUT: Final = 2
+"""The supervisor asks its owner for its peers (a ``read_peers`` request, answered from the commit loop) this many
+times per ``--liveness-timeout``, or as often as its connection would ping if that is sooner (the probes stand in
+for the pings): every 2.5 s by default. Each answer costs the owner and the supervisor about 3 ms of CPU on a small
+virtual machine (mostly waking up), so more often would take an idle ``tether up`` past half a percent of a core."""
 
 
 class GaveUp(TetherError):
@@ -64,6 +94,16 @@ class GaveUp(TetherError):
 class OwnerRefused(TetherError):
     """The owner exited with a status that retrying cannot change (see ``EXITS_FINAL``); ``tether up`` exits with the
     same ``exit_status``. The message says why, from the owner's last output."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+class AppRefused(TetherError):
+    """The app cannot be loaded: the check before the workers start failed, or a worker exited with status 2 (its
+    app failed to load). ``tether up`` stops everything and exits with ``exit_status``; the message quotes the
+    error."""
 
     def __init__(self, message: str, exit_status: int) -> None:
         super().__init__(message)
@@ -81,6 +121,28 @@ def restart_delay(backoff_s: float, ready_s: float | None) -> tuple[float, float
         return 0.0, BACKOFF_INITIAL_S
     wait_s = max(backoff_s, BACKOFF_INITIAL_S)
     return wait_s, min(wait_s * 2, BACKOFF_MAX_S)
+
+
+def next_liveness_look(now_s: float, answered_s: float, asked_s: float | None, timeout_s: float) -> float | None:
+    """When to look at the owner's liveness again, or ``None``: it is hung, kill it.
+
+    ``answered_s``: when it last answered (or started listening); ``asked_s``: since when a question (a probe, or a
+    connection attempt) waits for its answer, ``None`` if none does. The owner is hung once it has not answered for
+    ``timeout_s`` while a question waited at least ``UNANSWERED_GRACE_S`` (at most half the timeout). Without that
+    wait the silence is the supervisor's own: stopped itself (Ctrl-Z, SIGSTOP), it asked nothing meanwhile, and the
+    owner gets a question and a moment to answer it first.
+    """
+    grace_s = min(UNANSWERED_GRACE_S, timeout_s / 2)
+    if now_s < answered_s + timeout_s:
+        return answered_s + timeout_s
+    if asked_s is not None and now_s - asked_s >= grace_s:
+        return None
+    return (now_s if asked_s is None else asked_s) + grace_s
+
+
+def probe_name(supervisor_pid: int) -> str:
+    """The peer name of the supervisor's connection to its owner (its liveness probe), as ``read_peers`` shows it."""
+    return f"tether-up-{supervisor_pid}"
 
 
 def state_path(db: str) -> Path:
@@ -126,6 +188,43 @@ class SupervisorConfig:
     """``tether owner --group-readable``: a new database is created 0640."""
     start_check_s: float = 1.0
     """``tether owner --start-check``: how long the owner's start check may take."""
+    liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S
+    """``tether up --liveness-timeout``: an owner that has not answered the supervisor for this long (counted from
+    when it listened, then from its last answer) is killed; so is a worker that attached once and has not been
+    attached for this long while the owner answers."""
+
+
+@attrs.define(eq=False)
+class _OwnerWatch:
+    """The liveness watch of one owner: when it last answered, since when a question waits, when to look next."""
+
+    answered_s: float
+    timeout_s: float
+    asked_s: float | None = None
+    interval_s: float = attrs.field()
+    """How often to ask: ``PROBES_PER_LIVENESS_TIMEOUT`` times per timeout, or as often as the probe connection would
+    ping if that is sooner."""
+    due: trio.CancelScope = attrs.field()
+    """Ends at the next look (:func:`next_liveness_look`); each answer moves its deadline on."""
+
+    @interval_s.default
+    def _interval(self) -> float:
+        return self.timeout_s / PROBES_PER_LIVENESS_TIMEOUT
+
+    @due.default
+    def _due(self) -> trio.CancelScope:
+        return trio.CancelScope(deadline=self.answered_s + self.timeout_s)
+
+    def asking(self) -> float:
+        """A question goes out (unless one already waits); returns now."""
+        now_s = trio.current_time()
+        if self.asked_s is None:
+            self.asked_s = now_s
+        return now_s
+
+    def answered(self) -> None:
+        self.answered_s, self.asked_s = trio.current_time(), None
+        self.due.deadline = self.answered_s + self.timeout_s
 
 
 @attrs.define(eq=False)
@@ -138,6 +237,10 @@ class _Child:
     started_at_ms: int = 0
     ready_at: float | None = None
     """When it became ready (trio clock): the owner once it listens, a worker once started; ``None`` before."""
+    attached: bool = False
+    """A worker: whether the owner listed it attached since it started (the supervisor's probe saw it)."""
+    unattached_since: float | None = None
+    """A worker that attached once: since when the owner's answers no longer list it (trio clock)."""
     backoff_s: float = BACKOFF_INITIAL_S
     tail: collections.deque[str] = attrs.Factory(lambda: collections.deque(maxlen=TAIL_LINES))
     exited: trio.Event = attrs.Factory(trio.Event)
@@ -198,6 +301,11 @@ class Supervisor:
             )
             for index in range(1, config.workers + 1)
         ]
+        self.app_check = _Child(
+            "app-check", tether_command("worker", "--check-app", "--db", self.db, "--app", config.app)
+        )
+        """Loads the app once, as a worker would, while the owner starts: workers start only if it can be loaded."""
+        self._app_checked = trio.Event()
         self._restart_times: collections.deque[float] = collections.deque()
         self._workers_started = False
         self._stopping = False
@@ -219,10 +327,17 @@ class Supervisor:
     # ------------------------------------------------------------------------------------------------ run
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until SIGINT/SIGTERM (clean stop) or until a child exceeds the restart intensity (``GaveUp``)."""
+        """Run until SIGINT/SIGTERM (clean stop), a child exceeds the restart intensity (:class:`GaveUp`), or retrying
+        cannot help (:class:`OwnerRefused`, :class:`AppRefused`); every process is stopped either way."""
         lock_fd = self._lock()
+        workers = len(self.workers)
+        self._say(
+            f"tether up: {self.db}, {workers} worker{'' if workers == 1 else 's'} serving {self.config.app} "
+            f"(pid {os.getpid()})"
+        )
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                replay_early_signals()  # one that came while Python imported the supervisor stops it now
                 async with trio.open_nursery() as nursery:
                     send, receive = trio.open_memory_channel[trio.Process](16)
                     self._exits = send
@@ -231,9 +346,8 @@ class Supervisor:
                     nursery.start_soon(self._watch_signals, signals, stop)
                     try:
                         await self._start(nursery, self.owner)
-                        if await self._wait_owner_ready():
-                            await self._start_workers(nursery)
-                            nursery.start_soon(self._arm_standby, nursery, self.owner.process)
+                        nursery.start_soon(self._check_app, nursery)  # while the owner starts
+                        nursery.start_soon(self._when_listening, nursery, self.owner.process)
                         self._write_state()
                         task_status.started()
                         await self._supervise(nursery, receive, stop)
@@ -268,6 +382,10 @@ class Supervisor:
     async def _supervise(
         self, nursery: trio.Nursery, exits: trio.MemoryReceiveChannel[trio.Process], stop: trio.Event
     ) -> None:
+        """Handle each child's exit as it comes, never waiting here: a restart's back-off, an owner starting to listen
+        and everything after run in tasks of their own, so that one child's restart never delays another's, nor a
+        takeover by the standby."""
+
         async def wait_stop() -> None:
             await stop.wait()
             cancel.cancel(reason="SIGINT or SIGTERM")
@@ -287,10 +405,16 @@ class Supervisor:
                 ran_s = now - child.started_at
                 self._say(f"  {child.name:<10}exited with status {status} after {ran_s:.1f} s")
                 if child is self.owner and status in EXITS_FINAL:
-                    tail = "\n".join(f"    {line}" for line in child.tail) or "    (no output)"
                     raise OwnerRefused(
                         f"the owner exited with status {status}, which retrying cannot change, so it was not "
-                        f"restarted and every process was stopped. Last output of the owner:\n{tail}",
+                        f"restarted and every process was stopped. Last output of the owner:\n{_tail(child)}",
+                        status,
+                    )
+                if child in self.workers and status == EXIT_USAGE:
+                    raise AppRefused(
+                        f"{child.name} exited with status {status}: its app {self.config.app} cannot be loaded (or "
+                        f"its command line is wrong), which retrying cannot change, so it was not restarted and every "
+                        f"process was stopped. Last output of {child.name}:\n{_tail(child)}",
                         status,
                     )
                 self._count_restart(child)
@@ -298,15 +422,9 @@ class Supervisor:
                 wait_s, child.backoff_s = restart_delay(child.backoff_s, ready_s)
                 if child is self.owner and self.standby.running:
                     self._promote_standby()  # it already took the lock the kernel released: no wait can apply
+                    nursery.start_soon(self._when_listening, nursery, self.owner.process)
                 else:
-                    self._say(f"  {child.name:<10}restarting in {wait_s:.1f} s (restart {child.restarts + 1})")
-                    await trio.sleep(wait_s)
-                    child.restarts += 1
-                    await self._start(nursery, child)
-                if child is self.owner and await self._wait_owner_ready():
-                    if not self._workers_started:
-                        await self._start_workers(nursery)
-                    nursery.start_soon(self._arm_standby, nursery, self.owner.process)
+                    nursery.start_soon(self._restart_after, nursery, child, wait_s)
                 self._write_state()
         running = sum(1 for worker in self.workers if worker.running)
         self._say(
@@ -316,6 +434,18 @@ class Supervisor:
             else "tether up: stopping the standby, then the owner"
         )
 
+    async def _restart_after(self, nursery: trio.Nursery, child: _Child, wait_s: float) -> None:
+        """Start ``child`` again after its back-off ``wait_s`` (a task of its own: nothing else waits for it)."""
+        self._say(f"  {child.name:<10}restarting in {wait_s:.1f} s (restart {child.restarts + 1})")
+        await trio.sleep(wait_s)
+        if self._stopping:
+            return
+        child.restarts += 1
+        await self._start(nursery, child)
+        if child is self.owner:
+            nursery.start_soon(self._when_listening, nursery, child.process)
+        self._write_state()
+
     def _count_restart(self, child: _Child) -> None:
         now = trio.current_time()
         window = self.config.restart_window_s
@@ -323,11 +453,11 @@ class Supervisor:
         while self._restart_times and now - self._restart_times[0] > window:
             self._restart_times.popleft()
         if len(self._restart_times) > self.config.max_restarts:
-            tail = "\n".join(f"    {line}" for line in child.tail) or "    (no output)"
             raise GaveUp(
                 f"giving up: {child.name} died again, and restarting it would make {len(self._restart_times)} "
                 f"restarts within {window:g} s, past the limit of {self.config.max_restarts} "
-                f"(--max-restarts, --restart-window); every process was stopped. Last output of {child.name}:\n{tail}"
+                f"(--max-restarts, --restart-window); every process was stopped. Last output of {child.name}:\n"
+                f"{_tail(child)}"
             )
 
     # ------------------------------------------------------------------------------------------- children
@@ -341,7 +471,22 @@ class Supervisor:
         owner.restarts += 1
         self._say(f"  {'owner':<10}the standby (pid {owner.pid}) takes over (restart {owner.restarts})")
 
-    async def _arm_standby(self, nursery: trio.Nursery, owner_process: trio.Process | None) -> None:
+    async def _when_listening(self, nursery: trio.Nursery, process: trio.Process | None) -> None:
+        """Once the owner ``process`` listens: start the workers (the first time, once the app loads), arm a standby
+        behind it, and watch that it keeps answering, until it is no longer the owner."""
+        assert process is not None
+        info = await self._wait_listening(process)
+        if info is None:
+            return  # it died first (its exit is handled by _supervise), or was killed for not listening
+        if not self._workers_started:
+            await self._app_checked.wait()
+            if self._stopping or self.owner.process is not process or not self.owner.running:
+                return  # replaced while the app was checked: the next owner starts them
+            await self._start_workers(nursery)
+        await self._arm_standby(nursery, process)
+        await self._watch_owner(process, info)
+
+    async def _arm_standby(self, nursery: trio.Nursery, owner_process: trio.Process) -> None:
         """Start the standby for ``owner_process``, which listens (unless it was replaced or died meanwhile)."""
         if self._stopping or self.owner.process is not owner_process or not self.owner.running:
             return
@@ -354,14 +499,46 @@ class Supervisor:
         self._workers_started = True
         for worker in self.workers:
             await self._start(nursery, worker)
-            worker.ready_at = worker.started_at
+        self._write_state()
+
+    async def _check_app(self, nursery: trio.Nursery) -> None:
+        """Load the app once, as a worker would (``tether worker --check-app``, a child: the supervisor never imports
+        the app), while the owner starts. If it loads, the workers may start; else :class:`AppRefused` stops
+        everything with the load error (exit 2), instead of workers restarted until the restart intensity gives
+        up."""
+        check = self.app_check
+        await self._start(nursery, check)
+        process = check.process
+        assert process is not None
+        try:
+            with trio.move_on_after(APP_CHECK_TIMEOUT_S) as timer:
+                await check.exited.wait()
+        finally:
+            await kill_and_reap(process)  # only if still running: timed out, or the supervisor stops
+        app = self.config.app
+        if timer.cancelled_caught:
+            raise AppRefused(
+                f"the app {app} did not load within {APP_CHECK_TIMEOUT_S:g} s (its module's import did not end), so "
+                f"no worker was started and every process was stopped. Last output:\n{_tail(check)}",
+                EXIT_FAILED,
+            )
+        status = process.returncode
+        if status != EXIT_OK:
+            raise AppRefused(
+                f"the app {app} cannot be loaded (tether worker --app {app} exited with status {status}), so no "
+                f"worker was started and every process was stopped:\n{_tail(check)}",
+                EXIT_USAGE if status == EXIT_USAGE else EXIT_FAILED,
+            )
+        self._say(f"  {'app-check':<10}{app} loads")
+        self._app_checked.set()
 
     async def _start(self, nursery: trio.Nursery, child: _Child) -> None:
         child.exited = trio.Event()
         child.ready_at = None
+        child.attached, child.unattached_since = False, None
         # In a session of its own: a Ctrl-C in the terminal of `tether up` reaches the supervisor alone, which stops
         # the children in order (a worker signalled twice, by the terminal and by us, would not drain).
-        child.process = await trio.lowlevel.open_process(
+        child.process = await open_tether_process(
             child.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -370,9 +547,15 @@ class Supervisor:
         )
         child.started_at = trio.current_time()
         child.started_at_ms = int(time.time() * 1000)
-        detail = f" (app {self.config.app})" if child in self.workers else ""
+        if child in self.workers:
+            child.ready_at = child.started_at  # a worker runs well from its start: see restart_delay
+        detail = f" (app {self.config.app})" if child in (*self.workers, self.app_check) else ""
         self._say(f"  {child.name:<10}pid {child.pid}{detail}")
         nursery.start_soon(self._watch_child, child, child.process)
+        if self._stopping and child is not self.app_check:
+            # The stop began while this child was being started (a restart after its back-off, a new standby), so
+            # the stop may have seen the process it replaces: stop this one the same way.
+            nursery.start_soon(self._stop_child, child)
 
     async def _watch_child(self, child: _Child, process: trio.Process) -> None:
         """Relay the child's output, keep its tail, and report its exit."""
@@ -394,26 +577,123 @@ class Supervisor:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._exits.send(process)
 
-    async def _wait_owner_ready(self) -> bool:
-        """Wait until the owner published its runtime file (True); if it dies first (False), its exit is handled
-        by :meth:`_supervise`: a crash, or a refusal that stops everything."""
-        owner = self.owner
-        assert owner.process is not None
+    async def _wait_listening(self, process: trio.Process) -> RuntimeInfo | None:
+        """Wait until the owner ``process`` published its runtime file (its listening address); ``None`` if it died
+        first (its exit is handled by :meth:`_supervise`: a crash, or a refusal that stops everything) or did not
+        listen within ``OWNER_READY_TIMEOUT_S`` (then it is killed, and restarted as any dead owner is)."""
         try:
-            info = await wait_for_owner(self.db, owner.process, timeout_s=OWNER_READY_TIMEOUT_S)
+            info = await wait_for_owner(self.db, process, timeout_s=OWNER_READY_TIMEOUT_S)
         except OwnerUnavailable:
-            if owner.running:
+            if process.returncode is None and self.owner.process is process:
                 self._say(f"  owner     did not listen within {OWNER_READY_TIMEOUT_S:g} s; killing it")
                 with contextlib.suppress(ProcessLookupError):
-                    owner.process.kill()
-            return False  # it died (or was killed): _watch_child reports the exit to _supervise
-        owner.ready_at = trio.current_time()
+                    process.kill()
+            return None
+        if self.owner.process is not process:
+            return None
+        self.owner.ready_at = trio.current_time()
         self.url = info.url
         self._say(f"  {'owner':<10}listening on {info.url}")
-        return True
+        self._write_state()
+        return info
+
+    async def _watch_owner(self, process: trio.Process, info: RuntimeInfo) -> None:
+        """Make sure the owner ``process`` keeps answering, until it exits or is no longer the owner.
+
+        A hung owner (a deadlock, a stalled disk, a stopped process or VM) does not die, so nothing else would notice
+        it: clients time out one by one and the standby waits behind the lock. So the supervisor asks it for its
+        peers through its commit loop (``PROBES_PER_LIVENESS_TIMEOUT``, a reader connection of its own); once no answer
+        came for ``--liveness-timeout`` (counted from when it listened, then from its last answer) it says so and
+        SIGKILLs it (which works on a stopped process), and the standby takes over as for any death. Never while the
+        supervisor stops (an owner finishing its work may be slow to answer then). The answers also tell which
+        workers are attached: see :meth:`_check_workers`.
+        """
+        timeout_s = self.config.liveness_timeout_s
+        watch = _OwnerWatch(answered_s=trio.current_time(), timeout_s=timeout_s)
+        for worker in self.workers:
+            worker.unattached_since = None  # counted while this owner answers, not a previous one
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_exit, process, nursery.cancel_scope)
+            nursery.start_soon(self._probe_owner, info, watch)
+            while True:
+                with watch.due:  # its deadline moves on at each answer: no task wakes to look while all is well
+                    await trio.sleep_forever()
+                now_s = trio.current_time()
+                look_s = next_liveness_look(now_s, watch.answered_s, watch.asked_s, timeout_s)
+                if look_s is None:
+                    break
+                watch.due = trio.CancelScope(deadline=look_s)
+            if not self._stopping and self.owner.process is process:
+                silent_s, pid = now_s - watch.answered_s, process.pid
+                self._say(
+                    f"  {'owner':<10}has not answered for {silent_s:.1f} s (asked for its peers every "
+                    f"{watch.interval_s:g} s; --liveness-timeout {timeout_s:g}): hung, so killing it (pid {pid})"
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+            # Then wait for its exit, which cancels the probe (on a stop, the stop ends it).
+
+    async def _probe_owner(self, info: RuntimeInfo, watch: _OwnerWatch) -> None:
+        """Ask the owner at ``info.url`` for its peers every ``watch.interval_s``, noting each question and answer in
+        ``watch``; connect again after a lost connection (a connection attempt counts as a question)."""
+        # The first question an interval after the owner started listening (its timeout counts from then), and the
+        # client imported only then: a quarter of a second of CPU kept off tether up's start, its workers starting.
+        await trio.sleep(watch.interval_s)
+        import actors
+
+        while True:
+            try:
+                watch.asking()
+                async with actors.connect(
+                    url=info.url,
+                    token=info.token,
+                    ca=info.tls_ca,
+                    role="reader",
+                    name=probe_name(os.getpid()),
+                    reconnect=False,
+                ) as client:
+                    assert client.welcome is not None
+                    # At least as often as the connection would ping: the probes stand in for its pings.
+                    watch.interval_s = min(watch.interval_s, client.welcome.heartbeat_ms / 1000)
+                    while True:
+                        asked_s = watch.asking()
+                        peers = await client.peers()
+                        watch.answered()
+                        self._check_workers(peers)
+                        await trio.sleep_until(asked_s + watch.interval_s)
+            except TetherError:  # unreachable, connection lost, refused: no answer; the watch decides
+                pass
+            await trio.sleep(watch.interval_s)
+
+    def _check_workers(self, peers: list[PeerInfo]) -> None:
+        """From an answer of the owner: a supervised worker that attached once since it started and has not been
+        attached for ``--liveness-timeout`` since (the owner dropped it: stopped past the heartbeat timeout, or
+        wedged) is SIGKILLed, and restarted as any dead worker is. A worker that never attached (still importing
+        its app, or waiting for an owner) is left alone."""
+        attached = {peer.pid for peer in peers if peer.role == "worker" and peer.announced}
+        now = trio.current_time()
+        timeout_s = self.config.liveness_timeout_s
+        for worker in self.workers:
+            process = worker.process
+            if process is None or worker.exited.is_set():  # (not process.returncode: a wait4 for each, each time)
+                continue
+            if process.pid in attached:
+                worker.attached, worker.unattached_since = True, None
+            elif worker.attached and not self._stopping:
+                if worker.unattached_since is None:
+                    worker.unattached_since = now
+                elif now - worker.unattached_since >= timeout_s:
+                    self._say(
+                        f"  {worker.name:<10}not attached to the owner for {now - worker.unattached_since:.1f} s "
+                        f"while the owner answers (--liveness-timeout {timeout_s:g}; the owner dropped it: stopped "
+                        f"or hung), so killing it (pid {process.pid})"
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
 
     async def _feed_heartbeats(self) -> None:
-        """A byte on every child's stdin each second: a child whose pipe ends or falls silent stops itself."""
+        """A byte on every child's stdin every ``PARENT_HEARTBEAT_S``: a child whose pipe ends or falls silent stops
+        itself."""
         while True:
             for child in (*self.children, self.standby):
                 process = child.process
@@ -481,3 +761,13 @@ class Supervisor:
 
 def _child_state(child: _Child) -> dict[str, Any]:
     return {"name": child.name, "pid": child.pid, "restarts": child.restarts, "started_at_ms": child.started_at_ms}
+
+
+def _tail(child: _Child) -> str:
+    """The last lines ``child`` printed, indented, for a message that quotes them."""
+    return "\n".join(f"    {line}" for line in child.tail) or "    (no output)"
+
+
+async def _cancel_on_exit(process: trio.Process, cancel: trio.CancelScope) -> None:
+    await process.wait()
+    cancel.cancel(reason="the process exited")

@@ -10,7 +10,7 @@ import trio
 
 import actors
 from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskRecord, TetherError, converter
-from storage_owner.store import SCHEMA_VERSION, SqliteStore
+from storage_owner.store import SCHEMA_VERSION, SqliteStore, is_owned
 
 from ._status import ask_owner
 
@@ -122,7 +122,12 @@ def read_graph(db: str) -> tuple[actors.TaskGraph, str]:
 
 def format_tasks(db: str, graph: actors.TaskGraph, source: str) -> str:
     lines = [f"{len(graph.nodes)} live task(s) in {os.path.abspath(db)} as of seq {graph.seq}"]
-    if source == "database":
+    if source == "database" and is_owned(db):  # it holds the ownership lock, but did not answer
+        lines.append(
+            "(the owner did not answer: stopped or hung; read from the database, as last committed; blocked reasons "
+            "need an owner that answers)"
+        )
+    elif source == "database":
         lines.append("(no owner is running: read from the database; blocked reasons need a running owner)")
     lines.extend(render_tree(graph.nodes))
     return "\n".join(lines)

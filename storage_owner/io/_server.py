@@ -43,7 +43,6 @@ from protocol import (
     Frame,
     Goodbye,
     Hello,
-    OwnerAlreadyRunning,
     ProtocolError,
     Received,
     Refused,
@@ -76,6 +75,7 @@ from storage_owner.store import (
     SCHEMA_VERSION,
     Checkpointer,
     Ownership,
+    OwnershipWait,
     SqliteStore,
     Sync,
     storage_errors,
@@ -107,8 +107,6 @@ SEND_HARD_LIMIT_BYTES: Final = 64 << 20
 """A peer that leaves this much unread (replies to requests it keeps sending) is dropped: its unread output must not
 grow without bound in the owner."""
 CLOSE_TIMEOUT_S: Final = 2.0
-STANDBY_POLL_S: Final = 0.005
-"""How often a standby owner tries the ownership lock."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 16
 ENGINE: Final = "tether/0.1"
 
@@ -352,14 +350,22 @@ class OwnerServer:
             ownership.release()
 
     async def _wait_for_ownership(self) -> Ownership:
-        """A standby's wait: try the lock every ``STANDBY_POLL_S`` until the owner holding it is gone (the kernel
-        releases its lock however it died). A checkpoint; cancelled by SIGTERM like everything else."""
-        while True:
-            self.started_at_ms = WallClock().now_ms()
-            try:
-                return Ownership.acquire(self.db, started_at_ms=self.started_at_ms, instance=self.instance)
-            except OwnerAlreadyRunning:
-                await trio.sleep(STANDBY_POLL_S)
+        """A standby's wait: block on the ownership lock until the owner holding it is gone (the kernel hands the
+        lock over the moment its holder dies, however it died). No polling: a waiting standby uses no CPU.
+
+        The wait blocks a thread of its own (``flock`` on its own descriptor; see :class:`OwnershipWait`). A
+        checkpoint, cancelled by SIGTERM like everything else: the cancellation returns at once, and the thread,
+        which cannot be interrupted, lets go of the lock the instant it is granted, so a standby that was told to
+        stop never keeps the database from the next owner.
+        """
+        wait = OwnershipWait(self.db)
+        try:
+            await trio.to_thread.run_sync(wait.block, abandon_on_cancel=True, limiter=trio.CapacityLimiter(1))
+        except BaseException:
+            wait.abandon()
+            raise
+        self.started_at_ms = WallClock().now_ms()
+        return wait.claim(started_at_ms=self.started_at_ms, instance=self.instance)
 
     async def _own(self, listeners: list[trio.SocketListener], task_status: trio.TaskStatus[str]) -> None:
         """Open the store and serve on ``listeners`` until cancelled."""
@@ -589,14 +595,19 @@ class OwnerServer:
         return connection
 
     async def _drop_silent_peers(self) -> None:
-        """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer."""
+        """Close connections that sent nothing for the heartbeat timeout: a stopped (SIGSTOP) or wedged peer.
+
+        Wakes when the connection heard from longest ago would pass the timeout (a peer that spoke since is looked
+        at again later), not on a fixed tick: an idle owner does not wake for nothing."""
         timeout_s = self.config.heartbeat_timeout_s
         while True:
-            await trio.sleep(timeout_s / 4)
+            connections = [c for c in self._connections.values() if not c.scope.cancel_called]
+            oldest_s = min((connection.last_heard_s for connection in connections), default=trio.current_time())
+            await trio.sleep_until(oldest_s + timeout_s)
             now_s = trio.current_time()
             for connection in list(self._connections.values()):
                 silent_s = now_s - connection.last_heard_s
-                if silent_s > timeout_s:
+                if silent_s >= timeout_s and not connection.scope.cancel_called:
                     self.log(f"tether owner: dropping peer {connection.peer}: silent for {silent_s:.1f} s")
                     connection.scope.cancel(reason="silent past the heartbeat timeout")
 

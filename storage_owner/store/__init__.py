@@ -7,7 +7,7 @@ from ._identity import (
     QUICK_CHECK_BUDGET_S,
     full_check,
 )
-from ._ownership import LOCK_SUFFIX, Ownership, is_owned, lock_is_held, lock_path, open_lock_file
+from ._ownership import LOCK_SUFFIX, Ownership, OwnershipWait, is_owned, lock_is_held, lock_path, open_lock_file
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
     CHECKPOINT_START_PAGES,
@@ -30,6 +30,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Checkpointer",
     "Ownership",
+    "OwnershipWait",
     "SqliteStore",
     "Sync",
     "check_database",

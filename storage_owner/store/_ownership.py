@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 
 from protocol import OwnerAlreadyRunning, TetherError
@@ -49,20 +50,107 @@ class Ownership:
         except BaseException:
             os.close(fd)
             raise
+        return cls._claim(fd, path, started_at_ms=started_at_ms, instance=instance)
+
+    @classmethod
+    def _claim(cls, fd: int, path: Path, *, started_at_ms: int, instance: str) -> Ownership:
+        """Record this process as the holder in the lock file ``fd`` (locked by us) and own it from now on."""
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "started_at_ms": started_at_ms,
             "instance": instance,
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         return cls(fd, path)
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the flock
+
+
+class OwnershipWait:
+    """A standby's wait for the ownership lock of ``db``: :meth:`block` (on a thread) returns once this process holds
+    the lock, which the kernel hands over the moment its holder dies, however it died. Nothing polls: the waiting
+    process uses no CPU.
+
+    ``flock(LOCK_EX)`` cannot be interrupted (a signal only restarts it), so a wait that is given up cannot stop the
+    thread blocked in it. :meth:`abandon` marks the wait instead, and whichever side comes second closes the
+    descriptor, which releases the lock: :meth:`abandon` itself if the thread already has the lock (or never
+    started), else the thread the moment the lock is granted. So a wait given up never keeps the lock (it holds it
+    for the instant between the grant and that close at most), and its thread lives until the grant or the end of
+    the process, holding nothing else. Usage, on trio::
+
+        wait = OwnershipWait(db)
+        try:
+            await trio.to_thread.run_sync(wait.block, abandon_on_cancel=True)
+        except BaseException:
+            wait.abandon()
+            raise
+        ownership = wait.claim(started_at_ms=..., instance=...)
+    """
+
+    def __init__(self, db: str) -> None:
+        self.path = lock_path(db)
+        self._fd: int | None = open_lock_file(self.path)
+        self._mutex = threading.Lock()
+        self._state = "new"
+        """``new``, ``blocked`` (the thread waits), ``locked`` (it got the lock), then ``claimed``; or ``abandoned``
+        (given up), ``failed`` (the wait raised)."""
+        self.finished = threading.Event()
+        """Set once :meth:`block` returned or raised: with the lock, or after letting go of everything."""
+
+    def block(self) -> None:
+        """Wait until this process holds the lock (on a thread: this blocks). Raises :class:`OSError` if the lock
+        cannot be waited for (its descriptor is closed then)."""
+        try:
+            with self._mutex:
+                if self._state != "new":  # abandoned before the thread started
+                    return
+                self._state = "blocked"
+                fd = self._fd
+            assert fd is not None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                with self._mutex:
+                    self._state = "failed"
+                    self._close()
+                raise
+            with self._mutex:
+                if self._state == "abandoned":
+                    self._close()  # given up while blocked: let go of the lock at once
+                else:
+                    self._state = "locked"
+        finally:
+            self.finished.set()
+
+    def abandon(self) -> None:
+        """Give the wait up: whatever it holds is let go now, or by the thread the moment the lock is granted."""
+        with self._mutex:
+            if self._state in ("new", "locked"):
+                self._close()
+            if self._state in ("new", "blocked", "locked"):
+                self._state = "abandoned"
+
+    def claim(self, *, started_at_ms: int, instance: str) -> Ownership:
+        """The ownership :meth:`block` obtained, recorded in the lock file as :meth:`Ownership.acquire` does."""
+        with self._mutex:
+            assert self._state == "locked" and self._fd is not None, f"claiming a lock wait that is {self._state}"
+            self._state = "claimed"
+            fd, self._fd = self._fd, None
+        return Ownership._claim(fd, self.path, started_at_ms=started_at_ms, instance=instance)
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def open_lock_file(path: Path) -> int:

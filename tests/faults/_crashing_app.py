@@ -1,7 +1,7 @@
 """A test application that fails every time it is imported: ``--app tests.faults._crashing_app:app``.
 
-``tether up`` restarts its workers until the restart intensity is exceeded, then gives up naming a worker and
-quoting this error.
+``tether up`` loads it once before starting any worker (``tether worker --check-app``), and stops at once with exit
+status 2, quoting this error.
 """
 
 from __future__ import annotations

@@ -19,14 +19,26 @@ import trio
 import actors
 from actors._client import CONNECT_TIMEOUT_S
 from protocol import Capability, runtime_path
-from runtime._cli import EXIT_FAILED, EXIT_OK
-from runtime._supervisor import state_path, supervisor_lock_path
-from storage_owner.store import is_owned
+from runtime._cli import EXIT_OK, EXIT_USAGE
+from runtime._supervisor import BACKOFF_MAX_S, STABLE_AFTER_S, read_state, state_path, supervisor_lock_path
+from storage_owner.store import is_owned, lock_path
 from tests.faults import _apps
-from tests.integration._up_helpers import Status, all_up, pid_gone, supervised, tether_up, wait_gone, worker_named
+from tests.integration._up_helpers import (
+    Status,
+    Up,
+    all_up,
+    lock_has_waiter,
+    pid_gone,
+    supervised,
+    tether_up,
+    wait_for,
+    wait_gone,
+    worker_named,
+)
 
 APP = "tests.faults._apps:app"
 CRASHING_APP = "tests.faults._crashing_app:app"
+FLAKY_APP = "tests.faults._flaky_app:app"
 APP_CAPABILITIES = (Capability(kind="task", name=_apps.TASK_KIND, version=_apps.TASK_VERSION),)
 WRITERS = 4
 
@@ -175,11 +187,122 @@ async def test_worker_sigkill_under_up_restarts_it_and_it_reattaches(db_path: st
             await up.assert_everything_gone(timeout_s=0.5)
 
 
+def _worker_pid(db: str, name: str) -> int | None:
+    state = read_state(db) or {}
+    [pid] = [worker.get("pid") for worker in state.get("workers", []) if worker.get("name") == name]
+    return pid if isinstance(pid, int) and not pid_gone(pid) else None
+
+
+async def _kill_started_worker(up: Up, name: str, killed: set[int]) -> int:
+    """SIGKILL the process ``name`` runs as now once it is one not killed yet; its pid."""
+    await wait_for(lambda: _worker_pid(up.db, name) not in (None, *killed), f"{name} started again", timeout_s=30)
+    pid = _worker_pid(up.db, name)
+    assert pid is not None
+    up.record(None)
+    os.kill(pid, signal.SIGKILL)
+    killed.add(pid)
+    return pid
+
+
+async def test_a_restarted_worker_that_ran_well_restarts_at_once_each_time(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(90):
+        async with tether_up(db_path, tmp_path, "--workers", "1", "--app", APP) as up:
+            killed: set[int] = set()
+            for restart in range(1, 5):
+                await up.wait_status(all_up(1), "owner and an attached worker")
+                state = read_state(db_path)
+                assert state is not None
+                [worker] = state["workers"]
+                ran_s = time.time() - worker["started_at_ms"] / 1000
+                await trio.sleep(max(0.0, STABLE_AFTER_S + 0.2 - ran_s))  # the rule is about real time: let it run well
+                await _kill_started_worker(up, "worker-1", killed)
+                line = await _restart_said(up, restart)
+                # Every restarted worker that ran well restarts at once, not only the first one started.
+                assert line == f"worker-1  restarting in 0.0 s (restart {restart})"
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+async def test_an_owner_killed_during_a_workers_back_off_is_replaced_at_once_twice(
+    db_path: str, tmp_path: Path
+) -> None:
+    """The soak of the issue: a worker's back-off ran inside the loop that also handled the owner, so an owner killed
+    meanwhile got no new standby, and a second kill left the database with no owner until the back-off ended."""
+    with trio.fail_after(120):
+        async with tether_up(db_path, tmp_path, "--workers", "1", "--app", APP, "--max-restarts", "30") as up:
+            await up.wait_status(all_up(1), "owner and an attached worker")
+            await wait_for(lambda: lock_has_waiter(lock_path(db_path)), "the standby waiting for the ownership lock")
+            async with actors.connect(db=db_path) as client:
+                conversation_id = await client.create_conversation()
+            # Kill worker-1 as soon as each restart starts it: quick deaths, so its back-off doubles up to 5 s.
+            killed: set[int] = set()
+            await _kill_started_worker(up, "worker-1", killed)
+            while not any(line.startswith(f"worker-1  restarting in {BACKOFF_MAX_S:.1f} s") for line in up.said()):
+                await _kill_started_worker(up, "worker-1", killed)
+                await _restart_said(up, len(killed))
+            worker_restart = f"(restart {len(killed)})"
+
+            for _ in range(2):  # the owner, and then the standby that replaced it
+                state = read_state(db_path)
+                assert state is not None
+                owner, standby = state["owner"]["pid"], state["standby"]["pid"]
+                os.kill(owner, signal.SIGKILL)
+                await wait_for(
+                    lambda standby=standby: (
+                        (state := read_state(db_path)) is not None
+                        and state["owner"]["pid"] == standby
+                        and state["standby"]["pid"] not in (None, standby)
+                    ),
+                    "the standby as the owner, and a new standby",
+                    timeout_s=BACKOFF_MAX_S,
+                )
+                up.record(None)
+                await wait_for(
+                    lambda: lock_has_waiter(lock_path(db_path)), "the new standby waiting", timeout_s=BACKOFF_MAX_S
+                )
+            with trio.fail_after(2):  # the database has an owner: the second standby, already serving
+                async with actors.connect(db=db_path) as client:
+                    await _append_retrying(client, conversation_id)
+
+            said = up.said()
+            back_off = next(index for index, line in enumerate(said) if line.endswith(worker_restart))
+            takeovers = [index for index, line in enumerate(said) if "takes over" in line]
+            worker_starts = [i for i, line in enumerate(said) if line.startswith("worker-1  pid ") and i > back_off]
+            # Both takeovers (and the standbys behind them) came during the worker's back-off, before its restart.
+            assert len(takeovers) == 2 and back_off < takeovers[0], said
+            assert not worker_starts or worker_starts[0] > takeovers[1], said
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=1)
+
+
+async def _restart_said(up: Up, restart: int) -> str:
+    """The supervisor's line announcing restart number ``restart`` (of any child)."""
+    return await up.wait_said(lambda line: line.endswith(f"(restart {restart})"), f"restart {restart}")
+
+
+async def _append_retrying(client: actors.Client, conversation_id: str) -> int:
+    """One append, retried as a real client would across a lost connection or an owner being replaced; its seq (0:
+    a retry found that a lost attempt had landed)."""
+    entry_id = actors.new_id()
+    while True:
+        try:
+            return await client.append(conversation_id, kind="test.n", data=1, entry_id=entry_id)
+        except (actors.ConnectionLost, actors.OwnerUnavailable):
+            await trio.sleep(0.02)
+        except actors.Duplicate:
+            return 0
+
+
 async def test_sigstopped_worker_is_dropped_by_heartbeat_and_reattaches_after_sigcont(
     db_path: str, tmp_path: Path
 ) -> None:
     with trio.fail_after(60):
-        async with tether_up(db_path, tmp_path, "--workers", "2", "--heartbeat-timeout", "1") as up:
+        # A liveness timeout longer than the test: the supervisor leaves the dropped worker alone (see below).
+        async with tether_up(
+            db_path, tmp_path, "--workers", "2", "--heartbeat-timeout", "1", "--liveness-timeout", "60"
+        ) as up:
             before = await up.wait_status(all_up(2), "owner and two attached workers")
             stopped = worker_named(before, "worker-1")
             pid = stopped["pid"]
@@ -219,25 +342,128 @@ async def test_sigstopped_worker_is_dropped_by_heartbeat_and_reattaches_after_si
             await up.assert_everything_gone(timeout_s=0.5)
 
 
-async def test_app_failing_at_import_makes_up_give_up_and_stop_everything(db_path: str, tmp_path: Path) -> None:
+async def test_a_sigstopped_worker_is_killed_and_replaced_once_the_owner_dropped_it(
+    db_path: str, tmp_path: Path
+) -> None:
     with trio.fail_after(60):
         async with tether_up(
-            db_path, tmp_path, "--workers", "2", "--app", CRASHING_APP, "--max-restarts", "3", "--restart-window", "60"
+            db_path, tmp_path, "--workers", "2", "--heartbeat-timeout", "1", "--liveness-timeout", "2"
         ) as up:
-            # Keep reading the status (recording every pid it names) until the supervisor gives up.
+            before = await up.wait_status(all_up(2), "owner and two attached workers")
+            stopped = worker_named(before, "worker-1")["pid"]
+            os.kill(stopped, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            try:
+                line = await up.wait_said(lambda line: line.startswith("worker-1  not attached"), "the kill")
+                after = await up.wait_status(
+                    lambda status: all_up(2)(status) and worker_named(status, "worker-1")["pid"] != stopped,
+                    "worker-1 replaced and attached",
+                )
+                print(f"SIGSTOP worker -> replaced and attached after {time.monotonic() - stopped_at:.2f} s")
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(stopped, signal.SIGCONT)
+            assert line.startswith("worker-1  not attached to the owner for ")
+            assert line.endswith(
+                "s while the owner answers (--liveness-timeout 2; the owner dropped it: stopped or hung), so killing "
+                f"it (pid {stopped})"
+            )
+            assert await wait_gone({stopped}) == set()  # SIGKILL works on a stopped process
+            assert worker_named(after, "worker-1")["restarts"] == 1
+            assert worker_named(after, "worker-2") == worker_named(before, "worker-2")
+            assert after["owner"] == before["owner"]
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+async def test_a_sigstopped_owner_is_killed_and_a_client_write_is_acknowledged_within_10_s(
+    db_path: str, tmp_path: Path
+) -> None:
+    """The default liveness timeout (5 s): a hung owner is noticed by the supervisor, not by each client in turn."""
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "1", "--app", APP) as up:
+            before = await up.wait_status(all_up(1), "owner and an attached worker")
+            await wait_for(lambda: lock_has_waiter(lock_path(db_path)), "the standby waiting for the ownership lock")
+            hung = before["owner"]["pid"]
+            async with actors.connect(db=db_path) as client:  # an application's client, connected all along
+                conversation_id = await client.create_conversation()
+                os.kill(hung, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+                try:
+                    with trio.fail_after(10):
+                        seq = await _append_retrying(client, conversation_id)
+                    acknowledged_s = time.monotonic() - stopped_at
+                    print(f"SIGSTOP owner -> a client append acknowledged after {acknowledged_s:.2f} s")
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(hung, signal.SIGCONT)
+            assert seq > 0
+            [line] = [line for line in up.said() if line.startswith("owner     has not answered")]
+            assert line.endswith(f"; --liveness-timeout 5): hung, so killing it (pid {hung})"), line
+            assert await wait_gone({hung}) == set()
+            after = await up.wait_status(owner_replaced(hung, [worker_named(before, "worker-1")["pid"]]), "takeover")
+            async with actors.connect(db=db_path, role="reader") as reader:
+                assert [entry.seq for entry in await reader.entries(conversation_id)] == [seq]
+            assert after["owner"]["restarts"] == 1
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+async def test_an_app_failing_at_import_stops_up_at_once_with_exit_2_and_the_error(
+    db_path: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2", "--app", CRASHING_APP) as up:
+            # Keep reading the status (recording every pid it names) until the supervisor stops.
             while up.process.poll() is None:
                 await up.status()
                 await trio.sleep(0.05)
             status = await up.wait_exit()
             stderr = up.stderr_text()
-            assert status == EXIT_FAILED, stderr
-            [giving_up] = [line for line in stderr.splitlines() if "giving up" in line]
-            assert "worker-1" in giving_up or "worker-2" in giving_up, giving_up
-            assert "boom at import" in stderr[stderr.index(giving_up) :], stderr
+            assert status == EXIT_USAGE, stderr
+            [refusal] = [line for line in stderr.splitlines() if line.startswith("tether: ")]
+            assert refusal == (
+                f"tether: the app {CRASHING_APP} cannot be loaded (tether worker --app {CRASHING_APP} exited with "
+                "status 2), so no worker was started and every process was stopped:"
+            )
+            assert "RuntimeError: boom at import" in stderr[stderr.index(refusal) :], stderr
+            assert not [line for line in up.said() if line.startswith(("worker-1", "worker-2"))]  # none started
+            assert up.process.returncode == EXIT_USAGE
             await up.assert_everything_gone(timeout_s=0.5)
             assert not is_owned(db_path)
             assert not state_path(db_path).exists()
             assert not runtime_path(db_path).exists()
+
+
+async def test_a_worker_whose_app_fails_to_load_later_stops_up_at_once_with_its_output(
+    db_path: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken"
+    with trio.fail_after(60):
+        async with tether_up(
+            db_path, tmp_path, "--workers", "2", "--app", FLAKY_APP, env={"TETHER_TEST_BREAK_APP": str(broken)}
+        ) as up:
+            before = await up.wait_status(all_up(2), "owner and two attached workers")
+            broken.touch()  # the app's module now fails at import, as after a bad deploy
+            os.kill(worker_named(before, "worker-1")["pid"], signal.SIGKILL)
+            status = await up.wait_exit()
+            stderr = up.stderr_text()
+            assert status == EXIT_USAGE, stderr
+            [refusal] = [line for line in stderr.splitlines() if line.startswith("tether: ")]
+            assert refusal.startswith(
+                f"tether: worker-1 exited with status 2: its app {FLAKY_APP} cannot be loaded (or its command line is "
+                "wrong), which retrying cannot change, so it was not restarted and every process was stopped."
+            )
+            assert "boom at import: the app was broken after tether up started" in stderr[stderr.index(refusal) :]
+            said = up.said()
+            assert [line for line in said if "(restart" in line] == [  # one restart: stopped at once, not retried
+                next(line for line in said if line.startswith("worker-1  restarting in "))
+            ]
+            assert said[-1].startswith("worker-1  exited with status 2 after "), said  # the last thing it did
+            await up.assert_everything_gone(timeout_s=0.5)
+            assert not is_owned(db_path)
 
 
 async def test_no_process_outlives_a_sigkilled_supervisor_and_up_can_start_again(db_path: str, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ import attrs
 import trio
 
 from protocol import OwnerUnavailable
-from runtime import stop_gracefully, tether_command
+from runtime import open_tether_process, stop_gracefully, tether_command
 from runtime._status import collect_status
 from runtime._supervisor import read_state
 
@@ -31,6 +32,8 @@ CHILD_ENV: Final = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
+CONSOLE_SCRIPT: Final = (str(Path(sys.executable).with_name("tether")),)
+"""The ``tether`` console script of this environment, as a user runs it (not ``python -m runtime``)."""
 POLL_S: Final = 0.05
 GONE_TIMEOUT_S: Final = 5.0
 
@@ -89,6 +92,44 @@ async def wait_gone(pids: set[int], db: str | None = None, *, timeout_s: float =
         if not left or time.monotonic() > deadline:
             return left
         await trio.sleep(POLL_S)
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time (user and system) that each live thread of ``pid`` used so far, in nanoseconds, by thread id.
+
+    Read from ``/proc/PID/task/TID/schedstat`` rather than ``utime``/``stime`` of ``/proc/PID/stat``, whose clock
+    ticks (10 ms) are too coarse for a bound of a fraction of a percent over a few seconds.
+    """
+    used: dict[int, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            used[int(task)] = int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+    return used
+
+
+def cpu_used_s(before: dict[int, int], after: dict[int, int]) -> float:
+    """Seconds of CPU used between two :func:`thread_cpu_ns` readings of one process: what each thread alive at
+    both used between them, plus all that each thread started meanwhile used. (A thread that ended between them,
+    such as an idle one of trio's thread cache, no longer shows what it used: in an idle process, nothing.)"""
+    return sum(used - before.get(tid, 0) for tid, used in after.items()) / 1e9
+
+
+def lock_has_waiter(path: str | Path) -> bool:
+    """Whether a process is blocked in ``flock`` on the file at ``path`` (a ``->`` line of ``/proc/locks``)."""
+    status = os.stat(path)
+    key = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    with open("/proc/locks", encoding="ascii") as table:
+        return any(line.split()[1:3] == ["->", "FLOCK"] and key in line.split() for line in table)
+
+
+async def wait_for(predicate: Callable[[], bool], what: str, *, timeout_s: float = 20.0) -> None:
+    """Poll ``predicate`` (something only the OS shows, such as ``/proc``) until it holds; fail naming ``what``."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            if predicate():
+                return
+            await trio.sleep(POLL_S / 5)
+    raise AssertionError(f"no {what} within {timeout_s:g} s")
 
 
 def describe(pids: set[int]) -> str:
@@ -213,6 +254,22 @@ class Up:
     def stderr_text(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def said(self) -> list[str]:
+        """The supervisor's own lines so far (its stdout: what starts, exits, restarts and why), stripped."""
+        return [line.strip() for line in self.stdout_text().splitlines() if line.strip()]
+
+    async def wait_said(self, predicate: Callable[[str], bool], what: str, *, timeout_s: float = 20.0) -> str:
+        """Wait until the supervisor says a line that ``predicate`` accepts; return it (the first such one)."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                found = [line for line in self.said() if predicate(line)]
+                if found:
+                    return found[0]
+                if self.process.poll() is not None:
+                    raise AssertionError(f"tether up exited ({self.process.returncode}) before saying {what}")
+                await trio.sleep(POLL_S / 5)
+        raise AssertionError(f"tether up did not say {what} within {timeout_s:g} s:\n" + "\n".join(self.said()))
+
     async def wait_exit(self, *, timeout_s: float = 20.0) -> int:
         with trio.fail_after(timeout_s):
             return await self.process.wait()
@@ -233,25 +290,25 @@ async def tether_up(
     *args: str,
     label: str = "up",
     env: Mapping[str, str] | None = None,
-    cwd: Path = ROOT,
     command: Sequence[str] | None = None,
-    new_session: bool = False,
+    cwd: Path = ROOT,
+    own_process_group: bool = False,
 ) -> AsyncIterator[Up]:
-    """Start ``tether up --db DB ARGS`` from ``cwd`` (output to files in ``directory``; ``env`` added to its
+    """Start ``tether up --db DB ARGS`` in ``cwd`` (output to files in ``directory``; ``env`` added to its
     environment), or ``command``, a ``tether up`` command line of its own on the database ``db`` (a README's, as a
-    person types it); with ``new_session`` in a session and process group of its own, as a terminal's foreground
-    job, so that a test can signal the group as a Ctrl-C does. On exit SIGTERM and reap it, then SIGKILL anything
-    left that it started (the test asserts separately that nothing was left)."""
+    person types it); with ``own_process_group``, in a process group of its own, as a shell starts a job, so that a
+    test can signal the group as a Ctrl-C does. On exit SIGTERM and reap it, then SIGKILL anything left that it
+    started (the test asserts separately that nothing was left)."""
     stdout_path = directory / f"{label}.stdout"
     stderr_path = directory / f"{label}.stderr"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        process = await trio.lowlevel.open_process(
+        process = await open_tether_process(
             list(command) if command is not None else tether_command("up", "--db", db, *args),
             stdout=stdout,
             stderr=stderr,
             cwd=cwd,
             env={**CHILD_ENV, **(env or {})},
-            start_new_session=new_session,
+            process_group=0 if own_process_group else None,
         )
     up = Up(db=db, process=process, stdout_path=stdout_path, stderr_path=stderr_path, started_at=time.monotonic())
     try:

@@ -225,7 +225,7 @@ async def test_ctrl_c_of_tether_up_drains_its_workers(db_path: str, tmp_path: Pa
     app = "tests.integration._agent_apps:manual"
     env = {"TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
     with trio.fail_after(TIMEOUT_S):
-        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", env=env, new_session=True) as up:
+        async with tether_up(db_path, tmp_path, "--app", app, "--workers", "1", env=env, own_process_group=True) as up:
             await up.wait_status(all_up(1), "the owner and a worker attached")
             async with actors.connect(db_path) as client:
                 _, run_id = await start_run(client)

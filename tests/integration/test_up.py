@@ -20,18 +20,33 @@ import trio
 import actors
 from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
-from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK
+from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from runtime._supervisor import state_path
+from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
+    CHILD_ENV,
+    CONSOLE_SCRIPT,
     all_up,
+    cpu_used_s,
+    describe,
+    lock_has_waiter,
     nonblank_lines,
     pid_gone,
+    processes_naming,
     run_tether,
     supervised,
     tether_up,
+    thread_cpu_ns,
+    wait_for,
 )
 
+IDLE_WARM_UP_S = 5.0
+"""Left out of the measurement: the first rounds of each periodic path (heartbeats, the supervisor's probe) run
+slower until Python has specialised their code (3.11's adaptive interpreter), about a third more for a few seconds."""
+IDLE_WINDOW_S = 10.0
+IDLE_CPU_BOUND = 0.005
+"""What an idle ``tether up`` (supervisor, owner, standby, two workers) may use together: half a percent of a core."""
 STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "standby", "workers", "clients"}
 WORKER_KEYS = {"name", "pid", "alive", "attached", "restarts", "supervised"}
 
@@ -82,6 +97,71 @@ async def test_up_runs_an_owner_and_two_workers_and_stops_cleanly_on_sigterm(db_
             assert not runtime_path(db_path).exists()
 
 
+async def test_an_idle_up_with_two_workers_uses_under_half_a_percent_of_a_core(db_path: str, tmp_path: Path) -> None:
+    with trio.fail_after(90):
+        async with tether_up(db_path, tmp_path, "--workers", "2") as up:
+            await up.wait_status(all_up(2), "owner and two attached workers")
+            # The standby has imported everything and waits in flock (it does not poll).
+            await wait_for(lambda: lock_has_waiter(lock_path(db_path)), "standby waiting for the ownership lock")
+            pids = processes_naming(db_path)
+            assert len(pids) == 5, describe(pids)  # the supervisor, the owner, the standby, two workers
+            await trio.sleep(IDLE_WARM_UP_S)
+            before = {pid: thread_cpu_ns(pid) for pid in pids}
+            started = time.monotonic()
+            await trio.sleep(IDLE_WINDOW_S)  # the measurement window itself: idle time is what is measured
+            elapsed_s = time.monotonic() - started
+            used = {pid: cpu_used_s(before[pid], thread_cpu_ns(pid)) / elapsed_s for pid in pids}
+            report = "\n".join(f"  {share:7.3%}  {describe({pid})}" for pid, share in used.items())
+            print(f"idle tether up, {elapsed_s:.1f} s: {sum(used.values()):.3%} of one core\n{report}")
+            assert sum(used.values()) < IDLE_CPU_BOUND, report
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+
+
+async def test_ctrl_c_in_the_terminal_of_up_reaches_the_supervisor_alone_which_stops_its_children(
+    db_path: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(60):
+        async with tether_up(db_path, tmp_path, "--workers", "2", own_process_group=True) as up:
+            status = await up.wait_status(all_up(2), "owner and two attached workers")
+            children = {status["owner"]["pid"], *(worker["pid"] for worker in supervised(status))}
+            assert status["standby"] is not None
+            children.add(status["standby"]["pid"])
+            # Each child in a session of its own: the terminal's SIGINT to the job's group reaches none of them.
+            assert {pid: os.getpgid(pid) == os.getpgid(up.pid) for pid in children} == dict.fromkeys(children, False)
+            os.killpg(os.getpgid(up.pid), signal.SIGINT)  # what Ctrl-C in its terminal does
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+            assert "tether up: stopping: the workers finish what they run" in up.stdout_text()
+
+
+async def test_status_says_an_owner_that_holds_its_lock_but_does_not_answer_is_not_answering(
+    owner: OwnerProcess,
+) -> None:
+    with trio.fail_after(60):
+        answering = json.loads((await run_tether("status", "--db", owner.db, "--json")).stdout)
+        os.kill(owner.pid, signal.SIGSTOP)  # hung, as a deadlock or a stalled disk leaves it
+        try:
+            as_json = await run_tether("status", "--db", owner.db, "--json")
+            human = await run_tether("status", "--db", owner.db)
+            tasks = await run_tether("tasks", "--db", owner.db)
+        finally:
+            os.kill(owner.pid, signal.SIGCONT)
+    assert answering["owner"] == {"pid": owner.pid, "alive": True, "answering": True, "restarts": 0}
+    assert json.loads(as_json.stdout)["owner"] == {"pid": owner.pid, "alive": True, "answering": False, "restarts": 0}
+    [line] = [line for line in nonblank_lines(human.stdout) if line.startswith("owner")]
+    assert line == (
+        f"owner       pid {owner.pid} on {answering['url']}, NOT ANSWERING (it holds the database but did not reply: "
+        "stopped or hung), 0 restarts"
+    )
+    assert tasks.returncode == EXIT_OK, tasks.stderr
+    assert nonblank_lines(tasks.stdout)[1] == (
+        "(the owner did not answer: stopped or hung; read from the database, as last committed; blocked reasons need "
+        "an owner that answers)"
+    )
+
+
 async def test_tether_stop_stops_a_running_up_and_fails_when_nothing_runs(db_path: str, tmp_path: Path) -> None:
     with trio.fail_after(60):
         nothing = await run_tether("stop", "--db", str(tmp_path / "never-created.db"))
@@ -115,6 +195,12 @@ async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db
             assert second.returncode == EXIT_ALREADY_RUNNING, second.stderr
             assert elapsed < 10
             assert f"supervisor pid {up.pid}" in second.stderr.decode(), second.stderr
+            assert len(nonblank_lines(second.stderr)) == 1, second.stderr
+            assert second.stdout == b""  # no banner: it never started serving anything
+            # The first one's banner counts its one worker in the singular.
+            [banner, *_] = nonblank_lines(up.stdout_path.read_bytes())
+            db = os.path.abspath(db_path)
+            assert banner == f"tether up: {db}, 1 worker serving runtime.demo_app:app (pid {up.pid})"
 
             # The first one is untouched: same supervisor, owner and worker, all still up.
             after = await up.wait_status(all_up(1), "owner and an attached worker")
@@ -127,6 +213,84 @@ async def test_second_up_on_the_same_db_exits_3_naming_the_running_supervisor(db
             up.process.send_signal(signal.SIGTERM)
             assert await up.wait_exit() == EXIT_OK, up.stderr_text()
             await up.assert_everything_gone(timeout_s=0.5)
+
+
+SHADOWS = ("runtime", "protocol", "actors")
+"""Module names of Tether's packages, which a user's project may well use for files of its own."""
+
+
+def _project(tmp_path: Path) -> Path:
+    """A user's project directory: ``myapp.py`` (an ``actors.App``), and a ``runtime.py``, ``protocol.py`` and
+    ``actors.py`` that leave a ``.imported`` file beside them and exit if anything imports them."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "myapp.py").write_text('import actors\n\napp = actors.App("myapp")\n')
+    for name in SHADOWS:
+        (project / f"{name}.py").write_text(
+            f"open(__file__ + '.imported', 'w').close()\nraise SystemExit('the project\\'s {name}.py ran')\n"
+        )
+    return project
+
+
+async def _worker_apps(db: str) -> list[str]:
+    async with actors.connect(db=db, role="reader") as client:
+        return [peer.app for peer in await client.peers() if peer.role == "worker" and peer.announced]
+
+
+async def test_up_run_in_a_project_with_files_named_like_tethers_packages_serves_the_projects_app(
+    db_path: str, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    with trio.fail_after(60):
+        command = [*CONSOLE_SCRIPT, "up", "--db", db_path, "--workers", "1", "--app", "myapp:app"]
+        async with tether_up(db_path, tmp_path, command=command, cwd=project) as up:
+            await up.wait_status(all_up(1), "owner and an attached worker")
+            assert await _worker_apps(db_path) == ["myapp"]  # found in the working directory, as documented
+            assert sorted(path.name for path in project.glob("*.imported")) == []
+            up.process.send_signal(signal.SIGTERM)
+            assert await up.wait_exit() == EXIT_OK, up.stderr_text()
+            await up.assert_everything_gone(timeout_s=0.5)
+    assert "ran" not in up.stderr_text()
+
+
+async def test_the_worker_console_script_finds_the_app_module_in_its_working_directory(
+    owner: OwnerProcess, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    stderr_path = tmp_path / "worker.stderr"
+    with trio.fail_after(60):
+        with open(stderr_path, "wb") as stderr:
+            worker = await trio.lowlevel.open_process(
+                [*CONSOLE_SCRIPT, "worker", "--db", owner.db, "--app", "myapp:app"],
+                cwd=project,
+                env=CHILD_ENV,
+                stderr=stderr,
+            )
+        try:
+            while await _worker_apps(owner.db) != ["myapp"]:
+                assert worker.poll() is None, f"the worker exited with {worker.returncode}: {stderr_path.read_text()}"
+                await trio.sleep(0.05)
+            worker.send_signal(signal.SIGTERM)
+            assert await worker.wait() == EXIT_OK
+        finally:
+            await kill_and_reap(worker)
+    assert sorted(path.name for path in project.glob("*.imported")) == []
+
+
+@pytest.mark.parametrize("command", ["up", "owner"])
+async def test_a_db_in_a_missing_directory_is_refused_naming_the_directory(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such"
+    db = str(missing / "x.db")
+    with trio.fail_after(30):
+        result = await run_tether(command, "--db", db)
+    assert result.returncode == EXIT_FAILED, result.stderr
+    assert result.stdout == b""
+    [line] = nonblank_lines(result.stderr)
+    assert line == (
+        f"tether: {command}: the directory of the database does not exist: {missing} (--db {db}); create it, or "
+        "give another --db; nothing was started"
+    )
+    assert not tmp_path.joinpath("no").exists()
 
 
 @pytest.mark.parametrize(
@@ -146,12 +310,25 @@ async def test_worker_with_a_bad_app_exits_at_once_without_attaching(
         elapsed = time.monotonic() - started
         async with actors.connect(db=owner.db, role="reader") as client:
             peers = await client.peers()
-    assert result.returncode == EXIT_FAILED
+    assert result.returncode == EXIT_USAGE  # retrying cannot change it: tether up stops on this status
     assert elapsed < 10
     lines = nonblank_lines(result.stderr)
     assert len(lines) == 1, lines
     assert problem in lines[0]
     assert [peer for peer in peers if peer.role == "worker"] == []
+
+
+async def test_worker_check_app_loads_the_app_as_a_worker_would_and_attaches_nothing(db_path: str) -> None:
+    # tether up's check before it starts workers: no owner is needed, nothing attaches.
+    with trio.fail_after(30):
+        good = await run_tether("worker", "--check-app", "--db", db_path, "--app", "runtime.demo_app:app")
+        bad = await run_tether("worker", "--check-app", "--db", db_path, "--app", "runtime.demo_app:nope")
+    assert (good.returncode, good.stdout, good.stderr) == (EXIT_OK, b"", b"")
+    assert bad.returncode == EXIT_USAGE
+    assert nonblank_lines(bad.stderr) == [
+        "tether: module 'runtime.demo_app' has no attribute 'nope' (--app runtime.demo_app:nope)"
+    ]
+    assert not os.path.exists(db_path)
 
 
 async def _run_x(state: Any) -> None:

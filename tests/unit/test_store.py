@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from storage_owner.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
     Ownership,
+    OwnershipWait,
     SqliteStore,
     _sqlite,
     check_database,
@@ -322,6 +326,84 @@ def test_refused_acquire_leaves_the_holders_record_intact(path: str) -> None:
         assert json.loads(lock_path(path).read_text())["instance"] == "first"
     finally:
         first.release()
+
+
+def _waiting_on(lock: Path) -> bool:
+    """Whether some thread is blocked in ``flock`` on ``lock`` (a ``->`` line of ``/proc/locks``)."""
+    status = os.stat(lock)
+    key = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    with open("/proc/locks", encoding="ascii") as table:
+        return any(line.split()[1:3] == ["->", "FLOCK"] and key in line.split() for line in table)
+
+
+def _blocked_wait(path: str) -> tuple[OwnershipWait, threading.Thread, list[BaseException]]:
+    """An :class:`OwnershipWait` on ``path`` blocked on its thread (seen in /proc/locks), and what it raised."""
+    wait = OwnershipWait(path)
+    raised: list[BaseException] = []
+
+    def block() -> None:
+        try:
+            wait.block()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=block, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not _waiting_on(wait.path):
+        assert time.monotonic() < deadline, "the wait never blocked on the lock"
+        assert thread.is_alive(), f"the wait returned without blocking: {raised}"
+        time.sleep(0.001)
+    return wait, thread, raised
+
+
+def test_a_lock_wait_blocks_until_the_holder_lets_go_then_records_the_new_holder(path: str) -> None:
+    first = Ownership.acquire(path, started_at_ms=1, instance="first")
+    wait, thread, raised = _blocked_wait(path)
+    assert not wait.finished.is_set()
+    first.release()  # as the kernel does when the holder dies
+    assert wait.finished.wait(10) and not raised
+    thread.join(10)
+    ownership = wait.claim(started_at_ms=2, instance="standby")
+    try:
+        assert json.loads(lock_path(path).read_text())["instance"] == "standby"
+        with pytest.raises(OwnerAlreadyRunning):
+            Ownership.acquire(path, started_at_ms=3, instance="third")
+    finally:
+        ownership.release()
+
+
+def test_an_abandoned_lock_wait_lets_go_of_the_lock_the_moment_it_is_granted(path: str) -> None:
+    first = Ownership.acquire(path, started_at_ms=1, instance="first")
+    wait, thread, raised = _blocked_wait(path)
+    wait.abandon()  # the standby was told to stop while its thread is blocked in flock
+    first.release()
+    assert wait.finished.wait(10) and not raised
+    thread.join(10)
+    # The thread had the lock for an instant and closed it: the next owner gets it, with its own record.
+    after = Ownership.acquire(path, started_at_ms=3, instance="next")
+    try:
+        assert json.loads(lock_path(path).read_text())["instance"] == "next"
+    finally:
+        after.release()
+
+
+def test_a_lock_wait_abandoned_after_the_grant_or_before_its_thread_ran_holds_nothing(path: str) -> None:
+    granted = OwnershipWait(path)
+    granted.block()  # nobody holds the lock: granted at once
+    granted.abandon()  # the cancellation won the race with the thread's return
+    Ownership.acquire(path, started_at_ms=1, instance="after-grant").release()
+
+    first = Ownership.acquire(path, started_at_ms=2, instance="first")
+    never = OwnershipWait(path)
+    fd = never._fd
+    assert fd is not None
+    never.abandon()  # cancelled before its thread started
+    never.block()  # the thread starts late: it returns at once, without waiting or locking
+    assert never.finished.is_set()
+    with pytest.raises(OSError):
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # its descriptor was closed
+    first.release()
 
 
 # ------------------------------------------------------------------------------------------------ uniqueness

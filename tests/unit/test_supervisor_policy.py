@@ -1,5 +1,5 @@
-"""The supervisor's restart policy, without processes: a child that ran well restarts at once, a crash loop backs
-off (doubling, capped), and which owner exit statuses stop ``tether up`` at once."""
+"""The supervisor's policies, without processes: a child that ran well restarts at once, a crash loop backs off
+(doubling, capped), which owner exit statuses stop ``tether up`` at once, and when a silent owner counts as hung."""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ from runtime._cli import (
     EXIT_SCHEMA_TOO_NEW,
     EXITS_FINAL,
 )
-from runtime._supervisor import BACKOFF_INITIAL_S, BACKOFF_MAX_S, STABLE_AFTER_S, restart_delay
+from runtime._supervisor import (
+    BACKOFF_INITIAL_S,
+    BACKOFF_MAX_S,
+    STABLE_AFTER_S,
+    UNANSWERED_GRACE_S,
+    next_liveness_look,
+    restart_delay,
+)
+
+TIMEOUT_S = 5.0
 
 
 def test_a_child_that_ran_well_restarts_at_once_and_its_back_off_starts_over() -> None:
@@ -49,3 +58,27 @@ def test_final_statuses_are_those_retrying_cannot_change() -> None:
     assert {EXIT_ALREADY_RUNNING, EXIT_SCHEMA_TOO_NEW, EXIT_NOT_TETHER_DATABASE, EXIT_DATABASE_DAMAGED} <= EXITS_FINAL
     assert EXIT_FAILED not in EXITS_FINAL and EXIT_OK not in EXITS_FINAL
     assert -9 not in EXITS_FINAL  # a SIGKILLed owner is restarted
+
+
+def test_an_owner_that_answered_within_the_timeout_is_looked_at_again_when_it_would_run_out() -> None:
+    assert next_liveness_look(103.0, answered_s=100.0, asked_s=102.5, timeout_s=TIMEOUT_S) == 105.0
+    assert next_liveness_look(103.0, answered_s=100.0, asked_s=None, timeout_s=TIMEOUT_S) == 105.0
+
+
+def test_an_owner_asked_and_silent_for_the_timeout_is_hung() -> None:
+    assert next_liveness_look(105.0, answered_s=100.0, asked_s=102.5, timeout_s=TIMEOUT_S) is None
+    # Never answered since it started listening (its first question waits): hung as well.
+    assert next_liveness_look(105.0, answered_s=100.0, asked_s=100.0, timeout_s=TIMEOUT_S) is None
+
+
+def test_silence_the_supervisor_caused_itself_gets_a_question_and_a_moment_first() -> None:
+    """The supervisor was stopped (Ctrl-Z, SIGSTOP) past the timeout: it asked nothing meanwhile, so the owner's silence
+    says nothing yet; once a question waited the grace, it does."""
+    assert next_liveness_look(160.0, answered_s=100.0, asked_s=None, timeout_s=TIMEOUT_S) == 160.0 + UNANSWERED_GRACE_S
+    assert next_liveness_look(160.0, answered_s=100.0, asked_s=159.9, timeout_s=TIMEOUT_S) == 159.9 + UNANSWERED_GRACE_S
+    assert next_liveness_look(161.0, answered_s=100.0, asked_s=159.9, timeout_s=TIMEOUT_S) is None
+
+
+def test_the_grace_is_at_most_half_a_short_timeout() -> None:
+    assert next_liveness_look(10.0, answered_s=9.0, asked_s=None, timeout_s=1.0) == 10.5
+    assert next_liveness_look(10.0, answered_s=9.0, asked_s=9.5, timeout_s=1.0) is None
