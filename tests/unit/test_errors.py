@@ -8,7 +8,6 @@ from typing import Any, NoReturn
 
 import pytest
 import trio
-import trio_websocket
 
 import actors
 from actors import _connection
@@ -83,12 +82,12 @@ async def test_a_lone_cancelled_reaches_its_cancel_scope() -> None:
 async def test_connect_raises_owner_unavailable_with_the_os_error_as_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
     refused = OSError(111, "Connection refused")
 
-    async def connect_websocket_url(*args: Any, **kwargs: Any) -> NoReturn:
+    async def open_tcp_stream(*args: Any, **kwargs: Any) -> NoReturn:
         await trio.lowlevel.checkpoint()
         raise refused
 
-    monkeypatch.setattr(trio_websocket, "connect_websocket_url", connect_websocket_url)
-    assert _connection.trio_websocket is trio_websocket
+    monkeypatch.setattr(trio, "open_tcp_stream", open_tcp_stream)  # the first step of every connection
+    assert _connection.trio is trio
     with trio.fail_after(5), pytest.raises(OwnerUnavailable, match="cannot reach the owner") as caught:
         async with actors.connect(url="ws://127.0.0.1:9/", token="t"):
             pass
