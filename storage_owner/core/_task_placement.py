@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import attrs
 
@@ -18,9 +18,6 @@ from protocol import BlockedReason, Capability, ErrorCode, LeaseRef, TaskRecord
 
 from ._checks import Refusal
 from ._task_records import TaskRecords, describe_state
-
-if TYPE_CHECKING:
-    from ._tasks import ChangeBudget
 
 PeerId = int
 Mode = Literal["phase", "abort"]
@@ -156,9 +153,10 @@ class Placement:
 
     # ------------------------------------------------------------------------------------------ granting
 
-    def grant_leases(self, budget: ChangeBudget, grant: Callable[[TaskRecord, PeerId, Capability], None]) -> None:
+    def grant_leases(self, full: Callable[[], bool], grant: Callable[[TaskRecord, PeerId, Capability], None]) -> None:
         """Lease ready tasks, oldest first per kind, to the least busy worker able to run each (``grant`` makes the
-        transition and calls :meth:`add_lease`); move those no attached worker can run to the blocked tasks."""
+        transition and calls :meth:`add_lease`), until ``full()`` says the settling commit holds enough; move those no
+        attached worker can run to the blocked tasks."""
         self.place = False
         for kind in list(self.ready):
             queue = self.ready[kind]
@@ -171,7 +169,7 @@ class Placement:
                 continue
             if not self.has_capacity():
                 return  # every worker is busy: a lease that ends brings us back
-            self._grant_from(queue, kind, budget, grant)
+            self._grant_from(queue, kind, full, grant)
             if not queue:
                 self.ready.pop(kind, None)
 
@@ -179,7 +177,7 @@ class Placement:
         self,
         queue: dict[str, None],
         kind: str,
-        budget: ChangeBudget,
+        full: Callable[[], bool],
         grant: Callable[[TaskRecord, PeerId, Capability], None],
     ) -> None:
         """Grant what can be granted from one kind's queue, in order. Tasks whose able workers are busy keep their
@@ -190,7 +188,7 @@ class Placement:
             if not chunk:
                 return
             for task_id in chunk:
-                if budget.full():
+                if full():
                     self.place = True  # the next batch grants the rest
                     return
                 record = self._records.get(task_id)

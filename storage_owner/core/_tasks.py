@@ -618,7 +618,7 @@ class TaskEngine:
         self._reconcile_all()
         if self._placement.place and not self._settling_left():
             # Only once everything is settled: a cascade cut short must reach a task before it may start a phase.
-            self._placement.grant_leases(self._budget, self._grant)
+            self._placement.grant_leases(self._budget.full, self._grant)
             self._reconcile_all()  # an orphaned abort may have ended something
         ended = list(self._records.ended.values())
         self._records.ended.clear()
