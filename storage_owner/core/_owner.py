@@ -9,12 +9,14 @@ request by raising :class:`Refusal`, which becomes an ``Error`` reply in one pla
 
 Rules:
 
-1. A refused request changes nothing and does not disturb the other requests of its batch. A request with several
-   writes runs inside its own savepoint, rolled back alone if it is refused. A request whose only fallible write is
-   its first statement (a one-write commit, a submission) needs none, since SQLite undoes a failed statement by
-   itself; every check runs before the first write.
-2. A ``Commit`` or a newly admitted ``Submit`` takes the next ``seq``, logs its records in the commit log and is
-   fanned out to the live watches that match it. A refused request takes no ``seq``.
+1. A refused request changes nothing and does not disturb the other requests of its batch. Every request that
+   writes is applied inside a unit of work (:mod:`._unit`), which owns its savepoint, the undo of memory, its
+   commit-log record and the fan-out: a refusal anywhere rolls back everything the request touched. A request whose
+   only fallible write is its first statement (a commit of one write of most kinds, a submission) needs no
+   savepoint, since SQLite undoes a failed statement by itself (:func:`_guarded`).
+2. A request that changed records (a ``Commit``, a newly admitted ``Submit``, a cancel, an owner's decision) takes
+   the next ``seq``, logs its records in the commit log and is fanned out to the live watches that match it. A
+   refused request, a setting (prices, budgets, the manual clock) and a no-op take no ``seq``.
 3. A repeated submission ``request_id`` is looked up before any other check or write; the same kind and payload
    return the original, anything else is a conflict.
 4. A new watch first catches up from the commit log, page by page, between batches; it turns live once it has
@@ -70,7 +72,6 @@ from protocol import (
     OperationReply,
     OperationsReply,
     OutcomesReply,
-    PartialRecord,
     PartialsReply,
     PeerInfo,
     PeersReply,
@@ -145,6 +146,7 @@ from ._partials import Partials
 from ._ports import LoggedCommit, Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
+from ._unit import CommitLog, Journal, UnitOfWork, WriteHandler
 from ._usage import BudgetRefusal
 
 T = TypeVar("T")
@@ -176,6 +178,13 @@ SUBMISSION_QUEUED: Final = "queued"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
 MAX_INPUT_BYTES: Final = 1 << 20
+ONE_STATEMENT_WRITES: Final[frozenset[type[Write]]] = frozenset(
+    {AppendEntry, PutDocument, CreateConversation, CreateTask, SetTaskState, AbortTask, StartOperation, FinishOperation}
+    | {AppendPartial}
+)
+"""Writes that run every check before their first fallible statement (a write past it cannot be refused): alone in a
+commit, they need no savepoint. A ``create_interaction`` inserts its approval task, then its interaction (which may
+clash), so it is guarded even alone."""
 _NEVER_OVERLOADED: Final = frozenset({Watch, Unwatch, Ping, Announce})
 """Requests answered even past an output budget: their replies are small and fixed, the client sends them without
 awaiting the reply (a resubscription, a heartbeat, a worker's announcement after a reconnect), and what they lead to
@@ -255,15 +264,17 @@ class OwnerCore:
         self._token = token
         self._instance = instance
         self._clock = clock
-        self._head_seq = store.head_seq()
         self._peers: dict[PeerId, _Peer] = {}
         self._live: dict[str | None, dict[tuple[PeerId, int], _Watch]] = {}
         self._lagging: dict[tuple[PeerId, int], _Watch] = {}
         self._out: list[Output] = []
         self._clock_ms: int | None = None
-        self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
-        self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
-        self.partials = Partials(store, self.tasks.on_rollback)
+        journal = Journal()
+        """The undo of every aggregate's memory while a request's unit of work is open (``_unit``)."""
+        self._log = CommitLog(store, journal, reply=self._reply, fan_out=self._fan_out, changed=self._committed)
+        self.tasks = TaskEngine(store, self._push, journal, orphan_grace_ms=orphan_grace_ms)
+        self.runs = Runs(store, self.tasks, journal, max_concurrent_runs=max_concurrent_runs)
+        self.partials = Partials(store, journal)
         self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
         self._cancel_replies: list[tuple[PeerId, int, str]] = []
         """``cancel_run`` requests of this batch, answered after its settle with the run as it is then."""
@@ -272,8 +283,6 @@ class OwnerCore:
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
         self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
-            Commit: self._on_commit,
-            Submit: self._on_submit,
             ReadConversation: self._on_read_conversation,
             ReadEntries: self._on_read_entries,
             ReadDocument: self._on_read_document,
@@ -281,41 +290,43 @@ class OwnerCore:
             Watch: self._on_watch,
             Unwatch: self._on_unwatch,
             Ping: self._on_ping,
-            AdvanceClock: self._on_advance_clock,
             Announce: self._on_announce,
             ReadPeers: self._on_read_peers,
             ReadTask: self._on_read_task,
             ReadOutcomes: self._on_read_outcomes,
             WaitTask: self._on_wait_task,
             ReadTaskGraph: self._on_read_task_graph,
-            Release: self._on_release,
             ReadRun: self._on_read_run,
             ReadRuns: self._on_read_runs,
             WaitRun: self._on_wait_run,
-            CancelRun: self._on_cancel_run,
             ReadOperations: self._on_read_operations,
             ReadOperation: self._on_read_operation,
             ReadUsage: self._on_read_usage,
             ReadUsageTotals: self._on_read_usage_totals,
-            SetPrices: self._on_set_prices,
             ReadPrices: self._on_read_prices,
-            SetBudget: self._on_set_budget,
-            Resolve: self._on_resolve,
-            Respond: self._on_respond,
-            RetryRun: self._on_retry_run,
             ReadInteractions: self._on_read_interactions,
             ReadPartials: self._on_read_partials,
         }
-        self._writes: frozenset[type[Any]] = frozenset(
-            {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun, SetPrices, SetBudget}
-        )
+        self._writes: dict[type[Any], WriteHandler] = {
+            Commit: self._on_commit,
+            Submit: self._on_submit,
+            AdvanceClock: self._on_advance_clock,
+            Release: self._on_release,
+            CancelRun: self._on_cancel_run,
+            Resolve: self._on_resolve,
+            Respond: self._on_respond,
+            RetryRun: self._on_retry_run,
+            SetPrices: self._on_set_prices,
+            SetBudget: self._on_set_budget,
+        }
+        """The requests that write: each is applied in a unit of work (``_unit``)."""
 
     # ------------------------------------------------------------------------------------------ inspection
 
     @property
     def head_seq(self) -> int:
         """The ``seq`` of the newest commit applied (committed once the current batch commits)."""
-        return self._head_seq
+        return self._log.head_seq
 
     def stored_clock_ms(self) -> int:
         """The manual clock's time as last committed (0 on a new database)."""
@@ -365,7 +376,7 @@ class OwnerCore:
         return Welcome(
             protocol_version=PROTOCOL_VERSION,
             owner_instance=self._instance,
-            head_seq=self._head_seq,
+            head_seq=self._log.head_seq,
             clock=self._clock,
             max_message_bytes=MAX_MESSAGE_BYTES,
             heartbeat_ms=self._heartbeat_ms,
@@ -440,12 +451,12 @@ class OwnerCore:
         """
         self._expect_batch("run_batch", _IDLE)
         self._batch_state = _BROKEN  # until the batch got through whole
-        head_before = self._head_seq
+        head_before = self._log.head_seq
         for peer, received in frames:
             self._handle(peer, received.call_id, received.frame, now_ms)
-        self._settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms))
+        self._log.settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms), self._settle)
         self._batch_state = _RAN
-        return self._head_seq != head_before
+        return self._log.head_seq != head_before
 
     def take_output(self) -> tuple[list[Output], BatchEffects]:
         """Everything the batch produced, in order, and its effects. Call only once its transaction committed."""
@@ -479,34 +490,45 @@ class OwnerCore:
 
     def _handle(self, peer: PeerId, call_id: int | None, frame: Frame | BadFrame, now_ms: int) -> None:
         """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
-        (a write handler has rolled its savepoint back on the way out), addressed to ``call_id`` either way."""
+        (a request that writes is rolled back whole by its unit of work first), addressed to ``call_id`` either way."""
         state = self._peers.get(peer)
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
         try:
             if isinstance(frame, BadFrame):
                 raise Refusal(frame.code, frame.message)
-            handler = self._handlers.get(type(frame))
-            if handler is None:
+            kind = type(frame)
+            handler = self._handlers.get(kind)
+            write = self._writes.get(kind) if handler is None else None
+            if handler is None and write is None:
                 raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
             if call_id is None:  # the codec refuses this already; a core fed by hand must not answer nobody
                 raise Refusal(ErrorCode.BAD_FRAME, f"bad {frame.TYPE} frame: $.call_id: required field missing")
-            if type(frame) in self._writes and state.role not in WRITER_ROLES:
+            if write is not None and state.role not in WRITER_ROLES:
                 message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
             overload = self._ledger.overload(peer)
-            if overload is not None and type(frame) not in _NEVER_OVERLOADED:
+            if overload is not None and kind not in _NEVER_OVERLOADED:
                 raise Refusal(ErrorCode.OVERLOADED, overload)
-            handler(peer, call_id, frame, now_ms)
+            if write is None:
+                assert handler is not None
+                handler(peer, call_id, frame, now_ms)
+                return
+            try:
+                self._log.apply(write, peer, call_id, frame, now_ms, guarded=_guarded(frame))
+            except BudgetRefusal as refusal:
+                # In the refused request's place, a commit of its own ends the run's task (``_usage`` rule 4).
+                self._log.apply(self._end_over_budget, peer, call_id, refusal, now_ms, guarded=True)
+                raise
         except Refusal as refusal:
             self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
 
-    def _settle(self, now_ms: int) -> None:
+    def _settle(self, unit: UnitOfWork) -> None:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
-        more commit, and ``wait_task`` calls of tasks that ended are answered."""
-        seq = self._head_seq + 1
+        more commit (``unit``), and the calls waiting on what ended are answered once it is logged."""
+        seq, now_ms = unit.seq, unit.now_ms
         runs = self.runs
         changed_runs: dict[str, RunRecord] = {}
         admitted: list[Record] = []
@@ -518,7 +540,8 @@ class OwnerCore:
         if runs.live or changed_runs:
             runs.tasks_changed(result.records)
             runs.refresh(seq, now_ms, changed_runs)
-        records: list[Record] = list(admitted)
+        records = unit.records
+        records += admitted
         if runs.settle_records:
             records += runs.settle_records
             runs.settle_records = []
@@ -526,24 +549,24 @@ class OwnerCore:
             settled = {record.task_id for record in result.records}
             # Drop the admitted task records settling changed again (logged below), keeping the rest: the
             # operations it interrupted were lost here once.
-            records = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
+            records[:] = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
         records += result.records
         records += changed_runs.values()
         if records:
             records += self.partials.settled(records, seq, now_ms)  # interrupted streams and ended runs: aborted
-        if records:
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-            touched = {record.conversation_id for record in records if record.conversation_id is not None}
-            self._store.log_commit(logged, frozenset(touched))
-            self._head_seq = seq
-            self._fan_out(logged, touched)
-        for run in changed_runs.values():
+        if changed_runs or self._cancel_replies or result.ended:
+            unit.then(lambda: self._answer_settled(changed_runs.values(), result.ended))
+
+    def _answer_settled(self, runs: Iterable[RunRecord], ended: Iterable[TaskRecord]) -> None:
+        """Once the settling commit is logged: the calls waiting on runs it settled and tasks that ended, and the
+        ``cancel_run`` requests of the batch (with the run as it is now)."""
+        for run in runs:
             self._answer_run_waits(run)
         if self._cancel_replies:
             cancels, self._cancel_replies = self._cancel_replies, []
             for peer, call_id, run_id in cancels:
                 self._reply(peer, call_id, RunReply(run=self._require_run(run_id)))
-        for record in result.ended:
+        for record in ended:
             waits = self._take_waits("task", record.task_id)
             if waits:
                 reply = self._task_reply(record)
@@ -555,7 +578,7 @@ class OwnerCore:
         self._expect_batch("catch_up", _IDLE)
         self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
         out: list[Output] = []
-        head = self._head_seq
+        head = self._log.head_seq
         ledger = self._ledger
         for key, watch in list(self._lagging.items()):
             if self._peers[watch.peer].congested or ledger.is_over(watch.peer):
@@ -585,80 +608,52 @@ class OwnerCore:
 
     # -------------------------------------------------------------------------------------------- requests
 
-    def _on_commit(self, peer: PeerId, call_id: int, request: Commit, now_ms: int) -> None:
+    def _on_commit(self, unit: UnitOfWork, request: Commit) -> Frame:
         count = len(request.writes)
         if not 1 <= count <= MAX_WRITES_PER_COMMIT:
             message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
             raise Refusal(ErrorCode.INVALID, message)
-        seq = self._head_seq + 1
-        records: list[Record] = []
+        seq, now_ms = unit.seq, unit.now_ms
+        records = unit.records
         results: list[int] = []
-        touched: set[str] = set()
         positions: dict[str, int] = {}
         store = self._store
         if request.lease is not None:
-            if self._peers[peer].role != "worker":
+            if self._peers[unit.peer].role != "worker":
                 raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
-            self.tasks.check_lease(peer, request.lease)
-        guarded = count > 1
-        if guarded:
-            store.savepoint()
-        self.tasks.begin()
-        runs_changed: dict[str, RunRecord] = {}
-        ended: PartialRecord | None = None
-        try:
-            for index, write in enumerate(request.writes):
-                where = f"writes[{index}]"
-                if isinstance(write, StartOperation):
-                    record: Record = self.runs.start_operation(write, request.lease, seq, now_ms, where)
-                    result = 0
-                elif isinstance(write, CreateInteraction):
-                    record, result = self.runs.create_interaction(write, request.lease, seq, now_ms, where)
-                elif isinstance(write, FinishOperation):
-                    record, run = self.runs.finish_operation(write, request.lease, seq, now_ms, where)
-                    result = 0
-                    if run is not None:
-                        runs_changed[run.run_id] = run
-                    ended = self.partials.finished(record, seq, now_ms)  # after the operation's record
-                elif isinstance(write, AppendPartial):
-                    op = store.operation(write.operation_id) if write.operation_id else None
-                    piece = self.partials.append(write, op, request.lease, seq, now_ms, where)
-                    results.append(0)
-                    if piece is not None:
-                        records.append(piece)
-                        touched.add(piece.conversation_id)
-                    continue
-                else:
-                    record, result = self._apply(write, seq, now_ms, where, positions, request.lease)
+            self.tasks.check_lease(unit.peer, request.lease)
+        for index, write in enumerate(request.writes):
+            where = f"writes[{index}]"
+            if isinstance(write, StartOperation):
+                record: Record = self.runs.start_operation(write, request.lease, seq, now_ms, where)
+                result = 0
+            elif isinstance(write, CreateInteraction):
+                record, result = self.runs.create_interaction(write, request.lease, seq, now_ms, where)
+            elif isinstance(write, FinishOperation):
+                record, run = self.runs.finish_operation(write, request.lease, seq, now_ms, where)
                 records.append(record)
-                results.append(result)
-                if record.conversation_id is not None:
-                    touched.add(record.conversation_id)
+                results.append(0)
+                if run is not None:
+                    unit.last(run.run_id, run)
+                ended = self.partials.finished(record, seq, now_ms)  # after the operation's record
                 if ended is not None:
                     records.append(ended)
-                    ended = None
-            records.extend(runs_changed.values())
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-            store.log_commit(logged, frozenset(touched))
-        except Refusal as refusal:  # undo this request alone (rule 1), then let handle() answer it
-            if guarded:
-                store.rollback_savepoint()
-            self.tasks.rollback()
-            if isinstance(refusal, BudgetRefusal) and not self._end_over_budget(request.lease, refusal, now_ms):
-                # Nothing ended the lease (not the run task's, or its abort handler's): a plain refusal, which the
-                # phase meets as an error, as it would any other.
-                raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
-            raise
-        self.tasks.commit()
-        if guarded:
-            store.release_savepoint()
-        if self.runs.live:
-            self.runs.tasks_changed(records)
+                continue
+            elif isinstance(write, AppendPartial):
+                op = store.operation(write.operation_id) if write.operation_id else None
+                piece = self.partials.append(write, op, request.lease, seq, now_ms, where)
+                results.append(0)
+                if piece is not None:
+                    records.append(piece)
+                continue
+            else:
+                record, result = self._apply(write, seq, now_ms, where, positions, request.lease)
+            records.append(record)
+            results.append(result)
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
-        self._next_positions.update(positions)
-        committed = Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
-        self._published(peer, call_id, committed, logged, touched)
+        self._next_positions.update(positions)  # every write succeeded (nothing in the handler refuses after)
+        return Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
 
     def _apply(
         self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int], lease: LeaseRef | None
@@ -737,7 +732,7 @@ class OwnerCore:
             self.tasks.conversation_created(write.conversation_id, write.owner_task_id)
         return conversation, 0
 
-    def _on_submit(self, peer: PeerId, call_id: int, request: Submit, now_ms: int) -> None:
+    def _on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
             if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
@@ -746,9 +741,8 @@ class OwnerCore:
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
                 )
                 raise Refusal(ErrorCode.CONFLICT, message)
-            self._reply(peer, call_id, Submitted(submission=existing, created=False))
-            return
-        seq = self._head_seq + 1
+            return Submitted(submission=existing, created=False)
+        seq, now_ms = unit.seq, unit.now_ms
         store = self._store
         # One fallible write, the first: no savepoint needed (rule 1).
         check_id(request.conversation_id, "conversation_id")
@@ -777,16 +771,13 @@ class OwnerCore:
             store.insert_submission(submission)
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
-        records: tuple[Record, ...] = (submission,)
+        unit.records.append(submission)
         if run is not None:
             # Cannot clash: a run is named after its submission, whose id the insert above found unused.
             store.insert_run(run, request.payload)
             self.runs.created(run)
-            records = (submission, run)
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=records)
-        touched = {request.conversation_id}
-        store.log_commit(logged, frozenset(touched))
-        self._published(peer, call_id, Submitted(submission=submission, created=True), logged, touched)
+            unit.records.append(run)
+        return Submitted(submission=submission, created=True)
 
     def _new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
         """The queued run an ``input`` submission admits (checked here, stored by the caller). A run takes its
@@ -841,7 +832,7 @@ class OwnerCore:
         else:
             self._add_wait("run", run.run_id, peer, call_id)
 
-    def _on_cancel_run(self, peer: PeerId, call_id: int, request: CancelRun, now_ms: int) -> None:
+    def _on_cancel_run(self, unit: UnitOfWork, request: CancelRun) -> Frame | None:
         """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
         engine) and ends ``cancelled`` once that is terminal. Cancelling a cancelled run again is a no-op; a run that
         ended otherwise is a ``conflict``. The reply is the run as it is once this batch has settled the mark:
@@ -849,30 +840,20 @@ class OwnerCore:
         run = self._require_run(request.run_id)
         if run.status in TERMINAL:
             if run.status == "cancelled":
-                self._reply(peer, call_id, RunReply(run=run))
-                return
+                return RunReply(run=run)
             raise Refusal(ErrorCode.CONFLICT, f"run {run.run_id} already ended {run.status}: nothing to cancel")
-        seq = self._head_seq + 1
-        record: Record
         if run.task_id is None:
-            run = attrs.evolve(run, status="cancelled", seq=seq, updated_at_ms=now_ms)
-            self.runs.put(run)
-            record = run
-        else:
-            self.tasks.begin()
-            record, _ = self.tasks.abort_task(AbortTask(task_id=run.task_id), seq, now_ms, "run")
-            self.tasks.commit()
-            self.runs.tasks_changed((record,))
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
-        touched = {run.conversation_id}
-        self._store.log_commit(logged, frozenset(touched))
-        if run.status == "cancelled":
-            self._published(peer, call_id, RunReply(run=run), logged, touched)
-            self._answer_run_waits(run)
-            return
-        self._head_seq = logged.seq
-        self._fan_out(logged, touched)
-        self._cancel_replies.append((peer, call_id, run.run_id))
+            cancelled = attrs.evolve(run, status="cancelled", seq=unit.seq, updated_at_ms=unit.now_ms)
+            self.runs.put(cancelled)
+            unit.records.append(cancelled)
+            unit.then(lambda: self._answer_run_waits(cancelled))
+            return RunReply(run=cancelled)
+        record, _ = self.tasks.abort_task(AbortTask(task_id=run.task_id), unit.seq, unit.now_ms, "run")
+        unit.records.append(record)
+        peer, call_id, run_id = unit.peer, unit.call_id, run.run_id
+        assert call_id is not None
+        unit.then(lambda: self._cancel_replies.append((peer, call_id, run_id)))  # answered once settled
+        return None
 
     def _on_read_operations(self, peer: PeerId, call_id: int, request: ReadOperations, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:
@@ -902,93 +883,51 @@ class OwnerCore:
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
         self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
 
-    def _end_over_budget(self, lease: LeaseRef | None, refusal: BudgetRefusal, now_ms: int) -> bool:
+    def _end_over_budget(self, unit: UnitOfWork, refusal: BudgetRefusal) -> None:
         """A run's model request was refused for its budget (``_usage`` rule 4): its task ends ``failed``
         (``budget_exceeded``) in a commit of its own, in place of the refused one, which ends the phase's lease.
-        Whether it did (not under another task's lease, nor an abort handler's)."""
+        Refused (a plain ``conflict``, which the phase meets as any other error) under another task's lease or an
+        abort handler's, which ends as it was going to."""
+        lease = refusal.lease
         if lease is None or lease.task_id != refusal.task_id:
-            return False
-        seq = self._head_seq + 1
-        self._store.savepoint()
-        self.tasks.begin()
+            raise Refusal(ErrorCode.CONFLICT, refusal.message)
         outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.why)
         end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
         try:
-            record = self.tasks.set_state(end, lease, seq, now_ms, "budget")
-        except Refusal:  # an abort handler's lease: it ends as it was going to
-            self._store.rollback_savepoint()
-            self.tasks.rollback()
-            return False
-        self.tasks.commit()
-        self._store.release_savepoint()
-        self.runs.tasks_changed((record,))
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
-        touched = {record.conversation_id}
-        self._store.log_commit(logged, frozenset(touched))
-        self._head_seq = seq
-        self._fan_out(logged, touched)
-        return True
+            record = self.tasks.set_state(end, lease, unit.seq, unit.now_ms, "budget")
+        except Refusal:  # an abort handler's lease
+            raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
+        unit.records.append(record)
 
     def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
         self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
 
-    def _on_set_prices(self, peer: PeerId, call_id: int, request: SetPrices, now_ms: int) -> None:
+    def _on_set_prices(self, unit: UnitOfWork, request: SetPrices) -> Frame:
         """Settings, not history: a price change takes no seq (results committed from now on use it)."""
         self.runs.accounting.set_prices(request)
-        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
+        return PricesReply(prices=self.runs.accounting.price_table())
 
     def _on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> None:
         self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
 
-    def _on_set_budget(self, peer: PeerId, call_id: int, request: SetBudget, now_ms: int) -> None:
+    def _on_set_budget(self, unit: UnitOfWork, request: SetBudget) -> Frame:
         """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""
-        self._reply(peer, call_id, self.runs.accounting.set_budget(request))
+        return self.runs.accounting.set_budget(request)
 
-    def _owner_decision(
-        self, peer: PeerId, call_id: int, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]
-    ) -> None:
-        """Run one of the owner's decisions (resolve, respond, retry_run) as one commit, inside its own savepoint
-        and the engine's journal (a refusal undoes it whole); a decision that changed nothing takes no seq."""
-        seq = self._head_seq + 1
-        self._store.savepoint()
-        self.tasks.begin()
-        try:
-            reply, records = decide(seq)
-        except Refusal:
-            self._store.rollback_savepoint()
-            self.tasks.rollback()
-            raise
-        self.tasks.commit()
-        self._store.release_savepoint()
-        if not records:
-            self._reply(peer, call_id, reply)
-            return
-        self.runs.tasks_changed(records)
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-        touched = {record.conversation_id for record in records if record.conversation_id is not None}
-        self._store.log_commit(logged, frozenset(touched))
-        self._published(peer, call_id, reply, logged, touched)
+    def _on_resolve(self, unit: UnitOfWork, request: Resolve) -> Frame:
+        operation, records = self.runs.resolve(request, unit.seq, unit.now_ms)
+        unit.records += records
+        return OperationReply(operation=operation)
 
-    def _on_resolve(self, peer: PeerId, call_id: int, request: Resolve, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            operation, records = self.runs.resolve(request, seq, now_ms)
-            return OperationReply(operation=operation), records
+    def _on_respond(self, unit: UnitOfWork, request: Respond) -> Frame:
+        interaction, records = self.runs.respond(request, unit.seq, unit.now_ms)
+        unit.records += records
+        return InteractionReply(interaction=interaction)
 
-        self._owner_decision(peer, call_id, now_ms, decide)
-
-    def _on_respond(self, peer: PeerId, call_id: int, request: Respond, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            interaction, records = self.runs.respond(request, seq, now_ms)
-            return InteractionReply(interaction=interaction), records
-
-        self._owner_decision(peer, call_id, now_ms, decide)
-
-    def _on_retry_run(self, peer: PeerId, call_id: int, request: RetryRun, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            run, records = self.runs.retry_run(request.run_id, seq, now_ms)
-            return RunReply(run=run), records
-
-        self._owner_decision(peer, call_id, now_ms, decide)
+    def _on_retry_run(self, unit: UnitOfWork, request: RetryRun) -> Frame:
+        run, records = self.runs.retry_run(request.run_id, unit.seq, unit.now_ms)
+        unit.records += records
+        return RunReply(run=run)
 
     def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
         page = self.partials.read(
@@ -1005,7 +944,7 @@ class OwnerCore:
                 raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
         reply = PartialsReply(
             partials=tuple(page.records),
-            seq=self._head_seq,
+            seq=self._log.head_seq,
             next_operation_id=page.next_operation_id,
             next_offset=page.next_offset,
         )
@@ -1058,20 +997,24 @@ class OwnerCore:
                 state.wait_count -= 1
         return waits
 
-    def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
+    def _on_advance_clock(self, unit: UnitOfWork, request: AdvanceClock) -> Frame:
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
         if request.by_ms < 0:
             message = f"by_ms must not be negative (got {request.by_ms}); the clock never goes back"
             raise Refusal(ErrorCode.INVALID, message)
-        new_ms = now_ms + request.by_ms
+        new_ms = unit.now_ms + request.by_ms
         if new_ms > MAX_CLOCK_MS:
             message = f"advancing by {request.by_ms} ms would take the clock past {MAX_CLOCK_MS} ms"
             raise Refusal(ErrorCode.INVALID, message)
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
-        self._clock_ms = new_ms
-        self._reply(peer, call_id, ClockReply(now_ms=new_ms))
+        unit.then(lambda: self._clock_moved(new_ms))
+        return ClockReply(now_ms=new_ms)
+
+    def _clock_moved(self, now_ms: int) -> None:
+        """The manual clock was advanced: the batch's later requests and its settle see the new time."""
+        self._clock_ms = now_ms
 
     def _on_read_conversation(self, peer: PeerId, call_id: int, request: ReadConversation, now_ms: int) -> None:
         conversation = self._store.conversation(request.conversation_id)
@@ -1118,8 +1061,8 @@ class OwnerCore:
                 f"{request.watch_id} was not added)"
             )
             raise Refusal(ErrorCode.INVALID, message)
-        if not 0 <= request.from_seq <= self._head_seq:
-            message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
+        if not 0 <= request.from_seq <= self._log.head_seq:
+            message = f"from_seq must be between 0 and the newest seq {self._log.head_seq}, not {request.from_seq}"
             raise Refusal(ErrorCode.INVALID, message)
         from_seq = request.from_seq
         if request.conversation_id is not None:
@@ -1132,7 +1075,7 @@ class OwnerCore:
         )
         state.watches[request.watch_id] = watch
         self._lagging[(peer, request.watch_id)] = watch
-        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._head_seq))
+        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._log.head_seq))
 
     def _on_unwatch(self, peer: PeerId, call_id: int, request: Unwatch, now_ms: int) -> None:
         watch = self._peers[peer].watches.pop(request.watch_id, None)
@@ -1238,21 +1181,21 @@ class OwnerCore:
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
         nodes, more = _fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
         next_after = nodes[-1].task.task_id if more else None
-        reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
+        reply = TaskGraphReply(seq=self._log.head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
         self._reply(peer, call_id, reply)
 
-    def _on_release(self, peer: PeerId, call_id: int, request: Release, now_ms: int) -> None:
-        if self._peers[peer].role != "worker":
+    def _on_release(self, unit: UnitOfWork, request: Release) -> Frame:
+        if self._peers[unit.peer].role != "worker":
             raise Refusal(ErrorCode.NOT_ALLOWED, "only workers hold leases: a release is a worker's (nothing changed)")
-        self.tasks.release(peer, request.lease, request.migration_error)
-        self._reply(peer, call_id, Ok())
+        self.tasks.release(unit.peer, request.lease, request.migration_error)
+        return Ok()
 
     def _task_reply(self, record: TaskRecord) -> TaskReply:
         input_value, checkpoint = self._store.task_data(record.task_id)
         return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
 
     def _on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> None:
-        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._head_seq))
+        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._log.head_seq))
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -1266,11 +1209,10 @@ class OwnerCore:
         self._out.append((peer, None, frame))
         self._ledger.add(peer, None, frame)
 
-    def _published(self, peer: PeerId, call_id: int, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
-        """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
-        self._head_seq = logged.seq
-        self._reply(peer, call_id, reply)
-        self._fan_out(logged, touched)
+    def _committed(self, records: list[Record]) -> None:
+        """A request's commit was logged: the runs of the tasks it changed derive their statuses at the settle."""
+        if self.runs.live:
+            self.runs.tasks_changed(records)
 
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
         if not self._live:
@@ -1297,6 +1239,16 @@ class OwnerCore:
             live.pop(key, None)
             if not live:
                 del self._live[watch.conversation_id]
+
+
+def _guarded(request: Frame) -> bool:
+    """Whether a request that writes may be refused after its first write, so that its unit of work needs a
+    savepoint (rule 1): every one but a submission and a commit of one write of :data:`ONE_STATEMENT_WRITES`, whose
+    only fallible statement is their first (the hot path: a commit of one entry pays no savepoint)."""
+    if type(request) is Commit:
+        writes = request.writes
+        return len(writes) != 1 or type(writes[0]) not in ONE_STATEMENT_WRITES
+    return type(request) is not Submit
 
 
 def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:

@@ -26,7 +26,7 @@ One row per operation in ``partials`` (the current attempt, its status and size)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
@@ -49,6 +49,7 @@ from protocol import (
 from ._checks import Refusal, check_id
 from ._partial_ports import PartialHead, PartialStore
 from ._runs import TERMINAL, has_result
+from ._unit import Journal
 
 STREAMING: Final = "streaming"
 PAGE_BYTES: Final = 512 << 10
@@ -58,16 +59,14 @@ PAGE_OPERATIONS: Final = 1000
 """Operations one ``read_partials`` page reads at most (a run has one per model request)."""
 MIN_CUT_BYTES: Final = 4 << 10
 """A text is cut to fill the rest of a page only if that rest holds this much; otherwise the page ends before it."""
-Callback = Callable[[Callable[[], None]], None]
-"""Journals an undo action for a refused request (the task engine's ``on_rollback``)."""
 
 
 class Partials:
     """The partial output of one store's model requests; see the module docstring."""
 
-    def __init__(self, store: PartialStore, on_rollback: Callback) -> None:
+    def __init__(self, store: PartialStore, journal: Journal) -> None:
         self._store = store
-        self._on_rollback = on_rollback
+        self._journal = journal
         self._held: dict[str, PartialHead] = {head.operation_id: head for head in store.held_partials()}
         """Heads that stream or whose pieces are stored: at most one per live model request (and per run)."""
 
@@ -319,11 +318,11 @@ class Partials:
     def _set(self, head: PartialHead) -> None:
         old = self._held.get(head.operation_id)
         self._held[head.operation_id] = head
-        self._on_rollback(lambda: self._restore(head.operation_id, old))
+        self._journal.undo(lambda: self._restore(head.operation_id, old))
 
     def _forget(self, operation_id: str) -> None:
         old = self._held.pop(operation_id, None)
-        self._on_rollback(lambda: self._restore(operation_id, old))
+        self._journal.undo(lambda: self._restore(operation_id, old))
 
     def _restore(self, operation_id: str, head: PartialHead | None) -> None:
         if head is None:

@@ -63,6 +63,7 @@ from protocol import (
 from ._checks import Refusal, check_id, check_name, same_json
 from ._ports import Store, StoreConflict
 from ._tasks import CutOffRule, TaskEngine
+from ._unit import Journal
 from ._usage import Accounting, check_usage
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
@@ -228,9 +229,10 @@ def answer_of(task: TaskRecord) -> RunAnswer | None:
 class Runs:
     """The live runs of one store, their conversations' queues, and admission. See the module docstring."""
 
-    def __init__(self, store: Store, tasks: TaskEngine, *, max_concurrent_runs: int) -> None:
+    def __init__(self, store: Store, tasks: TaskEngine, journal: Journal, *, max_concurrent_runs: int) -> None:
         self._store = store
         self._tasks = tasks
+        self._journal = journal
         self.max_concurrent_runs = max_concurrent_runs
         self.live: dict[str, RunRecord] = {}
         """Runs that are not terminal, by id (changed only through ``_live_set`` / ``_live_pop``)."""
@@ -289,6 +291,7 @@ class Runs:
 
     def created(self, record: RunRecord) -> None:
         """A submission created a queued run (in the request's commit)."""
+        self._remember(record)
         self._add(record)
         self._admit_due = True
 
@@ -311,8 +314,10 @@ class Runs:
                 self._dirty[run.run_id] = None
 
     def put(self, record: RunRecord) -> None:
-        """Store a run's next record and keep the indexes in step (a terminal run leaves memory)."""
+        """Store a run's next record and keep the indexes in step (a terminal run leaves memory); inside a request,
+        what it changed in memory is put back if the request is refused."""
         self._store.update_run(record)
+        self._remember(record)
         old = self.live.get(record.run_id)
         if record.status in TERMINAL:
             self._live_pop(record.run_id)
@@ -333,15 +338,37 @@ class Runs:
             if old is not None and old.status in BUSY and record.status not in BUSY:
                 self._admit_due = True
 
-    def put_in_request(self, record: RunRecord) -> None:
-        """:meth:`put` inside a request: put back in memory if the request is refused (the store rolls back)."""
-        old = self.live.get(record.run_id)
-        assert old is not None
-        self.put(record)
-        self._tasks.on_rollback(lambda: self._restore(old))
+    def _remember(self, record: RunRecord) -> None:
+        """Inside a request, journal how memory holds ``record``'s run now (the run, its conversation's queue, the
+        runs of its tasks, whether admission is due), to put it back if the request is refused."""
+        if not self._journal.open:
+            return
+        run_id = record.run_id
+        conversation_id = record.conversation_id
+        old = self.live.get(run_id)
+        queue = self._queues.get(conversation_id)
+        queue = None if queue is None else list(queue)
+        tasks = {task_id for task_id in (record.task_id, None if old is None else old.task_id) if task_id is not None}
+        by_task = {task_id: self._by_task.get(task_id) for task_id in tasks}
+        admit_due = self._admit_due
 
-    def _restore(self, record: RunRecord) -> None:
-        self._live_set(record)
+        def undo() -> None:
+            if old is None:
+                self._live_pop(run_id)
+            else:
+                self._live_set(old)
+            if queue is None:
+                self._queues.pop(conversation_id, None)
+            else:
+                self._queues[conversation_id] = queue
+            for task_id, owner in by_task.items():
+                if owner is None:
+                    self._by_task.pop(task_id, None)
+                else:
+                    self._by_task[task_id] = owner
+            self._admit_due = admit_due
+
+        self._journal.undo(undo)
 
     def _live_set(self, record: RunRecord) -> None:
         """Every change of :attr:`live` goes through here and :meth:`_live_pop`, which keep the busy count."""
@@ -593,7 +620,7 @@ class Runs:
             if write.attempt != 1:
                 raise Refusal(ErrorCode.CONFLICT, f"{what} has no attempt yet: the first is attempt 1")
             if write.kind == "model":  # only once a new attempt is about to be written
-                self.accounting.check_budget(run, task, write.name)
+                self.accounting.check_budget(run, task, write.name, lease)
             record = OperationRecord(
                 operation_id=write.operation_id,
                 run_id=run.run_id,
@@ -638,7 +665,7 @@ class Runs:
         if existing.kind == "tool" and write.digest != existing.digest:
             raise Refusal(ErrorCode.CONFLICT, f"{what}: a tool call's arguments never change between attempts")
         if write.kind == "model":  # only once a new attempt is about to be written
-            self.accounting.check_budget(run, task, write.name)
+            self.accounting.check_budget(run, task, write.name, lease)
         record = attrs.evolve(
             existing,
             task_id=task.task_id,
@@ -694,7 +721,7 @@ class Runs:
         assert task is not None
         self.accounting.add(run, task, op.kind, op.name, usage)
         new = attrs.evolve(run, usage=add_usage(run.usage, usage), seq=seq, updated_at_ms=now_ms)
-        self.put_in_request(new)
+        self.put(new)
         return record, new
 
     def cut_off(self, task: TaskRecord, seq: int, now_ms: int) -> CutOffRule | None:
@@ -892,6 +919,7 @@ class Runs:
             updated_at_ms=now_ms,
         )
         self._store.update_run(new)
+        self._remember(new)
         self._live_set(new)
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
         self._admit_due = True

@@ -143,7 +143,7 @@ class Placement:
             if worker is not None:
                 worker.leases.add(task_id)
 
-        self._records.undo(undo)
+        self._records.journal.undo(undo)
 
     def leased_to(self, task_id: str) -> str | None:
         """The name of the worker holding a lease on the task, if any."""

@@ -1,21 +1,22 @@
-"""The task engine's records, sans-IO: every live task's record, the indexes derived from those records, and the
-undo journal that puts them back when a request is refused.
+"""The task engine's records, sans-IO: every live task's record and the indexes derived from those records.
 
 A terminal task leaves memory with the commit that ends it (its row stays in the store). Every index is derived
 from the live records and kept in step by :meth:`TaskRecords.put`, the one way a record changes in memory, so
-undoing a refused request is putting back the records it replaced. Nothing here decides anything: the transitions
-(:mod:`._tasks`) choose each next record, the placement (:mod:`._task_placement`) who runs it.
+undoing a refused request is putting back the records it replaced (journaled in the owner's one
+:class:`~._unit.Journal`). Nothing here decides anything: the transitions (:mod:`._tasks`) choose each next record,
+the placement (:mod:`._task_placement`) who runs it.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from protocol import TaskOutcome, TaskRecord
 
 from ._ports import Store
+from ._unit import Journal
 
 
 class LiveTasks:
@@ -67,10 +68,12 @@ class LiveTasks:
 
 
 class TaskRecords:
-    """The live records of one store, their indexes, what changed since settling last looked, and the journal."""
+    """The live records of one store, their indexes, and what changed since settling last looked."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, journal: Journal) -> None:
         self.store = store
+        self.journal = journal
+        """Where a change made inside a request journals its undo (the owner's one journal)."""
         self.tasks = LiveTasks(store)
         self.children: dict[str, set[str]] = {}
         """Live tasks by their owner task."""
@@ -89,7 +92,6 @@ class TaskRecords:
         """Tasks that became terminal in this batch, for ``wait_task`` replies."""
         self.finalize: dict[str, TaskRecord] = {}
         """Tasks that became terminal and whose owner, waiters and conversations settling has not yet revisited."""
-        self._journal: list[Callable[[], None]] | None = None
         for conversation_id, owner in store.task_owned_conversations():
             self.conversation_owner[conversation_id] = owner
             self.owned_conversations.setdefault(owner, set()).add(conversation_id)
@@ -102,26 +104,6 @@ class TaskRecords:
         """A task's record, live or terminal."""
         return self.tasks.get(task_id) or self.store.task(task_id)
 
-    # -------------------------------------------------------------------------------------- request journal
-
-    def begin(self) -> None:
-        """Start journaling changes to memory, for :meth:`rollback` if the request is refused."""
-        self._journal = []
-
-    def commit(self) -> None:
-        self._journal = None
-
-    def rollback(self) -> None:
-        journal, self._journal = self._journal, None
-        assert journal is not None
-        for undo in reversed(journal):
-            undo()
-
-    def undo(self, action: Callable[[], None]) -> None:
-        """Journal ``action`` to be run if the current request is refused (nothing outside a request)."""
-        if self._journal is not None:
-            self._journal.append(action)
-
     # ------------------------------------------------------------------------------------------ changes
 
     def put(self, record: TaskRecord) -> None:
@@ -129,7 +111,7 @@ class TaskRecords:
         task_id = record.task_id
         old = self.tasks.get(task_id)
         self._set(task_id, old, record)
-        self.undo(lambda: self._set(task_id, record, old))
+        self.journal.undo(lambda: self._set(task_id, record, old))
 
     def _set(self, task_id: str, old: TaskRecord | None, new: TaskRecord | None) -> None:
         if old is not None:
@@ -181,7 +163,7 @@ class TaskRecords:
             del self.conversation_owner[conversation_id]
             self.owned_conversations[owner_task_id].discard(conversation_id)
 
-        self.undo(undo)
+        self.journal.undo(undo)
 
     def forget_owned_conversations(self, task_id: str) -> None:
         """A task ended: the conversations it owned are owned by nobody now."""

@@ -1,6 +1,6 @@
 """The task engine's transitions, sans-IO: the task state machine, the request handlers that change a task, and
-settling. Its two helpers open alone: :mod:`._task_records` (the live records, the indexes derived from them, the
-undo journal) and :mod:`._task_placement` (workers, leases, the ready and blocked queues, blocked reasons).
+settling. Its two helpers open alone: :mod:`._task_records` (the live records and the indexes derived from them)
+and :mod:`._task_placement` (workers, leases, the ready and blocked queues, blocked reasons).
 
 The task state machine is :data:`TRANSITIONS`, ``(status, event) -> status``, checked on every save of a task's
 record (an illegal transition raises :class:`IllegalTransition`: a bug, never bad input). Its rules:
@@ -31,8 +31,8 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
 
 Two kinds of change reach the engine:
 
-- **Requests** (inside a request's savepoint): ``create_task``, ``abort_task``, ``set_state`` apply the request's
-  own change, nothing else, and mark the tasks they touched *dirty*.
+- **Requests** (inside a request's unit of work, :mod:`._unit`): ``create_task``, ``abort_task``, ``set_state`` apply
+  the request's own change, nothing else, and mark the tasks they touched *dirty*.
 - **Settling** (once per batch, after its requests): :meth:`TaskEngine.settle` reconciles every dirty task until
   nothing changes: cascades abort marks down the ownership graph, ends ``completing`` tasks whose owned work is
   terminal, resumes waiters and due sleepers, counts restarts of cut-off phases, orphans what nobody can run, and
@@ -75,6 +75,7 @@ from ._ports import (
 )
 from ._task_placement import EXTERNAL_PREFIX, HeldLease, Mode, PeerId, Placement
 from ._task_records import TaskRecords, decided, describe_state
+from ._unit import Journal
 
 MAX_WAIT_ON: Final = 10_000
 MAX_SETTLE_CHANGES: Final = 1000
@@ -184,9 +185,15 @@ class TaskEngine:
     """The live tasks of one store and the workers that run them. See the module docstring."""
 
     def __init__(
-        self, store: Store, emit: Callable[[PeerId, Frame], None], *, orphan_grace_ms: int = ORPHAN_GRACE_MS
+        self,
+        store: Store,
+        emit: Callable[[PeerId, Frame], None],
+        journal: Journal,
+        *,
+        orphan_grace_ms: int = ORPHAN_GRACE_MS,
     ) -> None:
         self._store = store
+        self._journal = journal
         self._emit = emit
         self._orphan_grace_ms = orphan_grace_ms
         self._started_grace_until_ms: int | None = None
@@ -197,7 +204,7 @@ class TaskEngine:
         """Task kinds of workers that left since the last settle (their grace starts at its ``now_ms``)."""
         self._orphans_due: dict[str, int] = {}
         """Tasks marked for abort that no attached worker can run, by the end of the grace they wait out."""
-        self._records = TaskRecords(store)
+        self._records = TaskRecords(store, journal)
         self._tasks = self._records.tasks
         self._placement = Placement(self._records)
         self._budget = ChangeBudget()
@@ -313,10 +320,6 @@ class TaskEngine:
         self._save(record, changed, "end")
         return changed
 
-    def on_rollback(self, action: Callable[[], None]) -> None:
-        """Journal ``action`` to run if the current request is refused (for state kept beside the engine's)."""
-        self._records.undo(action)
-
     def blocked_reason_of(self, record: TaskRecord) -> str | None:
         """Why no attached worker can run a runnable task now (``None``: one can, or it is not runnable)."""
         if not self._placement.runnable(record):
@@ -365,18 +368,6 @@ class TaskEngine:
         if sleep_ms is None or orphan_ms is None:
             return orphan_ms if sleep_ms is None else sleep_ms
         return min(sleep_ms, orphan_ms)
-
-    # -------------------------------------------------------------------------------------- request journal
-
-    def begin(self) -> None:
-        """Start journaling changes to memory, for :meth:`rollback` if the request is refused."""
-        self._records.begin()
-
-    def commit(self) -> None:
-        self._records.commit()
-
-    def rollback(self) -> None:
-        self._records.rollback()
 
     # --------------------------------------------------------------------------------------------- requests
 
@@ -494,7 +485,7 @@ class TaskEngine:
                 common |= {"on": on, "policy": write.policy}
                 if write.policy == "fail_fast":
                     self._fail_fast_checks[record.task_id] = None
-                    self._records.undo(lambda: self._fail_fast_checks.pop(record.task_id, None))
+                    self._journal.undo(lambda: self._fail_fast_checks.pop(record.task_id, None))
             event = "wait" if on else "advance"
             changed = attrs.evolve(
                 record, status="waiting" if on else "pending", phase=phase_of(write.checkpoint), **common

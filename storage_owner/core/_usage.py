@@ -35,6 +35,7 @@ from protocol import (
     Budget,
     BudgetReply,
     ErrorCode,
+    LeaseRef,
     ModelPrice,
     ReadUsageTotals,
     RunRecord,
@@ -63,9 +64,11 @@ MAX_TREE_DEPTH: Final = 100_000
 class BudgetRefusal(Refusal):
     """A model request's intent refused for its budget: the core ends the run's task ``failed`` instead."""
 
-    def __init__(self, message: str, *, task_id: str, why: str) -> None:
+    def __init__(self, message: str, *, task_id: str, why: str, lease: LeaseRef | None) -> None:
         super().__init__(ErrorCode.BUDGET_EXCEEDED, message)
         self.task_id = task_id
+        self.lease = lease
+        """The lease the refused intent was committed under (its phase ends if it is the run task's)."""
         self.why = why
         """The message without the run it names: the run's task's error (the run's own record says which run)."""
 
@@ -163,7 +166,7 @@ class Accounting:
             store.add_usage("model", model, usage)
         store.add_usage("tree", self.tree_root(task.task_id), usage)
 
-    def check_budget(self, run: RunRecord, task: TaskRecord, model: str) -> None:
+    def check_budget(self, run: RunRecord, task: TaskRecord, model: str, lease: LeaseRef | None) -> None:
         """Refuse a model request's intent past the budget of the run's conversation or task tree (rule 4)."""
         if not self._has_budgets:
             return
@@ -199,7 +202,8 @@ class Accounting:
                     f"failed (budget_exceeded); raise it first (tether budget {option} {key} --max-tokens N or "
                     f"--max-cost X, or --clear to remove it), then tether retry {run.run_id}"
                 )
-                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=run.task_id or task.task_id, why=why)
+                task_id = run.task_id or task.task_id
+                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=task_id, why=why, lease=lease)
 
     # ------------------------------------------------------------------------------------------ requests
 

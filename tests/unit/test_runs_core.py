@@ -1197,3 +1197,68 @@ def test_a_retried_run_waits_for_capacity_like_any_run(tmp_path: Path) -> None:
         assert worker.holds(run_task_id(runs[0], 2))
     finally:
         sim.close()
+
+
+# ------------------------------------------------------------------------- a refusal undoes its whole request
+
+
+def _then_refuse(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+    """Make ``owner.name`` do its work, then refuse: as a check after a request's first write would."""
+    original = getattr(owner, name)
+
+    def then_refuse(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        raise Refusal(ErrorCode.CONFLICT, "refused after writing")
+
+    monkeypatch.setattr(owner, name, then_refuse)
+
+
+def test_a_refusal_inside_cancel_run_undoes_the_abort_mark(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    head = sim.core.head_seq
+    with monkeypatch.context() as patched:
+        _then_refuse(patched, sim.core.tasks, "abort_task")
+        assert error_code(sim.request(sim.client, CancelRun(run_id=run_id))) == ErrorCode.CONFLICT
+    # Nothing of the refused cancel stays: not the mark (stored or in memory), not a seq, not the lease's cancel.
+    assert sim.store.task(task_id).abort is None  # type: ignore[union-attr]
+    assert sim.task(task_id).abort is None and sim.core.head_seq == head
+    assert task_id not in worker.cancelled and sim.run(run_id).status == "running"
+    reply = expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)  # it still cancels afterwards
+    assert (reply.run.status, reply.run.reason) == ("running", "cancelling") and task_id in worker.cancelled
+
+
+def test_a_refusal_after_retry_run_leaves_the_run_failed(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    worker = sim.agent_worker()
+    task_id = run_task_id(run_id, 1)
+    worker.ok(task_id, model_intent(run_id=run_id, operation_id=fresh_id(), retry=Retry(attempts=1)))
+    worker.leave()  # past its only attempt: the run fails
+    assert sim.run(run_id).status == "failed"
+    head = sim.core.head_seq
+    with monkeypatch.context() as patched:
+        _then_refuse(patched, sim.core.runs, "retry_run")
+        assert error_code(sim.request(sim.client, RetryRun(run_id=run_id))) == ErrorCode.CONFLICT
+    # The refused retry queued nothing, in the store or in memory: the run is not admitted again by a later settle.
+    sim.batch()
+    run = sim.run(run_id)
+    assert (run.status, run.task_id) == ("failed", task_id) and sim.core.head_seq == head
+    assert sim.store.task(run_task_id(run_id, 2)) is None and run_id not in sim.core.runs.live
+    retried = expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run  # it still retries afterwards
+    assert retried.status == "queued" and sim.run(run_id).task_id == run_task_id(run_id, 2)
+
+
+def test_an_interaction_refused_alone_in_its_commit_leaves_no_approval_task(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    first = CreateInteraction(
+        interaction_id=fresh_id(), operation_id=fresh_id(), run_id=run_id, args=JsonValue({}), digest="args"
+    )
+    expect(tools.commit(tool_id, first), Committed)
+    other = fresh_id()
+    again = CreateInteraction(
+        interaction_id=first.interaction_id, operation_id=other, run_id=run_id, args=JsonValue({}), digest="args"
+    )
+    # Its interaction id is taken: refused, and the approval task it would have created is not stored either.
+    assert error_code(tools.commit(tool_id, again)) == ErrorCode.DUPLICATE
+    assert sim.store.task(approval_task_id(other)) is None and sim.core.tasks.live(approval_task_id(other)) is None
