@@ -13,7 +13,7 @@ Rules:
    writes is applied inside a unit of work (:mod:`._unit`), which owns its savepoint, the undo of memory, its
    commit-log record and the fan-out: a refusal anywhere rolls back everything the request touched. A request whose
    only fallible write is its first statement (a commit of one write of most kinds, a submission) needs no
-   savepoint, since SQLite undoes a failed statement by itself (:func:`_guarded`).
+   savepoint, since SQLite undoes a failed statement by itself (:data:`ONE_STATEMENT_WRITES`).
 2. A request that changed records (a ``Commit``, a newly admitted ``Submit``, a cancel, an owner's decision) takes
    the next ``seq``, logs its records in the commit log and is fanned out to the live watches that match it. A
    refused request, a setting (prices, budgets, the manual clock) and a no-op take no ``seq``.
@@ -271,7 +271,7 @@ class OwnerCore:
         self._clock_ms: int | None = None
         journal = Journal()
         """The undo of every aggregate's memory while a request's unit of work is open (``_unit``)."""
-        self._log = CommitLog(store, journal, reply=self._reply, fan_out=self._fan_out, changed=self._committed)
+        self._log = CommitLog(store, journal, reply=self._reply, fan_out=self._fan_out)
         self.tasks = TaskEngine(store, self._push, journal, orphan_grace_ms=orphan_grace_ms)
         self.runs = Runs(store, self.tasks, journal, max_concurrent_runs=max_concurrent_runs)
         self.partials = Partials(store, journal)
@@ -516,8 +516,14 @@ class OwnerCore:
                 assert handler is not None
                 handler(peer, call_id, frame, now_ms)
                 return
+            # A savepoint for every request but those whose only fallible write is their first (rule 1): a
+            # submission, and a commit of one write of ONE_STATEMENT_WRITES (the hot path, written out here).
+            if isinstance(frame, Commit):
+                guarded = len(frame.writes) != 1 or type(frame.writes[0]) not in ONE_STATEMENT_WRITES
+            else:
+                guarded = kind is not Submit
             try:
-                self._log.apply(write, peer, call_id, frame, now_ms, guarded=_guarded(frame))
+                self._log.apply(write, peer, call_id, frame, now_ms, guarded=guarded)
             except BudgetRefusal as refusal:
                 # In the refused request's place, a commit of its own ends the run's task (``_usage`` rule 4).
                 self._log.apply(self._end_over_budget, peer, call_id, refusal, now_ms, guarded=True)
@@ -653,6 +659,8 @@ class OwnerCore:
         if len(self._next_positions) > MAX_CACHED_POSITIONS:
             self._next_positions.clear()
         self._next_positions.update(positions)  # every write succeeded (nothing in the handler refuses after)
+        if self.runs.live:  # the runs of the tasks it changed derive their statuses at the settle
+            self.runs.tasks_changed(records)
         return Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
 
     def _apply(
@@ -850,6 +858,7 @@ class OwnerCore:
             return RunReply(run=cancelled)
         record, _ = self.tasks.abort_task(AbortTask(task_id=run.task_id), unit.seq, unit.now_ms, "run")
         unit.records.append(record)
+        self.runs.tasks_changed((record,))
         peer, call_id, run_id = unit.peer, unit.call_id, run.run_id
         assert call_id is not None
         unit.then(lambda: self._cancel_replies.append((peer, call_id, run_id)))  # answered once settled
@@ -898,6 +907,7 @@ class OwnerCore:
         except Refusal:  # an abort handler's lease
             raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
         unit.records.append(record)
+        self.runs.tasks_changed((record,))
 
     def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
         self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
@@ -917,16 +927,19 @@ class OwnerCore:
     def _on_resolve(self, unit: UnitOfWork, request: Resolve) -> Frame:
         operation, records = self.runs.resolve(request, unit.seq, unit.now_ms)
         unit.records += records
+        self.runs.tasks_changed(records)
         return OperationReply(operation=operation)
 
     def _on_respond(self, unit: UnitOfWork, request: Respond) -> Frame:
         interaction, records = self.runs.respond(request, unit.seq, unit.now_ms)
         unit.records += records
+        self.runs.tasks_changed(records)
         return InteractionReply(interaction=interaction)
 
     def _on_retry_run(self, unit: UnitOfWork, request: RetryRun) -> Frame:
         run, records = self.runs.retry_run(request.run_id, unit.seq, unit.now_ms)
         unit.records += records
+        self.runs.tasks_changed(records)
         return RunReply(run=run)
 
     def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
@@ -1209,11 +1222,6 @@ class OwnerCore:
         self._out.append((peer, None, frame))
         self._ledger.add(peer, None, frame)
 
-    def _committed(self, records: list[Record]) -> None:
-        """A request's commit was logged: the runs of the tasks it changed derive their statuses at the settle."""
-        if self.runs.live:
-            self.runs.tasks_changed(records)
-
     def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
         if not self._live:
             return
@@ -1239,16 +1247,6 @@ class OwnerCore:
             live.pop(key, None)
             if not live:
                 del self._live[watch.conversation_id]
-
-
-def _guarded(request: Frame) -> bool:
-    """Whether a request that writes may be refused after its first write, so that its unit of work needs a
-    savepoint (rule 1): every one but a submission and a commit of one write of :data:`ONE_STATEMENT_WRITES`, whose
-    only fallible statement is their first (the hot path: a commit of one entry pays no savepoint)."""
-    if type(request) is Commit:
-        writes = request.writes
-        return len(writes) != 1 or type(writes[0]) not in ONE_STATEMENT_WRITES
-    return type(request) is not Submit
 
 
 def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:

@@ -59,12 +59,6 @@ class Journal:
         than journaling every entry of the hot path (the cache is filled again from the store)."""
         self._caches.append(drop)
 
-    def _begin(self) -> None:
-        self._actions = []
-
-    def _end(self) -> None:
-        self._actions = None
-
     def _rollback(self) -> None:
         actions, self._actions = self._actions, None
         assert actions is not None, "a rollback outside a unit of work"
@@ -103,10 +97,6 @@ class UnitOfWork:
             self.after = []
         self.after.append(action)
 
-    def touched(self) -> set[str]:
-        """The conversations the records belong to."""
-        return {record.conversation_id for record in self.records if record.conversation_id is not None}
-
 
 WriteHandler = Callable[[UnitOfWork, Any], Frame | None]
 """A request handler that writes: it applies the request to ``unit`` and returns its reply (``None``: the request is
@@ -123,14 +113,11 @@ class CommitLog:
         *,
         reply: Callable[[PeerId, int | None, Frame], None],
         fan_out: Callable[[LoggedCommit, set[str]], None],
-        changed: Callable[[list[Record]], None],
     ) -> None:
         self._store = store
         self._journal = journal
         self._reply = reply
         self._fan_out = fan_out
-        self._changed = changed
-        """Told what a request's commit changed, once logged (the runs derive their statuses again at the settle)."""
         self.head_seq = store.head_seq()
         """The ``seq`` of the newest commit logged (committed once the current batch commits)."""
 
@@ -138,13 +125,15 @@ class CommitLog:
         self, handler: WriteHandler, peer: PeerId, call_id: int | None, request: Any, now_ms: int, *, guarded: bool
     ) -> None:
         """Apply ``request`` with ``handler`` in a unit of work: logged and answered if it succeeds, rolled back whole
-        (and re-raised) if it is refused. ``guarded``: it may be refused after its first write (a savepoint)."""
+        (and re-raised) if it is refused. ``guarded``: it may be refused after its first write (a savepoint).
+
+        Written out rather than split into helpers: it is the hot path of every commit."""
         unit = UnitOfWork(peer, call_id, self.head_seq + 1, now_ms)
         store = self._store
         journal = self._journal
         if guarded:
             store.savepoint()
-        journal._begin()
+        journal._actions = []
         try:
             reply = handler(unit, request)
         except Refusal:
@@ -152,24 +141,25 @@ class CommitLog:
             if guarded:
                 store.rollback_savepoint()
             raise
-        journal._end()
+        journal._actions = None
         if guarded:
             store.release_savepoint()
         records = unit.records
         if unit.late:
             records.extend(unit.late.values())
-        if not records:
+        if records:
+            touched = {record.conversation_id for record in records if record.conversation_id is not None}
+            logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
+            store.log_commit(logged, frozenset(touched))
+            self.head_seq = unit.seq
             if reply is not None:
                 self._reply(peer, call_id, reply)
-            self._run_after(unit)
-            return
-        touched = unit.touched()
-        logged = self._log(unit, touched)
-        self._changed(records)
-        if reply is not None:
+            self._fan_out(logged, touched)
+        elif reply is not None:
             self._reply(peer, call_id, reply)
-        self._fan_out(logged, touched)
-        self._run_after(unit)
+        if unit.after:
+            for action in unit.after:
+                action()
 
     def settle(self, now_ms: int, settle: Callable[[UnitOfWork], None]) -> bool:
         """Run a batch's settling in a unit of its own; whether it logged a commit. Settling is never refused (what
@@ -177,21 +167,14 @@ class CommitLog:
         savepoint; nobody is answered by its commit, but its actions (:meth:`UnitOfWork.then`) follow it."""
         unit = UnitOfWork(-1, None, self.head_seq + 1, now_ms)
         settle(unit)
-        logged = bool(unit.records)
-        if logged:
-            touched = unit.touched()
-            self._fan_out(self._log(unit, touched), touched)
-        self._run_after(unit)
-        return logged
-
-    def _log(self, unit: UnitOfWork, touched: set[str]) -> LoggedCommit:
-        logged = LoggedCommit(seq=unit.seq, committed_at_ms=unit.now_ms, records=tuple(unit.records))
-        self._store.log_commit(logged, frozenset(touched))
-        self.head_seq = unit.seq
-        return logged
-
-    @staticmethod
-    def _run_after(unit: UnitOfWork) -> None:
+        records = unit.records
+        if records:
+            touched = {record.conversation_id for record in records if record.conversation_id is not None}
+            logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
+            self._store.log_commit(logged, frozenset(touched))
+            self.head_seq = unit.seq
+            self._fan_out(logged, touched)
         if unit.after:
             for action in unit.after:
                 action()
+        return bool(records)
