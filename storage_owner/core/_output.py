@@ -21,6 +21,8 @@ from protocol import Change, Frame, Record, encode_frame, unstructure_frame
 
 PeerId = int
 T = TypeVar("T")
+Output = tuple[PeerId, int | None, Frame]
+"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
 
 DEFAULT_PEER_OUTPUT_BYTES: Final = 16 << 20
 """Unsent output (replies and events) one peer may have in the owner before its requests are refused
@@ -119,6 +121,35 @@ class OutputLedger:
         encoded, self.encoded = self.encoded, []
         self._records.clear()
         return encoded
+
+
+class Outbox:
+    """Everything the core produced for its peers since the shell last took it, in order: replies, events and watch
+    changes, each encoded and counted by the :class:`OutputLedger` as it is added."""
+
+    def __init__(self, ledger: OutputLedger) -> None:
+        self.ledger = ledger
+        self._out: list[Output] = []
+
+    def reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
+        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
+        self._out.append((peer, call_id, frame))
+        self.ledger.add(peer, call_id, frame)
+
+    def push(self, peer: PeerId, frame: Frame) -> None:
+        """Send ``peer`` an event (no call id): a worker's ``Lease`` or ``CancelLease``."""
+        self._out.append((peer, None, frame))
+        self.ledger.add(peer, None, frame)
+
+    def change(self, peer: PeerId, change: Change, conversation_id: str | None) -> None:
+        """Send a watch its ``change`` (its records' bytes shared with the other watches of the same filter)."""
+        self._out.append((peer, None, change))
+        self.ledger.change(peer, change, conversation_id)
+
+    def take(self) -> tuple[list[Output], list[bytes]]:
+        """What was produced since the last call, and its encoded frames (one per output, in order)."""
+        out, self._out = self._out, []
+        return out, self.ledger.take()
 
 
 def fitting(items: Sequence[T], alone: Callable[[T], Frame], budget: int) -> int:

@@ -27,19 +27,13 @@ Rules:
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
 from protocol import (
-    MAX_ANNOUNCE_BYTES,
-    MAX_LEASES_PER_WORKER,
-    MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
     RESERVED_ENTRY_PREFIX,
-    SUPPORTED_VERSIONS,
     AbortTask,
     AdvanceClock,
     Announce,
@@ -47,7 +41,6 @@ from protocol import (
     AppendPartial,
     BadFrame,
     CancelRun,
-    Change,
     ClockReply,
     Commit,
     Committed,
@@ -64,7 +57,6 @@ from protocol import (
     ErrorCode,
     FinishOperation,
     Frame,
-    Hello,
     InteractionReply,
     InteractionsReply,
     LeaseRef,
@@ -73,10 +65,7 @@ from protocol import (
     OperationsReply,
     OutcomesReply,
     PartialsReply,
-    PeerInfo,
-    PeersReply,
     Ping,
-    Pong,
     PricesReply,
     PutDocument,
     ReadConversation,
@@ -103,7 +92,6 @@ from protocol import (
     Resolve,
     Respond,
     RetryRun,
-    Role,
     RunRecord,
     RunReply,
     RunsReply,
@@ -125,14 +113,11 @@ from protocol import (
     WaitRun,
     WaitTask,
     Watch,
-    Watching,
     Welcome,
     Write,
-    encode_frame,
 )
 
 from ._checks import (
-    MAX_NAME_CHARS,
     Refusal,
     check_id,
     check_name,
@@ -140,37 +125,35 @@ from ._checks import (
     no_conversation,
     same_json,
 )
-from ._hello import hello_problem
-from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, OutputLedger, fitting
+from ._output import (
+    DEFAULT_PEER_OUTPUT_BYTES,
+    DEFAULT_TOTAL_OUTPUT_BYTES,
+    Outbox,
+    Output,
+    OutputLedger,
+    PeerId,
+    fitting,
+)
 from ._partials import Partials
-from ._ports import LoggedCommit, Store, StoreConflict
+from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
+from ._ports import Store, StoreConflict
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine
-from ._unit import CommitLog, Journal, UnitOfWork, WriteHandler
+from ._unit import CommitLog, Head, Journal, UnitOfWork, WriteHandler
 from ._usage import BudgetRefusal
+from ._watches import Watches
 
 T = TypeVar("T")
-PeerId = int
-Output = tuple[PeerId, int | None, Frame]
-"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
 
-ROLES: Final[tuple[Role, ...]] = get_args(Role)
-WRITER_ROLES: Final = frozenset({"client", "worker"})
 MAX_WRITES_PER_COMMIT: Final = 10_000
 MAX_READ_LIMIT: Final = 1000
 MAX_REQUEST_ID_CHARS: Final = 200
-CATCH_UP_PAGE: Final = 256
-"""Commits a lagging watch reads from the log per turn of :meth:`OwnerCore.catch_up`."""
-CATCH_UP_SCAN_WINDOW: Final = 50_000
-"""A conversation watch scans at most this many seqs of the (unindexed) log per turn, so one watch that starts far
-back never holds up the commit loop for long."""
 MAX_CACHED_POSITIONS: Final = 100_000
 """Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
 MAX_CURSOR: Final = (1 << 62) - 1
 READ_BUDGET_BYTES: Final = 512 << 10
 """A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
 WebSocket layer's hard limit however large the entries are."""
-MAX_CAPABILITIES: Final = 10_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
@@ -189,13 +172,6 @@ _NEVER_OVERLOADED: Final = frozenset({Watch, Unwatch, Ping, Announce})
 """Requests answered even past an output budget: their replies are small and fixed, the client sends them without
 awaiting the reply (a resubscription, a heartbeat, a worker's announcement after a reconnect), and what they lead to
 (a watch's catch-up, leases up to ``max_leases``) is budgeted or bounded on its own."""
-MAX_WATCHES_PER_PEER: Final = 64
-"""Watches one connection may hold at once; one more is refused ``invalid`` (each is fed every matching commit)."""
-MAX_WAITS_PER_PEER: Final = 10_000
-"""Long-poll calls (``wait_task``, ``wait_run``) one connection may have open at once; one more is refused
-``invalid``."""
-DEFAULT_HEARTBEAT_MS: Final = 2_500
-"""How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
 _IDLE: Final = "idle"
 _RAN: Final = "ran"
 _BROKEN: Final = "broken"
@@ -205,30 +181,6 @@ after a batch or a catch-up turn raised half-way (nothing is callable any more).
 
 class BatchOrderError(Exception):
     """The shell called the core's batch methods out of order (a bug in the caller, never bad input)."""
-
-
-@attrs.define(eq=False)
-class _Watch:
-    peer: PeerId
-    watch_id: int
-    conversation_id: str | None
-    delivered_seq: int
-    live: bool = False
-
-
-@attrs.define(eq=False)
-class _Peer:
-    role: str
-    peer_name: str = ""
-    attached_at_ms: int = 0
-    announced: Announce | None = None
-    congested: bool = False
-    watches: dict[int, _Watch] = attrs.Factory(dict)
-    waiting_on: set[tuple[str, str]] = attrs.Factory(set)
-    """The ``(table, id)`` of each wait this peer has open (a table of :attr:`OwnerCore._waits`), so that its end
-    forgets exactly those, without a scan of every peer's waits."""
-    wait_count: int = 0
-    """Calls this peer has waiting (several may wait on one id), bounded by :data:`MAX_WAITS_PER_PEER`."""
 
 
 @attrs.frozen
@@ -256,42 +208,44 @@ class OwnerCore:
         total_output_budget: int = DEFAULT_TOTAL_OUTPUT_BYTES,
     ) -> None:
         self._store = store
-        self._ledger = OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget)
         self._encoded: list[bytes] = []
         """The encoded frames of the output last taken (:meth:`take_output`, :meth:`catch_up`)."""
-        self._heartbeat_ms = heartbeat_ms
         self._batch_state = _IDLE
-        self._token = token
-        self._instance = instance
         self._clock = clock
-        self._peers: dict[PeerId, _Peer] = {}
-        self._live: dict[str | None, dict[tuple[PeerId, int], _Watch]] = {}
-        self._lagging: dict[tuple[PeerId, int], _Watch] = {}
-        self._out: list[Output] = []
         self._clock_ms: int | None = None
+        self._head = head = Head(store.head_seq())
+        self._outbox = outbox = Outbox(OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget))
         journal = Journal()
         """The undo of every aggregate's memory while a request's unit of work is open (``_unit``)."""
-        self._log = CommitLog(store, journal, reply=self._reply, fan_out=self._fan_out)
-        self.tasks = TaskEngine(store, self._push, journal, orphan_grace_ms=orphan_grace_ms)
+        self.watches = Watches(store, outbox, head)
+        self._log = CommitLog(store, journal, head, outbox, self.watches)
+        self.waits = Waits()
+        self.tasks = TaskEngine(store, outbox.push, journal, orphan_grace_ms=orphan_grace_ms)
         self.runs = Runs(store, self.tasks, journal, max_concurrent_runs=max_concurrent_runs)
         self.partials = Partials(store, journal)
-        self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
+        self.peers = Peers(
+            head,
+            token=token,
+            instance=instance,
+            clock=clock,
+            heartbeat_ms=heartbeat_ms,
+            announced=self._worker_announced,
+        )
+        self._attached = self.peers.attached
         self._cancel_replies: list[tuple[PeerId, int, str]] = []
         """``cancel_run`` requests of this batch, answered after its settle with the run as it is then."""
-        """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and
-        ``wait_run`` by run id (when the run is terminal or needs attention)."""
         self._next_positions: dict[str, int] = {}
         """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
-        self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
+        self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], Frame | None]] = {
             ReadConversation: self._on_read_conversation,
             ReadEntries: self._on_read_entries,
             ReadDocument: self._on_read_document,
             ReadSubmission: self._on_read_submission,
-            Watch: self._on_watch,
-            Unwatch: self._on_unwatch,
-            Ping: self._on_ping,
-            Announce: self._on_announce,
-            ReadPeers: self._on_read_peers,
+            Watch: self.watches.on_watch,
+            Unwatch: self.watches.on_unwatch,
+            Ping: self.peers.on_ping,
+            Announce: self.peers.on_announce,
+            ReadPeers: self.peers.on_read_peers,
             ReadTask: self._on_read_task,
             ReadOutcomes: self._on_read_outcomes,
             WaitTask: self._on_wait_task,
@@ -326,7 +280,7 @@ class OwnerCore:
     @property
     def head_seq(self) -> int:
         """The ``seq`` of the newest commit applied (committed once the current batch commits)."""
-        return self._log.head_seq
+        return self._head.seq
 
     def stored_clock_ms(self) -> int:
         """The manual clock's time as last committed (0 on a new database)."""
@@ -335,103 +289,53 @@ class OwnerCore:
     @property
     def has_lagging_watches(self) -> bool:
         """Whether :meth:`catch_up` has work for a peer that is not congested."""
-        ledger = self._ledger
-        return any(
-            not self._peers[watch.peer].congested and not ledger.is_over(watch.peer) for watch in self._lagging.values()
-        )
+        return self.watches.has_lagging
 
     @property
     def queued_output_bytes(self) -> int:
         """Unsent output across every peer, as the shell last said plus what the core produced since."""
-        return self._ledger.total
+        return self._outbox.ledger.total
 
     # ----------------------------------------------------------------------------------------- connections
 
     def hello(self, frame: Frame | BadFrame) -> Welcome | Refused:
         """Answer a connection's first frame: ``Welcome`` when it may proceed, ``Refused`` saying why not."""
-        if isinstance(frame, BadFrame):
-            return _refused(frame.code, f"the first frame must be a valid hello: {frame.message}")
-        if not isinstance(frame, Hello):
-            return _refused(ErrorCode.PROTOCOL_VIOLATION, f"the first frame must be hello, not {frame.TYPE}")
-        if frame.protocol_version not in SUPPORTED_VERSIONS:
-            supported = ", ".join(str(version) for version in SUPPORTED_VERSIONS)
-            return _refused(
-                ErrorCode.UNSUPPORTED_VERSION,
-                f"protocol version {frame.protocol_version} is not supported; this owner speaks {supported}",
-            )
-        problem = hello_problem(frame)
-        if problem is not None:
-            return _refused(ErrorCode.INVALID, f"{problem}; the connection was not attached")
-        if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
-            return _refused(
-                ErrorCode.BAD_TOKEN,
-                "the access token does not match this owner's (connect with db=PATH to read it from the "
-                "runtime file next to the database)",
-            )
-        if frame.role not in ROLES:
-            return _refused(
-                ErrorCode.ROLE_NOT_ALLOWED,
-                f"role {frame.role!r} is not allowed; use one of {', '.join(ROLES)}",
-            )
-        return Welcome(
-            protocol_version=PROTOCOL_VERSION,
-            owner_instance=self._instance,
-            head_seq=self._log.head_seq,
-            clock=self._clock,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            heartbeat_ms=self._heartbeat_ms,
-        )
+        return self.peers.hello(frame)
 
     def attach(self, peer: PeerId, role: str, *, peer_name: str = "", now_ms: int = 0) -> None:
         """A connection completed its handshake with ``role``."""
-        assert peer not in self._peers, f"peer {peer} attached twice"
-        self._peers[peer] = _Peer(role=role, peer_name=peer_name, attached_at_ms=now_ms)
+        self.peers.attach(peer, role, peer_name=peer_name, now_ms=now_ms)
 
     def detach(self, peer: PeerId) -> None:
-        """A connection ended; forget its watches. Safe to call for a peer that never attached."""
-        state = self._peers.pop(peer, None)
+        """A connection ended: its watches and waits end, its leases are cut off (settled by the next batch). Safe
+        to call for a peer that never attached."""
+        state = self.peers.detach(peer)
         if state is None:
             return
-        self._ledger.forget(peer)
-        for watch in state.watches.values():
-            self._drop_watch(watch)
+        self._outbox.ledger.forget(peer)
+        self.watches.forget_peer(peer)
         self.tasks.peer_left(peer)
         if state.announced is not None:
             self.runs.workers_changed()
-        for table, key in state.waiting_on:
-            waits = self._waits[table][key]
-            waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
-            if not waits:
-                del self._waits[table][key]
+        self.waits.forget(peer)
 
     def set_congested(self, peer: PeerId, congested: bool) -> None:
         """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
-        state = self._peers.get(peer)
-        if state is None or state.congested == congested:
-            return
-        state.congested = congested
-        if congested:
-            for watch in state.watches.values():
-                if watch.live:
-                    self._to_lagging(watch)
-
-    def _to_lagging(self, watch: _Watch) -> None:
-        """A live watch stops being fed: it catches up from the log (from what it was last sent) instead."""
-        key = (watch.peer, watch.watch_id)
-        live = self._live[watch.conversation_id]
-        live.pop(key)
-        if not live:
-            del self._live[watch.conversation_id]
-        watch.live = False
-        self._lagging[key] = watch
+        if peer in self.peers:
+            self.watches.set_congested(peer, congested)
 
     def set_queued(self, peer: PeerId, queued_bytes: int) -> bool:
         """The shell holds ``queued_bytes`` of ``peer``'s output unsent (call after handing it a batch's output
         and after each send). Whether that brought the peer back under its output budget: its lagging watches may
         catch up again (see :mod:`._output`)."""
-        if peer not in self._peers:
+        if peer not in self.peers:
             return False
-        return self._ledger.set_queued(peer, queued_bytes)
+        return self._outbox.ledger.set_queued(peer, queued_bytes)
+
+    def _worker_announced(self, peer: PeerId, name: str, announce: Announce) -> None:
+        """A worker's announcement was taken: the runs derive their statuses again, the engine places work."""
+        self.runs.workers_changed()
+        self.tasks.worker_announced(peer, name, announce.capabilities, announce.max_leases, announce.leases)
 
     def take_encoded(self) -> list[bytes]:
         """The encoded frames of the output last taken (by :meth:`take_output` or :meth:`catch_up`), one per
@@ -451,19 +355,18 @@ class OwnerCore:
         """
         self._expect_batch("run_batch", _IDLE)
         self._batch_state = _BROKEN  # until the batch got through whole
-        head_before = self._log.head_seq
+        head_before = self._head.seq
         for peer, received in frames:
             self._handle(peer, received.call_id, received.frame, now_ms)
         self._log.settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms), self._settle)
         self._batch_state = _RAN
-        return self._log.head_seq != head_before
+        return self._head.seq != head_before
 
     def take_output(self) -> tuple[list[Output], BatchEffects]:
         """Everything the batch produced, in order, and its effects. Call only once its transaction committed."""
         self._expect_batch("take_output", _RAN)
         self._batch_state = _IDLE
-        out, self._out = self._out, []
-        self._encoded = self._ledger.take()
+        out, self._encoded = self._outbox.take()
         effects = BatchEffects(clock_ms=self._clock_ms)
         self._clock_ms = None
         return out, effects
@@ -491,7 +394,7 @@ class OwnerCore:
     def _handle(self, peer: PeerId, call_id: int | None, frame: Frame | BadFrame, now_ms: int) -> None:
         """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
         (a request that writes is rolled back whole by its unit of work first), addressed to ``call_id`` either way."""
-        state = self._peers.get(peer)
+        state = self._attached.get(peer)
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
         try:
@@ -509,12 +412,14 @@ class OwnerCore:
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
-            overload = self._ledger.overload(peer)
+            overload = self._outbox.ledger.overload(peer)
             if overload is not None and kind not in _NEVER_OVERLOADED:
                 raise Refusal(ErrorCode.OVERLOADED, overload)
             if write is None:
                 assert handler is not None
-                handler(peer, call_id, frame, now_ms)
+                reply = handler(peer, call_id, frame, now_ms)
+                if reply is not None:  # None: answered later (a wait)
+                    self._outbox.reply(peer, call_id, reply)
                 return
             # A savepoint for every request but those whose only fallible write is their first (rule 1): a
             # submission, and a commit of one write of ONE_STATEMENT_WRITES (the hot path, written out here).
@@ -529,7 +434,7 @@ class OwnerCore:
                 self._log.apply(self._end_over_budget, peer, call_id, refusal, now_ms, guarded=True)
                 raise
         except Refusal as refusal:
-            self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
+            self._outbox.reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
 
     def _settle(self, unit: UnitOfWork) -> None:
         """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
@@ -571,44 +476,20 @@ class OwnerCore:
         if self._cancel_replies:
             cancels, self._cancel_replies = self._cancel_replies, []
             for peer, call_id, run_id in cancels:
-                self._reply(peer, call_id, RunReply(run=self._require_run(run_id)))
+                self._outbox.reply(peer, call_id, RunReply(run=self._require_run(run_id)))
         for record in ended:
-            waits = self._take_waits("task", record.task_id)
+            waits = self.waits.take("task", record.task_id)
             if waits:
                 reply = self._task_reply(record)
                 for peer, call_id in waits:
-                    self._reply(peer, call_id, reply)
+                    self._outbox.reply(peer, call_id, reply)
 
     def catch_up(self) -> list[Output]:
         """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
         self._expect_batch("catch_up", _IDLE)
         self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
-        out: list[Output] = []
-        head = self._log.head_seq
-        ledger = self._ledger
-        for key, watch in list(self._lagging.items()):
-            if self._peers[watch.peer].congested or ledger.is_over(watch.peer):
-                continue
-            until = head if watch.conversation_id is None else min(head, watch.delivered_seq + CATCH_UP_SCAN_WINDOW)
-            logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE, until_seq=until)
-            delivered = watch.delivered_seq
-            for commit in logged:
-                if ledger.is_over(watch.peer):
-                    break  # the rest is read again once the peer has read what it was sent
-                change = _change(watch, commit)
-                if change.records:
-                    out.append((watch.peer, None, change))
-                    ledger.change(watch.peer, change, watch.conversation_id)
-                delivered = commit.seq
-            else:
-                delivered = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
-            watch.delivered_seq = delivered
-            if watch.delivered_seq >= head:
-                # Nothing is being committed while we run, so the log has been read up to the head.
-                del self._lagging[key]
-                watch.live = True
-                self._live.setdefault(watch.conversation_id, {})[key] = watch
-        self._encoded = ledger.take()
+        self.watches.catch_up()
+        out, self._encoded = self._outbox.take()
         self._batch_state = _IDLE
         return out
 
@@ -625,8 +506,7 @@ class OwnerCore:
         positions: dict[str, int] = {}
         store = self._store
         if request.lease is not None:
-            if self._peers[unit.peer].role != "worker":
-                raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
+            self.peers.require_worker(unit.peer, "only workers commit under a lease")
             self.tasks.check_lease(unit.peer, request.lease)
         for index, write in enumerate(request.writes):
             where = f"writes[{index}]"
@@ -822,7 +702,7 @@ class OwnerCore:
         )
 
     def _on_read_run(self, peer: PeerId, call_id: int, request: ReadRun, now_ms: int) -> None:
-        self._reply(peer, call_id, RunReply(run=self._require_run(request.run_id)))
+        self._outbox.reply(peer, call_id, RunReply(run=self._require_run(request.run_id)))
 
     def _on_read_runs(self, peer: PeerId, call_id: int, request: ReadRuns, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
@@ -831,14 +711,14 @@ class OwnerCore:
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
         runs, more = _fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
         next_after = runs[-1].run_id if more else None
-        self._reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
+        self._outbox.reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
 
     def _on_wait_run(self, peer: PeerId, call_id: int, request: WaitRun, now_ms: int) -> None:
         run = self._require_run(request.run_id)
         if run.status in SETTLED:
-            self._reply(peer, call_id, RunReply(run=run))
+            self._outbox.reply(peer, call_id, RunReply(run=run))
         else:
-            self._add_wait("run", run.run_id, peer, call_id)
+            self.waits.add("run", run.run_id, peer, call_id)
 
     def _on_cancel_run(self, unit: UnitOfWork, request: CancelRun) -> Frame | None:
         """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
@@ -872,13 +752,13 @@ class OwnerCore:
         operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
         operations, more = _fit_page(operations, more, lambda one: OperationsReply(operations=(one,)))
         next_cursor = request.cursor + len(operations) if more else None
-        self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
+        self._outbox.reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
 
     def _on_read_operation(self, peer: PeerId, call_id: int, request: ReadOperation, now_ms: int) -> None:
         operation = self._store.operation(request.operation_id)
         if operation is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
-        self._reply(peer, call_id, OperationReply(operation=operation))
+        self._outbox.reply(peer, call_id, OperationReply(operation=operation))
 
     def _on_read_usage(self, peer: PeerId, call_id: int, request: ReadUsage, now_ms: int) -> None:
         if request.conversation_id is None:
@@ -890,7 +770,7 @@ class OwnerCore:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             found = self._store.usage("conversation", request.conversation_id)
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
-        self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
+        self._outbox.reply(peer, call_id, UsageReply(totals=tuple(totals)))
 
     def _end_over_budget(self, unit: UnitOfWork, refusal: BudgetRefusal) -> None:
         """A run's model request was refused for its budget (``_usage`` rule 4): its task ends ``failed``
@@ -910,7 +790,7 @@ class OwnerCore:
         self.runs.tasks_changed((record,))
 
     def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
-        self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
+        self._outbox.reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
 
     def _on_set_prices(self, unit: UnitOfWork, request: SetPrices) -> Frame:
         """Settings, not history: a price change takes no seq (results committed from now on use it)."""
@@ -918,7 +798,7 @@ class OwnerCore:
         return PricesReply(prices=self.runs.accounting.price_table())
 
     def _on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> None:
-        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
+        self._outbox.reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
 
     def _on_set_budget(self, unit: UnitOfWork, request: SetBudget) -> Frame:
         """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""
@@ -957,11 +837,11 @@ class OwnerCore:
                 raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
         reply = PartialsReply(
             partials=tuple(page.records),
-            seq=self._log.head_seq,
+            seq=self._head.seq,
             next_operation_id=page.next_operation_id,
             next_offset=page.next_offset,
         )
-        self._reply(peer, call_id, reply)
+        self._outbox.reply(peer, call_id, reply)
 
     def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
@@ -974,7 +854,7 @@ class OwnerCore:
         next_after = found[-1].interaction_id if more else None
         interactions = tuple(found)
         reply = InteractionsReply(interactions=interactions, next_after_interaction_id=next_after)
-        self._reply(peer, call_id, reply)
+        self._outbox.reply(peer, call_id, reply)
 
     def _require_run(self, run_id: str) -> RunRecord:
         run = self.runs.live.get(run_id) or self._store.run(run_id)
@@ -984,31 +864,8 @@ class OwnerCore:
 
     def _answer_run_waits(self, run: RunRecord) -> None:
         if run.status in SETTLED:
-            for peer, call_id in self._take_waits("run", run.run_id):
-                self._reply(peer, call_id, RunReply(run=run))
-
-    def _add_wait(self, table: str, key: str, peer: PeerId, call_id: int) -> None:
-        """Answer this call once ``key`` of ``table`` settles (see :attr:`_waits`)."""
-        state = self._peers[peer]
-        if state.wait_count >= MAX_WAITS_PER_PEER:
-            message = (
-                f"a connection may have at most {MAX_WAITS_PER_PEER} waits open at once (wait_task, wait_run); this "
-                "one was not registered: wait for fewer at a time"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        self._waits[table].setdefault(key, []).append((peer, call_id))
-        state.waiting_on.add((table, key))
-        state.wait_count += 1
-
-    def _take_waits(self, table: str, key: str) -> list[tuple[PeerId, int]]:
-        """The calls waiting on ``key`` of ``table``, forgotten here and by their peers."""
-        waits = self._waits[table].pop(key, [])
-        for peer, _ in waits:
-            state = self._peers.get(peer)
-            if state is not None:
-                state.waiting_on.discard((table, key))
-                state.wait_count -= 1
-        return waits
+            for peer, call_id in self.waits.take("run", run.run_id):
+                self._outbox.reply(peer, call_id, RunReply(run=run))
 
     def _on_advance_clock(self, unit: UnitOfWork, request: AdvanceClock) -> Frame:
         if self._clock != "manual":
@@ -1033,7 +890,7 @@ class OwnerCore:
         conversation = self._store.conversation(request.conversation_id)
         if conversation is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        self._reply(peer, call_id, ConversationReply(conversation=conversation))
+        self._outbox.reply(peer, call_id, ConversationReply(conversation=conversation))
 
     def _on_read_entries(self, peer: PeerId, call_id: int, request: ReadEntries, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
@@ -1048,121 +905,26 @@ class OwnerCore:
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
         )
         next_cursor = entries[-1].position if more else None
-        self._reply(peer, call_id, EntriesReply(entries=tuple(entries), next_cursor=next_cursor))
+        self._outbox.reply(peer, call_id, EntriesReply(entries=tuple(entries), next_cursor=next_cursor))
 
     def _on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> None:
         conversation_id = request.conversation_id
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
         document = self._store.document(conversation_id, request.name)
-        self._reply(peer, call_id, DocumentReply(document=document))
+        self._outbox.reply(peer, call_id, DocumentReply(document=document))
 
     def _on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> None:
         if self._store.conversation(request.conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         submission = self._store.submission(request.conversation_id, request.request_id)
-        self._reply(peer, call_id, SubmissionReply(submission=submission))
-
-    def _on_watch(self, peer: PeerId, call_id: int, request: Watch, now_ms: int) -> None:
-        state = self._peers[peer]
-        if request.watch_id in state.watches:
-            message = f"watch id {request.watch_id} is already in use on this connection"
-            raise Refusal(ErrorCode.CONFLICT, message)
-        if len(state.watches) >= MAX_WATCHES_PER_PEER:
-            message = (
-                f"a connection may hold at most {MAX_WATCHES_PER_PEER} watches at once; unwatch one first (watch "
-                f"{request.watch_id} was not added)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        if not 0 <= request.from_seq <= self._log.head_seq:
-            message = f"from_seq must be between 0 and the newest seq {self._log.head_seq}, not {request.from_seq}"
-            raise Refusal(ErrorCode.INVALID, message)
-        from_seq = request.from_seq
-        if request.conversation_id is not None:
-            conversation = self._store.conversation(request.conversation_id)
-            if conversation is None:
-                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-            from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
-        watch = _Watch(
-            peer=peer, watch_id=request.watch_id, conversation_id=request.conversation_id, delivered_seq=from_seq
-        )
-        state.watches[request.watch_id] = watch
-        self._lagging[(peer, request.watch_id)] = watch
-        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._log.head_seq))
-
-    def _on_unwatch(self, peer: PeerId, call_id: int, request: Unwatch, now_ms: int) -> None:
-        watch = self._peers[peer].watches.pop(request.watch_id, None)
-        if watch is not None:
-            self._drop_watch(watch)
-        self._reply(peer, call_id, Ok())
-
-    def _on_announce(self, peer: PeerId, call_id: int, request: Announce, now_ms: int) -> None:
-        state = self._peers[peer]
-        if state.role != "worker":
-            message = f"only workers announce capabilities; this connection is a {state.role}"
-            raise Refusal(ErrorCode.NOT_ALLOWED, message)
-        if not 0 <= request.max_leases <= MAX_LEASES_PER_WORKER:
-            # 0: a worker that drains before it stops (it finishes its phases and takes no new lease).
-            raise Refusal(ErrorCode.INVALID, f"max_leases must be between 0 and {MAX_LEASES_PER_WORKER}")
-        if len(request.capabilities) > MAX_CAPABILITIES:
-            message = (
-                f"a worker may announce at most {MAX_CAPABILITIES} capabilities, not {len(request.capabilities)}; "
-                "the announcement was not taken (the previous one, if any, stands)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        # What read_peers shows of it (its leases are not kept: a worker reattaching with many phases is not held).
-        size = len(encode_frame(attrs.evolve(request, leases=()), call_id=call_id))
-        if size > MAX_ANNOUNCE_BYTES:
-            message = (
-                f"an announce holds at most {MAX_ANNOUNCE_BYTES} bytes encoded without its leases (capabilities, "
-                f"host, app), "
-                f"not {size}; the announcement was not taken (the previous one, if any, stands)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        for index, capability in enumerate(request.capabilities):
-            named = 1 <= len(capability.name) <= MAX_NAME_CHARS
-            if not named or capability.version < 1 or capability.restart_limit < 1:
-                raise Refusal(
-                    ErrorCode.INVALID,
-                    f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
-                    f"restart_limit of 1 or more are required, not {capability.name!r} version "
-                    f"{capability.version} restart_limit {capability.restart_limit}",
-                )
-        state.announced = request
-        self.runs.workers_changed()
-        self.tasks.worker_announced(
-            peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
-        )
-        self._reply(peer, call_id, Ok())
-
-    def _on_read_peers(self, peer: PeerId, call_id: int, request: ReadPeers, now_ms: int) -> None:
-        after = request.after_peer_id
-        ids = sorted(peer_id for peer_id in self._peers if after is None or peer_id > after)
-        # A page ends at the read budget (one peer at least: an announce is bounded well below it).
-        count = fitting(ids, lambda peer_id: PeersReply(peers=(self._peer_info(peer_id),)), READ_BUDGET_BYTES)
-        infos = tuple(self._peer_info(peer_id) for peer_id in ids[:count])
-        next_after = ids[count - 1] if count < len(ids) else None
-        self._reply(peer, call_id, PeersReply(peers=infos, next_after_peer_id=next_after))
-
-    def _peer_info(self, peer_id: PeerId) -> PeerInfo:
-        state = self._peers[peer_id]
-        return PeerInfo(
-            peer_id=peer_id,
-            role=state.role,
-            peer_name=state.peer_name,
-            attached_at_ms=state.attached_at_ms,
-            announced=state.announced is not None,
-            pid=None if state.announced is None else state.announced.pid,
-            host=None if state.announced is None else state.announced.host,
-            app=None if state.announced is None else state.announced.app,
-            capabilities=() if state.announced is None else state.announced.capabilities,
-        )
+        self._outbox.reply(peer, call_id, SubmissionReply(submission=submission))
 
     def _on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        self._reply(peer, call_id, self._task_reply(record))
+        self._outbox.reply(peer, call_id, self._task_reply(record))
 
     def _on_read_outcomes(self, peer: PeerId, call_id: int, request: ReadOutcomes, now_ms: int) -> None:
         if len(request.task_ids) > MAX_READ_LIMIT:
@@ -1176,16 +938,16 @@ class OwnerCore:
             outcomes.append(record.outcome if record.status == "terminal" else None)
         # The first outcomes that fit the read budget (one at least): the client asks again for the rest.
         count = fitting(outcomes, lambda outcome: OutcomesReply(outcomes=(outcome,)), READ_BUDGET_BYTES)
-        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes[:count])))
+        self._outbox.reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes[:count])))
 
     def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
         record = self.tasks.record(request.task_id)
         if record is None:
             raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
         if record.status == "terminal":
-            self._reply(peer, call_id, self._task_reply(record))
+            self._outbox.reply(peer, call_id, self._task_reply(record))
         else:
-            self._add_wait("task", request.task_id, peer, call_id)
+            self.waits.add("task", request.task_id, peer, call_id)
 
     def _on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> None:
         if not 1 <= request.limit <= MAX_READ_LIMIT:
@@ -1194,12 +956,11 @@ class OwnerCore:
         nodes, more = self.tasks.graph(request.after_task_id, request.limit)
         nodes, more = _fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
         next_after = nodes[-1].task.task_id if more else None
-        reply = TaskGraphReply(seq=self._log.head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
-        self._reply(peer, call_id, reply)
+        reply = TaskGraphReply(seq=self._head.seq, nodes=tuple(nodes), next_after_task_id=next_after)
+        self._outbox.reply(peer, call_id, reply)
 
     def _on_release(self, unit: UnitOfWork, request: Release) -> Frame:
-        if self._peers[unit.peer].role != "worker":
-            raise Refusal(ErrorCode.NOT_ALLOWED, "only workers hold leases: a release is a worker's (nothing changed)")
+        self.peers.require_worker(unit.peer, "only workers hold leases: a release is a worker's (nothing changed)")
         self.tasks.release(unit.peer, request.lease, request.migration_error)
         return Ok()
 
@@ -1207,46 +968,7 @@ class OwnerCore:
         input_value, checkpoint = self._store.task_data(record.task_id)
         return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
 
-    def _on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> None:
-        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._log.head_seq))
-
     # ---------------------------------------------------------------------------------------------- helpers
-
-    def _reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
-        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
-        self._out.append((peer, call_id, frame))
-        self._ledger.add(peer, call_id, frame)
-
-    def _push(self, peer: PeerId, frame: Frame) -> None:
-        """Send ``peer`` an event (no call id): a watch's ``Change``, a worker's ``Lease`` or ``CancelLease``."""
-        self._out.append((peer, None, frame))
-        self._ledger.add(peer, None, frame)
-
-    def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
-        if not self._live:
-            return
-        ledger = self._ledger
-        over: list[_Watch] = []
-        for conversation_id in (*touched, None):
-            for watch in self._live.get(conversation_id, {}).values():
-                if ledger.is_over(watch.peer):
-                    over.append(watch)  # not fed: it reads this commit from the log once its peer has read
-                    continue
-                change = _change(watch, logged)
-                self._out.append((watch.peer, None, change))
-                ledger.change(watch.peer, change, conversation_id)
-                watch.delivered_seq = logged.seq
-        for watch in over:
-            self._to_lagging(watch)
-
-    def _drop_watch(self, watch: _Watch) -> None:
-        key = (watch.peer, watch.watch_id)
-        self._lagging.pop(key, None)
-        live = self._live.get(watch.conversation_id)
-        if live is not None:
-            live.pop(key, None)
-            if not live:
-                del self._live[watch.conversation_id]
 
 
 def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
@@ -1261,13 +983,6 @@ def _no_task(task_id: str) -> str:
     return f"task {task_id} does not exist"
 
 
-def _change(watch: _Watch, logged: LoggedCommit) -> Change:
-    records = logged.records
-    if watch.conversation_id is not None:
-        records = tuple(record for record in records if record.conversation_id == watch.conversation_id)
-    return Change(watch_id=watch.watch_id, seq=logged.seq, committed_at_ms=logged.committed_at_ms, records=records)
-
-
 def _entry(write: AppendEntry, position: int, seq: int, now_ms: int) -> EntryRecord:
     return EntryRecord(
         entry_id=write.entry_id,
@@ -1278,7 +993,3 @@ def _entry(write: AppendEntry, position: int, seq: int, now_ms: int) -> EntryRec
         data=write.data,
         created_at_ms=now_ms,
     )
-
-
-def _refused(code: ErrorCode, message: str) -> Refused:
-    return Refused(code=code, message=message, supported_versions=SUPPORTED_VERSIONS)

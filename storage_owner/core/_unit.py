@@ -24,15 +24,32 @@ request touched, in the store and in memory; it reaches the caller as the :class
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+import attrs
 
 from protocol import Frame, Record
 
 from ._checks import Refusal
+from ._output import Outbox
 from ._ports import LoggedCommit, Store
 
 PeerId = int
 Undo = Callable[[], None]
+
+
+@attrs.define
+class Head:
+    """The ``seq`` of the newest commit logged (committed once the current batch commits): the :class:`CommitLog`
+    moves it; the rooms that answer with it (a welcome, a watch, a ping, a page that a watch continues) read it."""
+
+    seq: int
+
+
+class FanOut(Protocol):
+    """Who is fed each logged commit (the watches, ``_watches``)."""
+
+    def fan_out(self, logged: LoggedCommit, touched: set[str]) -> None: ...
 
 
 class Journal:
@@ -106,20 +123,12 @@ answered later, once settled)."""
 class CommitLog:
     """The head of the commit log and the units of work that append to it. See the module docstring."""
 
-    def __init__(
-        self,
-        store: Store,
-        journal: Journal,
-        *,
-        reply: Callable[[PeerId, int | None, Frame], None],
-        fan_out: Callable[[LoggedCommit, set[str]], None],
-    ) -> None:
+    def __init__(self, store: Store, journal: Journal, head: Head, outbox: Outbox, watches: FanOut) -> None:
         self._store = store
         self._journal = journal
-        self._reply = reply
-        self._fan_out = fan_out
-        self.head_seq = store.head_seq()
-        """The ``seq`` of the newest commit logged (committed once the current batch commits)."""
+        self._head = head
+        self._reply = outbox.reply
+        self._fan_out = watches.fan_out
 
     def apply(
         self, handler: WriteHandler, peer: PeerId, call_id: int | None, request: Any, now_ms: int, *, guarded: bool
@@ -128,7 +137,7 @@ class CommitLog:
         (and re-raised) if it is refused. ``guarded``: it may be refused after its first write (a savepoint).
 
         Written out rather than split into helpers: it is the hot path of every commit."""
-        unit = UnitOfWork(peer, call_id, self.head_seq + 1, now_ms)
+        unit = UnitOfWork(peer, call_id, self._head.seq + 1, now_ms)
         store = self._store
         journal = self._journal
         if guarded:
@@ -151,7 +160,7 @@ class CommitLog:
             touched = {record.conversation_id for record in records if record.conversation_id is not None}
             logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
             store.log_commit(logged, frozenset(touched))
-            self.head_seq = unit.seq
+            self._head.seq = unit.seq
             if reply is not None:
                 self._reply(peer, call_id, reply)
             self._fan_out(logged, touched)
@@ -165,14 +174,14 @@ class CommitLog:
         """Run a batch's settling in a unit of its own; whether it logged a commit. Settling is never refused (what
         fails there is a storage error or a bug, which breaks the core), so it journals nothing and needs no
         savepoint; nobody is answered by its commit, but its actions (:meth:`UnitOfWork.then`) follow it."""
-        unit = UnitOfWork(-1, None, self.head_seq + 1, now_ms)
+        unit = UnitOfWork(-1, None, self._head.seq + 1, now_ms)
         settle(unit)
         records = unit.records
         if records:
             touched = {record.conversation_id for record in records if record.conversation_id is not None}
             logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
             self._store.log_commit(logged, frozenset(touched))
-            self.head_seq = unit.seq
+            self._head.seq = unit.seq
             self._fan_out(logged, touched)
         if unit.after:
             for action in unit.after:
