@@ -1,8 +1,9 @@
 """The owner's durable logic, sans-IO: no trio, no sockets, no apsw (a unit test enforces it)."""
 
-from ._checks import same_json
+from ._checks import MAX_READ_LIMIT, same_json
+from ._commits import MAX_WRITES_PER_COMMIT
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Output, PeerId
-from ._owner import MAX_READ_LIMIT, MAX_WRITES_PER_COMMIT, BatchEffects, BatchOrderError, OwnerCore
+from ._owner import BatchEffects, BatchOrderError, OwnerCore
 from ._ports import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, Store, StoreConflict, TaskRow
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, run_status
 from ._tasks import ORPHAN_GRACE_MS, TaskEngine

@@ -7,6 +7,9 @@ from typing import Final
 from protocol import ErrorCode, is_id
 
 MAX_NAME_CHARS: Final = 200
+MAX_READ_LIMIT: Final = 1000
+"""The most records one read asks for (``limit``); a reply page may end sooner at the read budget (``_output``)."""
+MAX_CURSOR: Final = (1 << 62) - 1
 
 
 class Refusal(Exception):
@@ -28,6 +31,12 @@ def check_id(value: str, where: str) -> None:
 def check_name(value: str, where: str) -> None:
     if not 1 <= len(value) <= MAX_NAME_CHARS:
         raise Refusal(ErrorCode.INVALID, f"{where}: must hold 1 to {MAX_NAME_CHARS} characters")
+
+
+def check_limit(limit: int) -> None:
+    """Refuse a page ``limit`` outside 1 to :data:`MAX_READ_LIMIT`."""
+    if not 1 <= limit <= MAX_READ_LIMIT:
+        raise Refusal(ErrorCode.INVALID, f"limit must be between 1 and {MAX_READ_LIMIT}, not {limit}")
 
 
 def no_conversation(conversation_id: str) -> str:

@@ -29,6 +29,9 @@ DEFAULT_PEER_OUTPUT_BYTES: Final = 16 << 20
 ``overloaded`` and its watches read the log instead (16 MiB; ``--max-peer-output``)."""
 DEFAULT_TOTAL_OUTPUT_BYTES: Final = 256 << 20
 """Unsent output across every peer before requests are refused ``overloaded`` (256 MiB; ``--max-queued-output``)."""
+READ_BUDGET_BYTES: Final = 512 << 10
+"""A reply page ends early rather than carry more than this (a page of entries, more stored data than this), so a
+reply stays far below the WebSocket layer's hard limit however large the records are."""
 
 
 class OutputLedger:
@@ -162,6 +165,15 @@ def fitting(items: Sequence[T], alone: Callable[[T], Frame], budget: int) -> int
         if total > budget and index > 0:
             return index
     return len(items)
+
+
+def fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
+    """A page cut to the items that fit :data:`READ_BUDGET_BYTES` once encoded (one at least); ``more`` if any was
+    cut."""
+    count = fitting(items, alone, READ_BUDGET_BYTES)
+    if count == len(items):
+        return items, more
+    return items[:count], True
 
 
 def _pack_records(records: tuple[Record, ...]) -> bytes:

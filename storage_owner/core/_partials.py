@@ -36,20 +36,25 @@ from protocol import (
     MAX_PARTIAL_PIECE_BYTES,
     AppendPartial,
     ErrorCode,
+    Frame,
     LeaseRef,
     OperationRecord,
     PartialRecord,
     PartialsReply,
     PartialStatus,
+    ReadPartials,
     Record,
     RunRecord,
     encode_frame,
 )
 
 from ._checks import Refusal, check_id
-from ._partial_ports import PartialHead, PartialStore
-from ._runs import TERMINAL, has_result
-from ._unit import Journal
+from ._operations import has_result
+from ._output import READ_BUDGET_BYTES, PeerId
+from ._partial_ports import PartialHead
+from ._ports import Store
+from ._runs import TERMINAL
+from ._unit import Head, Journal, UnitOfWork
 
 STREAMING: Final = "streaming"
 PAGE_BYTES: Final = 512 << 10
@@ -64,13 +69,22 @@ MIN_CUT_BYTES: Final = 4 << 10
 class Partials:
     """The partial output of one store's model requests; see the module docstring."""
 
-    def __init__(self, store: PartialStore, journal: Journal) -> None:
+    def __init__(self, store: Store, journal: Journal, head: Head) -> None:
         self._store = store
         self._journal = journal
+        self._head = head
         self._held: dict[str, PartialHead] = {head.operation_id: head for head in store.held_partials()}
         """Heads that stream or whose pieces are stored: at most one per live model request (and per run)."""
 
     # ---------------------------------------------------------------------------------------------- pieces
+
+    def apply_append(self, unit: UnitOfWork, write: AppendPartial, where: str, lease: LeaseRef | None) -> int:
+        """An ``append_partial`` write of a commit: its piece is logged (nothing when it held nothing new)."""
+        op = self._store.operation(write.operation_id) if write.operation_id else None
+        piece = self.append(write, op, lease, unit.seq, unit.now_ms, where)
+        if piece is not None:
+            unit.records.append(piece)
+        return 0
 
     def append(
         self,
@@ -235,6 +249,26 @@ class Partials:
         return _partial_record(head, offset=head.chars, text="", status=status, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
+
+    def on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> Frame:
+        page = self.read(
+            run_id=request.run_id,
+            operation_id=request.operation_id,
+            from_operation_id=request.from_operation_id,
+            from_offset=request.from_offset,
+            budget=READ_BUDGET_BYTES,
+        )
+        if not page.records:  # nothing streamed yet, or nothing by that id: say which
+            if request.run_id is not None and self._store.run(request.run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
+            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        return PartialsReply(
+            partials=tuple(page.records),
+            seq=self._head.seq,
+            next_operation_id=page.next_operation_id,
+            next_offset=page.next_offset,
+        )
 
     def read(
         self,

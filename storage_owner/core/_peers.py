@@ -48,7 +48,7 @@ from protocol import (
 )
 
 from ._checks import MAX_NAME_CHARS, Refusal
-from ._output import PeerId, fitting
+from ._output import READ_BUDGET_BYTES, PeerId, fitting
 from ._unit import Head
 
 ROLES: Final[tuple[Role, ...]] = get_args(Role)
@@ -59,8 +59,6 @@ MAX_WAITS_PER_PEER: Final = 10_000
 ``invalid``."""
 DEFAULT_HEARTBEAT_MS: Final = 2_500
 """How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
-READ_BUDGET_BYTES: Final = 512 << 10
-"""A reply page ends early rather than carry more than this (far below the WebSocket layer's hard limit)."""
 HELLO_STRING_BOUNDS: Final = (
     ("token", MAX_TOKEN_CHARS, False),
     ("role", MAX_ROLE_CHARS, True),

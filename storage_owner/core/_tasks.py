@@ -20,10 +20,11 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
    (past the orphan grace) ends ``orphaned``.
 7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
 8. Nothing leaves ``terminal``; a task is created ``pending``.
-9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (a run's task, a tool task: see
-   :mod:`._runs`) ends as the hook decides instead: ``backoff`` (``sleeping`` until a deadline: a model request's
-   durable retry), ``interrupt`` (``waiting`` on a ``tether.attention`` task the owner creates: a manual tool call),
-   ``end`` / ``hold`` (``failed``: retries exhausted), or rule 3 as usual.
+9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (given to the engine where it is built:
+   a run's task and a tool task, see :mod:`._operations`) ends as the hook decides instead: ``backoff``
+   (``sleeping`` until a deadline: a model request's durable retry), ``interrupt`` (``waiting`` on a
+   ``tether.attention`` task the owner creates: a manual tool call), ``end`` / ``hold`` (``failed``: retries
+   exhausted), or rule 3 as usual.
 10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
     an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
     requests (``resolve``, ``respond``: ``end`` from ``pending``), and ``resolve`` ends the tool task that waited on
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import attrs
@@ -59,15 +61,27 @@ from protocol import (
     Frame,
     Lease,
     LeaseRef,
+    Ok,
+    OutcomesReply,
+    ReadOutcomes,
+    ReadTask,
+    ReadTaskGraph,
+    Record,
+    Release,
     SetTaskState,
+    TaskGraphReply,
     TaskNode,
     TaskOutcome,
     TaskRecord,
+    TaskReply,
     TaskStatus,
+    WaitTask,
     phase_of,
 )
 
-from ._checks import Refusal, check_id, check_name, no_conversation
+from ._checks import MAX_READ_LIMIT, Refusal, check_id, check_limit, check_name, no_conversation
+from ._output import READ_BUDGET_BYTES, Outbox, fit_page, fitting
+from ._peers import Peers, Waits
 from ._ports import (
     NO_CHANGE,
     Store,
@@ -75,7 +89,7 @@ from ._ports import (
 )
 from ._task_placement import EXTERNAL_PREFIX, HeldLease, Mode, PeerId, Placement
 from ._task_records import TaskRecords, decided, describe_state
-from ._unit import Journal
+from ._unit import Head, Journal, UnitOfWork
 
 MAX_WAIT_ON: Final = 10_000
 MAX_SETTLE_CHANGES: Final = 1000
@@ -133,9 +147,9 @@ class CutOffRule:
     attention: CreateTask | None = None
 
 
-CutOffHook = Callable[[TaskRecord, int, int], CutOffRule | None]
-"""Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``;
-``None`` keeps rule 3."""
+CutOffHook = Callable[[TaskRecord, int, int, list[Record]], CutOffRule | None]
+"""Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``, and
+the list where it adds the records of its family it changed (logged in the settling commit); ``None`` keeps rule 3."""
 
 
 class IllegalTransition(Exception):
@@ -179,6 +193,8 @@ class SettleResult:
     records: list[TaskRecord]
     ended: list[TaskRecord]
     """Tasks that became terminal in this batch (requests included), for ``wait_task`` replies."""
+    cut_off: list[Record]
+    """What the families' cut-off hooks changed (rule 9: interrupted operations), logged before the task records."""
 
 
 class TaskEngine:
@@ -187,14 +203,25 @@ class TaskEngine:
     def __init__(
         self,
         store: Store,
-        emit: Callable[[PeerId, Frame], None],
+        outbox: Outbox,
         journal: Journal,
+        waits: Waits,
+        head: Head,
+        peers: Peers,
         *,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        cut_off_hooks: Mapping[str, CutOffHook] = MappingProxyType({}),
     ) -> None:
         self._store = store
         self._journal = journal
-        self._emit = emit
+        self._outbox = outbox
+        self._emit = outbox.push
+        self._waits = waits
+        self._head = head
+        self._peers = peers
+        self._cut_off_hooks = dict(cut_off_hooks)
+        """Rule 9: each family's hook, by the kind prefix that names the family (``agent:``, ``tool:``)."""
+        self._cut_off_records: list[Record] = []
         self._orphan_grace_ms = orphan_grace_ms
         self._started_grace_until_ms: int | None = None
         """The end of the grace after this owner started (set by the first call that tells the time)."""
@@ -218,8 +245,6 @@ class TaskEngine:
         self._released: list[str] = []
         self._fail_fast_checks: dict[str, None] = {}
         """Tasks that began a ``fail_fast`` wait: settling checks the outcomes that were already decided."""
-        self.cut_off_hook: CutOffHook | None = None
-        """Rule 9: set by the runs (``_runs``)."""
         self._load(store)
 
     def _load(self, store: Store) -> None:
@@ -582,6 +607,75 @@ class TaskEngine:
         self._placement.end_lease(lease.task_id)
         self._released.append(lease.task_id)
 
+    # ---------------------------------------------------------------------------------- commit writes, reads
+
+    def apply_create(self, unit: UnitOfWork, write: CreateTask, where: str, lease: LeaseRef | None) -> int:
+        unit.records.append(self.create_task(write, unit.seq, unit.now_ms, where))
+        return 0
+
+    def apply_set_state(self, unit: UnitOfWork, write: SetTaskState, where: str, lease: LeaseRef | None) -> int:
+        unit.records.append(self.set_state(write, lease, unit.seq, unit.now_ms, where))
+        return 0
+
+    def apply_abort(self, unit: UnitOfWork, write: AbortTask, where: str, lease: LeaseRef | None) -> int:
+        record, result = self.abort_task(write, unit.seq, unit.now_ms, where)
+        unit.records.append(record)
+        return result
+
+    def on_release(self, unit: UnitOfWork, request: Release) -> Frame:
+        self._peers.require_worker(unit.peer, "only workers hold leases: a release is a worker's (nothing changed)")
+        self.release(unit.peer, request.lease, request.migration_error)
+        return Ok()
+
+    def on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> Frame:
+        record = self.record(request.task_id)
+        if record is None:
+            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        return self._task_reply(record)
+
+    def on_read_outcomes(self, peer: PeerId, call_id: int, request: ReadOutcomes, now_ms: int) -> Frame:
+        if len(request.task_ids) > MAX_READ_LIMIT:
+            message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
+            raise Refusal(ErrorCode.INVALID, message)
+        outcomes: list[TaskOutcome | None] = []
+        for task_id in request.task_ids:
+            record = self.record(task_id)
+            if record is None:
+                raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
+            outcomes.append(record.outcome if record.status == "terminal" else None)
+        # The first outcomes that fit the read budget (one at least): the client asks again for the rest.
+        count = fitting(outcomes, lambda outcome: OutcomesReply(outcomes=(outcome,)), READ_BUDGET_BYTES)
+        return OutcomesReply(outcomes=tuple(outcomes[:count]))
+
+    def on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> Frame | None:
+        record = self.record(request.task_id)
+        if record is None:
+            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
+        if record.status == "terminal":
+            return self._task_reply(record)
+        self._waits.add("task", request.task_id, peer, call_id)
+        return None
+
+    def on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> Frame:
+        check_limit(request.limit)
+        nodes, more = self.graph(request.after_task_id, request.limit)
+        nodes, more = fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
+        next_after = nodes[-1].task.task_id if more else None
+        return TaskGraphReply(seq=self._head.seq, nodes=tuple(nodes), next_after_task_id=next_after)
+
+    def answer_waits(self, ended: Iterable[TaskRecord]) -> None:
+        """Once a settling commit is logged: the ``wait_task`` calls of the tasks that ended in its batch."""
+        for record in ended:
+            waits = self._waits.take("task", record.task_id)
+            if waits:
+                reply = self._task_reply(record)
+                for peer, call_id in waits:
+                    self._outbox.reply(peer, call_id, reply)
+
+    def _task_reply(self, record: TaskRecord) -> TaskReply:
+        input_value, checkpoint = self._store.task_data(record.task_id)
+        return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
+
     # -------------------------------------------------------------------------------------------- settling
 
     def settle(self, seq: int, now_ms: int) -> SettleResult:
@@ -615,7 +709,8 @@ class TaskEngine:
         self._records.ended.clear()
         changed = list(self._budget.changed.values())
         self._budget = ChangeBudget()
-        return SettleResult(records=changed, ended=ended)
+        cut_off, self._cut_off_records = self._cut_off_records, []
+        return SettleResult(records=changed, ended=ended, cut_off=cut_off)
 
     @property
     def _recovering(self) -> bool:
@@ -644,8 +739,8 @@ class TaskEngine:
         if not counts:
             self._change(record, "stop", status="pending")
             return
-        hook = self.cut_off_hook
-        rule = None if hook is None or record.abort is not None else hook(record, self._budget.seq, self._budget.now_ms)
+        hook = None if record.abort is not None else self._cut_off_hook(record.kind)
+        rule = None if hook is None else hook(record, self._budget.seq, self._budget.now_ms, self._cut_off_records)
         if rule is not None and rule.action != "restart":
             self._apply_cut_off_rule(record, rule)
             return
@@ -659,6 +754,13 @@ class TaskEngine:
             self._finish(record, outcome, restarts=restarts)
         else:
             self._change(record, "stop", status="pending", restarts=restarts)
+
+    def _cut_off_hook(self, kind: str) -> CutOffHook | None:
+        """The cut-off hook of the family ``kind`` belongs to, if it has one (rule 9)."""
+        for prefix, hook in self._cut_off_hooks.items():
+            if kind.startswith(prefix):
+                return hook
+        return None
 
     def _apply_cut_off_rule(self, record: TaskRecord, rule: CutOffRule) -> None:
         """Rule 9: a cut-off phase ends as its family's hook decided."""
@@ -887,3 +989,7 @@ class TaskEngine:
                 f"{where}: owner task {owner_task_id} is {describe_state(owner)}: it can own no new work",
             )
         return owner
+
+
+def _no_task(task_id: str) -> str:
+    return f"task {task_id} does not exist"

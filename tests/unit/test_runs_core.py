@@ -833,10 +833,10 @@ def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     tools.ok(tool_id, tool_intent(run_id, op, "manual"))
     tools.leave()
     # The tool task now waits on attention, so no lease of it can commit; the rule holds below the lease check.
-    runs = sim.core.runs
+    operations = sim.core.operations
     lease = LeaseRef(task_id=tool_id, epoch=9)
     with pytest.raises(Refusal) as refused:
-        runs.start_operation(tool_intent(run_id, op, "manual", attempt=2), lease, 99, sim.now_ms, "w")
+        operations.start_operation(tool_intent(run_id, op, "manual", attempt=2), lease, 99, sim.now_ms, "w")
     assert refused.value.code == ErrorCode.CONFLICT and "resolve" in refused.value.message
     stored = sim.store.operation(op)
     assert stored is not None and stored.status == "interrupted"
