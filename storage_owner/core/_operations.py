@@ -64,7 +64,8 @@ from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit,
 from ._output import PeerId, fit_page
 from ._ports import Store, StoreConflict
 from ._runs import APPROVAL_KIND, ATTENTION_KIND, Runs, attention_task_id
-from ._tasks import CutOffRule, TaskEngine
+from ._task_settle import CutOffRule
+from ._tasks import TaskEngine
 from ._unit import UnitOfWork
 from ._usage import Usage, add_usage, check_usage
 

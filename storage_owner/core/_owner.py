@@ -89,7 +89,8 @@ from ._partials import Partials
 from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
 from ._ports import Store
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, Runs
-from ._tasks import ORPHAN_GRACE_MS, TaskEngine
+from ._task_settle import ORPHAN_GRACE_MS
+from ._tasks import TaskEngine
 from ._unit import CommitLog, Head, Journal, UnitOfWork, WriteHandler
 from ._usage import BudgetRefusal, Usage
 from ._watches import Watches

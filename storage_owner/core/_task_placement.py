@@ -17,7 +17,7 @@ import attrs
 from protocol import BlockedReason, Capability, ErrorCode, LeaseRef, TaskRecord
 
 from ._checks import Refusal
-from ._task_records import TaskRecords, describe_state
+from ._task_records import EXTERNAL_PREFIX, TaskRecords, describe_state
 
 PeerId = int
 Mode = Literal["phase", "abort"]
@@ -26,8 +26,6 @@ READY_LOOKAHEAD: Final = 64
 """How far past tasks whose workers are busy the owner looks for one another (idle) worker could run: a task of a
 version only a busy worker has does not hold up the rest of its kind, without the whole queue being scanned."""
 READY_CHUNK: Final = 256
-EXTERNAL_PREFIX: Final = "tether."
-"""Task kinds no worker ever runs (approvals, attention): placement never leases them."""
 
 
 def task_kind(capability: Capability) -> str:
