@@ -1,8 +1,9 @@
-"""Refusals and the checks every request handler shares."""
+"""Refusals, the checks every request handler shares, and the check every record's transition table is held to."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Collection, Mapping
+from typing import Final, TypeVar
 
 from protocol import ErrorCode, is_id
 
@@ -21,6 +22,30 @@ class Refusal(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+S = TypeVar("S", bound=str)
+E = TypeVar("E", bound=str)
+
+
+class IllegalTransition(Exception):
+    """A change of a record's status that its transition table forbids: a bug in the owner, never bad input (that is
+    refused before any change). Raised, not asserted, so it holds under ``python -O``; never caught in the core (the
+    owner fails closed and restarts from the last commit)."""
+
+    def __init__(self, record: str, key: str, status: str, event: str, to: str) -> None:
+        super().__init__(f"{record} {key}: no transition from {status} on {event} to {to}")
+        self.record = record
+        self.key = key
+        self.status = status
+        self.event = event
+        self.to = to
+
+
+def check_move(table: Mapping[tuple[S, E], Collection[S]], record: str, key: str, old: S, event: E, new: S) -> None:
+    """Raise :class:`IllegalTransition` unless ``table`` lets ``event`` take a ``record`` from ``old`` to ``new``."""
+    if new not in table.get((old, event), ()):
+        raise IllegalTransition(record, key, old, event, new)
 
 
 def check_id(value: str, where: str) -> None:

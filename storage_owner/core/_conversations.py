@@ -10,10 +10,15 @@ them (docs/runs.md, "Conversations and submissions").
 4. A submission's ``(conversation, request_id)`` is looked up before any other check or write: the same kind and
    payload return the original, anything else is a ``conflict``. An ``input`` to a conversation bound to an agent
    admits a queued run in the same commit (``_runs``); its one fallible write is its first, the submission's insert.
+
+A submission is created ``queued`` and nothing changes its status yet: :data:`SUBMISSION_TRANSITIONS` has no row
+(``docs/runs.md`` prints it); the busy-conversation rules add theirs (``placed``, ``done``, ``unanswered``), checked
+like every record's (:func:`~._checks.check_move`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from protocol import RESERVED_ENTRY_PREFIX as RESERVED_ENTRY_PREFIX
@@ -63,6 +68,9 @@ MAX_REQUEST_ID_CHARS: Final = 200
 SUBMISSION_QUEUED: Final = "queued"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
+SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {}
+"""The submission state machine: from a status, on an event, the statuses a submission may take. None yet (see the
+module docstring)."""
 
 
 class Entries:

@@ -9,22 +9,29 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    checked against the run's budgets first (``_usage`` rule 4).
 2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
    its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`has_result`).
-3. **Cut off** (the task engine's rule 9, :func:`cut_off_operations`): a phase of a run's task or tool task cut off
-   with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a model
-   request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool call)
-   or restarts as usual (a safe or idempotent one).
+3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
+   cut off with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a
+   model request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool
+   call) or restarts as usual (a safe or idempotent one).
 4. **Interactions** (``create_interaction``, under a tool task's lease): the interaction and its ``tether.approval``
    task, once per operation (a replay gets the first; other arguments are a ``conflict``). ``respond`` answers it
    once; an approval task that ends unanswered (aborted, in a settling commit) closes its interaction ``cancelled``
    in that commit (:meth:`Operations.close_interactions`).
 5. ``resolve`` settles an interrupted manual tool call once: the operation is ``resolved`` with the output, and its
    attention task and then its tool task complete.
+6. A retried run's unfinished model requests (``started``, ``interrupted``, ``failed``) are ``interrupted`` at attempt
+   0: their attempts start over, under the same operation ids (``_runs`` rule 6).
+
+An operation is created ``started`` (attempt 1), an interaction ``open``; their statuses change only as
+:data:`OPERATION_TRANSITIONS` and :data:`INTERACTION_TRANSITIONS` allow, checked on every put of
+:class:`OperationRecords` (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug, never bad
+input). ``docs/runs.md`` prints both tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
 
 import attrs
 
@@ -44,6 +51,7 @@ from protocol import (
     OperationRecord,
     OperationReply,
     OperationsReply,
+    OperationStatus,
     ReadInteractions,
     ReadOperation,
     ReadOperations,
@@ -60,16 +68,40 @@ from protocol import (
     retry_delay_ms,
 )
 
-from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit, check_name, same_json
+from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit, check_move, check_name, same_json
 from ._output import PeerId, fit_page
 from ._ports import Store, StoreConflict
-from ._runs import APPROVAL_KIND, ATTENTION_KIND, Runs, attention_task_id
+from ._run_status import APPROVAL_KIND, ATTENTION_KIND
+from ._runs import Runs, attention_task_id
 from ._task_settle import CutOffRule
 from ._tasks import TaskEngine
 from ._unit import UnitOfWork
 from ._usage import Usage, add_usage, check_usage
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
+InteractionStatus = Literal["open", "answered", "cancelled"]
+"""An interaction record's ``status`` (its field's type on the wire)."""
+OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset"]
+InteractionEvent = Literal["answer", "close"]
+
+OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], frozenset[OperationStatus]]] = {
+    ("started", "finish"): frozenset({"completed", "failed"}),  # 2
+    ("started", "interrupt"): frozenset({"interrupted"}),  # 3
+    ("failed", "attempt"): frozenset({"started"}),  # 1 (a model request with attempts left)
+    ("interrupted", "attempt"): frozenset({"started"}),  # 1 (a model request, a safe or idempotent tool call)
+    ("interrupted", "resolve"): frozenset({"resolved"}),  # 5
+    ("started", "reset"): frozenset({"interrupted"}),  # 6
+    ("interrupted", "reset"): frozenset({"interrupted"}),  # 6
+    ("failed", "reset"): frozenset({"interrupted"}),  # 6
+}
+"""The operation state machine: from a status, on an event, the statuses an operation may take; see the module
+docstring for the rules each row follows. Nothing leaves ``completed`` or ``resolved``."""
+
+INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent], frozenset[InteractionStatus]]] = {
+    ("open", "answer"): frozenset({"answered"}),  # 4
+    ("open", "close"): frozenset({"cancelled"}),  # 4
+}
+"""The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
 
 
 def has_result(op: OperationRecord) -> bool:
@@ -83,14 +115,29 @@ def has_result(op: OperationRecord) -> bool:
     return False
 
 
-class OperationCutOff:
-    """The task engine's cut-off hook for the run families (an ``agent:`` run task, a ``tool:`` task), rule 3."""
+class OperationRecords:
+    """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
+    and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def __call__(self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record]) -> CutOffRule | None:
-        """The open operations of ``task`` become ``interrupted`` (added to ``changed``, which the settling commit
+    def put(self, previous: OperationRecord, record: OperationRecord, event: OperationEvent) -> None:
+        """Store an operation's next record, which ``event`` made of ``previous``: refused loudly if the table
+        forbids it."""
+        check_move(OPERATION_TRANSITIONS, "operation", previous.operation_id, previous.status, event, record.status)
+        self._store.update_operation(record)
+
+    def put_interaction(self, previous: InteractionRecord, record: InteractionRecord, event: InteractionEvent) -> None:
+        """Store an interaction's next record, which ``event`` made of ``previous``: refused loudly if the table
+        forbids it."""
+        key = previous.interaction_id
+        check_move(INTERACTION_TRANSITIONS, "interaction", key, previous.status, event, record.status)
+        self._store.update_interaction(record)
+
+    def cut_off(self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record]) -> CutOffRule | None:
+        """The task engine's cut-off hook for the run families (an ``agent:`` run task, a ``tool:`` task), rule 3:
+        the open operations of ``task`` become ``interrupted`` (added to ``changed``, which the settling commit
         logs), and the owner decides what the task does next:
 
         - a model request with attempts left: ``backoff`` until now + :func:`retry_delay_ms` (``retry_wait``); past
@@ -101,7 +148,7 @@ class OperationCutOff:
         rule: CutOffRule | None = None
         for op in self._store.open_operations(task.task_id):
             interrupted = attrs.evolve(op, status="interrupted", error="interrupted", seq=seq, updated_at_ms=now_ms)
-            self._store.update_operation(interrupted)
+            self.put(op, interrupted, "interrupt")
             changed.append(interrupted)
             if op.kind == "model":
                 retry = op.retry or Retry()
@@ -121,12 +168,24 @@ class OperationCutOff:
                 rule = CutOffRule("attention", attention=attention)
         return rule
 
+    def reset_attempts(self, run_id: str, seq: int, now_ms: int) -> list[Record]:
+        """Rule 6, for ``retry_run``: what it changed, in journal order."""
+        records: list[Record] = []
+        operations, _ = self._store.operation_page(run_id, 0, 1 << 30)
+        for op in operations:
+            if op.kind == "model" and op.status in ("started", "interrupted", "failed"):
+                reset = attrs.evolve(op, status="interrupted", attempt=0, seq=seq, updated_at_ms=now_ms)
+                self.put(op, reset, "reset")
+                records.append(reset)
+        return records
+
 
 class Operations:
     """The operation journal and interactions of one store's runs. See the module docstring."""
 
-    def __init__(self, store: Store, tasks: TaskEngine, runs: Runs, usage: Usage) -> None:
+    def __init__(self, store: Store, records: OperationRecords, tasks: TaskEngine, runs: Runs, usage: Usage) -> None:
         self._store = store
+        self._records = records
         self._tasks = tasks
         self._runs = runs
         self._usage = usage
@@ -246,7 +305,7 @@ class Operations:
             seq=seq,
             updated_at_ms=now_ms,
         )
-        self._store.update_operation(record)
+        self._records.put(existing, record, "attempt")
         return record
 
     def finish_operation(
@@ -283,14 +342,14 @@ class Operations:
             seq=seq,
             updated_at_ms=now_ms,
         )
-        self._store.update_operation(record)
+        self._records.put(op, record, "finish")
         if usage is None:
             return record, None
         task = self._tasks.record(op.task_id)
         assert task is not None
         self._usage.add(run, task, op.kind, op.name, usage)
         new = attrs.evolve(run, usage=add_usage(run.usage, usage), seq=seq, updated_at_ms=now_ms)
-        self._runs.put(new)
+        self._runs.put(run, new, "account")
         return record, new
 
     # --------------------------------------------------------------------------------------------- interactions
@@ -368,7 +427,7 @@ class Operations:
             approve=request.approve, note=request.note, responded_by=request.responded_by, at_ms=now_ms
         )
         answered = attrs.evolve(interaction, status="answered", answer=answer, seq=seq, updated_at_ms=now_ms)
-        self._store.update_interaction(answered)
+        self._records.put_interaction(interaction, answered, "answer")
         result = JsonValue({"approve": request.approve, "note": request.note})
         ended = self._tasks.end_by_owner(task.task_id, TaskOutcome(status="completed", result=result), seq, now_ms)
         return answered, [answered, ended]
@@ -406,7 +465,7 @@ class Operations:
             seq=seq,
             updated_at_ms=now_ms,
         )
-        self._store.update_operation(resolved)
+        self._records.put(op, resolved, "resolve")
         done = TaskOutcome(status="completed", result=JsonValue({"operation_id": op.operation_id}))
         attention_ended = self._tasks.end_by_owner(attention_id, done, seq, now_ms)
         records: list[Record] = [resolved, attention_ended]
@@ -432,7 +491,7 @@ class Operations:
             if interaction is None or interaction.status != "open":
                 continue
             cancelled = attrs.evolve(interaction, status="cancelled", seq=seq, updated_at_ms=now_ms)
-            self._store.update_interaction(cancelled)
+            self._records.put_interaction(interaction, cancelled, "close")
             closed.append(cancelled)
         return closed
 

@@ -83,7 +83,7 @@ from protocol import (
 from ._checks import Refusal
 from ._commits import Commits, needs_savepoint
 from ._conversations import Conversations, Entries
-from ._operations import OperationCutOff, Operations
+from ._operations import OperationRecords, Operations
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outbox, Output, OutputLedger, PeerId
 from ._partials import Partials
 from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
@@ -159,7 +159,7 @@ class OwnerCore:
             head, token=token, instance=instance, clock=clock, heartbeat_ms=heartbeat_ms, announced=self._announced
         )
         self._attached = self.peers.attached
-        cut_off = OperationCutOff(store)
+        operation_records = OperationRecords(store)
         self.tasks = TaskEngine(
             store,
             outbox,
@@ -168,14 +168,22 @@ class OwnerCore:
             head,
             self.peers,
             orphan_grace_ms=orphan_grace_ms,
-            cut_off_hooks={AGENT_TASK_PREFIX: cut_off, TOOL_TASK_PREFIX: cut_off},  # the run families (rule 9)
+            # The run families: a phase of a run's task or a tool task cut off interrupts its operations (rule 9).
+            cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
         )
         entries = Entries(store, journal)
         self.runs = Runs(
-            store, self.tasks, journal, entries, self.waits, outbox, max_concurrent_runs=max_concurrent_runs
+            store,
+            self.tasks,
+            journal,
+            entries,
+            self.waits,
+            outbox,
+            operation_records.reset_attempts,
+            max_concurrent_runs=max_concurrent_runs,
         )
         self.usage = Usage(store, self.tasks, self.runs)
-        self.operations = Operations(store, self.tasks, self.runs, self.usage)
+        self.operations = Operations(store, operation_records, self.tasks, self.runs, self.usage)
         self.partials = Partials(store, journal, head)
         self.conversations = Conversations(store, entries, self.tasks, self.runs)
         self.commits = Commits(self.peers, self.tasks, self.runs, self.conversations, self.operations, self.partials)

@@ -11,25 +11,33 @@ tasks it owns, unchanged. This module adds what the engine does not know:
    or ``retry_wait`` (``waiting`` and ``needs_attention`` free global capacity but keep their conversation
    blocked). Admission appends the user entry to the transcript (only now: a follow-up is not visible to the run
    before it) and creates the run's task, in the settling commit.
-3. **Status** is derived by :func:`run_status` from the run's task and the live tasks it owns, and written to the
-   run's row in the commit that changed it; never set independently (a queued run's cancellation aside, which has
-   no task to derive from).
+   A run whose task cannot be created (its conversation's owner task can own no new work) fails ``not_admitted``.
+3. **Status** is derived by :func:`~._run_status.run_status` from the run's task and the live tasks it owns, and
+   written to the run's row in the commit that changed it; never set independently (a queued run's cancellation
+   aside, which has no task to derive from). A result's usage adds to the run's without changing its status.
 4. Ids the owner mints are derived from the run id (uuid5), so a settle that runs again after a crash writes the
    same ids, and no clock or randomness enters the core: a run's id is its submission's id (one id to correlate a
    submit with its run), its n-th task is ``uuid5(run_id, "task/n")``, its user entry ``uuid5(run_id, "user")``.
+5. **Cancel.** A queued run ends ``cancelled`` at once; an active run's task is aborted, and the run ends
+   ``cancelled`` when it is derived from that task once terminal (rule 3).
+6. **Retry.** A ``failed`` run is ``queued`` again, at the head of its conversation's queue (a later run admitted
+   first refuses it); the attempts of its unfinished model requests start over (``_operations``).
+
+A run is created ``queued``; its status changes only as :data:`RUN_TRANSITIONS` allows, checked on every
+:meth:`Runs.put` (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug, never bad input).
+``docs/runs.md`` prints the table.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from typing import Final, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, Literal, Protocol
 
 import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
-    MAX_RUN_ERROR_CHARS,
     RESERVED_ENTRY_PREFIX,
     RUN_ACTIVE,
     RUN_TERMINAL,
@@ -48,7 +56,6 @@ from protocol import (
     ReadRuns,
     Record,
     RetryRun,
-    RunAnswer,
     RunRecord,
     RunReply,
     RunsReply,
@@ -58,10 +65,11 @@ from protocol import (
     WaitRun,
 )
 
-from ._checks import Refusal, check_limit
+from ._checks import Refusal, check_limit, check_move
 from ._output import Outbox, PeerId, fit_page
 from ._peers import Waits
 from ._ports import Store
+from ._run_status import answer_of, derive, run_error
 from ._tasks import TaskEngine
 from ._unit import Journal, UnitOfWork
 
@@ -71,8 +79,6 @@ MAX_INPUT_BYTES: Final = 1 << 20
 AGENT_KIND_PREFIX: Final = AGENT_TASK_PREFIX
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 EXTERNAL_KIND_PREFIX: Final = "tether."
-ATTENTION_KIND: Final = "tether.attention"
-APPROVAL_KIND: Final = "tether.approval"
 USER_ENTRY_KIND: Final = USER_ENTRY
 BUSY: Final = frozenset({"pending", "running", "retry_wait"})
 """Statuses that take global capacity (``max_concurrent_runs``)."""
@@ -81,6 +87,31 @@ TERMINAL: Final = frozenset(RUN_TERMINAL)
 SETTLED: Final = frozenset({*RUN_TERMINAL, "needs_attention"})
 """Statuses that answer ``wait_run``."""
 _RUN_IDS: Final = uuid.UUID("9f1c3c1e-5a0e-4c43-9a53-0e5f2f1d7a10")
+
+RunEvent = Literal["admit", "refuse", "cancel", "derive", "account", "retry"]
+DERIVED: Final[frozenset[RunStatus]] = frozenset(
+    {"pending", "retry_wait", "running", "waiting", "needs_attention", "completed", "failed", "cancelled"}
+)
+"""What a status derived from a task may be: anything but ``queued`` (a run with a task is never queued)."""
+
+RUN_TRANSITIONS: Final[Mapping[tuple[RunStatus, RunEvent], frozenset[RunStatus]]] = {
+    ("queued", "admit"): frozenset({"pending"}),  # 2
+    ("queued", "refuse"): frozenset({"failed"}),  # 2 (not_admitted)
+    ("queued", "cancel"): frozenset({"cancelled"}),  # 5
+    ("pending", "derive"): DERIVED,  # 3
+    ("retry_wait", "derive"): DERIVED,  # 3
+    ("running", "derive"): DERIVED,  # 3
+    ("waiting", "derive"): DERIVED,  # 3
+    ("needs_attention", "derive"): DERIVED,  # 3
+    ("pending", "account"): frozenset({"pending"}),  # 3 (a result's usage)
+    ("retry_wait", "account"): frozenset({"retry_wait"}),  # 3
+    ("running", "account"): frozenset({"running"}),  # 3
+    ("waiting", "account"): frozenset({"waiting"}),  # 3
+    ("needs_attention", "account"): frozenset({"needs_attention"}),  # 3
+    ("failed", "retry"): frozenset({"queued"}),  # 6
+}
+"""The run state machine: from a status, on an event, the statuses a run may take; see the module docstring for the
+rules each row follows. Nothing else leaves ``completed``, ``failed`` or ``cancelled``."""
 
 
 class Transcripts(Protocol):
@@ -105,113 +136,6 @@ def attention_task_id(operation_id: str, attempt: int) -> str:
     return str(uuid.uuid5(_RUN_IDS, f"{operation_id}/attention/{attempt}"))
 
 
-@attrs.frozen
-class Derived:
-    status: RunStatus
-    reason: str | None = None
-    operation_id: str | None = None
-    error: str | None = None
-    """Why a ``failed`` run failed: its task's error text, cut at :data:`MAX_RUN_ERROR_CHARS`."""
-
-
-def run_error(text: str | None) -> str | None:
-    """``text`` as a run record's ``error``: at most :data:`MAX_RUN_ERROR_CHARS` characters, a cut one ending in
-    ``…`` (the task's outcome keeps the whole text)."""
-    if text is None or len(text) <= MAX_RUN_ERROR_CHARS:
-        return text
-    return text[: MAX_RUN_ERROR_CHARS - 1] + "…"
-
-
-def run_status(
-    task: TaskRecord | None,
-    *,
-    blocked: str | None = None,
-    attention: str | None = None,
-    tool_missing: str | None = None,
-    approval: str | None = None,
-) -> Derived:
-    """A run's status, from its task (``None``: not admitted yet) and what it owns. Rules, first match wins:
-
-    ====================================  =========================================  ===============================
-    run task                              what else                                  run status (reason)
-    ====================================  =========================================  ===============================
-    none                                                                             ``queued``
-    terminal ``completed``                                                           ``completed``
-    terminal ``aborted`` (or marked                                                  ``cancelled``
-    ``abort`` and terminal otherwise)
-    terminal otherwise                                                               ``failed`` (outcome's reason,
-                                                                                     else its status)
-    marked ``abort`` (being cancelled)                                               ``retry_wait`` if sleeping,
-                                                                                     ``pending`` if pending, else
-                                                                                     ``running`` (``cancelling``)
-    ``sleeping``                                                                     ``retry_wait``
-    ``running``, ``completing``                                                      ``running``
-    ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
-                                          ``migration_failed``                       (``agent_version_missing``)
-    ``pending``                           blocked ``missing_task``                   ``pending`` (``agent_missing``)
-    ``pending``                           otherwise                                  ``pending``
-    ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
-                                                                                     (``tool_interrupted``, its op)
-    ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
-                                          ``task_too_old`` / ``migration_failed``    (``tool_missing``, its op)
-    ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
-    ``waiting``                           otherwise (its tools run)                  ``running``
-    ====================================  =========================================  ===============================
-
-    ``agent_missing`` (no attached worker announces the agent) keeps the run ``pending``, holding its capacity: it
-    goes on by itself once one attaches, as at an owner's start before its workers are back.
-
-    ``blocked`` is the run task's blocked reason (derived from the attached workers), ``attention`` and
-    ``approval`` the operation ids of the live external tasks it owns (transitively), if any, ``tool_missing`` the
-    operation id of a pending tool task it owns that no attached worker can run.
-    """
-    if task is None:
-        return Derived("queued")
-    status = task.status
-    if status == "terminal":
-        outcome = task.outcome
-        assert outcome is not None
-        if outcome.status == "completed":
-            return Derived("completed")
-        if outcome.status == "aborted" or task.abort == "abort":
-            return Derived("cancelled")
-        return Derived("failed", outcome.reason or outcome.status, error=run_error(outcome.error))
-    if task.abort == "abort":
-        # Being cancelled: nobody is asked anything any more; it ends ``cancelled`` once its task is terminal.
-        return Derived(
-            "retry_wait" if status == "sleeping" else "pending" if status == "pending" else "running", "cancelling"
-        )
-    if status == "sleeping":
-        return Derived("retry_wait")
-    if status in ("running", "completing"):
-        return Derived("running")
-    if status == "pending":
-        if blocked in ("task_too_old", "migration_failed"):
-            return Derived("needs_attention", "agent_version_missing")
-        if blocked == "missing_task":
-            return Derived("pending", "agent_missing")
-        return Derived("pending")
-    if attention is not None:
-        return Derived("needs_attention", "tool_interrupted", attention)
-    if tool_missing is not None:
-        return Derived("needs_attention", "tool_missing", tool_missing)
-    if approval is not None:
-        return Derived("waiting", None, approval)
-    return Derived("running")
-
-
-def answer_of(task: TaskRecord) -> RunAnswer | None:
-    """A completed run's answer: its task's result ``{"text": ...}``, at the seq of the commit that completed it
-    (the commit that also appended the final assistant entry)."""
-    outcome = task.outcome
-    if task.status != "terminal" or outcome is None or outcome.status != "completed":
-        return None
-    result = outcome.result
-    if isinstance(result, dict) and isinstance(result.get("text"), str):
-        return RunAnswer(seq=task.seq, text=result["text"])
-    return None
-
-
 class Runs:
     """The live runs of one store, their conversations' queues, and admission. See the module docstring."""
 
@@ -223,6 +147,7 @@ class Runs:
         entries: Transcripts,
         waits: Waits,
         outbox: Outbox,
+        reset_attempts: Callable[[str, int, int], list[Record]],
         *,
         max_concurrent_runs: int,
     ) -> None:
@@ -232,6 +157,8 @@ class Runs:
         self._entries = entries
         self._waits = waits
         self._outbox = outbox
+        self._reset_attempts = reset_attempts
+        """Rule 6: the attempts of a retried run's unfinished model requests start over (``_operations``)."""
         self.max_concurrent_runs = max_concurrent_runs
         self.live: dict[str, RunRecord] = {}
         """Runs that are not terminal, by id (changed only through ``_live_set`` / ``_live_pop``)."""
@@ -341,9 +268,11 @@ class Runs:
             if run.task_id is not None:
                 self._dirty[run.run_id] = None
 
-    def put(self, record: RunRecord) -> None:
-        """Store a run's next record and keep the indexes in step (a terminal run leaves memory); inside a request,
-        what it changed in memory is put back if the request is refused."""
+    def put(self, previous: RunRecord, record: RunRecord, event: RunEvent) -> None:
+        """Store a run's next record, which ``event`` made of ``previous`` (refused loudly if :data:`RUN_TRANSITIONS`
+        forbids it), and keep the indexes in step (a terminal run leaves memory); inside a request, what it changed
+        in memory is put back if the request is refused."""
+        check_move(RUN_TRANSITIONS, "run", previous.run_id, previous.status, event, record.status)
         self._store.update_run(record)
         self._remember(record)
         old = self.live.get(record.run_id)
@@ -426,7 +355,7 @@ class Runs:
                 continue
             task = self._tasks.record(run.task_id)
             assert task is not None, f"run {run_id}'s task {run.task_id} is not stored"
-            derived = self._derive(task)
+            derived = derive(task, self._tasks, self._store)
             new = attrs.evolve(
                 run,
                 status=derived.status,
@@ -438,40 +367,8 @@ class Runs:
             )
             if new != run:
                 new = attrs.evolve(new, seq=seq, updated_at_ms=now_ms)
-                self.put(new)
+                self.put(run, new, "derive")
                 changed[run_id] = new
-
-    def _derive(self, task: TaskRecord) -> Derived:
-        blocked = None
-        attention = tool_missing = approval = None
-        if task.status == "pending":
-            blocked = self._tasks.blocked_reason_of(task)
-        elif task.status == "waiting":
-            for owned in self._tasks.live_descendants(task.task_id):
-                if owned.kind == ATTENTION_KIND and attention is None:
-                    attention = self._operation_of(owned)
-                elif owned.kind == APPROVAL_KIND and approval is None:
-                    approval = self._operation_of(owned)
-                elif tool_missing is None and self._tool_missing(owned):
-                    tool_missing = self._operation_of(owned)
-        return run_status(task, blocked=blocked, attention=attention, tool_missing=tool_missing, approval=approval)
-
-    def _tool_missing(self, owned: TaskRecord) -> bool:
-        """Whether ``owned`` is a pending tool call stored at a tool version no attached worker can run: newer than
-        every attached definition of the tool, or one without a migration (``task_too_old`` / ``migration_failed``).
-        With no worker for the tool at all (``missing_task``) the workers are coming back, as for an agent: not a
-        cause for attention (a split deployment whose tool workers reattach after its agent workers would otherwise
-        free capacity for a moment and overrun ``max_concurrent_runs`` once they are back)."""
-        if not owned.kind.startswith(TOOL_KIND_PREFIX) or owned.status != "pending" or owned.abort is not None:
-            return False
-        return self._tasks.blocked_reason_of(owned) in ("task_too_old", "migration_failed")
-
-    def _operation_of(self, external: TaskRecord) -> str:
-        """The operation an external task is about (its input's ``operation_id``)."""
-        input_value, _ = self._store.task_data(external.task_id)
-        if isinstance(input_value, dict) and isinstance(input_value.get("operation_id"), str):
-            return str(input_value["operation_id"])
-        return external.task_id
 
     def _has_capacity(self) -> bool:
         return self._busy < self.max_concurrent_runs
@@ -515,12 +412,12 @@ class Runs:
         except Refusal as refusal:  # the conversation's owner task can own no new work: the run cannot start
             error = run_error(f"the run could not be admitted: {refusal.message}")
             new = attrs.evolve(run, status="failed", reason="not_admitted", error=error, seq=seq, updated_at_ms=now_ms)
-            self.put(new)
+            self.put(run, new, "refuse")
             changed[run.run_id] = new
             return
         records.append(task)
         new = attrs.evolve(run, status="pending", task_id=task_id, seq=seq, updated_at_ms=now_ms)
-        self.put(new)
+        self.put(run, new, "admit")
         changed[run.run_id] = new
         self._dirty[run.run_id] = None  # derived once settled: whether an attached worker announces its agent
         if attempt > 1:
@@ -569,13 +466,7 @@ class Runs:
         if self._store.later_run_started(run_id):
             message = f"a later run of conversation {run.conversation_id} has started: run {run_id} is not retried"
             raise Refusal(ErrorCode.CONFLICT, message)
-        records: list[Record] = []
-        operations, _ = self._store.operation_page(run_id, 0, 1 << 30)
-        for op in operations:
-            if op.kind == "model" and op.status in ("started", "interrupted", "failed"):
-                reset = attrs.evolve(op, status="interrupted", attempt=0, seq=seq, updated_at_ms=now_ms)
-                self._store.update_operation(reset)
-                records.append(reset)
+        records = self._reset_attempts(run_id, seq, now_ms)
         new = attrs.evolve(
             run,
             status="queued",
@@ -586,9 +477,7 @@ class Runs:
             seq=seq,
             updated_at_ms=now_ms,
         )
-        self._store.update_run(new)
-        self._remember(new)
-        self._live_set(new)
+        self.put(run, new, "retry")  # journals the queue below with the rest
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
         self._admit_due = True
         records.append(new)
@@ -632,7 +521,7 @@ class Runs:
             raise Refusal(ErrorCode.CONFLICT, f"run {run.run_id} already ended {run.status}: nothing to cancel")
         if run.task_id is None:
             cancelled = attrs.evolve(run, status="cancelled", seq=unit.seq, updated_at_ms=unit.now_ms)
-            self.put(cancelled)
+            self.put(run, cancelled, "cancel")
             unit.records.append(cancelled)
             unit.then(lambda: self._answer_waits(cancelled))
             return RunReply(run=cancelled)

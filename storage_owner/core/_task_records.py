@@ -46,6 +46,7 @@ from typing import Final, Literal
 
 from protocol import TaskOutcome, TaskRecord, TaskStatus
 
+from ._checks import IllegalTransition
 from ._ports import NO_CHANGE, Store
 from ._unit import Journal
 
@@ -85,22 +86,10 @@ TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
 """The task state machine; see the module docstring for the rules each row follows (``docs/tasks.md`` prints it)."""
 
 
-class IllegalTransition(Exception):
-    """A save that the transition table forbids: a bug in the engine. Raised, not asserted, so it holds under
-    ``python -O``; never caught in the core (the owner fails closed and restarts from the last commit)."""
-
-    def __init__(self, task_id: str, status: str, event: str, to: str) -> None:
-        super().__init__(f"task {task_id}: no transition from {status} on {event} to {to}")
-        self.task_id = task_id
-        self.status = status
-        self.event = event
-        self.to = to
-
-
 def check_transition(old: TaskRecord, event: TaskEvent, new: TaskRecord) -> None:
     """Raise :class:`IllegalTransition` unless the table lets ``event`` take ``old`` to ``new`` (a dict lookup)."""
     if TRANSITIONS.get((old.status, event)) != new.status:
-        raise IllegalTransition(old.task_id, old.status, event, new.status)
+        raise IllegalTransition("task", old.task_id, old.status, event, new.status)
 
 
 class LiveTasks:

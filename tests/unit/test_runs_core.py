@@ -4,10 +4,13 @@ test_tasks_core), with explicit ``now_ms``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from protocol import (
@@ -65,10 +68,14 @@ from protocol import (
     converter,
     retry_delay_ms,
 )
-from storage_owner.core._checks import Refusal
-from storage_owner.core._runs import Derived, attention_task_id, run_status, run_task_id, user_entry_id
+from storage_owner.core._checks import IllegalTransition, Refusal
+from storage_owner.core._conversations import SUBMISSION_TRANSITIONS
+from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
+from storage_owner.core._run_status import Derived, run_status
+from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
 from storage_owner.store._sqlite import _pack
 from tests.unit.test_tasks_core import (
+    ROOT,
     TOKEN,
     OwnerSim,
     Worker,
@@ -1262,3 +1269,57 @@ def test_an_interaction_refused_alone_in_its_commit_leaves_no_approval_task(sim:
     # Its interaction id is taken: refused, and the approval task it would have created is not stored either.
     assert error_code(tools.commit(tool_id, again)) == ErrorCode.DUPLICATE
     assert sim.store.task(approval_task_id(other)) is None and sim.core.tasks.live(approval_task_id(other)) is None
+
+
+# ------------------------------------------------------------------------------------------- transition tables
+
+
+def doc_table(marker: str, path: Path = ROOT / "docs" / "runs.md") -> dict[tuple[str, str], frozenset[str]]:
+    """The transition table printed after ``marker`` in ``path``: each row's statuses and events (a cell may name
+    several, the row holding for each), to the statuses they may lead to."""
+    after = path.read_text().split(marker, 1)[1].splitlines()
+    lines = itertools.dropwhile(lambda line: not line.startswith("|"), after)
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
+    table: dict[tuple[str, str], frozenset[str]] = {}
+    for row in rows[2:]:  # after the header and its rule
+        statuses, events, to = (re.findall(r"`(\w+)`", cell) for cell in row.strip("|").split("|")[:3])
+        for key in itertools.product(statuses, events):
+            assert key not in table, f"{key} is printed twice"
+            table[key] = frozenset(to)
+    return table
+
+
+@pytest.mark.parametrize(
+    ("marker", "table"),
+    [
+        ("Its transition table (`SUBMISSION_TRANSITIONS`)", SUBMISSION_TRANSITIONS),
+        ("(`RUN_TRANSITIONS` in `_runs.py`)", RUN_TRANSITIONS),
+        ("(`OPERATION_TRANSITIONS` in `_operations.py`)", OPERATION_TRANSITIONS),
+        ("(`INTERACTION_TRANSITIONS`, see", INTERACTION_TRANSITIONS),
+    ],
+)
+def test_each_transition_table_in_docs_runs_md_is_the_owners(
+    marker: str, table: Mapping[tuple[str, str], frozenset[str]]
+) -> None:
+    assert doc_table(marker) == table
+
+
+def test_a_run_put_outside_its_table_raises_and_stores_nothing(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)  # pending: no worker yet
+    run = sim.run(run_id)
+    with pytest.raises(IllegalTransition):  # a run with a task is never queued again by deriving
+        sim.core.runs.put(run, attrs.evolve(run, status="queued"), "derive")
+    with pytest.raises(IllegalTransition):  # only a failed run is retried
+        sim.core.runs.put(run, attrs.evolve(run, status="queued"), "retry")
+    assert sim.store.run(run_id) == run and sim.core.runs.live[run_id] == run
+
+
+def test_an_operation_put_outside_its_table_raises_and_stores_nothing(sim: RunSim) -> None:
+    _, _, _, op = model_requested(sim)
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.status == "started"
+    records = sim.core.operations._records
+    with pytest.raises(IllegalTransition):  # only an interrupted tool call is resolved
+        records.put(stored, attrs.evolve(stored, status="resolved"), "resolve")
+    assert sim.store.operation(op) == stored
