@@ -150,8 +150,7 @@ class OwnerCore:
         head = Head(store.head_seq())
         self._head = head
         self._outbox = outbox = Outbox(OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget))
-        journal = Journal()
-        """The undo of every aggregate's memory while a request's unit of work is open (``_unit``)."""
+        journal = Journal()  # the undo of every room's memory while a request's unit of work is open
         self.watches = Watches(store, outbox, head)
         self._log = CommitLog(store, journal, head, outbox, self.watches)
         self.waits = Waits()
@@ -168,7 +167,7 @@ class OwnerCore:
             head,
             self.peers,
             orphan_grace_ms=orphan_grace_ms,
-            # The run families: a phase of a run's task or a tool task cut off interrupts its operations (rule 9).
+            # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
         )
         entries = Entries(store, journal)

@@ -24,17 +24,18 @@ request touched, in the store and in memory; it reaches the caller as the :class
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
 from protocol import Frame, Record
 
 from ._checks import Refusal
-from ._output import Outbox
+from ._output import Outbox, PeerId
 from ._ports import LoggedCommit, Store
 
-PeerId = int
+SETTLE_PEER: Final = -1
+"""The ``peer`` of the settle's unit of work: nobody asked for it, nobody is answered by its commit."""
 Undo = Callable[[], None]
 
 
@@ -142,7 +143,7 @@ class CommitLog:
         journal = self._journal
         if guarded:
             store.savepoint()
-        journal._actions = []
+        journal._actions = []  # the journal opens (its state set in place: this is the hot path)
         try:
             reply = handler(unit, request)
         except Refusal:
@@ -174,7 +175,7 @@ class CommitLog:
         """Run a batch's settling in a unit of its own; whether it logged a commit. Settling is never refused (what
         fails there is a storage error or a bug, which breaks the core), so it journals nothing and needs no
         savepoint; nobody is answered by its commit, but its actions (:meth:`UnitOfWork.then`) follow it."""
-        unit = UnitOfWork(-1, None, self._head.seq + 1, now_ms)
+        unit = UnitOfWork(SETTLE_PEER, None, self._head.seq + 1, now_ms)
         settle(unit)
         records = unit.records
         if records:
