@@ -9,7 +9,7 @@ commit (``Commit``: what ``client.commit()`` and a phase's ``rt.commit()`` send)
    record once if results of the commit added to its usage, logged as one commit. A refusal of any write refuses the
    whole commit (its unit of work rolls back what the earlier ones wrote).
 4. A commit of one write of :data:`ONE_STATEMENT_WRITES` needs no savepoint: its only fallible statement is its
-   first (the hot path: a commit of one entry).
+   first (the hot path: a commit of one entry; the dispatcher decides it before the unit of work opens).
 """
 
 from __future__ import annotations
@@ -57,12 +57,6 @@ Apply = Callable[[UnitOfWork, Any, str, LeaseRef | None], int]
 """A room's apply function for one write: it adds its records to the unit and returns the write's result."""
 
 
-def needs_savepoint(request: Commit) -> bool:
-    """Rule 4 (the dispatcher asks it of every commit before its unit of work opens)."""
-    writes = request.writes
-    return len(writes) != 1 or type(writes[0]) not in ONE_STATEMENT_WRITES
-
-
 class Commits:
     """The ``Commit`` request. See the module docstring."""
 
@@ -75,7 +69,7 @@ class Commits:
         operations: Operations,
         partials: Partials,
     ) -> None:
-        self._peers = peers
+        self._attached = peers.attached
         self._tasks = tasks
         self._runs = runs
         self._partials = partials
@@ -101,7 +95,8 @@ class Commits:
             raise Refusal(ErrorCode.INVALID, message)
         lease = request.lease
         if lease is not None:
-            self._peers.require_worker(unit.peer, "only workers commit under a lease")
+            if self._attached[unit.peer].role != "worker":  # rule 2 (read in place: a phase's every commit)
+                raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
             self._tasks.check_lease(unit.peer, lease)
         rooms = self.rooms
         results = [

@@ -81,7 +81,7 @@ from protocol import (
 )
 
 from ._checks import Refusal
-from ._commits import Commits, needs_savepoint
+from ._commits import ONE_STATEMENT_WRITES, Commits
 from ._conversations import Conversations, Entries
 from ._operations import OperationRecords, Operations
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outbox, Output, OutputLedger, PeerId
@@ -361,8 +361,8 @@ class OwnerCore:
             if isinstance(frame, BadFrame):
                 raise Refusal(frame.code, frame.message)
             kind = type(frame)
-            read = self._reads.get(kind)
-            write = self._writes.get(kind) if read is None else None
+            write = self._writes.get(kind)  # first: commits are the hot path
+            read = self._reads.get(kind) if write is None else None
             if read is None and write is None:
                 raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
             if call_id is None:  # the codec refuses this already; a core fed by hand must not answer nobody
@@ -382,8 +382,11 @@ class OwnerCore:
                     self._outbox.reply(peer, call_id, reply)
                 return
             # A savepoint unless the request's only fallible write is its first: a submission, most commits of one
-            # write (``_commits`` rule 4: the hot path, decided here before the unit opens).
-            guarded = needs_savepoint(frame) if isinstance(frame, Commit) else kind is not Submit
+            # write (``_commits`` rule 4: the hot path, written out here, decided before the unit opens).
+            if isinstance(frame, Commit):
+                guarded = len(frame.writes) != 1 or type(frame.writes[0]) not in ONE_STATEMENT_WRITES
+            else:
+                guarded = kind is not Submit
             try:
                 self._log.apply(write, peer, call_id, frame, now_ms, guarded=guarded)
             except BudgetRefusal as refusal:
@@ -421,7 +424,7 @@ class OwnerCore:
         records += changed_runs.values()
         if records:
             records += self.partials.settled(records, seq, now_ms)  # interrupted streams and ended runs: aborted
-        if changed_runs or runs.has_cancels or result.ended:
+        if changed_runs or result.ended or runs.has_cancels:
             unit.then(lambda: self._answer_settled(changed_runs.values(), result.ended))
 
     def _answer_settled(self, runs: Iterable[RunRecord], ended: Iterable[TaskRecord]) -> None:
