@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from protocol import RESERVED_ENTRY_PREFIX as RESERVED_ENTRY_PREFIX
 from protocol import (
+    RESERVED_ENTRY_PREFIX,
     AppendEntry,
     ConversationRecord,
     ConversationReply,
