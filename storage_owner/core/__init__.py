@@ -1,20 +1,15 @@
 """The owner's durable logic, sans-IO: no trio, no sockets, no apsw (a unit test enforces it)."""
 
-from ._checks import same_json
-from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES
-from ._owner import (
-    CATCH_UP_PAGE,
-    MAX_READ_LIMIT,
-    MAX_WRITES_PER_COMMIT,
-    BatchEffects,
-    BatchOrderError,
-    Output,
-    OwnerCore,
-    PeerId,
-)
+from ._checks import MAX_READ_LIMIT, same_json
+from ._commits import MAX_WRITES_PER_COMMIT
+from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Output, PeerId
+from ._owner import BatchEffects, BatchOrderError, OwnerCore
 from ._ports import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, Store, StoreConflict, TaskRow
-from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, run_status
-from ._tasks import ORPHAN_GRACE_MS, TaskEngine
+from ._run_status import run_status
+from ._runs import DEFAULT_MAX_CONCURRENT_RUNS
+from ._task_settle import ORPHAN_GRACE_MS
+from ._tasks import TaskEngine
+from ._watches import CATCH_UP_PAGE
 
 __all__ = [
     "CATCH_UP_PAGE",

@@ -21,12 +21,17 @@ from protocol import Change, Frame, Record, encode_frame, unstructure_frame
 
 PeerId = int
 T = TypeVar("T")
+Output = tuple[PeerId, int | None, Frame]
+"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
 
 DEFAULT_PEER_OUTPUT_BYTES: Final = 16 << 20
 """Unsent output (replies and events) one peer may have in the owner before its requests are refused
 ``overloaded`` and its watches read the log instead (16 MiB; ``--max-peer-output``)."""
 DEFAULT_TOTAL_OUTPUT_BYTES: Final = 256 << 20
 """Unsent output across every peer before requests are refused ``overloaded`` (256 MiB; ``--max-queued-output``)."""
+READ_BUDGET_BYTES: Final = 512 << 10
+"""A reply page ends early rather than carry more than this (a page of entries, more stored data than this), so a
+reply stays far below the WebSocket layer's hard limit however large the records are."""
 
 
 class OutputLedger:
@@ -121,6 +126,35 @@ class OutputLedger:
         return encoded
 
 
+class Outbox:
+    """Everything the core produced for its peers since the shell last took it, in order: replies, events and watch
+    changes, each encoded and counted by the :class:`OutputLedger` as it is added."""
+
+    def __init__(self, ledger: OutputLedger) -> None:
+        self.ledger = ledger
+        self._out: list[Output] = []
+
+    def reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
+        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
+        self._out.append((peer, call_id, frame))
+        self.ledger.add(peer, call_id, frame)
+
+    def push(self, peer: PeerId, frame: Frame) -> None:
+        """Send ``peer`` an event (no call id): a worker's ``Lease`` or ``CancelLease``."""
+        self._out.append((peer, None, frame))
+        self.ledger.add(peer, None, frame)
+
+    def change(self, peer: PeerId, change: Change, conversation_id: str | None) -> None:
+        """Send a watch its ``change`` (its records' bytes shared with the other watches of the same filter)."""
+        self._out.append((peer, None, change))
+        self.ledger.change(peer, change, conversation_id)
+
+    def take(self) -> tuple[list[Output], list[bytes]]:
+        """What was produced since the last call, and its encoded frames (one per output, in order)."""
+        out, self._out = self._out, []
+        return out, self.ledger.take()
+
+
 def fitting(items: Sequence[T], alone: Callable[[T], Frame], budget: int) -> int:
     """How many of ``items``, from the first, fit ``budget`` bytes once encoded (at least one, so a reply always
     makes progress; one item alone is bounded by the message that stored it). ``alone`` wraps one item in its reply,
@@ -131,6 +165,15 @@ def fitting(items: Sequence[T], alone: Callable[[T], Frame], budget: int) -> int
         if total > budget and index > 0:
             return index
     return len(items)
+
+
+def fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
+    """A page cut to the items that fit :data:`READ_BUDGET_BYTES` once encoded (one at least); ``more`` if any was
+    cut."""
+    count = fitting(items, alone, READ_BUDGET_BYTES)
+    if count == len(items):
+        return items, more
+    return items[:count], True
 
 
 def _pack_records(records: tuple[Record, ...]) -> bytes:

@@ -1,4 +1,4 @@
-"""The storage owner's durable logic, sans-IO.
+"""The storage owner's durable logic, sans-IO: :class:`OwnerCore`, its one entry.
 
 The shell (``storage_owner.io``) feeds the core what happened: a peer said hello, a batch of frames arrived
 (:meth:`OwnerCore.run_batch`, inside the transaction the shell opened), a peer went away. The core answers with
@@ -7,77 +7,44 @@ batch call out of that order raises :class:`BatchOrderError`. The core never rea
 in), never does I/O beyond calling the store it was given, and never raises on bad input: a handler refuses a bad
 request by raising :class:`Refusal`, which becomes an ``Error`` reply in one place, and the request changes nothing.
 
-Rules:
+The core keeps the batch loop and a table from frame type to handler; each handler lives in the room of the
+aggregate it changes or reads (docs/architecture.md, "Reading the owner"): peers (``_peers``), watches
+(``_watches``), conversations (``_conversations``), commits (``_commits``), runs (``_runs``), operations and
+interactions (``_operations``), tasks (``_tasks``), usage (``_usage``), partial output (``_partials``). Rules:
 
-1. A refused request changes nothing and does not disturb the other requests of its batch. A request with several
-   writes runs inside its own savepoint, rolled back alone if it is refused. A request whose only fallible write is
-   its first statement (a one-write commit, a submission) needs none, since SQLite undoes a failed statement by
-   itself; every check runs before the first write.
-2. A ``Commit`` or a newly admitted ``Submit`` takes the next ``seq``, logs its records in the commit log and is
-   fanned out to the live watches that match it. A refused request takes no ``seq``.
-3. A repeated submission ``request_id`` is looked up before any other check or write; the same kind and payload
-   return the original, anything else is a conflict.
-4. A new watch first catches up from the commit log, page by page, between batches; it turns live once it has
-   read up to the head. A congested peer's watches stop being live and catch up again from the log once the peer
-   drains, so a slow reader never holds memory in the owner and never misses a commit.
-5. A reader may read and watch, never write.
+1. A frame is checked in this order before its handler runs: a frame that decoded, a type a peer may send, a call
+   id, a role that may send it (a reader reads and watches, never writes), the peer's output budget (requests that
+   only resubscribe, ping or announce are answered past it).
+2. Every request that writes is applied inside a unit of work (``_unit``), which owns its savepoint, the undo of
+   memory, its commit-log record and the fan-out: a refused request changes nothing and does not disturb the other
+   requests of its batch. A request that changed records takes the next ``seq``; a refused request, a setting
+   (prices, budgets, the manual clock) and a no-op take none.
+3. After a batch's requests, the settle (in a unit of work of its own) lets the runs derive their statuses and admit
+   queued runs, and the task engine settle what changed: one more commit, after which the calls waiting on what
+   ended are answered.
+4. A budget refusal (``_usage`` rule 4) is replaced by a commit of its own that ends the run's task.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal
 
 import attrs
 
 from protocol import (
-    MAX_ANNOUNCE_BYTES,
-    MAX_LEASES_PER_WORKER,
-    MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
-    RESERVED_ENTRY_PREFIX,
-    SUPPORTED_VERSIONS,
-    AbortTask,
+    AGENT_TASK_PREFIX,
+    TOOL_TASK_PREFIX,
     AdvanceClock,
     Announce,
-    AppendEntry,
-    AppendPartial,
     BadFrame,
     CancelRun,
-    Change,
     ClockReply,
     Commit,
-    Committed,
-    ConversationRecord,
-    ConversationReply,
-    CreateConversation,
-    CreateInteraction,
-    CreateTask,
-    DocumentRecord,
-    DocumentReply,
-    EntriesReply,
-    EntryRecord,
     Error,
     ErrorCode,
-    FinishOperation,
     Frame,
-    Hello,
-    InteractionReply,
-    InteractionsReply,
-    LeaseRef,
-    Ok,
-    OperationReply,
-    OperationsReply,
-    OutcomesReply,
-    PartialRecord,
-    PartialsReply,
-    PeerInfo,
-    PeersReply,
     Ping,
-    Pong,
-    PricesReply,
-    PutDocument,
     ReadConversation,
     ReadDocument,
     ReadEntries,
@@ -96,130 +63,56 @@ from protocol import (
     ReadUsage,
     ReadUsageTotals,
     Received,
-    Record,
     Refused,
     Release,
     Resolve,
     Respond,
     RetryRun,
-    Role,
     RunRecord,
-    RunReply,
-    RunsReply,
     SetBudget,
     SetPrices,
-    SetTaskState,
-    StartOperation,
-    SubmissionRecord,
-    SubmissionReply,
     Submit,
-    Submitted,
-    TaskGraphReply,
-    TaskOutcome,
     TaskRecord,
-    TaskReply,
     Unwatch,
-    UsageReply,
-    UsageTotal,
     WaitRun,
     WaitTask,
     Watch,
-    Watching,
     Welcome,
-    Write,
-    encode_frame,
 )
 
-from ._checks import (
-    MAX_NAME_CHARS,
-    Refusal,
-    check_id,
-    check_name,
-    missing_conversation,
-    no_conversation,
-    same_json,
-)
-from ._hello import hello_problem
-from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, OutputLedger, fitting
+from ._checks import Refusal
+from ._commits import ONE_STATEMENT_WRITES, Commits
+from ._conversations import Conversations, Entries
+from ._operations import OperationRecords, Operations
+from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outbox, Output, OutputLedger, PeerId
 from ._partials import Partials
-from ._ports import LoggedCommit, Store, StoreConflict
-from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, SETTLED, TERMINAL, Runs
-from ._tasks import ORPHAN_GRACE_MS, TaskEngine
-from ._usage import BudgetRefusal
+from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
+from ._ports import Store
+from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, Runs
+from ._task_settle import ORPHAN_GRACE_MS
+from ._tasks import TaskEngine
+from ._unit import CommitLog, Head, Journal, UnitOfWork, WriteHandler
+from ._usage import BudgetRefusal, Usage
+from ._watches import Watches
 
-T = TypeVar("T")
-PeerId = int
-Output = tuple[PeerId, int | None, Frame]
-"""A frame for a peer with its envelope's call id: the request's for a reply, ``None`` for an event."""
-
-ROLES: Final[tuple[Role, ...]] = get_args(Role)
-WRITER_ROLES: Final = frozenset({"client", "worker"})
-MAX_WRITES_PER_COMMIT: Final = 10_000
-MAX_READ_LIMIT: Final = 1000
-MAX_REQUEST_ID_CHARS: Final = 200
-CATCH_UP_PAGE: Final = 256
-"""Commits a lagging watch reads from the log per turn of :meth:`OwnerCore.catch_up`."""
-CATCH_UP_SCAN_WINDOW: Final = 50_000
-"""A conversation watch scans at most this many seqs of the (unindexed) log per turn, so one watch that starts far
-back never holds up the commit loop for long."""
-MAX_CACHED_POSITIONS: Final = 100_000
-"""Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
-MAX_CURSOR: Final = (1 << 62) - 1
-READ_BUDGET_BYTES: Final = 512 << 10
-"""A page of entries ends early rather than carry more stored data than this, so a reply stays far below the
-WebSocket layer's hard limit however large the entries are."""
-MAX_CAPABILITIES: Final = 10_000
 MANUAL_CLOCK_KEY: Final = "manual_clock_ms"
 MAX_CLOCK_MS: Final = (1 << 62) - 1
 """The manual clock stays below this (SQLite integers are signed 64-bit, and deadlines add to the clock)."""
-SUBMISSION_QUEUED: Final = "queued"
-INPUT_KIND: Final = "input"
-"""The submission kind that starts a run in a conversation bound to an agent."""
-MAX_INPUT_BYTES: Final = 1 << 20
 _NEVER_OVERLOADED: Final = frozenset({Watch, Unwatch, Ping, Announce})
 """Requests answered even past an output budget: their replies are small and fixed, the client sends them without
 awaiting the reply (a resubscription, a heartbeat, a worker's announcement after a reconnect), and what they lead to
 (a watch's catch-up, leases up to ``max_leases``) is budgeted or bounded on its own."""
-MAX_WATCHES_PER_PEER: Final = 64
-"""Watches one connection may hold at once; one more is refused ``invalid`` (each is fed every matching commit)."""
-MAX_WAITS_PER_PEER: Final = 10_000
-"""Long-poll calls (``wait_task``, ``wait_run``) one connection may have open at once; one more is refused
-``invalid``."""
-DEFAULT_HEARTBEAT_MS: Final = 2_500
-"""How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
 _IDLE: Final = "idle"
 _RAN: Final = "ran"
 _BROKEN: Final = "broken"
 """The core's batch states: between batches, after :meth:`OwnerCore.run_batch` until its output is taken, and
 after a batch or a catch-up turn raised half-way (nothing is callable any more)."""
+ReadHandler = Callable[[PeerId, int, Any, int], Frame | None]
+"""A request handler that only reads (or registers a watch or a wait): its reply, or ``None`` if answered later."""
 
 
 class BatchOrderError(Exception):
     """The shell called the core's batch methods out of order (a bug in the caller, never bad input)."""
-
-
-@attrs.define(eq=False)
-class _Watch:
-    peer: PeerId
-    watch_id: int
-    conversation_id: str | None
-    delivered_seq: int
-    live: bool = False
-
-
-@attrs.define(eq=False)
-class _Peer:
-    role: str
-    peer_name: str = ""
-    attached_at_ms: int = 0
-    announced: Announce | None = None
-    congested: bool = False
-    watches: dict[int, _Watch] = attrs.Factory(dict)
-    waiting_on: set[tuple[str, str]] = attrs.Factory(set)
-    """The ``(table, id)`` of each wait this peer has open (a table of :attr:`OwnerCore._waits`), so that its end
-    forgets exactly those, without a scan of every peer's waits."""
-    wait_count: int = 0
-    """Calls this peer has waiting (several may wait on one id), bounded by :data:`MAX_WAITS_PER_PEER`."""
 
 
 @attrs.frozen
@@ -247,75 +140,98 @@ class OwnerCore:
         total_output_budget: int = DEFAULT_TOTAL_OUTPUT_BYTES,
     ) -> None:
         self._store = store
-        self._ledger = OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget)
         self._encoded: list[bytes] = []
         """The encoded frames of the output last taken (:meth:`take_output`, :meth:`catch_up`)."""
-        self._heartbeat_ms = heartbeat_ms
         self._batch_state = _IDLE
-        self._token = token
-        self._instance = instance
         self._clock = clock
-        self._head_seq = store.head_seq()
-        self._peers: dict[PeerId, _Peer] = {}
-        self._live: dict[str | None, dict[tuple[PeerId, int], _Watch]] = {}
-        self._lagging: dict[tuple[PeerId, int], _Watch] = {}
-        self._out: list[Output] = []
         self._clock_ms: int | None = None
-        self.tasks = TaskEngine(store, self._push, orphan_grace_ms=orphan_grace_ms)
-        self.runs = Runs(store, self.tasks, max_concurrent_runs=max_concurrent_runs)
-        self.partials = Partials(store, self.tasks.on_rollback)
-        self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
-        self._cancel_replies: list[tuple[PeerId, int, str]] = []
-        """``cancel_run`` requests of this batch, answered after its settle with the run as it is then."""
-        """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and
-        ``wait_run`` by run id (when the run is terminal or needs attention)."""
-        self._next_positions: dict[str, int] = {}
-        """Next entry position per conversation: saves a read per append. Updated only once a request succeeded."""
-        self._handlers: dict[type[Any], Callable[[PeerId, int, Any, int], None]] = {
-            Commit: self._on_commit,
-            Submit: self._on_submit,
-            ReadConversation: self._on_read_conversation,
-            ReadEntries: self._on_read_entries,
-            ReadDocument: self._on_read_document,
-            ReadSubmission: self._on_read_submission,
-            Watch: self._on_watch,
-            Unwatch: self._on_unwatch,
-            Ping: self._on_ping,
-            AdvanceClock: self._on_advance_clock,
-            Announce: self._on_announce,
-            ReadPeers: self._on_read_peers,
-            ReadTask: self._on_read_task,
-            ReadOutcomes: self._on_read_outcomes,
-            WaitTask: self._on_wait_task,
-            ReadTaskGraph: self._on_read_task_graph,
-            Release: self._on_release,
-            ReadRun: self._on_read_run,
-            ReadRuns: self._on_read_runs,
-            WaitRun: self._on_wait_run,
-            CancelRun: self._on_cancel_run,
-            ReadOperations: self._on_read_operations,
-            ReadOperation: self._on_read_operation,
-            ReadUsage: self._on_read_usage,
-            ReadUsageTotals: self._on_read_usage_totals,
-            SetPrices: self._on_set_prices,
-            ReadPrices: self._on_read_prices,
-            SetBudget: self._on_set_budget,
-            Resolve: self._on_resolve,
-            Respond: self._on_respond,
-            RetryRun: self._on_retry_run,
-            ReadInteractions: self._on_read_interactions,
-            ReadPartials: self._on_read_partials,
-        }
-        self._writes: frozenset[type[Any]] = frozenset(
-            {Commit, Submit, AdvanceClock, Release, CancelRun, Resolve, Respond, RetryRun, SetPrices, SetBudget}
+        """The manual clock's time, once a request of this batch advanced it."""
+        # The rooms, each built with what it uses; nothing is wired after it is built.
+        head = Head(store.head_seq())
+        self._head = head
+        self._outbox = outbox = Outbox(OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget))
+        journal = Journal()  # the undo of every room's memory while a request's unit of work is open
+        self.watches = Watches(store, outbox, head)
+        self._log = CommitLog(store, journal, head, outbox, self.watches)
+        self.waits = Waits()
+        self.peers = Peers(
+            head, token=token, instance=instance, clock=clock, heartbeat_ms=heartbeat_ms, announced=self._announced
         )
+        self._attached = self.peers.attached
+        operation_records = OperationRecords(store)
+        self.tasks = TaskEngine(
+            store,
+            outbox,
+            journal,
+            self.waits,
+            head,
+            self.peers,
+            orphan_grace_ms=orphan_grace_ms,
+            # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
+            cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
+        )
+        entries = Entries(store, journal)
+        self.runs = Runs(
+            store,
+            self.tasks,
+            journal,
+            entries,
+            self.waits,
+            outbox,
+            operation_records.reset_attempts,
+            max_concurrent_runs=max_concurrent_runs,
+        )
+        self.usage = Usage(store, self.tasks, self.runs)
+        self.operations = Operations(store, operation_records, self.tasks, self.runs, self.usage)
+        self.partials = Partials(store, journal, head)
+        self.conversations = Conversations(store, entries, self.tasks, self.runs)
+        self.commits = Commits(self.peers, self.tasks, self.runs, self.conversations, self.operations, self.partials)
+        self._reads: dict[type[Any], ReadHandler] = {
+            ReadConversation: self.conversations.on_read_conversation,
+            ReadEntries: self.conversations.on_read_entries,
+            ReadDocument: self.conversations.on_read_document,
+            ReadSubmission: self.conversations.on_read_submission,
+            Watch: self.watches.on_watch,
+            Unwatch: self.watches.on_unwatch,
+            Ping: self.peers.on_ping,
+            Announce: self.peers.on_announce,
+            ReadPeers: self.peers.on_read_peers,
+            ReadTask: self.tasks.on_read_task,
+            ReadOutcomes: self.tasks.on_read_outcomes,
+            WaitTask: self.tasks.on_wait_task,
+            ReadTaskGraph: self.tasks.on_read_task_graph,
+            ReadRun: self.runs.on_read_run,
+            ReadRuns: self.runs.on_read_runs,
+            WaitRun: self.runs.on_wait_run,
+            ReadOperations: self.operations.on_read_operations,
+            ReadOperation: self.operations.on_read_operation,
+            ReadInteractions: self.operations.on_read_interactions,
+            ReadUsage: self.usage.on_read_usage,
+            ReadUsageTotals: self.usage.on_read_usage_totals,
+            ReadPrices: self.usage.on_read_prices,
+            ReadPartials: self.partials.on_read_partials,
+        }
+        """The requests that only read (or register a watch or a wait), by frame type."""
+        self._writes: dict[type[Any], WriteHandler] = {
+            Commit: self.commits.on_commit,
+            Submit: self.conversations.on_submit,
+            CancelRun: self.runs.on_cancel_run,
+            RetryRun: self.runs.on_retry_run,
+            Resolve: self.operations.on_resolve,
+            Respond: self.operations.on_respond,
+            Release: self.tasks.on_release,
+            SetPrices: self.usage.on_set_prices,
+            SetBudget: self.usage.on_set_budget,
+            AdvanceClock: self._on_advance_clock,
+        }
+        """The requests that write, by frame type: each is applied in a unit of work (rule 2)."""
 
     # ------------------------------------------------------------------------------------------ inspection
 
     @property
     def head_seq(self) -> int:
         """The ``seq`` of the newest commit applied (committed once the current batch commits)."""
-        return self._head_seq
+        return self._head.seq
 
     def stored_clock_ms(self) -> int:
         """The manual clock's time as last committed (0 on a new database)."""
@@ -324,103 +240,48 @@ class OwnerCore:
     @property
     def has_lagging_watches(self) -> bool:
         """Whether :meth:`catch_up` has work for a peer that is not congested."""
-        ledger = self._ledger
-        return any(
-            not self._peers[watch.peer].congested and not ledger.is_over(watch.peer) for watch in self._lagging.values()
-        )
+        return self.watches.has_lagging
 
     @property
     def queued_output_bytes(self) -> int:
         """Unsent output across every peer, as the shell last said plus what the core produced since."""
-        return self._ledger.total
+        return self._outbox.ledger.total
 
     # ----------------------------------------------------------------------------------------- connections
 
     def hello(self, frame: Frame | BadFrame) -> Welcome | Refused:
         """Answer a connection's first frame: ``Welcome`` when it may proceed, ``Refused`` saying why not."""
-        if isinstance(frame, BadFrame):
-            return _refused(frame.code, f"the first frame must be a valid hello: {frame.message}")
-        if not isinstance(frame, Hello):
-            return _refused(ErrorCode.PROTOCOL_VIOLATION, f"the first frame must be hello, not {frame.TYPE}")
-        if frame.protocol_version not in SUPPORTED_VERSIONS:
-            supported = ", ".join(str(version) for version in SUPPORTED_VERSIONS)
-            return _refused(
-                ErrorCode.UNSUPPORTED_VERSION,
-                f"protocol version {frame.protocol_version} is not supported; this owner speaks {supported}",
-            )
-        problem = hello_problem(frame)
-        if problem is not None:
-            return _refused(ErrorCode.INVALID, f"{problem}; the connection was not attached")
-        if not hmac.compare_digest(frame.token.encode(), self._token.encode()):
-            return _refused(
-                ErrorCode.BAD_TOKEN,
-                "the access token does not match this owner's (connect with db=PATH to read it from the "
-                "runtime file next to the database)",
-            )
-        if frame.role not in ROLES:
-            return _refused(
-                ErrorCode.ROLE_NOT_ALLOWED,
-                f"role {frame.role!r} is not allowed; use one of {', '.join(ROLES)}",
-            )
-        return Welcome(
-            protocol_version=PROTOCOL_VERSION,
-            owner_instance=self._instance,
-            head_seq=self._head_seq,
-            clock=self._clock,
-            max_message_bytes=MAX_MESSAGE_BYTES,
-            heartbeat_ms=self._heartbeat_ms,
-        )
+        return self.peers.hello(frame)
 
     def attach(self, peer: PeerId, role: str, *, peer_name: str = "", now_ms: int = 0) -> None:
         """A connection completed its handshake with ``role``."""
-        assert peer not in self._peers, f"peer {peer} attached twice"
-        self._peers[peer] = _Peer(role=role, peer_name=peer_name, attached_at_ms=now_ms)
+        self.peers.attach(peer, role, peer_name=peer_name, now_ms=now_ms)
 
     def detach(self, peer: PeerId) -> None:
-        """A connection ended; forget its watches. Safe to call for a peer that never attached."""
-        state = self._peers.pop(peer, None)
+        """A connection ended: its watches and waits end, its leases are cut off (settled by the next batch). Safe
+        to call for a peer that never attached."""
+        state = self.peers.detach(peer)
         if state is None:
             return
-        self._ledger.forget(peer)
-        for watch in state.watches.values():
-            self._drop_watch(watch)
+        self._outbox.ledger.forget(peer)
+        self.watches.forget_peer(peer)
         self.tasks.peer_left(peer)
         if state.announced is not None:
             self.runs.workers_changed()
-        for table, key in state.waiting_on:
-            waits = self._waits[table][key]
-            waits[:] = [(waiter, call_id) for waiter, call_id in waits if waiter != peer]
-            if not waits:
-                del self._waits[table][key]
+        self.waits.forget(peer)
 
     def set_congested(self, peer: PeerId, congested: bool) -> None:
         """The shell's send queue for ``peer`` is over (``True``) or back under (``False``) its bound."""
-        state = self._peers.get(peer)
-        if state is None or state.congested == congested:
-            return
-        state.congested = congested
-        if congested:
-            for watch in state.watches.values():
-                if watch.live:
-                    self._to_lagging(watch)
-
-    def _to_lagging(self, watch: _Watch) -> None:
-        """A live watch stops being fed: it catches up from the log (from what it was last sent) instead."""
-        key = (watch.peer, watch.watch_id)
-        live = self._live[watch.conversation_id]
-        live.pop(key)
-        if not live:
-            del self._live[watch.conversation_id]
-        watch.live = False
-        self._lagging[key] = watch
+        if peer in self.peers:
+            self.watches.set_congested(peer, congested)
 
     def set_queued(self, peer: PeerId, queued_bytes: int) -> bool:
         """The shell holds ``queued_bytes`` of ``peer``'s output unsent (call after handing it a batch's output
         and after each send). Whether that brought the peer back under its output budget: its lagging watches may
         catch up again (see :mod:`._output`)."""
-        if peer not in self._peers:
+        if peer not in self.peers:
             return False
-        return self._ledger.set_queued(peer, queued_bytes)
+        return self._outbox.ledger.set_queued(peer, queued_bytes)
 
     def take_encoded(self) -> list[bytes]:
         """The encoded frames of the output last taken (by :meth:`take_output` or :meth:`catch_up`), one per
@@ -428,11 +289,16 @@ class OwnerCore:
         encoded, self._encoded = self._encoded, []
         return encoded
 
+    def _announced(self, peer: PeerId, name: str, announce: Announce) -> None:
+        """A worker's announcement was taken: the runs derive their statuses again, the engine places work."""
+        self.runs.workers_changed()
+        self.tasks.worker_announced(peer, name, announce.capabilities, announce.max_leases, announce.leases)
+
     # --------------------------------------------------------------------------------------------- batches
 
     def run_batch(self, frames: Iterable[tuple[PeerId, Received]], now_ms: int) -> bool:
-        """Handle one batch inside the shell's open transaction: each frame in order, then let the task engine
-        settle what they changed. Returns whether the batch wrote a commit (took a ``seq``).
+        """Handle one batch inside the shell's open transaction: each frame in order, then settle what they changed
+        (rule 3). Returns whether the batch wrote a commit (took a ``seq``).
 
         What the batch produced waits in the core: the shell commits the transaction, then calls
         :meth:`take_output`; nothing leaves the core before. If this raises (a storage error), the core is broken:
@@ -440,22 +306,30 @@ class OwnerCore:
         """
         self._expect_batch("run_batch", _IDLE)
         self._batch_state = _BROKEN  # until the batch got through whole
-        head_before = self._head_seq
+        head_before = self._head.seq
         for peer, received in frames:
             self._handle(peer, received.call_id, received.frame, now_ms)
-        self._settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms))
+        self._log.settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms), self._settle)
         self._batch_state = _RAN
-        return self._head_seq != head_before
+        return self._head.seq != head_before
 
     def take_output(self) -> tuple[list[Output], BatchEffects]:
         """Everything the batch produced, in order, and its effects. Call only once its transaction committed."""
         self._expect_batch("take_output", _RAN)
         self._batch_state = _IDLE
-        out, self._out = self._out, []
-        self._encoded = self._ledger.take()
+        out, self._encoded = self._outbox.take()
         effects = BatchEffects(clock_ms=self._clock_ms)
         self._clock_ms = None
         return out, effects
+
+    def catch_up(self) -> list[Output]:
+        """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
+        self._expect_batch("catch_up", _IDLE)
+        self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
+        self.watches.catch_up()
+        out, self._encoded = self._outbox.take()
+        self._batch_state = _IDLE
+        return out
 
     def needs_settle(self, now_ms: int) -> bool:
         """Whether the task engine has work (cut-off leases, runnable tasks, due sleeps): run a batch for it."""
@@ -478,857 +352,104 @@ class OwnerCore:
         raise BatchOrderError(f"{call}() without a batch: call run_batch() first")
 
     def _handle(self, peer: PeerId, call_id: int | None, frame: Frame | BadFrame, now_ms: int) -> None:
-        """Handle one frame from an attached peer: its handler replies, or raises :class:`Refusal`, answered here
-        (a write handler has rolled its savepoint back on the way out), addressed to ``call_id`` either way."""
-        state = self._peers.get(peer)
+        """Handle one frame from an attached peer (rule 1): its handler replies, or raises :class:`Refusal`, answered
+        here (a request that writes is rolled back whole by its unit of work first), addressed to ``call_id``."""
+        state = self._attached.get(peer)
         if state is None:
             return  # the peer left while its frame waited for the batch: nobody can receive an answer
         try:
             if isinstance(frame, BadFrame):
                 raise Refusal(frame.code, frame.message)
-            handler = self._handlers.get(type(frame))
-            if handler is None:
+            kind = type(frame)
+            write = self._writes.get(kind)  # first: commits are the hot path
+            read = self._reads.get(kind) if write is None else None
+            if read is None and write is None:
                 raise Refusal(ErrorCode.PROTOCOL_VIOLATION, f"a peer may not send {frame.TYPE} frames to the owner")
             if call_id is None:  # the codec refuses this already; a core fed by hand must not answer nobody
                 raise Refusal(ErrorCode.BAD_FRAME, f"bad {frame.TYPE} frame: $.call_id: required field missing")
-            if type(frame) in self._writes and state.role not in WRITER_ROLES:
+            if write is not None and state.role not in WRITER_ROLES:
                 message = f"this connection is a reader: it may read and watch, never write ({frame.TYPE} refused)"
                 raise Refusal(ErrorCode.READ_ONLY, message)
             if self._clock_ms is not None:
                 now_ms = max(now_ms, self._clock_ms)
-            overload = self._ledger.overload(peer)
-            if overload is not None and type(frame) not in _NEVER_OVERLOADED:
+            overload = self._outbox.ledger.overload(peer)
+            if overload is not None and kind not in _NEVER_OVERLOADED:
                 raise Refusal(ErrorCode.OVERLOADED, overload)
-            handler(peer, call_id, frame, now_ms)
+            if write is None:
+                assert read is not None
+                reply = read(peer, call_id, frame, now_ms)
+                if reply is not None:  # None: answered later (a wait)
+                    self._outbox.reply(peer, call_id, reply)
+                return
+            # A savepoint unless the request's only fallible write is its first: a submission, most commits of one
+            # write (``_commits`` rule 4: the hot path, written out here, decided before the unit opens).
+            if isinstance(frame, Commit):
+                guarded = len(frame.writes) != 1 or type(frame.writes[0]) not in ONE_STATEMENT_WRITES
+            else:
+                guarded = kind is not Submit
+            try:
+                self._log.apply(write, peer, call_id, frame, now_ms, guarded=guarded)
+            except BudgetRefusal as refusal:
+                # In the refused request's place, a commit of its own ends the run's task (rule 4).
+                self._log.apply(self.usage.end_over_budget, peer, call_id, refusal, now_ms, guarded=True)
+                raise
         except Refusal as refusal:
-            self._reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
+            self._outbox.reply(peer, call_id, Error(code=refusal.code, message=refusal.message))
 
-    def _settle(self, now_ms: int) -> None:
-        """Let the task engine settle what this batch changed, inside the batch's transaction: its changes are one
-        more commit, and ``wait_task`` calls of tasks that ended are answered."""
-        seq = self._head_seq + 1
+    def _settle(self, unit: UnitOfWork) -> None:
+        """Rule 3: the runs, then the task engine, settle what this batch changed, inside the batch's transaction;
+        their changes are one more commit (``unit``), in this order: admitted runs' user entries and tasks, the
+        operations cut-off phases interrupted and the interactions whose approval ended unanswered, the task records,
+        the runs, the partial output those ended."""
+        seq, now_ms = unit.seq, unit.now_ms
         runs = self.runs
         changed_runs: dict[str, RunRecord] = {}
-        admitted: list[Record] = []
+        records = unit.records
         if runs.live:  # nothing here for a store without runs: a plain commit costs what it did
             runs.refresh(seq, now_ms, changed_runs)  # what this batch's requests changed
-            for conversation_id in runs.admit(seq, now_ms, changed_runs, admitted):
-                self._next_positions.pop(conversation_id, None)
+            runs.admit(seq, now_ms, changed_runs, records)
+        admitted = bool(records)
         result = self.tasks.settle(seq, now_ms)
         if runs.live or changed_runs:
             runs.tasks_changed(result.records)
             runs.refresh(seq, now_ms, changed_runs)
-        records: list[Record] = list(admitted)
-        if runs.settle_records:
-            records += runs.settle_records
-            runs.settle_records = []
+        records += result.cut_off
+        records += self.operations.close_interactions(result.records, seq, now_ms)
         if admitted:
             settled = {record.task_id for record in result.records}
             # Drop the admitted task records settling changed again (logged below), keeping the rest: the
             # operations it interrupted were lost here once.
-            records = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
+            records[:] = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
         records += result.records
         records += changed_runs.values()
         if records:
             records += self.partials.settled(records, seq, now_ms)  # interrupted streams and ended runs: aborted
-        if records:
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-            touched = {record.conversation_id for record in records if record.conversation_id is not None}
-            self._store.log_commit(logged, frozenset(touched))
-            self._head_seq = seq
-            self._fan_out(logged, touched)
-        for run in changed_runs.values():
-            self._answer_run_waits(run)
-        if self._cancel_replies:
-            cancels, self._cancel_replies = self._cancel_replies, []
-            for peer, call_id, run_id in cancels:
-                self._reply(peer, call_id, RunReply(run=self._require_run(run_id)))
-        for record in result.ended:
-            waits = self._take_waits("task", record.task_id)
-            if waits:
-                reply = self._task_reply(record)
-                for peer, call_id in waits:
-                    self._reply(peer, call_id, reply)
+        if changed_runs or result.ended or runs.has_cancels:
+            unit.then(lambda: self._answer_settled(changed_runs.values(), result.ended))
 
-    def catch_up(self) -> list[Output]:
-        """Feed lagging watches from the commit log, one page each. Call between batches, never inside one."""
-        self._expect_batch("catch_up", _IDLE)
-        self._batch_state = _BROKEN  # until the turn got through whole (a storage error may stop it half-way)
-        out: list[Output] = []
-        head = self._head_seq
-        ledger = self._ledger
-        for key, watch in list(self._lagging.items()):
-            if self._peers[watch.peer].congested or ledger.is_over(watch.peer):
-                continue
-            until = head if watch.conversation_id is None else min(head, watch.delivered_seq + CATCH_UP_SCAN_WINDOW)
-            logged = self._store.read_log(watch.delivered_seq, watch.conversation_id, CATCH_UP_PAGE, until_seq=until)
-            delivered = watch.delivered_seq
-            for commit in logged:
-                if ledger.is_over(watch.peer):
-                    break  # the rest is read again once the peer has read what it was sent
-                change = _change(watch, commit)
-                if change.records:
-                    out.append((watch.peer, None, change))
-                    ledger.change(watch.peer, change, watch.conversation_id)
-                delivered = commit.seq
-            else:
-                delivered = logged[-1].seq if len(logged) == CATCH_UP_PAGE else until
-            watch.delivered_seq = delivered
-            if watch.delivered_seq >= head:
-                # Nothing is being committed while we run, so the log has been read up to the head.
-                del self._lagging[key]
-                watch.live = True
-                self._live.setdefault(watch.conversation_id, {})[key] = watch
-        self._encoded = ledger.take()
-        self._batch_state = _IDLE
-        return out
+    def _answer_settled(self, runs: Iterable[RunRecord], ended: Iterable[TaskRecord]) -> None:
+        """Once the settling commit is logged: the calls waiting on what it settled (``cancel_run`` included)."""
+        self.runs.answer_settled(runs)
+        self.tasks.answer_waits(ended)
 
     # -------------------------------------------------------------------------------------------- requests
 
-    def _on_commit(self, peer: PeerId, call_id: int, request: Commit, now_ms: int) -> None:
-        count = len(request.writes)
-        if not 1 <= count <= MAX_WRITES_PER_COMMIT:
-            message = f"a commit holds 1 to {MAX_WRITES_PER_COMMIT} writes, not {count}"
-            raise Refusal(ErrorCode.INVALID, message)
-        seq = self._head_seq + 1
-        records: list[Record] = []
-        results: list[int] = []
-        touched: set[str] = set()
-        positions: dict[str, int] = {}
-        store = self._store
-        if request.lease is not None:
-            if self._peers[peer].role != "worker":
-                raise Refusal(ErrorCode.NOT_ALLOWED, "only workers commit under a lease")
-            self.tasks.check_lease(peer, request.lease)
-        guarded = count > 1
-        if guarded:
-            store.savepoint()
-        self.tasks.begin()
-        runs_changed: dict[str, RunRecord] = {}
-        ended: PartialRecord | None = None
-        try:
-            for index, write in enumerate(request.writes):
-                where = f"writes[{index}]"
-                if isinstance(write, StartOperation):
-                    record: Record = self.runs.start_operation(write, request.lease, seq, now_ms, where)
-                    result = 0
-                elif isinstance(write, CreateInteraction):
-                    record, result = self.runs.create_interaction(write, request.lease, seq, now_ms, where)
-                elif isinstance(write, FinishOperation):
-                    record, run = self.runs.finish_operation(write, request.lease, seq, now_ms, where)
-                    result = 0
-                    if run is not None:
-                        runs_changed[run.run_id] = run
-                    ended = self.partials.finished(record, seq, now_ms)  # after the operation's record
-                elif isinstance(write, AppendPartial):
-                    op = store.operation(write.operation_id) if write.operation_id else None
-                    piece = self.partials.append(write, op, request.lease, seq, now_ms, where)
-                    results.append(0)
-                    if piece is not None:
-                        records.append(piece)
-                        touched.add(piece.conversation_id)
-                    continue
-                else:
-                    record, result = self._apply(write, seq, now_ms, where, positions, request.lease)
-                records.append(record)
-                results.append(result)
-                if record.conversation_id is not None:
-                    touched.add(record.conversation_id)
-                if ended is not None:
-                    records.append(ended)
-                    ended = None
-            records.extend(runs_changed.values())
-            logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-            store.log_commit(logged, frozenset(touched))
-        except Refusal as refusal:  # undo this request alone (rule 1), then let handle() answer it
-            if guarded:
-                store.rollback_savepoint()
-            self.tasks.rollback()
-            if isinstance(refusal, BudgetRefusal) and not self._end_over_budget(request.lease, refusal, now_ms):
-                # Nothing ended the lease (not the run task's, or its abort handler's): a plain refusal, which the
-                # phase meets as an error, as it would any other.
-                raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
-            raise
-        self.tasks.commit()
-        if guarded:
-            store.release_savepoint()
-        if self.runs.live:
-            self.runs.tasks_changed(records)
-        if len(self._next_positions) > MAX_CACHED_POSITIONS:
-            self._next_positions.clear()
-        self._next_positions.update(positions)
-        committed = Committed(seq=seq, committed_at_ms=now_ms, results=tuple(results))
-        self._published(peer, call_id, committed, logged, touched)
-
-    def _apply(
-        self, write: Write, seq: int, now_ms: int, where: str, positions: dict[str, int], lease: LeaseRef | None
-    ) -> tuple[Record, int]:
-        """Apply one write of a commit. ``positions`` holds the entry positions this commit has taken so far."""
-        if isinstance(write, CreateTask):
-            return self.tasks.create_task(write, seq, now_ms, where), 0
-        if isinstance(write, SetTaskState):
-            return self.tasks.set_state(write, lease, seq, now_ms, where), 0
-        if isinstance(write, AbortTask):
-            return self.tasks.abort_task(write, seq, now_ms, where)
-        if isinstance(write, AppendEntry):
-            conversation_id = write.conversation_id
-            check_id(conversation_id, f"{where}.conversation_id")
-            check_id(write.entry_id, f"{where}.entry_id")
-            check_name(write.kind, f"{where}.kind")
-            if write.kind.startswith(RESERVED_ENTRY_PREFIX):
-                self.runs.check_run_entry(conversation_id, write.kind, lease, where)
-            position = positions.get(conversation_id)
-            if position is None:
-                position = self._next_positions.get(conversation_id)
-            if position is None:
-                position = self._store.next_entry_position(conversation_id)
-                if position is None:
-                    raise missing_conversation(conversation_id)
-            entry = _entry(write, position, seq, now_ms)
-            try:
-                self._store.insert_entry(entry)
-            except StoreConflict as exc:
-                raise Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
-            positions[conversation_id] = position + 1
-            return entry, position
-        if isinstance(write, PutDocument):
-            check_name(write.name, f"{where}.name")
-            if write.conversation_id is not None:
-                check_id(write.conversation_id, f"{where}.conversation_id")
-                if self._store.conversation(write.conversation_id) is None:
-                    raise missing_conversation(write.conversation_id)
-            current = self._store.document(write.conversation_id, write.name)
-            current_version = 0 if current is None else current.version
-            if write.expected_version is not None and write.expected_version != current_version:
-                raise Refusal(
-                    ErrorCode.CONFLICT,
-                    f"{where}: document {write.name!r} is at version {current_version}, "
-                    f"not the expected {write.expected_version}",
-                )
-            document = DocumentRecord(
-                conversation_id=write.conversation_id,
-                name=write.name,
-                version=current_version + 1,
-                value=write.value,
-                seq=seq,
-                updated_at_ms=now_ms,
-            )
-            self._store.put_document(document)
-            return document, document.version
-        assert isinstance(write, CreateConversation), write
-        check_id(write.conversation_id, f"{where}.conversation_id")
-        if write.agent is not None:
-            check_name(write.agent, f"{where}.agent")
-        if write.owner_task_id is not None:
-            self.tasks.check_conversation_owner(write.owner_task_id, where)
-        conversation = ConversationRecord(
-            conversation_id=write.conversation_id,
-            created_at_ms=now_ms,
-            seq=seq,
-            entry_count=0,
-            owner_task_id=write.owner_task_id,
-            agent=write.agent,
-        )
-        try:
-            self._store.insert_conversation(conversation)
-        except StoreConflict as exc:
-            raise Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
-        if write.owner_task_id is not None:
-            self.tasks.conversation_created(write.conversation_id, write.owner_task_id)
-        return conversation, 0
-
-    def _on_submit(self, peer: PeerId, call_id: int, request: Submit, now_ms: int) -> None:
-        existing = self._store.submission(request.conversation_id, request.request_id)
-        if existing is not None:
-            if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
-                message = (
-                    f"request id {request.request_id!r} was already used in this conversation for a different "
-                    f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
-                )
-                raise Refusal(ErrorCode.CONFLICT, message)
-            self._reply(peer, call_id, Submitted(submission=existing, created=False))
-            return
-        seq = self._head_seq + 1
-        store = self._store
-        # One fallible write, the first: no savepoint needed (rule 1).
-        check_id(request.conversation_id, "conversation_id")
-        check_id(request.submission_id, "submission_id")
-        check_name(request.kind, "kind")
-        if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
-            raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
-        conversation = store.conversation(request.conversation_id)
-        if conversation is None:
-            raise missing_conversation(request.conversation_id)
-        run: RunRecord | None = None
-        if request.kind == INPUT_KIND:
-            run = self._new_run(request, conversation, seq, now_ms)
-        submission = SubmissionRecord(
-            submission_id=request.submission_id,
-            conversation_id=request.conversation_id,
-            request_id=request.request_id,
-            kind=request.kind,
-            payload=request.payload,
-            status=SUBMISSION_QUEUED,
-            seq=seq,
-            created_at_ms=now_ms,
-            run_id=None if run is None else run.run_id,
-        )
-        try:
-            store.insert_submission(submission)
-        except StoreConflict as exc:
-            raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
-        records: tuple[Record, ...] = (submission,)
-        if run is not None:
-            # Cannot clash: a run is named after its submission, whose id the insert above found unused.
-            store.insert_run(run, request.payload)
-            self.runs.created(run)
-            records = (submission, run)
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=records)
-        touched = {request.conversation_id}
-        store.log_commit(logged, frozenset(touched))
-        self._published(peer, call_id, Submitted(submission=submission, created=True), logged, touched)
-
-    def _new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
-        """The queued run an ``input`` submission admits (checked here, stored by the caller). A run takes its
-        submission's id (see ``_runs``)."""
-        if conversation.agent is None:
-            message = (
-                f"conversation {conversation.conversation_id} is not bound to an agent, so an input has no run to "
-                "start; bind one with create_conversation(agent=...), or submit another kind; nothing was written"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        payload = request.payload
-        if not isinstance(payload, str) or not 1 <= len(payload.encode()) <= MAX_INPUT_BYTES:
-            raise Refusal(ErrorCode.INVALID, f"an input's payload is a text of 1 byte to {MAX_INPUT_BYTES} bytes")
-        if request.when_busy not in ("follow_up", "reject"):
-            raise Refusal(ErrorCode.INVALID, f"when_busy must be follow_up or reject, not {request.when_busy!r}")
-        active = self.runs.active_run(conversation.conversation_id)
-        if request.when_busy == "reject" and active is not None:
-            message = (
-                f"conversation {conversation.conversation_id} has an active run ({active.run_id}, {active.status}) "
-                "and this submission asked to be refused while busy; nothing was written. Submit with "
-                "when_busy='follow_up' to queue a run after it, or wait for it"
-            )
-            raise Refusal(ErrorCode.CONFLICT, message)
-        return RunRecord(
-            run_id=request.submission_id,
-            conversation_id=conversation.conversation_id,
-            agent=conversation.agent,
-            version=0,
-            status="queued",
-            submission_id=request.submission_id,
-            seq=seq,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-        )
-
-    def _on_read_run(self, peer: PeerId, call_id: int, request: ReadRun, now_ms: int) -> None:
-        self._reply(peer, call_id, RunReply(run=self._require_run(request.run_id)))
-
-    def _on_read_runs(self, peer: PeerId, call_id: int, request: ReadRuns, now_ms: int) -> None:
-        if not 1 <= request.limit <= MAX_READ_LIMIT:
-            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            raise Refusal(ErrorCode.INVALID, message)
-        runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
-        runs, more = _fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
-        next_after = runs[-1].run_id if more else None
-        self._reply(peer, call_id, RunsReply(runs=tuple(runs), next_after_run_id=next_after))
-
-    def _on_wait_run(self, peer: PeerId, call_id: int, request: WaitRun, now_ms: int) -> None:
-        run = self._require_run(request.run_id)
-        if run.status in SETTLED:
-            self._reply(peer, call_id, RunReply(run=run))
-        else:
-            self._add_wait("run", run.run_id, peer, call_id)
-
-    def _on_cancel_run(self, peer: PeerId, call_id: int, request: CancelRun, now_ms: int) -> None:
-        """Cancel a run: a queued one ends ``cancelled`` now; an active one has its task aborted (bottom-up, by the
-        engine) and ends ``cancelled`` once that is terminal. Cancelling a cancelled run again is a no-op; a run that
-        ended otherwise is a ``conflict``. The reply is the run as it is once this batch has settled the mark:
-        ``cancelled`` if nothing had to run first, otherwise its status with reason ``cancelling``."""
-        run = self._require_run(request.run_id)
-        if run.status in TERMINAL:
-            if run.status == "cancelled":
-                self._reply(peer, call_id, RunReply(run=run))
-                return
-            raise Refusal(ErrorCode.CONFLICT, f"run {run.run_id} already ended {run.status}: nothing to cancel")
-        seq = self._head_seq + 1
-        record: Record
-        if run.task_id is None:
-            run = attrs.evolve(run, status="cancelled", seq=seq, updated_at_ms=now_ms)
-            self.runs.put(run)
-            record = run
-        else:
-            self.tasks.begin()
-            record, _ = self.tasks.abort_task(AbortTask(task_id=run.task_id), seq, now_ms, "run")
-            self.tasks.commit()
-            self.runs.tasks_changed((record,))
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
-        touched = {run.conversation_id}
-        self._store.log_commit(logged, frozenset(touched))
-        if run.status == "cancelled":
-            self._published(peer, call_id, RunReply(run=run), logged, touched)
-            self._answer_run_waits(run)
-            return
-        self._head_seq = logged.seq
-        self._fan_out(logged, touched)
-        self._cancel_replies.append((peer, call_id, run.run_id))
-
-    def _on_read_operations(self, peer: PeerId, call_id: int, request: ReadOperations, now_ms: int) -> None:
-        if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:
-            message = f"limit must be between 1 and {MAX_READ_LIMIT} and cursor 0 or more"
-            raise Refusal(ErrorCode.INVALID, message)
-        self._require_run(request.run_id)
-        operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
-        operations, more = _fit_page(operations, more, lambda one: OperationsReply(operations=(one,)))
-        next_cursor = request.cursor + len(operations) if more else None
-        self._reply(peer, call_id, OperationsReply(operations=tuple(operations), next_cursor=next_cursor))
-
-    def _on_read_operation(self, peer: PeerId, call_id: int, request: ReadOperation, now_ms: int) -> None:
-        operation = self._store.operation(request.operation_id)
-        if operation is None:
-            raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
-        self._reply(peer, call_id, OperationReply(operation=operation))
-
-    def _on_read_usage(self, peer: PeerId, call_id: int, request: ReadUsage, now_ms: int) -> None:
-        if request.conversation_id is None:
-            totals = [
-                UsageTotal(scope="model", key=key, usage=usage) for key, usage in self._store.usage("model", None)
-            ]
-        else:
-            if self._store.conversation(request.conversation_id) is None:
-                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-            found = self._store.usage("conversation", request.conversation_id)
-            totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
-        self._reply(peer, call_id, UsageReply(totals=tuple(totals)))
-
-    def _end_over_budget(self, lease: LeaseRef | None, refusal: BudgetRefusal, now_ms: int) -> bool:
-        """A run's model request was refused for its budget (``_usage`` rule 4): its task ends ``failed``
-        (``budget_exceeded``) in a commit of its own, in place of the refused one, which ends the phase's lease.
-        Whether it did (not under another task's lease, nor an abort handler's)."""
-        if lease is None or lease.task_id != refusal.task_id:
-            return False
-        seq = self._head_seq + 1
-        self._store.savepoint()
-        self.tasks.begin()
-        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.why)
-        end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
-        try:
-            record = self.tasks.set_state(end, lease, seq, now_ms, "budget")
-        except Refusal:  # an abort handler's lease: it ends as it was going to
-            self._store.rollback_savepoint()
-            self.tasks.rollback()
-            return False
-        self.tasks.commit()
-        self._store.release_savepoint()
-        self.runs.tasks_changed((record,))
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=(record,))
-        touched = {record.conversation_id}
-        self._store.log_commit(logged, frozenset(touched))
-        self._head_seq = seq
-        self._fan_out(logged, touched)
-        return True
-
-    def _on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> None:
-        self._reply(peer, call_id, self.runs.accounting.read_totals(request, MAX_READ_LIMIT))
-
-    def _on_set_prices(self, peer: PeerId, call_id: int, request: SetPrices, now_ms: int) -> None:
-        """Settings, not history: a price change takes no seq (results committed from now on use it)."""
-        self.runs.accounting.set_prices(request)
-        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
-
-    def _on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> None:
-        self._reply(peer, call_id, PricesReply(prices=self.runs.accounting.price_table()))
-
-    def _on_set_budget(self, peer: PeerId, call_id: int, request: SetBudget, now_ms: int) -> None:
-        """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""
-        self._reply(peer, call_id, self.runs.accounting.set_budget(request))
-
-    def _owner_decision(
-        self, peer: PeerId, call_id: int, now_ms: int, decide: Callable[[int], tuple[Frame, list[Record]]]
-    ) -> None:
-        """Run one of the owner's decisions (resolve, respond, retry_run) as one commit, inside its own savepoint
-        and the engine's journal (a refusal undoes it whole); a decision that changed nothing takes no seq."""
-        seq = self._head_seq + 1
-        self._store.savepoint()
-        self.tasks.begin()
-        try:
-            reply, records = decide(seq)
-        except Refusal:
-            self._store.rollback_savepoint()
-            self.tasks.rollback()
-            raise
-        self.tasks.commit()
-        self._store.release_savepoint()
-        if not records:
-            self._reply(peer, call_id, reply)
-            return
-        self.runs.tasks_changed(records)
-        logged = LoggedCommit(seq=seq, committed_at_ms=now_ms, records=tuple(records))
-        touched = {record.conversation_id for record in records if record.conversation_id is not None}
-        self._store.log_commit(logged, frozenset(touched))
-        self._published(peer, call_id, reply, logged, touched)
-
-    def _on_resolve(self, peer: PeerId, call_id: int, request: Resolve, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            operation, records = self.runs.resolve(request, seq, now_ms)
-            return OperationReply(operation=operation), records
-
-        self._owner_decision(peer, call_id, now_ms, decide)
-
-    def _on_respond(self, peer: PeerId, call_id: int, request: Respond, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            interaction, records = self.runs.respond(request, seq, now_ms)
-            return InteractionReply(interaction=interaction), records
-
-        self._owner_decision(peer, call_id, now_ms, decide)
-
-    def _on_retry_run(self, peer: PeerId, call_id: int, request: RetryRun, now_ms: int) -> None:
-        def decide(seq: int) -> tuple[Frame, list[Record]]:
-            run, records = self.runs.retry_run(request.run_id, seq, now_ms)
-            return RunReply(run=run), records
-
-        self._owner_decision(peer, call_id, now_ms, decide)
-
-    def _on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> None:
-        page = self.partials.read(
-            run_id=request.run_id,
-            operation_id=request.operation_id,
-            from_operation_id=request.from_operation_id,
-            from_offset=request.from_offset,
-            budget=READ_BUDGET_BYTES,
-        )
-        if not page.records:  # nothing streamed yet, or nothing by that id: say which
-            if request.run_id is not None and self._store.run(request.run_id) is None:
-                raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
-            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
-                raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
-        reply = PartialsReply(
-            partials=tuple(page.records),
-            seq=self._head_seq,
-            next_operation_id=page.next_operation_id,
-            next_offset=page.next_offset,
-        )
-        self._reply(peer, call_id, reply)
-
-    def _on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> None:
-        if not 1 <= request.limit <= MAX_READ_LIMIT:
-            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            raise Refusal(ErrorCode.INVALID, message)
-        found, more = self._store.interaction_page(
-            request.status, request.run_id, request.after_interaction_id, request.limit
-        )
-        found, more = _fit_page(found, more, lambda one: InteractionsReply(interactions=(one,)))
-        next_after = found[-1].interaction_id if more else None
-        interactions = tuple(found)
-        reply = InteractionsReply(interactions=interactions, next_after_interaction_id=next_after)
-        self._reply(peer, call_id, reply)
-
-    def _require_run(self, run_id: str) -> RunRecord:
-        run = self.runs.live.get(run_id) or self._store.run(run_id)
-        if run is None:
-            raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
-        return run
-
-    def _answer_run_waits(self, run: RunRecord) -> None:
-        if run.status in SETTLED:
-            for peer, call_id in self._take_waits("run", run.run_id):
-                self._reply(peer, call_id, RunReply(run=run))
-
-    def _add_wait(self, table: str, key: str, peer: PeerId, call_id: int) -> None:
-        """Answer this call once ``key`` of ``table`` settles (see :attr:`_waits`)."""
-        state = self._peers[peer]
-        if state.wait_count >= MAX_WAITS_PER_PEER:
-            message = (
-                f"a connection may have at most {MAX_WAITS_PER_PEER} waits open at once (wait_task, wait_run); this "
-                "one was not registered: wait for fewer at a time"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        self._waits[table].setdefault(key, []).append((peer, call_id))
-        state.waiting_on.add((table, key))
-        state.wait_count += 1
-
-    def _take_waits(self, table: str, key: str) -> list[tuple[PeerId, int]]:
-        """The calls waiting on ``key`` of ``table``, forgotten here and by their peers."""
-        waits = self._waits[table].pop(key, [])
-        for peer, _ in waits:
-            state = self._peers.get(peer)
-            if state is not None:
-                state.waiting_on.discard((table, key))
-                state.wait_count -= 1
-        return waits
-
-    def _on_advance_clock(self, peer: PeerId, call_id: int, request: AdvanceClock, now_ms: int) -> None:
+    def _on_advance_clock(self, unit: UnitOfWork, request: AdvanceClock) -> Frame:
+        """Move the manual clock: a setting (no seq), stored so that a restarted owner starts from it."""
         if self._clock != "manual":
             message = "this owner runs on the wall clock; start it with --clock manual to move time by request"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
         if request.by_ms < 0:
             message = f"by_ms must not be negative (got {request.by_ms}); the clock never goes back"
             raise Refusal(ErrorCode.INVALID, message)
-        new_ms = now_ms + request.by_ms
+        new_ms = unit.now_ms + request.by_ms
         if new_ms > MAX_CLOCK_MS:
             message = f"advancing by {request.by_ms} ms would take the clock past {MAX_CLOCK_MS} ms"
             raise Refusal(ErrorCode.INVALID, message)
         self._store.set_meta(MANUAL_CLOCK_KEY, new_ms)
-        self._clock_ms = new_ms
-        self._reply(peer, call_id, ClockReply(now_ms=new_ms))
+        unit.then(lambda: self._clock_moved(new_ms))
+        return ClockReply(now_ms=new_ms)
 
-    def _on_read_conversation(self, peer: PeerId, call_id: int, request: ReadConversation, now_ms: int) -> None:
-        conversation = self._store.conversation(request.conversation_id)
-        if conversation is None:
-            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        self._reply(peer, call_id, ConversationReply(conversation=conversation))
-
-    def _on_read_entries(self, peer: PeerId, call_id: int, request: ReadEntries, now_ms: int) -> None:
-        if not 1 <= request.limit <= MAX_READ_LIMIT:
-            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            raise Refusal(ErrorCode.INVALID, message)
-        if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
-            message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
-            raise Refusal(ErrorCode.INVALID, message)
-        if self._store.conversation(request.conversation_id) is None:
-            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        entries, more = self._store.entry_page(
-            request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
-        )
-        next_cursor = entries[-1].position if more else None
-        self._reply(peer, call_id, EntriesReply(entries=tuple(entries), next_cursor=next_cursor))
-
-    def _on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> None:
-        conversation_id = request.conversation_id
-        if conversation_id is not None and self._store.conversation(conversation_id) is None:
-            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
-        document = self._store.document(conversation_id, request.name)
-        self._reply(peer, call_id, DocumentReply(document=document))
-
-    def _on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> None:
-        if self._store.conversation(request.conversation_id) is None:
-            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-        submission = self._store.submission(request.conversation_id, request.request_id)
-        self._reply(peer, call_id, SubmissionReply(submission=submission))
-
-    def _on_watch(self, peer: PeerId, call_id: int, request: Watch, now_ms: int) -> None:
-        state = self._peers[peer]
-        if request.watch_id in state.watches:
-            message = f"watch id {request.watch_id} is already in use on this connection"
-            raise Refusal(ErrorCode.CONFLICT, message)
-        if len(state.watches) >= MAX_WATCHES_PER_PEER:
-            message = (
-                f"a connection may hold at most {MAX_WATCHES_PER_PEER} watches at once; unwatch one first (watch "
-                f"{request.watch_id} was not added)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        if not 0 <= request.from_seq <= self._head_seq:
-            message = f"from_seq must be between 0 and the newest seq {self._head_seq}, not {request.from_seq}"
-            raise Refusal(ErrorCode.INVALID, message)
-        from_seq = request.from_seq
-        if request.conversation_id is not None:
-            conversation = self._store.conversation(request.conversation_id)
-            if conversation is None:
-                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
-            from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it
-        watch = _Watch(
-            peer=peer, watch_id=request.watch_id, conversation_id=request.conversation_id, delivered_seq=from_seq
-        )
-        state.watches[request.watch_id] = watch
-        self._lagging[(peer, request.watch_id)] = watch
-        self._reply(peer, call_id, Watching(watch_id=request.watch_id, head_seq=self._head_seq))
-
-    def _on_unwatch(self, peer: PeerId, call_id: int, request: Unwatch, now_ms: int) -> None:
-        watch = self._peers[peer].watches.pop(request.watch_id, None)
-        if watch is not None:
-            self._drop_watch(watch)
-        self._reply(peer, call_id, Ok())
-
-    def _on_announce(self, peer: PeerId, call_id: int, request: Announce, now_ms: int) -> None:
-        state = self._peers[peer]
-        if state.role != "worker":
-            message = f"only workers announce capabilities; this connection is a {state.role}"
-            raise Refusal(ErrorCode.NOT_ALLOWED, message)
-        if not 0 <= request.max_leases <= MAX_LEASES_PER_WORKER:
-            # 0: a worker that drains before it stops (it finishes its phases and takes no new lease).
-            raise Refusal(ErrorCode.INVALID, f"max_leases must be between 0 and {MAX_LEASES_PER_WORKER}")
-        if len(request.capabilities) > MAX_CAPABILITIES:
-            message = (
-                f"a worker may announce at most {MAX_CAPABILITIES} capabilities, not {len(request.capabilities)}; "
-                "the announcement was not taken (the previous one, if any, stands)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        # What read_peers shows of it (its leases are not kept: a worker reattaching with many phases is not held).
-        size = len(encode_frame(attrs.evolve(request, leases=()), call_id=call_id))
-        if size > MAX_ANNOUNCE_BYTES:
-            message = (
-                f"an announce holds at most {MAX_ANNOUNCE_BYTES} bytes encoded without its leases (capabilities, "
-                f"host, app), "
-                f"not {size}; the announcement was not taken (the previous one, if any, stands)"
-            )
-            raise Refusal(ErrorCode.INVALID, message)
-        for index, capability in enumerate(request.capabilities):
-            named = 1 <= len(capability.name) <= MAX_NAME_CHARS
-            if not named or capability.version < 1 or capability.restart_limit < 1:
-                raise Refusal(
-                    ErrorCode.INVALID,
-                    f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
-                    f"restart_limit of 1 or more are required, not {capability.name!r} version "
-                    f"{capability.version} restart_limit {capability.restart_limit}",
-                )
-        state.announced = request
-        self.runs.workers_changed()
-        self.tasks.worker_announced(
-            peer, state.peer_name or f"peer {peer}", request.capabilities, request.max_leases, request.leases
-        )
-        self._reply(peer, call_id, Ok())
-
-    def _on_read_peers(self, peer: PeerId, call_id: int, request: ReadPeers, now_ms: int) -> None:
-        after = request.after_peer_id
-        ids = sorted(peer_id for peer_id in self._peers if after is None or peer_id > after)
-        # A page ends at the read budget (one peer at least: an announce is bounded well below it).
-        count = fitting(ids, lambda peer_id: PeersReply(peers=(self._peer_info(peer_id),)), READ_BUDGET_BYTES)
-        infos = tuple(self._peer_info(peer_id) for peer_id in ids[:count])
-        next_after = ids[count - 1] if count < len(ids) else None
-        self._reply(peer, call_id, PeersReply(peers=infos, next_after_peer_id=next_after))
-
-    def _peer_info(self, peer_id: PeerId) -> PeerInfo:
-        state = self._peers[peer_id]
-        return PeerInfo(
-            peer_id=peer_id,
-            role=state.role,
-            peer_name=state.peer_name,
-            attached_at_ms=state.attached_at_ms,
-            announced=state.announced is not None,
-            pid=None if state.announced is None else state.announced.pid,
-            host=None if state.announced is None else state.announced.host,
-            app=None if state.announced is None else state.announced.app,
-            capabilities=() if state.announced is None else state.announced.capabilities,
-        )
-
-    def _on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> None:
-        record = self.tasks.record(request.task_id)
-        if record is None:
-            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        self._reply(peer, call_id, self._task_reply(record))
-
-    def _on_read_outcomes(self, peer: PeerId, call_id: int, request: ReadOutcomes, now_ms: int) -> None:
-        if len(request.task_ids) > MAX_READ_LIMIT:
-            message = f"read at most {MAX_READ_LIMIT} outcomes at once, not {len(request.task_ids)}"
-            raise Refusal(ErrorCode.INVALID, message)
-        outcomes: list[TaskOutcome | None] = []
-        for task_id in request.task_ids:
-            record = self.tasks.record(task_id)
-            if record is None:
-                raise Refusal(ErrorCode.NOT_FOUND, _no_task(task_id))
-            outcomes.append(record.outcome if record.status == "terminal" else None)
-        # The first outcomes that fit the read budget (one at least): the client asks again for the rest.
-        count = fitting(outcomes, lambda outcome: OutcomesReply(outcomes=(outcome,)), READ_BUDGET_BYTES)
-        self._reply(peer, call_id, OutcomesReply(outcomes=tuple(outcomes[:count])))
-
-    def _on_wait_task(self, peer: PeerId, call_id: int, request: WaitTask, now_ms: int) -> None:
-        record = self.tasks.record(request.task_id)
-        if record is None:
-            raise Refusal(ErrorCode.NOT_FOUND, _no_task(request.task_id))
-        if record.status == "terminal":
-            self._reply(peer, call_id, self._task_reply(record))
-        else:
-            self._add_wait("task", request.task_id, peer, call_id)
-
-    def _on_read_task_graph(self, peer: PeerId, call_id: int, request: ReadTaskGraph, now_ms: int) -> None:
-        if not 1 <= request.limit <= MAX_READ_LIMIT:
-            message = f"limit must be between 1 and {MAX_READ_LIMIT}, not {request.limit}"
-            raise Refusal(ErrorCode.INVALID, message)
-        nodes, more = self.tasks.graph(request.after_task_id, request.limit)
-        nodes, more = _fit_page(nodes, more, lambda one: TaskGraphReply(seq=0, nodes=(one,)))
-        next_after = nodes[-1].task.task_id if more else None
-        reply = TaskGraphReply(seq=self._head_seq, nodes=tuple(nodes), next_after_task_id=next_after)
-        self._reply(peer, call_id, reply)
-
-    def _on_release(self, peer: PeerId, call_id: int, request: Release, now_ms: int) -> None:
-        if self._peers[peer].role != "worker":
-            raise Refusal(ErrorCode.NOT_ALLOWED, "only workers hold leases: a release is a worker's (nothing changed)")
-        self.tasks.release(peer, request.lease, request.migration_error)
-        self._reply(peer, call_id, Ok())
-
-    def _task_reply(self, record: TaskRecord) -> TaskReply:
-        input_value, checkpoint = self._store.task_data(record.task_id)
-        return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
-
-    def _on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> None:
-        self._reply(peer, call_id, Pong(now_ms=now_ms, head_seq=self._head_seq))
-
-    # ---------------------------------------------------------------------------------------------- helpers
-
-    def _reply(self, peer: PeerId, call_id: int | None, frame: Frame) -> None:
-        """Answer the request ``call_id`` of ``peer`` (``None``: an ``Error`` for a frame too broken to name one)."""
-        self._out.append((peer, call_id, frame))
-        self._ledger.add(peer, call_id, frame)
-
-    def _push(self, peer: PeerId, frame: Frame) -> None:
-        """Send ``peer`` an event (no call id): a watch's ``Change``, a worker's ``Lease`` or ``CancelLease``."""
-        self._out.append((peer, None, frame))
-        self._ledger.add(peer, None, frame)
-
-    def _published(self, peer: PeerId, call_id: int, reply: Frame, logged: LoggedCommit, touched: set[str]) -> None:
-        """A logged commit succeeded: it is the head now, its caller is answered, its live watches are fed."""
-        self._head_seq = logged.seq
-        self._reply(peer, call_id, reply)
-        self._fan_out(logged, touched)
-
-    def _fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
-        if not self._live:
-            return
-        ledger = self._ledger
-        over: list[_Watch] = []
-        for conversation_id in (*touched, None):
-            for watch in self._live.get(conversation_id, {}).values():
-                if ledger.is_over(watch.peer):
-                    over.append(watch)  # not fed: it reads this commit from the log once its peer has read
-                    continue
-                change = _change(watch, logged)
-                self._out.append((watch.peer, None, change))
-                ledger.change(watch.peer, change, conversation_id)
-                watch.delivered_seq = logged.seq
-        for watch in over:
-            self._to_lagging(watch)
-
-    def _drop_watch(self, watch: _Watch) -> None:
-        key = (watch.peer, watch.watch_id)
-        self._lagging.pop(key, None)
-        live = self._live.get(watch.conversation_id)
-        if live is not None:
-            live.pop(key, None)
-            if not live:
-                del self._live[watch.conversation_id]
-
-
-def _fit_page(items: list[T], more: bool, alone: Callable[[T], Frame]) -> tuple[list[T], bool]:
-    """A page cut to the items that fit the read budget once encoded (one at least); ``more`` if any was cut."""
-    count = fitting(items, alone, READ_BUDGET_BYTES)
-    if count == len(items):
-        return items, more
-    return items[:count], True
-
-
-def _no_task(task_id: str) -> str:
-    return f"task {task_id} does not exist"
-
-
-def _change(watch: _Watch, logged: LoggedCommit) -> Change:
-    records = logged.records
-    if watch.conversation_id is not None:
-        records = tuple(record for record in records if record.conversation_id == watch.conversation_id)
-    return Change(watch_id=watch.watch_id, seq=logged.seq, committed_at_ms=logged.committed_at_ms, records=records)
-
-
-def _entry(write: AppendEntry, position: int, seq: int, now_ms: int) -> EntryRecord:
-    return EntryRecord(
-        entry_id=write.entry_id,
-        conversation_id=write.conversation_id,
-        position=position,
-        seq=seq,
-        kind=write.kind,
-        data=write.data,
-        created_at_ms=now_ms,
-    )
-
-
-def _refused(code: ErrorCode, message: str) -> Refused:
-    return Refused(code=code, message=message, supported_versions=SUPPORTED_VERSIONS)
+    def _clock_moved(self, now_ms: int) -> None:
+        """The manual clock was advanced: the batch's later requests and its settle see the new time."""
+        self._clock_ms = now_ms

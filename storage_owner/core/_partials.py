@@ -22,12 +22,16 @@ conversation sees it live, and a watch resumed from a seq (or catching up from t
 
 One row per operation in ``partials`` (the current attempt, its status and size) and its pieces as rows of
 ``partial_pieces``: appending a piece writes the piece alone, never the text so far again.
+
+An operation's first piece creates its row ``streaming``; its status changes only as :data:`PARTIAL_TRANSITIONS`
+allows, checked on every put of a row (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug,
+never bad input). ``docs/runs.md`` ("Partial output") prints the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
 
 import attrs
 
@@ -36,19 +40,25 @@ from protocol import (
     MAX_PARTIAL_PIECE_BYTES,
     AppendPartial,
     ErrorCode,
+    Frame,
     LeaseRef,
     OperationRecord,
     PartialRecord,
     PartialsReply,
     PartialStatus,
+    ReadPartials,
     Record,
     RunRecord,
     encode_frame,
 )
 
-from ._checks import Refusal, check_id
-from ._partial_ports import PartialHead, PartialStore
-from ._runs import TERMINAL, has_result
+from ._checks import Refusal, check_id, check_move
+from ._operations import has_result
+from ._output import READ_BUDGET_BYTES, PeerId
+from ._partial_ports import PartialHead
+from ._ports import Store
+from ._runs import TERMINAL
+from ._unit import Head, Journal, UnitOfWork
 
 STREAMING: Final = "streaming"
 PAGE_BYTES: Final = 512 << 10
@@ -58,20 +68,40 @@ PAGE_OPERATIONS: Final = 1000
 """Operations one ``read_partials`` page reads at most (a run has one per model request)."""
 MIN_CUT_BYTES: Final = 4 << 10
 """A text is cut to fill the rest of a page only if that rest holds this much; otherwise the page ends before it."""
-Callback = Callable[[Callable[[], None]], None]
-"""Journals an undo action for a refused request (the task engine's ``on_rollback``)."""
+PartialEvent = Literal["append", "replace", "done", "abort", "drop"]
+
+PARTIAL_TRANSITIONS: Final[Mapping[tuple[PartialStatus, PartialEvent], frozenset[PartialStatus]]] = {
+    ("streaming", "append"): frozenset({"streaming"}),  # 2: a piece of the same attempt
+    ("streaming", "replace"): frozenset({"streaming"}),  # 1: a new attempt's first piece
+    ("aborted", "replace"): frozenset({"streaming"}),  # 1
+    ("streaming", "done"): frozenset({"done"}),  # 4: the result committed
+    ("aborted", "done"): frozenset({"done"}),  # 4: a later attempt completed without text
+    ("streaming", "abort"): frozenset({"aborted"}),  # 4: failed, interrupted, or its run ended
+    ("aborted", "drop"): frozenset({"aborted"}),  # 4: no attempt can follow, its pieces are deleted
+}
+"""The partial output state machine (of an operation's ``partials`` row): from a status, on an event, the statuses
+it may take; see the module docstring for the rules each row follows. Nothing leaves ``done``."""
 
 
 class Partials:
     """The partial output of one store's model requests; see the module docstring."""
 
-    def __init__(self, store: PartialStore, on_rollback: Callback) -> None:
+    def __init__(self, store: Store, journal: Journal, head: Head) -> None:
         self._store = store
-        self._on_rollback = on_rollback
+        self._journal = journal
+        self._head = head
         self._held: dict[str, PartialHead] = {head.operation_id: head for head in store.held_partials()}
         """Heads that stream or whose pieces are stored: at most one per live model request (and per run)."""
 
     # ---------------------------------------------------------------------------------------------- pieces
+
+    def apply_append(self, unit: UnitOfWork, write: AppendPartial, where: str, lease: LeaseRef | None) -> int:
+        """An ``append_partial`` write of a commit: its piece is logged (nothing when it held nothing new)."""
+        op = self._store.operation(write.operation_id) if write.operation_id else None
+        piece = self.append(write, op, lease, unit.seq, unit.now_ms, where)
+        if piece is not None:
+            unit.records.append(piece)
+        return 0
 
     def append(
         self,
@@ -135,7 +165,9 @@ class Partials:
             )
             raise Refusal(ErrorCode.INVALID, message)
         # Writes from here on.
+        event: PartialEvent = "append"
         if same and old is not None:
+            previous: PartialHead | None = old
             head = attrs.evolve(
                 old,
                 chars=old.chars + len(new),
@@ -145,6 +177,7 @@ class Partials:
                 updated_at_ms=now_ms,
             )
         else:
+            event = "replace"
             previous = old if old is not None else self._store.partial(op.operation_id)
             if previous is not None and previous.pieces:
                 self._store.delete_partial_pieces(op.operation_id)  # an earlier attempt's: replaced (rule 1)
@@ -163,7 +196,7 @@ class Partials:
                 updated_at_ms=now_ms,
             )
         self._store.insert_partial_piece(op.operation_id, stored_chars, new)
-        self._store.put_partial(head)
+        self._put(None if previous is None else previous.status, head, event)
         self._set(head)
         return _partial_record(head, offset=stored_chars, text=new, status=STREAMING, seq=seq, created_at_ms=now_ms)
 
@@ -197,26 +230,36 @@ class Partials:
         streaming = head.status == STREAMING and head.attempt == op.attempt
         if not streaming and not final:
             return None
+        was = head.status
         if not streaming and status == "done":
             # A later attempt completed without streaming text (tool calls only): its ``done`` record (no text)
             # tells readers to drop the earlier attempt's aborted output.
             head = attrs.evolve(head, attempt=op.attempt, chars=0, size_bytes=0, status=STREAMING)
             streaming = True
-        return self._close(head, status if streaming else head.status, final, seq, now_ms, emit=streaming)
+        return self._close(head, was, status if streaming else head.status, final, seq, now_ms, emit=streaming)
 
     def _run_ended(self, run_id: str, seq: int, now_ms: int) -> list[PartialRecord]:
         out: list[PartialRecord] = []
         for head in [head for head in self._held.values() if head.run_id == run_id]:
             status: PartialStatus = "aborted" if head.status == STREAMING else head.status
-            record = self._close(head, status, True, seq, now_ms, emit=head.status == STREAMING)
+            record = self._close(head, head.status, status, True, seq, now_ms, emit=head.status == STREAMING)
             if record is not None:
                 out.append(record)
         return out
 
     def _close(
-        self, head: PartialHead, status: PartialStatus, final: bool, seq: int, now_ms: int, *, emit: bool
+        self,
+        head: PartialHead,
+        was: PartialStatus,
+        status: PartialStatus,
+        final: bool,
+        seq: int,
+        now_ms: int,
+        *,
+        emit: bool,
     ) -> PartialRecord | None:
-        """End ``head`` as ``status``; ``final``: no attempt can follow, so its pieces are deleted."""
+        """End ``head`` (stored as ``was``) as ``status``; ``final``: no attempt can follow, so its pieces are
+        deleted."""
         if final and head.pieces:
             self._store.delete_partial_pieces(head.operation_id)
         new = attrs.evolve(
@@ -226,7 +269,8 @@ class Partials:
             seq=seq if emit else head.seq,
             updated_at_ms=now_ms,
         )
-        self._store.put_partial(new)
+        event: PartialEvent = "done" if status == "done" else "abort" if was == STREAMING else "drop"
+        self._put(was, new, event)
         if final:
             self._forget(head.operation_id)
         else:
@@ -236,6 +280,26 @@ class Partials:
         return _partial_record(head, offset=head.chars, text="", status=status, seq=seq, created_at_ms=now_ms)
 
     # ------------------------------------------------------------------------------------------------ reads
+
+    def on_read_partials(self, peer: PeerId, call_id: int, request: ReadPartials, now_ms: int) -> Frame:
+        page = self.read(
+            run_id=request.run_id,
+            operation_id=request.operation_id,
+            from_operation_id=request.from_operation_id,
+            from_offset=request.from_offset,
+            budget=READ_BUDGET_BYTES,
+        )
+        if not page.records:  # nothing streamed yet, or nothing by that id: say which
+            if request.run_id is not None and self._store.run(request.run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
+            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        return PartialsReply(
+            partials=tuple(page.records),
+            seq=self._head.seq,
+            next_operation_id=page.next_operation_id,
+            next_offset=page.next_offset,
+        )
 
     def read(
         self,
@@ -316,14 +380,23 @@ class Partials:
 
     # ------------------------------------------------------------------------------------------- in memory
 
+    def _put(self, previous: PartialStatus | None, head: PartialHead, event: PartialEvent) -> None:
+        """Store ``head``, which ``event`` made of a row stored as ``previous`` (``None``: the operation's first
+        piece creates it): refused loudly if :data:`PARTIAL_TRANSITIONS` forbids it."""
+        if previous is not None:
+            check_move(
+                PARTIAL_TRANSITIONS, "partial output of operation", head.operation_id, previous, event, head.status
+            )
+        self._store.put_partial(head)
+
     def _set(self, head: PartialHead) -> None:
         old = self._held.get(head.operation_id)
         self._held[head.operation_id] = head
-        self._on_rollback(lambda: self._restore(head.operation_id, old))
+        self._journal.undo(lambda: self._restore(head.operation_id, old))
 
     def _forget(self, operation_id: str) -> None:
         old = self._held.pop(operation_id, None)
-        self._on_rollback(lambda: self._restore(operation_id, old))
+        self._journal.undo(lambda: self._restore(operation_id, old))
 
     def _restore(self, operation_id: str, head: PartialHead | None) -> None:
         if head is None:

@@ -1,4 +1,5 @@
-"""What the core needs from storage, as a typing protocol, so the core never imports the store (or apsw)."""
+"""What the core needs from storage, as typing protocols (one per room, :class:`Store` all of them), so the core never
+imports the store (or apsw)."""
 
 from __future__ import annotations
 
@@ -64,10 +65,9 @@ class LoggedCommit:
     records: tuple[Record, ...]
 
 
-class Store(PartialStore, Protocol):
-    """The storage operations the core calls. Every method runs synchronously on the committed-or-pending state
-    of the one open transaction; the shell begins and commits that transaction, the core only uses savepoints.
-    """
+class LogStore(Protocol):
+    """The commit log, the savepoints of a request's unit of work, and the owner's own settings (``_unit``,
+    ``_watches``, ``_owner``)."""
 
     def head_seq(self) -> int: ...
 
@@ -77,9 +77,23 @@ class Store(PartialStore, Protocol):
 
     def rollback_savepoint(self) -> None: ...
 
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
+
+    def read_log(
+        self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
+    ) -> list[LoggedCommit]:
+        """Logged commits after ``after_seq`` up to ``until_seq``, oldest first, at most ``limit``; filtered to
+        those that may touch ``conversation_id`` when it is given (records still need filtering)."""
+        ...
+
     def get_meta(self, key: str) -> int | None: ...
 
     def set_meta(self, key: str, value: int) -> None: ...
+
+
+class ConversationStore(Protocol):
+    """Conversations, their entries and documents, and submissions (``_conversations``; ``conversation`` is read by
+    other rooms too)."""
 
     def insert_conversation(self, record: ConversationRecord) -> None: ...
 
@@ -105,6 +119,10 @@ class Store(PartialStore, Protocol):
 
     def insert_submission(self, record: SubmissionRecord) -> None: ...
 
+
+class RunStore(Protocol):
+    """Runs (``_runs``)."""
+
     def insert_run(self, record: RunRecord, input: object) -> None: ...
 
     def update_run(self, record: RunRecord) -> None: ...
@@ -118,6 +136,20 @@ class Store(PartialStore, Protocol):
     def live_runs(self) -> list[RunRecord]:
         """Every run that is not terminal, in creation order."""
         ...
+
+    def later_run_started(self, run_id: str) -> bool:
+        """Whether a run created after this one in its conversation has been admitted."""
+        ...
+
+    def run_page(
+        self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
+    ) -> tuple[list[RunRecord], bool]:
+        """A page of runs in run id order after ``after_run_id``, and whether more follow."""
+        ...
+
+
+class OperationStore(Protocol):
+    """The operation journal and interactions (``_operations``)."""
 
     def insert_operation(self, record: OperationRecord) -> None: ...
 
@@ -145,6 +177,39 @@ class Store(PartialStore, Protocol):
         self, status: str | None, run_id: str | None, after_interaction_id: str | None, limit: int
     ) -> tuple[list[InteractionRecord], bool]: ...
 
+
+class TaskStore(Protocol):
+    """Tasks (``_tasks``, ``_task_records``, ``_task_settle``; ``task_data`` is read by other rooms too)."""
+
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
+
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``."""
+        ...
+
+    def task(self, task_id: str) -> TaskRecord | None: ...
+
+    def task_data(self, task_id: str) -> tuple[Any, Any]:
+        """A stored task's ``(input, checkpoint)``."""
+        ...
+
+    def live_task_rows(self) -> Iterable[TaskRow]:
+        """The facts (see :data:`TaskRow`) of every task that is not terminal, oldest first."""
+        ...
+
+    def live_tasks(self, *, unsettled_only: bool = False) -> Iterable[TaskRecord]:
+        """Every task that is not terminal, oldest first; with ``unsettled_only`` only those that are not plain
+        pending tasks (pending without an abort mark)."""
+        ...
+
+    def task_owned_conversations(self) -> list[tuple[str, str]]:
+        """``(conversation_id, owner_task_id)`` of every conversation owned by a task that is not terminal."""
+        ...
+
+
+class UsageStore(Protocol):
+    """Usage totals, prices and budgets (``_usage``)."""
+
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None: ...
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]: ...
@@ -171,46 +236,8 @@ class Store(PartialStore, Protocol):
 
     def budget_count(self) -> int: ...
 
-    def later_run_started(self, run_id: str) -> bool:
-        """Whether a run created after this one in its conversation has been admitted."""
-        ...
 
-    def run_page(
-        self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
-    ) -> tuple[list[RunRecord], bool]:
-        """A page of runs in run id order after ``after_run_id``, and whether more follow."""
-        ...
-
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
-
-    def read_log(
-        self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
-    ) -> list[LoggedCommit]:
-        """Logged commits after ``after_seq`` up to ``until_seq``, oldest first, at most ``limit``; filtered to
-        those that may touch ``conversation_id`` when it is given (records still need filtering)."""
-        ...
-
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
-
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
-        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``."""
-        ...
-
-    def task(self, task_id: str) -> TaskRecord | None: ...
-
-    def task_data(self, task_id: str) -> tuple[Any, Any]:
-        """A stored task's ``(input, checkpoint)``."""
-        ...
-
-    def live_task_rows(self) -> Iterable[TaskRow]:
-        """The facts (see :data:`TaskRow`) of every task that is not terminal, oldest first."""
-        ...
-
-    def live_tasks(self, *, unsettled_only: bool = False) -> Iterable[TaskRecord]:
-        """Every task that is not terminal, oldest first; with ``unsettled_only`` only those that are not plain
-        pending tasks (pending without an abort mark)."""
-        ...
-
-    def task_owned_conversations(self) -> list[tuple[str, str]]:
-        """``(conversation_id, owner_task_id)`` of every conversation owned by a task that is not terminal."""
-        ...
+class Store(LogStore, ConversationStore, RunStore, OperationStore, TaskStore, UsageStore, PartialStore, Protocol):
+    """The storage operations the core calls, grouped above by the room whose records they hold (docs/architecture.md
+    lists which room calls which). Every method runs synchronously on the committed-or-pending state of the one open
+    transaction; the shell begins and commits that transaction, the core only uses savepoints."""

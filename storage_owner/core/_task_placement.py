@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import attrs
 
 from protocol import BlockedReason, Capability, ErrorCode, LeaseRef, TaskRecord
 
 from ._checks import Refusal
-from ._task_records import TaskRecords, describe_state
-
-if TYPE_CHECKING:
-    from ._tasks import ChangeBudget
+from ._task_records import EXTERNAL_PREFIX, TaskRecords, describe_state
 
 PeerId = int
 Mode = Literal["phase", "abort"]
@@ -29,8 +26,6 @@ READY_LOOKAHEAD: Final = 64
 """How far past tasks whose workers are busy the owner looks for one another (idle) worker could run: a task of a
 version only a busy worker has does not hold up the rest of its kind, without the whole queue being scanned."""
 READY_CHUNK: Final = 256
-EXTERNAL_PREFIX: Final = "tether."
-"""Task kinds no worker ever runs (approvals, attention): placement never leases them."""
 
 
 def task_kind(capability: Capability) -> str:
@@ -146,7 +141,7 @@ class Placement:
             if worker is not None:
                 worker.leases.add(task_id)
 
-        self._records.undo(undo)
+        self._records.journal.undo(undo)
 
     def leased_to(self, task_id: str) -> str | None:
         """The name of the worker holding a lease on the task, if any."""
@@ -156,9 +151,10 @@ class Placement:
 
     # ------------------------------------------------------------------------------------------ granting
 
-    def grant_leases(self, budget: ChangeBudget, grant: Callable[[TaskRecord, PeerId, Capability], None]) -> None:
+    def grant_leases(self, full: Callable[[], bool], grant: Callable[[TaskRecord, PeerId, Capability], None]) -> None:
         """Lease ready tasks, oldest first per kind, to the least busy worker able to run each (``grant`` makes the
-        transition and calls :meth:`add_lease`); move those no attached worker can run to the blocked tasks."""
+        transition and calls :meth:`add_lease`), until ``full()`` says the settling commit holds enough; move those no
+        attached worker can run to the blocked tasks."""
         self.place = False
         for kind in list(self.ready):
             queue = self.ready[kind]
@@ -171,7 +167,7 @@ class Placement:
                 continue
             if not self.has_capacity():
                 return  # every worker is busy: a lease that ends brings us back
-            self._grant_from(queue, kind, budget, grant)
+            self._grant_from(queue, kind, full, grant)
             if not queue:
                 self.ready.pop(kind, None)
 
@@ -179,7 +175,7 @@ class Placement:
         self,
         queue: dict[str, None],
         kind: str,
-        budget: ChangeBudget,
+        full: Callable[[], bool],
         grant: Callable[[TaskRecord, PeerId, Capability], None],
     ) -> None:
         """Grant what can be granted from one kind's queue, in order. Tasks whose able workers are busy keep their
@@ -190,7 +186,7 @@ class Placement:
             if not chunk:
                 return
             for task_id in chunk:
-                if budget.full():
+                if full():
                     self.place = True  # the next batch grants the rest
                     return
                 record = self._records.get(task_id)

@@ -1,21 +1,95 @@
-"""The task engine's records, sans-IO: every live task's record, the indexes derived from those records, and the
-undo journal that puts them back when a request is refused.
+"""The task engine's records, sans-IO: the state machine every change of a task's record is checked against, every
+live task's record, and the indexes derived from those records.
+
+The task state machine is :data:`TRANSITIONS`, ``(status, event) -> status``, checked on every save of a task's
+record (an illegal transition raises :class:`IllegalTransition`: a bug, never bad input). Its rules:
+
+1. ``grant``: a runnable task is leased to a worker and its phase runs. A task marked for abort is runnable
+   (its abort handler then runs) from ``pending``, ``waiting`` or ``sleeping`` once its owned ordinary work is
+   terminal; an unmarked one only from ``pending``.
+2. A phase ends by committing its next state under its lease: ``advance`` (``pending`` at a new checkpoint, also a
+   wait on nothing), ``wait``, ``sleep``, ``end`` (terminal) or ``hold`` (``completing``: it decided its outcome
+   while it owns live ordinary work).
+3. ``stop``: a phase stops without committing (released after a cancel, its worker cut off, the owner restarted);
+   the task is ``pending`` again (a restart counted unless it was cancelled). At its restart limit it ends
+   (``end`` or ``hold``, ``faulted`` / ``restart_limit``) instead.
+4. ``resume``: a waiter whose tasks are all terminal is ``pending``; ``wake``: a sleeper whose deadline passed is.
+5. ``end`` from ``completing``: a task holding an outcome becomes terminal once its owned ordinary work is.
+6. ``end`` from ``pending``, ``waiting`` or ``sleeping``: a task marked for abort that no attached worker can run
+   (past the orphan grace) ends ``orphaned``.
+7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
+8. Nothing leaves ``terminal``; a task is created ``pending``.
+9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (given to the engine where it is built:
+   a run's task and a tool task, see :mod:`._operations`) ends as the hook decides instead: ``backoff``
+   (``sleeping`` until a deadline: a model request's durable retry), ``interrupt`` (``waiting`` on a
+   ``tether.attention`` task the owner creates: a manual tool call), ``end`` / ``hold`` (``failed``: retries
+   exhausted), or rule 3 as usual.
+10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
+    an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
+    requests (``resolve``, ``respond``: ``end`` from ``pending``), and ``resolve`` ends the tool task that waited on
+    one with the output a person gave (``end`` from ``waiting``, once it owns no live work).
 
 A terminal task leaves memory with the commit that ends it (its row stays in the store). Every index is derived
 from the live records and kept in step by :meth:`TaskRecords.put`, the one way a record changes in memory, so
-undoing a refused request is putting back the records it replaced. Nothing here decides anything: the transitions
-(:mod:`._tasks`) choose each next record, the placement (:mod:`._task_placement`) who runs it.
+undoing a refused request is putting back the records it replaced (journaled in the owner's one
+:class:`~._unit.Journal`); :meth:`TaskRecords.save` stores a record and puts it, checked against the table. Nothing
+here decides anything: the requests (:mod:`._tasks`) and settling (:mod:`._task_settle`) choose each next record,
+the placement (:mod:`._task_placement`) who runs it.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Final, Literal
 
-from protocol import TaskOutcome, TaskRecord
+from protocol import TaskOutcome, TaskRecord, TaskStatus
 
-from ._ports import Store
+from ._checks import IllegalTransition
+from ._ports import NO_CHANGE, Store
+from ._unit import Journal
+
+ABORT: Final = "abort"
+RESTART: Final = "restart"
+EXTERNAL_PREFIX: Final = "tether."
+"""Task kinds no worker ever runs (approvals, attention): never leased, never shown blocked (rule 10)."""
+
+TaskEvent = Literal[
+    "grant", "advance", "wait", "sleep", "end", "hold", "stop", "resume", "wake", "mark", "backoff", "interrupt"
+]
+
+TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
+    ("pending", "grant"): "running",  # 1
+    ("waiting", "grant"): "running",  # 1 (an abort handler)
+    ("sleeping", "grant"): "running",  # 1 (an abort handler)
+    ("running", "advance"): "pending",  # 2
+    ("running", "wait"): "waiting",  # 2
+    ("running", "sleep"): "sleeping",  # 2
+    ("running", "end"): "terminal",  # 2, 3
+    ("running", "hold"): "completing",  # 2, 3
+    ("running", "stop"): "pending",  # 3
+    ("waiting", "resume"): "pending",  # 4
+    ("sleeping", "wake"): "pending",  # 4
+    ("completing", "end"): "terminal",  # 5
+    ("pending", "end"): "terminal",  # 6
+    ("waiting", "end"): "terminal",  # 6
+    ("sleeping", "end"): "terminal",  # 6
+    ("pending", "mark"): "pending",  # 7
+    ("running", "mark"): "running",  # 7
+    ("waiting", "mark"): "waiting",  # 7
+    ("sleeping", "mark"): "sleeping",  # 7
+    ("completing", "mark"): "completing",  # 7
+    ("running", "backoff"): "sleeping",  # 9
+    ("running", "interrupt"): "waiting",  # 9
+}
+"""The task state machine; see the module docstring for the rules each row follows (``docs/tasks.md`` prints it)."""
+
+
+def check_transition(old: TaskRecord, event: TaskEvent, new: TaskRecord) -> None:
+    """Raise :class:`IllegalTransition` unless the table lets ``event`` take ``old`` to ``new`` (a dict lookup)."""
+    if TRANSITIONS.get((old.status, event)) != new.status:
+        raise IllegalTransition("task", old.task_id, old.status, event, new.status)
 
 
 class LiveTasks:
@@ -67,10 +141,12 @@ class LiveTasks:
 
 
 class TaskRecords:
-    """The live records of one store, their indexes, what changed since settling last looked, and the journal."""
+    """The live records of one store, their indexes, and what changed since settling last looked."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, journal: Journal) -> None:
         self.store = store
+        self.journal = journal
+        """Where a change made inside a request journals its undo (the owner's one journal)."""
         self.tasks = LiveTasks(store)
         self.children: dict[str, set[str]] = {}
         """Live tasks by their owner task."""
@@ -89,7 +165,6 @@ class TaskRecords:
         """Tasks that became terminal in this batch, for ``wait_task`` replies."""
         self.finalize: dict[str, TaskRecord] = {}
         """Tasks that became terminal and whose owner, waiters and conversations settling has not yet revisited."""
-        self._journal: list[Callable[[], None]] | None = None
         for conversation_id, owner in store.task_owned_conversations():
             self.conversation_owner[conversation_id] = owner
             self.owned_conversations.setdefault(owner, set()).add(conversation_id)
@@ -102,34 +177,24 @@ class TaskRecords:
         """A task's record, live or terminal."""
         return self.tasks.get(task_id) or self.store.task(task_id)
 
-    # -------------------------------------------------------------------------------------- request journal
-
-    def begin(self) -> None:
-        """Start journaling changes to memory, for :meth:`rollback` if the request is refused."""
-        self._journal = []
-
-    def commit(self) -> None:
-        self._journal = None
-
-    def rollback(self) -> None:
-        journal, self._journal = self._journal, None
-        assert journal is not None
-        for undo in reversed(journal):
-            undo()
-
-    def undo(self, action: Callable[[], None]) -> None:
-        """Journal ``action`` to be run if the current request is refused (nothing outside a request)."""
-        if self._journal is not None:
-            self._journal.append(action)
-
     # ------------------------------------------------------------------------------------------ changes
+
+    def save(self, old: TaskRecord, record: TaskRecord, event: TaskEvent, *, checkpoint: object = NO_CHANGE) -> None:
+        """Store a task's next record, which ``event`` made of ``old``, and put it: refused loudly if the table
+        forbids it."""
+        check_transition(old, event, record)
+        if checkpoint is NO_CHANGE:
+            self.store.update_task(record)
+        else:
+            self.store.update_task(record, checkpoint=checkpoint)
+        self.put(record)
 
     def put(self, record: TaskRecord) -> None:
         """Replace a task's record in memory (journaled), keeping every index in step."""
         task_id = record.task_id
         old = self.tasks.get(task_id)
         self._set(task_id, old, record)
-        self.undo(lambda: self._set(task_id, record, old))
+        self.journal.undo(lambda: self._set(task_id, record, old))
 
     def _set(self, task_id: str, old: TaskRecord | None, new: TaskRecord | None) -> None:
         if old is not None:
@@ -181,7 +246,7 @@ class TaskRecords:
             del self.conversation_owner[conversation_id]
             self.owned_conversations[owner_task_id].discard(conversation_id)
 
-        self.undo(undo)
+        self.journal.undo(undo)
 
     def forget_owned_conversations(self, task_id: str) -> None:
         """A task ended: the conversations it owned are owned by nobody now."""

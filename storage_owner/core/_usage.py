@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -35,21 +34,32 @@ from protocol import (
     Budget,
     BudgetReply,
     ErrorCode,
+    Frame,
+    LeaseRef,
     ModelPrice,
+    PricesReply,
+    ReadPrices,
+    ReadUsage,
     ReadUsageTotals,
     RunRecord,
     RunUsage,
     SetBudget,
     SetPrices,
+    SetTaskState,
+    TaskOutcome,
     TaskRecord,
+    UsageReply,
     UsageTotal,
     UsageTotalsReply,
     amount_text,
 )
 
-from ._checks import MAX_NAME_CHARS, Refusal, check_id, no_conversation
+from ._checks import MAX_NAME_CHARS, MAX_READ_LIMIT, Refusal, check_id, no_conversation
+from ._output import PeerId
 from ._ports import Store
+from ._runs import AGENT_KIND_PREFIX, Runs, run_task_id
 from ._tasks import TaskEngine
+from ._unit import UnitOfWork
 
 TOKENS_PER_PRICE_UNIT: Final = 1_000_000
 MAX_PRICED_MODELS: Final = 10_000
@@ -63,9 +73,11 @@ MAX_TREE_DEPTH: Final = 100_000
 class BudgetRefusal(Refusal):
     """A model request's intent refused for its budget: the core ends the run's task ``failed`` instead."""
 
-    def __init__(self, message: str, *, task_id: str, why: str) -> None:
+    def __init__(self, message: str, *, task_id: str, why: str, lease: LeaseRef | None) -> None:
         super().__init__(ErrorCode.BUDGET_EXCEEDED, message)
         self.task_id = task_id
+        self.lease = lease
+        """The lease the refused intent was committed under (its phase ends if it is the run task's)."""
         self.why = why
         """The message without the run it names: the run's task's error (the run's own record says which run)."""
 
@@ -82,6 +94,18 @@ def cost_of(usage: RunUsage, price: ModelPrice) -> float:
         reasoning = min(usage.reasoning_tokens, usage.output_tokens)
         total += (usage.output_tokens - reasoning) * price.output_per_mtok + reasoning * price.reasoning_per_mtok
     return total / TOKENS_PER_PRICE_UNIT
+
+
+def add_usage(total: RunUsage, more: RunUsage) -> RunUsage:
+    cost = total.cost if more.cost is None else (total.cost or 0.0) + more.cost
+    return RunUsage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cached_tokens=total.cached_tokens + more.cached_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cost=cost,
+        unpriced_tokens=total.unpriced_tokens + more.unpriced_tokens,
+    )
 
 
 def total_tokens(usage: RunUsage) -> int:
@@ -108,14 +132,14 @@ def _check_amount(value: float | None, where: str, *, optional: bool) -> None:
         raise Refusal(ErrorCode.INVALID, f"{where} must be a finite number of 0 or more, not {value}")
 
 
-class Accounting:
-    """The price table (in memory, as stored), tree roots, and the budget checks of one owner."""
+class Usage:
+    """The price table (in memory, as stored), tree roots, the budget checks of one owner, and its usage and price
+    requests."""
 
-    def __init__(self, store: Store, tasks: TaskEngine, first_task: Callable[[TaskRecord], str]) -> None:
+    def __init__(self, store: Store, tasks: TaskEngine, runs: Runs) -> None:
         self._store = store
         self._tasks = tasks
-        self._first_task = first_task
-        """The first task of the run whose task is the given one (the task itself when it is no run's)."""
+        self._runs = runs
         self.prices: dict[str, ModelPrice] = {price.model: price for price in store.prices()}
         self._has_budgets = store.budget_count() > 0
         self._roots: dict[str, str] = {}
@@ -146,6 +170,23 @@ class Accounting:
         self._roots[task_id] = root
         return root
 
+    def _first_task(self, task: TaskRecord) -> str:
+        """The first task of the run whose (later) task ``task`` is, so that a run's tasks are one task tree (rule
+        3); ``task`` itself when it is no run's task."""
+        if not task.kind.startswith(AGENT_KIND_PREFIX):
+            return task.task_id
+        input_value, _ = self._store.task_data(task.task_id)
+        run_id = input_value.get("run_id") if isinstance(input_value, dict) else None
+        if not isinstance(run_id, str):
+            return task.task_id
+        # Its tasks are 1, 2, ... with no gap (one per admission): a task merely naming the run is not one of them.
+        attempt = 2
+        while (later := run_task_id(run_id, attempt)) != task.task_id:
+            if self._tasks.record(later) is None:
+                return task.task_id
+            attempt += 1
+        return run_task_id(run_id, 1)
+
     # ---------------------------------------------------------------------------------------- at commit
 
     def priced(self, kind: str, name: str, usage: RunUsage) -> RunUsage:
@@ -163,7 +204,7 @@ class Accounting:
             store.add_usage("model", model, usage)
         store.add_usage("tree", self.tree_root(task.task_id), usage)
 
-    def check_budget(self, run: RunRecord, task: TaskRecord, model: str) -> None:
+    def check_budget(self, run: RunRecord, task: TaskRecord, model: str, lease: LeaseRef | None) -> None:
         """Refuse a model request's intent past the budget of the run's conversation or task tree (rule 4)."""
         if not self._has_budgets:
             return
@@ -199,9 +240,54 @@ class Accounting:
                     f"failed (budget_exceeded); raise it first (tether budget {option} {key} --max-tokens N or "
                     f"--max-cost X, or --clear to remove it), then tether retry {run.run_id}"
                 )
-                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=run.task_id or task.task_id, why=why)
+                task_id = run.task_id or task.task_id
+                raise BudgetRefusal(f"run {run.run_id}: {why}", task_id=task_id, why=why, lease=lease)
+
+    def end_over_budget(self, unit: UnitOfWork, refusal: BudgetRefusal) -> None:
+        """A run's model request was refused for its budget (rule 4): its task ends ``failed`` (``budget_exceeded``)
+        in a commit of its own, in place of the refused one, which ends the phase's lease. Refused (a plain
+        ``conflict``, which the phase meets as any other error) under another task's lease or an abort handler's,
+        which ends as it was going to."""
+        lease = refusal.lease
+        if lease is None or lease.task_id != refusal.task_id:
+            raise Refusal(ErrorCode.CONFLICT, refusal.message)
+        outcome = TaskOutcome(status="failed", reason="budget_exceeded", error=refusal.why)
+        end = SetTaskState(task_id=lease.task_id, status="terminal", outcome=outcome)
+        try:
+            record = self._tasks.set_state(end, lease, unit.seq, unit.now_ms, "budget")
+        except Refusal:  # an abort handler's lease
+            raise Refusal(ErrorCode.CONFLICT, refusal.message) from None
+        unit.records.append(record)
+        self._runs.tasks_changed((record,))
 
     # ------------------------------------------------------------------------------------------ requests
+
+    def on_read_usage(self, peer: PeerId, call_id: int, request: ReadUsage, now_ms: int) -> Frame:
+        if request.conversation_id is None:
+            totals = [
+                UsageTotal(scope="model", key=key, usage=usage) for key, usage in self._store.usage("model", None)
+            ]
+        else:
+            if self._store.conversation(request.conversation_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+            found = self._store.usage("conversation", request.conversation_id)
+            totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
+        return UsageReply(totals=tuple(totals))
+
+    def on_read_usage_totals(self, peer: PeerId, call_id: int, request: ReadUsageTotals, now_ms: int) -> Frame:
+        return self.read_totals(request, MAX_READ_LIMIT)
+
+    def on_set_prices(self, unit: UnitOfWork, request: SetPrices) -> Frame:
+        """Settings, not history: a price change takes no seq (results committed from now on use it)."""
+        self.set_prices(request)
+        return PricesReply(prices=self.price_table())
+
+    def on_read_prices(self, peer: PeerId, call_id: int, request: ReadPrices, now_ms: int) -> Frame:
+        return PricesReply(prices=self.price_table())
+
+    def on_set_budget(self, unit: UnitOfWork, request: SetBudget) -> Frame:
+        """Settings, not history: a budget change takes no seq; the next model request of a run is checked."""
+        return self.set_budget(request)
 
     def price_table(self) -> tuple[ModelPrice, ...]:
         return tuple(self.prices[model] for model in sorted(self.prices))

@@ -67,8 +67,8 @@ from storage_owner.core import (
     OwnerCore,
     PeerId,
 )
-from storage_owner.core import _owner as owner_module
-from storage_owner.core._owner import DEFAULT_HEARTBEAT_MS
+from storage_owner.core import _watches as watches_module
+from storage_owner.core._peers import DEFAULT_HEARTBEAT_MS
 from storage_owner.store import SqliteStore
 
 TOKEN = "test-token"
@@ -1036,7 +1036,7 @@ def test_conversation_watch_catches_up_over_a_long_log_without_gaps(
 ) -> None:
     if window is not None:
         # A small scan window (where the core has one) makes catch-up cross many windows.
-        monkeypatch.setattr(owner_module, "CATCH_UP_SCAN_WINDOW", window, raising=False)
+        monkeypatch.setattr(watches_module, "CATCH_UP_SCAN_WINDOW", window)
     writer, watcher = harness.connect(), harness.connect()
     mine, other = new_conversation(harness, writer), new_conversation(harness, writer)
     expected = [1]

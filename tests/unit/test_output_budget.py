@@ -29,7 +29,8 @@ from protocol import (
     encode_frame,
 )
 from storage_owner.core import OwnerCore, PeerId
-from storage_owner.core import _owner as owner_module
+from storage_owner.core import _peers as peers_module
+from storage_owner.core import _watches as watches_module
 from storage_owner.store import SqliteStore
 from tests.unit.test_core import (
     INSTANCE,
@@ -192,7 +193,7 @@ def test_a_watch_of_a_peer_past_its_budget_reads_the_log_later_and_misses_nothin
 
 def test_watches_per_connection_are_bounded(budgeted: Budgeted) -> None:
     reader = budgeted.connect("reader")
-    limit = owner_module.MAX_WATCHES_PER_PEER
+    limit = watches_module.MAX_WATCHES_PER_PEER
     out = budgeted.batch([(reader, watch(watch_id)) for watch_id in range(limit + 1)])
     errors = [frame for _, _, frame, _ in out if isinstance(frame, Error)]
     assert len(errors) == 1
@@ -227,7 +228,7 @@ def test_pending_waits_per_connection_are_bounded(budgeted: Budgeted) -> None:
     task = CreateTask(task_id=task_id, kind="shop.slow", conversation_id=conversation_id)
     [(_, _, created, _)] = budgeted.batch([(worker, commit(task))])
     assert isinstance(created, Committed), created
-    limit = owner_module.MAX_WAITS_PER_PEER
+    limit = peers_module.MAX_WAITS_PER_PEER
     out = budgeted.batch([(worker, WaitTask(task_id=task_id)) for _ in range(limit + 2)])
     errors = [frame for _, _, frame, _ in out if isinstance(frame, Error)]
     assert len(errors) == 2

@@ -4,6 +4,9 @@ attempt fails or is cut off, stale leases and the bounds refused whole. Driven t
 
 from __future__ import annotations
 
+import attrs
+import pytest
+
 from actors._client import _join_partials
 from protocol import (
     MAX_PARTIAL_BYTES,
@@ -24,7 +27,17 @@ from protocol import (
     Watch,
     Watching,
 )
-from tests.unit.test_runs_core import RunSim, leased_run, manual_sim, model_intent, model_requested, sim
+from storage_owner.core._checks import IllegalTransition
+from storage_owner.core._partials import PARTIAL_TRANSITIONS
+from tests.unit.test_runs_core import (
+    RunSim,
+    doc_table,
+    leased_run,
+    manual_sim,
+    model_intent,
+    model_requested,
+    sim,
+)
 from tests.unit.test_tasks_core import aborted, error_code, expect, fresh_id, sent
 
 __all__ = ["manual_sim", "sim"]  # the fixtures
@@ -254,3 +267,20 @@ def test_a_retry_that_streams_no_text_still_ends_the_aborted_output_as_done(manu
     assert logged_partials(sim)[-1] == (done.seq, 2, 0, "", "done")
     assert stored(sim, operation_id=op) == [(2, 0, "", "done")]
     assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+
+
+def test_the_partial_output_transition_table_in_docs_runs_md_is_the_owners() -> None:
+    assert doc_table("(`PARTIAL_TRANSITIONS` in `_partials.py`)") == PARTIAL_TRANSITIONS
+
+
+def test_a_partial_output_put_outside_its_table_raises_and_stores_nothing(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op), piece(op, 0, "Hi"))
+    done = FinishOperation(operation_id=op, status="completed", result=JsonValue({"text": "Hi"}))
+    worker.ok(task_id, done, next_turn(task_id))
+    head = sim.store.partial(op)
+    assert head is not None and head.status == "done"
+    with pytest.raises(IllegalTransition):  # nothing leaves done: no attempt follows a committed result
+        sim.core.partials._put("done", attrs.evolve(head, status="streaming", attempt=2), "replace")
+    assert sim.store.partial(op) == head

@@ -4,10 +4,13 @@ test_tasks_core), with explicit ``now_ms``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from protocol import (
@@ -65,10 +68,14 @@ from protocol import (
     converter,
     retry_delay_ms,
 )
-from storage_owner.core._checks import Refusal
-from storage_owner.core._runs import Derived, attention_task_id, run_status, run_task_id, user_entry_id
+from storage_owner.core._checks import IllegalTransition, Refusal
+from storage_owner.core._conversations import SUBMISSION_TRANSITIONS
+from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
+from storage_owner.core._run_status import Derived, run_status
+from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
 from storage_owner.store._sqlite import _pack
 from tests.unit.test_tasks_core import (
+    ROOT,
     TOKEN,
     OwnerSim,
     Worker,
@@ -833,10 +840,10 @@ def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     tools.ok(tool_id, tool_intent(run_id, op, "manual"))
     tools.leave()
     # The tool task now waits on attention, so no lease of it can commit; the rule holds below the lease check.
-    runs = sim.core.runs
+    operations = sim.core.operations
     lease = LeaseRef(task_id=tool_id, epoch=9)
     with pytest.raises(Refusal) as refused:
-        runs.start_operation(tool_intent(run_id, op, "manual", attempt=2), lease, 99, sim.now_ms, "w")
+        operations.start_operation(tool_intent(run_id, op, "manual", attempt=2), lease, 99, sim.now_ms, "w")
     assert refused.value.code == ErrorCode.CONFLICT and "resolve" in refused.value.message
     stored = sim.store.operation(op)
     assert stored is not None and stored.status == "interrupted"
@@ -1197,3 +1204,122 @@ def test_a_retried_run_waits_for_capacity_like_any_run(tmp_path: Path) -> None:
         assert worker.holds(run_task_id(runs[0], 2))
     finally:
         sim.close()
+
+
+# ------------------------------------------------------------------------- a refusal undoes its whole request
+
+
+def _then_refuse(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+    """Make ``owner.name`` do its work, then refuse: as a check after a request's first write would."""
+    original = getattr(owner, name)
+
+    def then_refuse(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        raise Refusal(ErrorCode.CONFLICT, "refused after writing")
+
+    monkeypatch.setattr(owner, name, then_refuse)
+
+
+def test_a_refusal_inside_cancel_run_undoes_the_abort_mark(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    head = sim.core.head_seq
+    with monkeypatch.context() as patched:
+        _then_refuse(patched, sim.core.tasks, "abort_task")
+        assert error_code(sim.request(sim.client, CancelRun(run_id=run_id))) == ErrorCode.CONFLICT
+    # Nothing of the refused cancel stays: not the mark (stored or in memory), not a seq, not the lease's cancel.
+    assert sim.store.task(task_id).abort is None  # type: ignore[union-attr]
+    assert sim.task(task_id).abort is None and sim.core.head_seq == head
+    assert task_id not in worker.cancelled and sim.run(run_id).status == "running"
+    reply = expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)  # it still cancels afterwards
+    assert (reply.run.status, reply.run.reason) == ("running", "cancelling") and task_id in worker.cancelled
+
+
+def test_a_refusal_after_retry_run_leaves_the_run_failed(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    worker = sim.agent_worker()
+    task_id = run_task_id(run_id, 1)
+    worker.ok(task_id, model_intent(run_id=run_id, operation_id=fresh_id(), retry=Retry(attempts=1)))
+    worker.leave()  # past its only attempt: the run fails
+    assert sim.run(run_id).status == "failed"
+    head = sim.core.head_seq
+    with monkeypatch.context() as patched:
+        _then_refuse(patched, sim.core.runs, "retry_run")
+        assert error_code(sim.request(sim.client, RetryRun(run_id=run_id))) == ErrorCode.CONFLICT
+    # The refused retry queued nothing, in the store or in memory: the run is not admitted again by a later settle.
+    sim.batch()
+    run = sim.run(run_id)
+    assert (run.status, run.task_id) == ("failed", task_id) and sim.core.head_seq == head
+    assert sim.store.task(run_task_id(run_id, 2)) is None and run_id not in sim.core.runs.live
+    retried = expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply).run  # it still retries afterwards
+    assert retried.status == "queued" and sim.run(run_id).task_id == run_task_id(run_id, 2)
+
+
+def test_an_interaction_refused_alone_in_its_commit_leaves_no_approval_task(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    first = CreateInteraction(
+        interaction_id=fresh_id(), operation_id=fresh_id(), run_id=run_id, args=JsonValue({}), digest="args"
+    )
+    expect(tools.commit(tool_id, first), Committed)
+    other = fresh_id()
+    again = CreateInteraction(
+        interaction_id=first.interaction_id, operation_id=other, run_id=run_id, args=JsonValue({}), digest="args"
+    )
+    # Its interaction id is taken: refused, and the approval task it would have created is not stored either.
+    assert error_code(tools.commit(tool_id, again)) == ErrorCode.DUPLICATE
+    assert sim.store.task(approval_task_id(other)) is None and sim.core.tasks.live(approval_task_id(other)) is None
+
+
+# ------------------------------------------------------------------------------------------- transition tables
+
+
+def doc_table(marker: str, path: Path = ROOT / "docs" / "runs.md") -> dict[tuple[str, str], frozenset[str]]:
+    """The transition table printed after ``marker`` in ``path``: each row's statuses and events (a cell may name
+    several, the row holding for each), to the statuses they may lead to."""
+    after = path.read_text().split(marker, 1)[1].splitlines()
+    lines = itertools.dropwhile(lambda line: not line.startswith("|"), after)
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
+    table: dict[tuple[str, str], frozenset[str]] = {}
+    for row in rows[2:]:  # after the header and its rule
+        statuses, events, to = (re.findall(r"`(\w+)`", cell) for cell in row.strip("|").split("|")[:3])
+        for key in itertools.product(statuses, events):
+            assert key not in table, f"{key} is printed twice"
+            table[key] = frozenset(to)
+    return table
+
+
+@pytest.mark.parametrize(
+    ("marker", "table"),
+    [
+        ("Its transition table (`SUBMISSION_TRANSITIONS`)", SUBMISSION_TRANSITIONS),
+        ("(`RUN_TRANSITIONS` in `_runs.py`)", RUN_TRANSITIONS),
+        ("(`OPERATION_TRANSITIONS` in `_operations.py`)", OPERATION_TRANSITIONS),
+        ("(`INTERACTION_TRANSITIONS`, see", INTERACTION_TRANSITIONS),
+    ],
+)
+def test_each_transition_table_in_docs_runs_md_is_the_owners(
+    marker: str, table: Mapping[tuple[str, str], frozenset[str]]
+) -> None:
+    assert doc_table(marker) == table
+
+
+def test_a_run_put_outside_its_table_raises_and_stores_nothing(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)  # pending: no worker yet
+    run = sim.run(run_id)
+    with pytest.raises(IllegalTransition):  # a run with a task is never queued again by deriving
+        sim.core.runs.put(run, attrs.evolve(run, status="queued"), "derive")
+    with pytest.raises(IllegalTransition):  # only a failed run is retried
+        sim.core.runs.put(run, attrs.evolve(run, status="queued"), "retry")
+    assert sim.store.run(run_id) == run and sim.core.runs.live[run_id] == run
+
+
+def test_an_operation_put_outside_its_table_raises_and_stores_nothing(sim: RunSim) -> None:
+    _, _, _, op = model_requested(sim)
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.status == "started"
+    records = sim.core.operations._records
+    with pytest.raises(IllegalTransition):  # only an interrupted tool call is resolved
+        records.put(stored, attrs.evolve(stored, status="resolved"), "resolve")
+    assert sim.store.operation(op) == stored

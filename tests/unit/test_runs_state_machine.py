@@ -47,7 +47,7 @@ from protocol import (
     StartOperation,
     approval_task_id,
 )
-from storage_owner.core._runs import add_usage
+from storage_owner.core._usage import add_usage
 from tests.unit.test_runs_core import RunSim
 from tests.unit.test_tasks_core import aborted, completed, failed, fresh_id, restart_ids
 

@@ -59,12 +59,8 @@ from protocol import (
     encode_frame,
 )
 from storage_owner.core import TASK_ROW_FIELDS, Output, OwnerCore, PeerId
-from storage_owner.core._tasks import (
-    MAX_SETTLE_CHANGES,
-    TRANSITIONS,
-    IllegalTransition,
-    check_transition,
-)
+from storage_owner.core._task_records import TRANSITIONS, IllegalTransition, check_transition
+from storage_owner.core._task_settle import MAX_SETTLE_CHANGES
 from storage_owner.store import SqliteStore
 
 TOKEN = "test-token"
@@ -535,7 +531,7 @@ def test_a_wait_is_forgotten_with_its_connection_and_only_its_own(sim: OwnerSim)
     out = sim.batch((worker.peer, sent(Commit(writes=(completed(task_id, 5),), lease=worker.lease(task_id).lease))))
     assert expect(reply_to(out, other, wait), TaskReply).task.status == "terminal"
     assert not [frame for peer, _, frame in out if peer == leaving]
-    assert sim.core._waits == {"task": {}, "run": {}}  # nothing is left behind for the connection that ended
+    assert sim.core.waits._waits == {"task": {}, "run": {}}  # nothing is left behind for the connection that ended
 
 
 def test_read_task_outcomes_and_graph_reply(sim: OwnerSim) -> None:
@@ -1824,7 +1820,7 @@ def test_an_illegal_transition_raises_an_internal_error_even_under_optimisation(
         with pytest.raises(IllegalTransition):
             check_transition(ended, event, attrs.evolve(ended, status="pending"))
     with pytest.raises(IllegalTransition):  # a save through the engine is checked too
-        sim.core.tasks._save(record, attrs.evolve(record, status="sleeping"), "wake")
+        sim.core.tasks._records.save(record, attrs.evolve(record, status="sleeping"), "wake")
     assert sim.task(task_id) == record
 
 

@@ -364,7 +364,7 @@ def test_the_price_table_is_bounded(sim: RunSim, monkeypatch: pytest.MonkeyPatch
 
 def test_the_tree_root_cache_is_bounded_and_a_root_never_changes(sim: RunSim, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("storage_owner.core._usage.MAX_CACHED_ROOTS", 2)
-    accounting = sim.core.runs.accounting
+    accounting = sim.core.usage
     _, parent_task, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, parent_task)
     sub_conversation = fresh_id()
@@ -406,7 +406,7 @@ def test_a_retried_run_stays_in_its_task_tree_and_under_its_budget(sim: RunSim) 
     expect(sim.request(sim.client, RetryRun(run_id=run_id)), RunReply)
     retried = sim.run(run_id).task_id
     assert retried is not None and retried != task_id and worker.holds(retried)
-    assert sim.core.runs.accounting.tree_root(retried) == task_id
+    assert sim.core.usage.tree_root(retried) == task_id
     assert error_code(worker.commit(retried, model_intent(run_id, fresh_id()))) == ErrorCode.BUDGET_EXCEEDED
     assert totals(sim, "tree", retried).budgets == (Budget(scope="tree", key=task_id, max_tokens=100),)
     # Raised (naming either task), the next retry goes on, and its usage adds to the one tree total.

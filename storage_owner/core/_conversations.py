@@ -1,0 +1,285 @@
+"""Conversations, sans-IO: conversations, their transcripts (entries) and documents, and the submissions handed to
+them (docs/runs.md, "Conversations and submissions").
+
+1. A conversation is created by a commit, owned by nobody or by a live task that may still own new work (a
+   subagent's transcript); its id is unique, and its agent binding never changes.
+2. An entry takes its conversation's next position in the commit that appends it; an entry id is unique. Kinds
+   under ``tether.`` are the runtime's: only a run's own tasks write them (``_runs``).
+3. A document (per conversation, or global) is versioned: each put is the next version; a put naming another
+   expected version than the stored one is a ``conflict``.
+4. A submission's ``(conversation, request_id)`` is looked up before any other check or write: the same kind and
+   payload return the original, anything else is a ``conflict``. An ``input`` to a conversation bound to an agent
+   admits a queued run in the same commit (``_runs``); its one fallible write is its first, the submission's insert.
+
+A submission is created ``queued`` and nothing changes its status yet: :data:`SUBMISSION_TRANSITIONS` has no row
+(``docs/runs.md`` prints it); the busy-conversation rules add theirs (``placed``, ``done``, ``unanswered``), checked
+like every record's (:func:`~._checks.check_move`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from protocol import (
+    RESERVED_ENTRY_PREFIX,
+    AppendEntry,
+    ConversationRecord,
+    ConversationReply,
+    CreateConversation,
+    DocumentRecord,
+    DocumentReply,
+    EntriesReply,
+    EntryRecord,
+    ErrorCode,
+    Frame,
+    JsonValue,
+    LeaseRef,
+    PutDocument,
+    ReadConversation,
+    ReadDocument,
+    ReadEntries,
+    ReadSubmission,
+    SubmissionRecord,
+    SubmissionReply,
+    Submit,
+    Submitted,
+)
+
+from ._checks import (
+    MAX_CURSOR,
+    Refusal,
+    check_id,
+    check_limit,
+    check_name,
+    missing_conversation,
+    no_conversation,
+    same_json,
+)
+from ._output import READ_BUDGET_BYTES, PeerId
+from ._ports import Store, StoreConflict
+from ._runs import Runs
+from ._tasks import TaskEngine
+from ._unit import Journal, UnitOfWork
+
+MAX_CACHED_POSITIONS: Final = 100_000
+"""Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
+MAX_REQUEST_ID_CHARS: Final = 200
+SUBMISSION_QUEUED: Final = "queued"
+INPUT_KIND: Final = "input"
+"""The submission kind that starts a run in a conversation bound to an agent."""
+SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {}
+"""The submission state machine: from a status, on an event, the statuses a submission may take. None yet (see the
+module docstring)."""
+
+
+class Entries:
+    """Where each conversation's next entry goes: the position, cached per conversation (a read saved per append).
+    A refused request drops the cache whole (``_unit``): it is filled again from the store."""
+
+    def __init__(self, store: Store, journal: Journal) -> None:
+        self._store = store
+        self.next: dict[str, int] = {}
+        """The next position per conversation, advanced by every append (read in place on the hot path)."""
+        journal.cache(self.next.clear)
+
+    def stored_position(self, conversation_id: str) -> int | None:
+        """The conversation's next position as stored (``None``: no such conversation), cached from now on."""
+        position = self._store.next_entry_position(conversation_id)
+        if position is not None and len(self.next) >= MAX_CACHED_POSITIONS:
+            self.next.clear()
+        return position
+
+    def place(
+        self, conversation_id: str, entry_id: str, kind: str, data: JsonValue, seq: int, now_ms: int
+    ) -> EntryRecord:
+        """Append an entry the owner writes itself (a run's user entry, at admission) at the next position."""
+        position = self.next.get(conversation_id)
+        if position is None:
+            position = self.stored_position(conversation_id)
+            assert position is not None, f"conversation {conversation_id} is not stored"
+        entry = EntryRecord(
+            entry_id=entry_id,
+            conversation_id=conversation_id,
+            position=position,
+            seq=seq,
+            kind=kind,
+            data=data,
+            created_at_ms=now_ms,
+        )
+        self._store.insert_entry(entry)
+        self.next[conversation_id] = position + 1
+        return entry
+
+
+class Conversations:
+    """The conversations of one store: their writes, reads and submissions. See the module docstring."""
+
+    def __init__(self, store: Store, entries: Entries, tasks: TaskEngine, runs: Runs) -> None:
+        self._store = store
+        self._entries = entries
+        self._next = entries.next
+        self._tasks = tasks
+        self._runs = runs
+
+    # ---------------------------------------------------------------------------------------- commit writes
+
+    def apply_create(self, unit: UnitOfWork, write: CreateConversation, where: str, lease: LeaseRef | None) -> int:
+        """Rule 1."""
+        check_id(write.conversation_id, f"{where}.conversation_id")
+        if write.agent is not None:
+            check_name(write.agent, f"{where}.agent")
+        if write.owner_task_id is not None:
+            self._tasks.check_conversation_owner(write.owner_task_id, where)
+        conversation = ConversationRecord(
+            conversation_id=write.conversation_id,
+            created_at_ms=unit.now_ms,
+            seq=unit.seq,
+            entry_count=0,
+            owner_task_id=write.owner_task_id,
+            agent=write.agent,
+        )
+        try:
+            self._store.insert_conversation(conversation)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
+        if write.owner_task_id is not None:
+            self._tasks.conversation_created(write.conversation_id, write.owner_task_id)
+        unit.records.append(conversation)
+        return 0
+
+    def apply_append(self, unit: UnitOfWork, write: AppendEntry, where: str, lease: LeaseRef | None) -> int:
+        """Rule 2; the result is the entry's position. The hot path: a commit of one entry."""
+        conversation_id = write.conversation_id
+        check_id(conversation_id, f"{where}.conversation_id")
+        check_id(write.entry_id, f"{where}.entry_id")
+        check_name(write.kind, f"{where}.kind")
+        if write.kind.startswith(RESERVED_ENTRY_PREFIX):
+            self._runs.check_run_entry(conversation_id, write.kind, lease, where)
+        position = self._next.get(conversation_id)
+        if position is None:
+            position = self._entries.stored_position(conversation_id)
+            if position is None:
+                raise missing_conversation(conversation_id)
+        entry = EntryRecord(
+            entry_id=write.entry_id,
+            conversation_id=conversation_id,
+            position=position,
+            seq=unit.seq,
+            kind=write.kind,
+            data=write.data,
+            created_at_ms=unit.now_ms,
+        )
+        try:
+            self._store.insert_entry(entry)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: entry id {exc.key} already exists") from exc
+        self._next[conversation_id] = position + 1
+        unit.records.append(entry)
+        return position
+
+    def apply_put_document(self, unit: UnitOfWork, write: PutDocument, where: str, lease: LeaseRef | None) -> int:
+        """Rule 3; the result is the document's new version."""
+        check_name(write.name, f"{where}.name")
+        if write.conversation_id is not None:
+            check_id(write.conversation_id, f"{where}.conversation_id")
+            if self._store.conversation(write.conversation_id) is None:
+                raise missing_conversation(write.conversation_id)
+        current = self._store.document(write.conversation_id, write.name)
+        current_version = 0 if current is None else current.version
+        if write.expected_version is not None and write.expected_version != current_version:
+            raise Refusal(
+                ErrorCode.CONFLICT,
+                f"{where}: document {write.name!r} is at version {current_version}, "
+                f"not the expected {write.expected_version}",
+            )
+        document = DocumentRecord(
+            conversation_id=write.conversation_id,
+            name=write.name,
+            version=current_version + 1,
+            value=write.value,
+            seq=unit.seq,
+            updated_at_ms=unit.now_ms,
+        )
+        self._store.put_document(document)
+        unit.records.append(document)
+        return document.version
+
+    # ---------------------------------------------------------------------------------------------- submit
+
+    def on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
+        """Rule 4."""
+        existing = self._store.submission(request.conversation_id, request.request_id)
+        if existing is not None:
+            if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
+                message = (
+                    f"request id {request.request_id!r} was already used in this conversation for a different "
+                    f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
+                )
+                raise Refusal(ErrorCode.CONFLICT, message)
+            return Submitted(submission=existing, created=False)
+        store = self._store
+        check_id(request.conversation_id, "conversation_id")
+        check_id(request.submission_id, "submission_id")
+        check_name(request.kind, "kind")
+        if not 1 <= len(request.request_id) <= MAX_REQUEST_ID_CHARS:
+            raise Refusal(ErrorCode.INVALID, f"request_id must hold 1 to {MAX_REQUEST_ID_CHARS} characters")
+        conversation = store.conversation(request.conversation_id)
+        if conversation is None:
+            raise missing_conversation(request.conversation_id)
+        run = None
+        if request.kind == INPUT_KIND:
+            run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
+        submission = SubmissionRecord(
+            submission_id=request.submission_id,
+            conversation_id=request.conversation_id,
+            request_id=request.request_id,
+            kind=request.kind,
+            payload=request.payload,
+            status=SUBMISSION_QUEUED,
+            seq=unit.seq,
+            created_at_ms=unit.now_ms,
+            run_id=None if run is None else run.run_id,
+        )
+        try:
+            store.insert_submission(submission)  # the one fallible write, the first: no savepoint
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
+        unit.records.append(submission)
+        if run is not None:
+            # Cannot clash: a run is named after its submission, whose id the insert above found unused.
+            self._runs.created(run, request.payload)
+            unit.records.append(run)
+        return Submitted(submission=submission, created=True)
+
+    # ----------------------------------------------------------------------------------------------- reads
+
+    def on_read_conversation(self, peer: PeerId, call_id: int, request: ReadConversation, now_ms: int) -> Frame:
+        conversation = self._store.conversation(request.conversation_id)
+        if conversation is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+        return ConversationReply(conversation=conversation)
+
+    def on_read_entries(self, peer: PeerId, call_id: int, request: ReadEntries, now_ms: int) -> Frame:
+        check_limit(request.limit)
+        if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
+            message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
+            raise Refusal(ErrorCode.INVALID, message)
+        if self._store.conversation(request.conversation_id) is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+        entries, more = self._store.entry_page(
+            request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
+        )
+        next_cursor = entries[-1].position if more else None
+        return EntriesReply(entries=tuple(entries), next_cursor=next_cursor)
+
+    def on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> Frame:
+        conversation_id = request.conversation_id
+        if conversation_id is not None and self._store.conversation(conversation_id) is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
+        return DocumentReply(document=self._store.document(conversation_id, request.name))
+
+    def on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> Frame:
+        if self._store.conversation(request.conversation_id) is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+        return SubmissionReply(submission=self._store.submission(request.conversation_id, request.request_id))

@@ -1,0 +1,535 @@
+"""The operation journal and interactions, sans-IO: the intents and results of a run's model requests and tool
+calls, the approvals and questions its tools ask, and what the owner decides when a phase with an operation in flight
+is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted operations").
+
+1. **Intent** (``start_operation``), under the lease of the run's task or of a tool task it owns: attempt 1 creates
+   the record; a later attempt is the next one, on an operation without a committed result or an open attempt. The
+   policy (tools) and retry (models) of the first intent win; a tool call's arguments never change; a manual tool
+   call whose attempt was interrupted takes no new intent (only ``resolve`` settles it). A model request's intent is
+   checked against the run's budgets first (``_usage`` rule 4).
+2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
+   its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`has_result`).
+3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
+   cut off with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a
+   model request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool
+   call) or restarts as usual (a safe or idempotent one).
+4. **Interactions** (``create_interaction``, under a tool task's lease): the interaction and its ``tether.approval``
+   task, once per operation (a replay gets the first; other arguments are a ``conflict``). ``respond`` answers it
+   once; an approval task that ends unanswered (aborted, in a settling commit) closes its interaction ``cancelled``
+   in that commit (:meth:`Operations.close_interactions`).
+5. ``resolve`` settles an interrupted manual tool call once: the operation is ``resolved`` with the output, and its
+   attention task and then its tool task complete.
+6. A retried run's unfinished model requests (``started``, ``interrupted``, ``failed``) are ``interrupted`` at attempt
+   0: their attempts start over, under the same operation ids (``_runs`` rule 6).
+
+An operation is created ``started`` (attempt 1), an interaction ``open``; their statuses change only as
+:data:`OPERATION_TRANSITIONS` and :data:`INTERACTION_TRANSITIONS` allow, checked on every put of
+:class:`OperationRecords` (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug, never bad
+input). ``docs/runs.md`` prints both tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
+
+import attrs
+
+from protocol import (
+    TOOL_TASK_PREFIX,
+    CreateInteraction,
+    CreateTask,
+    ErrorCode,
+    FinishOperation,
+    Frame,
+    InteractionAnswer,
+    InteractionRecord,
+    InteractionReply,
+    InteractionsReply,
+    JsonValue,
+    LeaseRef,
+    OperationRecord,
+    OperationReply,
+    OperationsReply,
+    OperationStatus,
+    ReadInteractions,
+    ReadOperation,
+    ReadOperations,
+    Record,
+    Resolve,
+    Respond,
+    Retry,
+    RunRecord,
+    RunUsage,
+    StartOperation,
+    TaskOutcome,
+    TaskRecord,
+    approval_task_id,
+    retry_delay_ms,
+)
+
+from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit, check_move, check_name, same_json
+from ._output import PeerId, fit_page
+from ._ports import Store, StoreConflict
+from ._run_status import APPROVAL_KIND, ATTENTION_KIND
+from ._runs import Runs, attention_task_id
+from ._task_settle import CutOffRule
+from ._tasks import TaskEngine
+from ._unit import UnitOfWork
+from ._usage import Usage, add_usage, check_usage
+
+TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
+InteractionStatus = Literal["open", "answered", "cancelled"]
+"""An interaction record's ``status`` (its field's type on the wire)."""
+OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset"]
+InteractionEvent = Literal["answer", "close"]
+
+OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], frozenset[OperationStatus]]] = {
+    ("started", "finish"): frozenset({"completed", "failed"}),  # 2
+    ("started", "interrupt"): frozenset({"interrupted"}),  # 3
+    ("failed", "attempt"): frozenset({"started"}),  # 1 (a model request with attempts left)
+    ("interrupted", "attempt"): frozenset({"started"}),  # 1 (a model request, a safe or idempotent tool call)
+    ("interrupted", "resolve"): frozenset({"resolved"}),  # 5
+    ("started", "reset"): frozenset({"interrupted"}),  # 6
+    ("interrupted", "reset"): frozenset({"interrupted"}),  # 6
+    ("failed", "reset"): frozenset({"interrupted"}),  # 6
+}
+"""The operation state machine: from a status, on an event, the statuses an operation may take; see the module
+docstring for the rules each row follows. Nothing leaves ``completed`` or ``resolved``."""
+
+INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent], frozenset[InteractionStatus]]] = {
+    ("open", "answer"): frozenset({"answered"}),  # 4
+    ("open", "close"): frozenset({"cancelled"}),  # 4
+}
+"""The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
+
+
+def has_result(op: OperationRecord) -> bool:
+    """Whether an operation's result is committed, so that no new intent may start it again: ``completed`` and
+    ``resolved`` always; ``failed`` for a tool (the error is its result, which the model sees) and for a model
+    request past its last attempt (a failed model attempt with attempts left is retried under the same id)."""
+    if op.status in ("completed", "resolved"):
+        return True
+    if op.status == "failed":
+        return op.kind == "tool" or op.attempt >= (op.retry or Retry()).attempts
+    return False
+
+
+class OperationRecords:
+    """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
+    and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def put(self, previous: OperationRecord, record: OperationRecord, event: OperationEvent) -> None:
+        """Store an operation's next record, which ``event`` made of ``previous``: refused loudly if the table
+        forbids it."""
+        check_move(OPERATION_TRANSITIONS, "operation", previous.operation_id, previous.status, event, record.status)
+        self._store.update_operation(record)
+
+    def put_interaction(self, previous: InteractionRecord, record: InteractionRecord, event: InteractionEvent) -> None:
+        """Store an interaction's next record, which ``event`` made of ``previous``: refused loudly if the table
+        forbids it."""
+        key = previous.interaction_id
+        check_move(INTERACTION_TRANSITIONS, "interaction", key, previous.status, event, record.status)
+        self._store.update_interaction(record)
+
+    def cut_off(self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record]) -> CutOffRule | None:
+        """The task engine's cut-off hook for the run families (an ``agent:`` run task, a ``tool:`` task), rule 3:
+        the open operations of ``task`` become ``interrupted`` (added to ``changed``, which the settling commit
+        logs), and the owner decides what the task does next:
+
+        - a model request with attempts left: ``backoff`` until now + :func:`retry_delay_ms` (``retry_wait``); past
+          its last attempt the task fails, reason ``model_retries_exhausted`` (a crash consumes an attempt);
+        - a ``manual`` tool call: the task waits on a new ``tether.attention`` task (``needs_attention``);
+        - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id.
+        """
+        rule: CutOffRule | None = None
+        for op in self._store.open_operations(task.task_id):
+            interrupted = attrs.evolve(op, status="interrupted", error="interrupted", seq=seq, updated_at_ms=now_ms)
+            self.put(op, interrupted, "interrupt")
+            changed.append(interrupted)
+            if op.kind == "model":
+                retry = op.retry or Retry()
+                if op.attempt < retry.attempts:
+                    rule = CutOffRule("backoff", until_ms=now_ms + retry_delay_ms(retry, op.attempt))
+                else:
+                    error = f"the model request was interrupted at its last attempt ({op.attempt} of {retry.attempts})"
+                    outcome = TaskOutcome(status="failed", reason="model_retries_exhausted", error=error)
+                    rule = CutOffRule("fail", outcome=outcome)
+            elif op.policy == "manual":
+                attention = CreateTask(
+                    task_id=attention_task_id(op.operation_id, op.attempt),
+                    kind=ATTENTION_KIND,
+                    input=JsonValue({"operation_id": op.operation_id, "run_id": op.run_id}),
+                    owner_task_id=task.task_id,
+                )
+                rule = CutOffRule("attention", attention=attention)
+        return rule
+
+    def reset_attempts(self, run_id: str, seq: int, now_ms: int) -> list[Record]:
+        """Rule 6, for ``retry_run``: what it changed, in journal order."""
+        records: list[Record] = []
+        operations, _ = self._store.operation_page(run_id, 0, 1 << 30)
+        for op in operations:
+            if op.kind == "model" and op.status in ("started", "interrupted", "failed"):
+                reset = attrs.evolve(op, status="interrupted", attempt=0, seq=seq, updated_at_ms=now_ms)
+                self.put(op, reset, "reset")
+                records.append(reset)
+        return records
+
+
+class Operations:
+    """The operation journal and interactions of one store's runs. See the module docstring."""
+
+    def __init__(self, store: Store, records: OperationRecords, tasks: TaskEngine, runs: Runs, usage: Usage) -> None:
+        self._store = store
+        self._records = records
+        self._tasks = tasks
+        self._runs = runs
+        self._usage = usage
+
+    # ---------------------------------------------------------------------------------------- commit writes
+
+    def apply_start(self, unit: UnitOfWork, write: StartOperation, where: str, lease: LeaseRef | None) -> int:
+        unit.records.append(self.start_operation(write, lease, unit.seq, unit.now_ms, where))
+        return 0
+
+    def apply_interaction(self, unit: UnitOfWork, write: CreateInteraction, where: str, lease: LeaseRef | None) -> int:
+        record, result = self.create_interaction(write, lease, unit.seq, unit.now_ms, where)
+        unit.records.append(record)
+        return result
+
+    def _writer(self, run_id: str, lease: LeaseRef | None, where: str) -> tuple[RunRecord, TaskRecord]:
+        """The live run and the task whose lease writes its journal (its run task, or a tool task it owns)."""
+        if lease is None:
+            message = f"{where}: the operation journal is written only under the lease of the run's task or its tools"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        check_id(run_id, f"{where}.run_id")
+        run = self._runs.live.get(run_id)
+        if run is None:
+            if self._store.run(run_id) is None:
+                raise Refusal(ErrorCode.NOT_FOUND, f"{where}: run {run_id} does not exist")
+            raise Refusal(ErrorCode.CONFLICT, f"{where}: run {run_id} has ended; its journal takes no new writes")
+        task = self._tasks.live(lease.task_id)
+        if task is None or self._runs.run_of_task(task) != run_id:
+            raise Refusal(
+                ErrorCode.NOT_ALLOWED,
+                f"{where}: task {lease.task_id} is not run {run_id}'s task nor one of its tool tasks",
+            )
+        return run, task
+
+    def start_operation(
+        self, write: StartOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> OperationRecord:
+        """Commit an operation's intent. Refused (``conflict``) when its result is committed, when ``attempt`` is
+        not the next, for a manual tool call whose last attempt was interrupted (only ``resolve`` settles it), and
+        when it names another policy, retry or (tools) arguments than the first intent stored: those never change."""
+        run, task = self._writer(write.run_id, lease, where)
+        check_id(write.operation_id, f"{where}.operation_id")
+        check_name(write.name, f"{where}.name")
+        if write.kind not in ("model", "tool"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.kind must be model or tool, not {write.kind!r}")
+        if write.attempt < 1 or write.turn < 0 or write.version < 0:
+            raise Refusal(ErrorCode.INVALID, f"{where}: attempt must be 1 or more, turn and version 0 or more")
+        if write.kind == "tool":
+            if write.retry is not None or write.policy not in ("manual", "safe", "idempotent"):
+                message = f"{where}: a tool call names a policy (manual, safe or idempotent) and no retry"
+                raise Refusal(ErrorCode.INVALID, message)
+        elif write.policy is not None or write.tool_call_id is not None:
+            raise Refusal(ErrorCode.INVALID, f"{where}: a model request names a retry, no policy nor tool_call_id")
+        retry = write.retry if write.kind == "tool" else (write.retry or Retry())
+        if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
+            raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
+        existing = self._store.operation(write.operation_id)
+        what = f"{where}: operation {write.operation_id}"
+        if existing is None:
+            if write.attempt != 1:
+                raise Refusal(ErrorCode.CONFLICT, f"{what} has no attempt yet: the first is attempt 1")
+            if write.kind == "model":  # only once a new attempt is about to be written
+                self._usage.check_budget(run, task, write.name, lease)
+            record = OperationRecord(
+                operation_id=write.operation_id,
+                run_id=run.run_id,
+                conversation_id=run.conversation_id,
+                task_id=task.task_id,
+                kind=write.kind,
+                name=write.name,
+                version=write.version,
+                tool_call_id=write.tool_call_id,
+                turn=write.turn,
+                attempt=1,
+                policy=write.policy,
+                retry=retry,
+                arguments=write.arguments,
+                digest=write.digest,
+                status="started",
+                seq=seq,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+            )
+            self._store.insert_operation(record)
+            return record
+        if existing.run_id != run.run_id or existing.kind != write.kind or existing.name != write.name:
+            raise Refusal(ErrorCode.CONFLICT, f"{what} is another run's or another {existing.kind}'s")
+        if has_result(existing):
+            message = f"{what} already has its result ({existing.status}): use the committed result, never run it again"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if existing.status == "started":
+            raise Refusal(ErrorCode.CONFLICT, f"{what}: attempt {existing.attempt} is still open")
+        if existing.kind == "tool" and existing.policy == "manual":
+            message = f"{what} was interrupted under the manual policy: only resolve(operation_id, output) settles it"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if write.attempt != existing.attempt + 1:
+            message = f"{what}: the next attempt is {existing.attempt + 1}, not {write.attempt}"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if write.policy != existing.policy or (write.retry is not None and write.retry != existing.retry):
+            message = (
+                f"{what} was started under policy {existing.policy}, retry {existing.retry}: the stored policy wins "
+                "over a later registration; nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if existing.kind == "tool" and write.digest != existing.digest:
+            raise Refusal(ErrorCode.CONFLICT, f"{what}: a tool call's arguments never change between attempts")
+        if write.kind == "model":  # only once a new attempt is about to be written
+            self._usage.check_budget(run, task, write.name, lease)
+        record = attrs.evolve(
+            existing,
+            task_id=task.task_id,
+            turn=write.turn,
+            attempt=write.attempt,
+            digest=write.digest,
+            status="started",
+            error=None,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._records.put(existing, record, "attempt")
+        return record
+
+    def finish_operation(
+        self, write: FinishOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> tuple[OperationRecord, RunRecord | None]:
+        """Commit an operation's result, once, under the lease that started it; its usage is added to the run's,
+        the conversation's and the model's, exactly once (a second result is a ``conflict``). An operation's own
+        ``usage`` sums its attempts', so a run's usage is the sum of its operations'."""
+        check_id(write.operation_id, f"{where}.operation_id")
+        op = self._store.operation(write.operation_id)
+        if op is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
+        run, _ = self._writer(op.run_id, lease, where)
+        if op.status != "started":
+            message = (
+                f"{where}: operation {op.operation_id} is {op.status}: its attempt {op.attempt} has no open intent"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        assert lease is not None
+        if lease.task_id != op.task_id:
+            message = f"{where}: operation {op.operation_id} was started under task {op.task_id}'s lease, not this one"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
+        if write.status not in ("completed", "failed"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
+        check_usage(write.usage, where)
+        usage = None if write.usage is None else self._usage.priced(op.kind, op.name, write.usage)
+        record = attrs.evolve(
+            op,
+            status=write.status,
+            result=write.result,
+            is_error=write.is_error,
+            error=write.error,
+            usage=op.usage if usage is None else add_usage(op.usage or RunUsage(), usage),
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._records.put(op, record, "finish")
+        if usage is None:
+            return record, None
+        task = self._tasks.record(op.task_id)
+        assert task is not None
+        self._usage.add(run, task, op.kind, op.name, usage)
+        new = attrs.evolve(run, usage=add_usage(run.usage, usage), seq=seq, updated_at_ms=now_ms)
+        self._runs.put(run, new, "account")
+        return record, new
+
+    # --------------------------------------------------------------------------------------------- interactions
+
+    def create_interaction(
+        self, write: CreateInteraction, lease: LeaseRef | None, seq: int, now_ms: int, where: str
+    ) -> tuple[Record, int]:
+        """Ask for an approval under a tool task's lease: the interaction and its ``tether.approval`` task (owned by
+        the tool task, id :func:`approval_task_id`), which the same commit's wait names. Again for the same
+        operation: the first is kept and returned (result 0), so a replay never asks twice; other arguments than
+        the first's are a ``conflict`` (the approved arguments are the only ones ever executed)."""
+        run, task = self._writer(write.run_id, lease, where)
+        check_id(write.interaction_id, f"{where}.interaction_id")
+        check_id(write.operation_id, f"{where}.operation_id")
+        if not task.kind.startswith(TOOL_KIND_PREFIX):
+            raise Refusal(ErrorCode.NOT_ALLOWED, f"{where}: an interaction is asked under a tool task's lease")
+        if write.kind not in ("approval", "question"):
+            raise Refusal(ErrorCode.INVALID, f"{where}.kind must be approval or question, not {write.kind!r}")
+        existing = self._store.operation_interaction(write.operation_id)
+        if existing is not None:
+            if existing.digest != write.digest or existing.run_id != run.run_id:
+                message = (
+                    f"{where}: operation {write.operation_id} already asked interaction {existing.interaction_id} "
+                    "about other arguments; nothing was written"
+                )
+                raise Refusal(ErrorCode.CONFLICT, message)
+            return existing, 0
+        approval = CreateTask(
+            task_id=approval_task_id(write.operation_id),
+            kind=APPROVAL_KIND,
+            input=JsonValue({"operation_id": write.operation_id, "interaction_id": write.interaction_id}),
+            owner_task_id=task.task_id,
+        )
+        approval_task = self._tasks.create_task(approval, seq, now_ms, where)
+        record = InteractionRecord(
+            interaction_id=write.interaction_id,
+            run_id=run.run_id,
+            conversation_id=run.conversation_id,
+            operation_id=write.operation_id,
+            tool=task.kind.removeprefix(TOOL_KIND_PREFIX),
+            task_id=approval_task.task_id,
+            kind=write.kind,
+            status="open",
+            args=write.args,
+            digest=write.digest,
+            seq=seq,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+        try:
+            self._store.insert_interaction(record)
+        except StoreConflict as exc:
+            raise Refusal(ErrorCode.DUPLICATE, f"{where}: interaction id {exc.key} already exists") from exc
+        return record, 1
+
+    def respond(self, request: Respond, seq: int, now_ms: int) -> tuple[InteractionRecord, list[Record]]:
+        """Answer an interaction once: the approval task completes with ``{approve, note}`` and the tool task waiting
+        on it resumes. The same answer again changes nothing (no records); another answer is a ``conflict``."""
+        interaction = self._store.interaction(request.interaction_id)
+        if interaction is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"interaction {request.interaction_id} does not exist")
+        if interaction.answer is not None:
+            if interaction.answer.approve == request.approve and interaction.answer.note == request.note:
+                return interaction, []
+            message = (
+                f"interaction {interaction.interaction_id} was already answered (approve={interaction.answer.approve}, "
+                f"note={interaction.answer.note!r}); an answer is accepted once"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        task = self._tasks.live(interaction.task_id)
+        if task is None or task.status != "pending" or task.abort is not None:
+            message = f"interaction {interaction.interaction_id} is no longer awaited (its run was cancelled or ended)"
+            raise Refusal(ErrorCode.CONFLICT, message)
+        answer = InteractionAnswer(
+            approve=request.approve, note=request.note, responded_by=request.responded_by, at_ms=now_ms
+        )
+        answered = attrs.evolve(interaction, status="answered", answer=answer, seq=seq, updated_at_ms=now_ms)
+        self._records.put_interaction(interaction, answered, "answer")
+        result = JsonValue({"approve": request.approve, "note": request.note})
+        ended = self._tasks.end_by_owner(task.task_id, TaskOutcome(status="completed", result=result), seq, now_ms)
+        return answered, [answered, ended]
+
+    def resolve(self, request: Resolve, seq: int, now_ms: int) -> tuple[OperationRecord, list[Record]]:
+        """Settle an interrupted manual tool call: the operation becomes ``resolved`` with the output (who and when
+        kept), its attention task and then its tool task complete (the output is the tool's result), and the run
+        continues. The same output again changes nothing; another output is a ``conflict``."""
+        check_id(request.operation_id, "operation_id")
+        op = self._store.operation(request.operation_id)
+        if op is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        if op.status == "resolved":
+            if same_json(op.result, request.output):
+                return op, []
+            raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id} was already resolved with another output")
+        attention_id = attention_task_id(op.operation_id, op.attempt)
+        attention = self._tasks.live(attention_id)
+        tool = self._tasks.live(op.task_id)
+        if op.status != "interrupted" or op.policy != "manual" or attention is None or tool is None:
+            message = (
+                f"operation {op.operation_id} is {op.status} ({op.kind}, policy {op.policy}): only an interrupted "
+                "manual tool call whose run needs attention is resolved"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        if attention.abort is not None or tool.abort is not None or tool.status != "waiting":
+            raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id}'s run is being cancelled")
+        resolved = attrs.evolve(
+            op,
+            status="resolved",
+            result=request.output,
+            error=None,
+            resolved_by=request.resolved_by,
+            resolved_at_ms=now_ms,
+            seq=seq,
+            updated_at_ms=now_ms,
+        )
+        self._records.put(op, resolved, "resolve")
+        done = TaskOutcome(status="completed", result=JsonValue({"operation_id": op.operation_id}))
+        attention_ended = self._tasks.end_by_owner(attention_id, done, seq, now_ms)
+        records: list[Record] = [resolved, attention_ended]
+        if not any(self._tasks.live(other) is not None for other in tool.on):
+            outcome = TaskOutcome(status="completed", result=request.output)
+            records.append(self._tasks.end_by_owner(tool.task_id, outcome, seq, now_ms))
+        return resolved, records
+
+    def close_interactions(self, changed: Iterable[Record], seq: int, now_ms: int) -> list[Record]:
+        """An approval task ended without an answer (its run was cancelled, or its tool call or run ended otherwise):
+        its interaction, still ``open``, becomes ``cancelled`` in the settling commit, so ``interactions(status=
+        "open")`` lists only what a person can still answer. That is the commit that ended the approval task: an
+        abort mark ends one in the settling commit of its batch (the engine's rule 10), and the only request that
+        ends one in its own commit, ``respond``, answers the interaction in that commit (skipped here)."""
+        closed: list[Record] = []
+        for task in changed:
+            if not isinstance(task, TaskRecord) or task.kind != APPROVAL_KIND or task.status != "terminal":
+                continue
+            input_value, _ = self._store.task_data(task.task_id)
+            if not isinstance(input_value, dict) or not isinstance(input_value.get("interaction_id"), str):
+                continue
+            interaction = self._store.interaction(input_value["interaction_id"])
+            if interaction is None or interaction.status != "open":
+                continue
+            cancelled = attrs.evolve(interaction, status="cancelled", seq=seq, updated_at_ms=now_ms)
+            self._records.put_interaction(interaction, cancelled, "close")
+            closed.append(cancelled)
+        return closed
+
+    # -------------------------------------------------------------------------------------------- requests
+
+    def on_resolve(self, unit: UnitOfWork, request: Resolve) -> Frame:
+        operation, records = self.resolve(request, unit.seq, unit.now_ms)
+        unit.records += records
+        self._runs.tasks_changed(records)
+        return OperationReply(operation=operation)
+
+    def on_respond(self, unit: UnitOfWork, request: Respond) -> Frame:
+        interaction, records = self.respond(request, unit.seq, unit.now_ms)
+        unit.records += records
+        self._runs.tasks_changed(records)
+        return InteractionReply(interaction=interaction)
+
+    def on_read_operations(self, peer: PeerId, call_id: int, request: ReadOperations, now_ms: int) -> Frame:
+        if not 1 <= request.limit <= MAX_READ_LIMIT or not 0 <= request.cursor <= MAX_CURSOR:
+            message = f"limit must be between 1 and {MAX_READ_LIMIT} and cursor 0 or more"
+            raise Refusal(ErrorCode.INVALID, message)
+        self._runs.require(request.run_id)
+        operations, more = self._store.operation_page(request.run_id, request.cursor, request.limit)
+        operations, more = fit_page(operations, more, lambda one: OperationsReply(operations=(one,)))
+        next_cursor = request.cursor + len(operations) if more else None
+        return OperationsReply(operations=tuple(operations), next_cursor=next_cursor)
+
+    def on_read_operation(self, peer: PeerId, call_id: int, request: ReadOperation, now_ms: int) -> Frame:
+        operation = self._store.operation(request.operation_id)
+        if operation is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
+        return OperationReply(operation=operation)
+
+    def on_read_interactions(self, peer: PeerId, call_id: int, request: ReadInteractions, now_ms: int) -> Frame:
+        check_limit(request.limit)
+        found, more = self._store.interaction_page(
+            request.status, request.run_id, request.after_interaction_id, request.limit
+        )
+        found, more = fit_page(found, more, lambda one: InteractionsReply(interactions=(one,)))
+        next_after = found[-1].interaction_id if more else None
+        return InteractionsReply(interactions=tuple(found), next_after_interaction_id=next_after)
