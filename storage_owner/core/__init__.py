@@ -4,7 +4,26 @@ from ._checks import MAX_READ_LIMIT, same_json
 from ._commits import MAX_WRITES_PER_COMMIT
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Output, PeerId
 from ._owner import BatchEffects, BatchOrderError, OwnerCore
-from ._ports import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, Store, StoreConflict, TaskRow
+from ._ports import (
+    NO_CHANGE,
+    TASK_ROW_FIELDS,
+    ConversationReads,
+    ConversationStore,
+    LoggedCommit,
+    LogStore,
+    OperationReads,
+    OperationStore,
+    PartialHead,
+    PartialStore,
+    RunReads,
+    RunStore,
+    Store,
+    StoreConflict,
+    TaskReads,
+    TaskRow,
+    TaskStore,
+    UsageStore,
+)
 from ._run_status import run_status
 from ._runs import DEFAULT_MAX_CONCURRENT_RUNS
 from ._task_settle import ORPHAN_GRACE_MS
@@ -23,14 +42,26 @@ __all__ = [
     "TASK_ROW_FIELDS",
     "BatchEffects",
     "BatchOrderError",
+    "ConversationReads",
+    "ConversationStore",
+    "LogStore",
     "LoggedCommit",
+    "OperationReads",
+    "OperationStore",
     "Output",
     "OwnerCore",
+    "PartialHead",
+    "PartialStore",
     "PeerId",
+    "RunReads",
+    "RunStore",
     "Store",
     "StoreConflict",
     "TaskEngine",
+    "TaskReads",
     "TaskRow",
+    "TaskStore",
+    "UsageStore",
     "run_status",
     "same_json",
 ]

@@ -57,7 +57,7 @@ from ._checks import (
     same_json,
 )
 from ._output import READ_BUDGET_BYTES, PeerId
-from ._ports import Store, StoreConflict
+from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
 from ._tasks import TaskEngine
 from ._unit import Journal, UnitOfWork
@@ -77,7 +77,7 @@ class Entries:
     """Where each conversation's next entry goes: the position, cached per conversation (a read saved per append).
     A refused request drops the cache whole (``_unit``): it is filled again from the store."""
 
-    def __init__(self, store: Store, journal: Journal) -> None:
+    def __init__(self, store: ConversationStore, journal: Journal) -> None:
         self._store = store
         self.next: dict[str, int] = {}
         """The next position per conversation, advanced by every append (read in place on the hot path)."""
@@ -115,7 +115,7 @@ class Entries:
 class Conversations:
     """The conversations of one store: their writes, reads and submissions. See the module docstring."""
 
-    def __init__(self, store: Store, entries: Entries, tasks: TaskEngine, runs: Runs) -> None:
+    def __init__(self, store: ConversationStore, entries: Entries, tasks: TaskEngine, runs: Runs) -> None:
         self._store = store
         self._entries = entries
         self._next = entries.next

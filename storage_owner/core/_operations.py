@@ -70,7 +70,7 @@ from protocol import (
 
 from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit, check_move, check_name, same_json
 from ._output import PeerId, fit_page
-from ._ports import Store, StoreConflict
+from ._ports import OperationStore, RunReads, StoreConflict, TaskReads
 from ._run_status import APPROVAL_KIND, ATTENTION_KIND
 from ._runs import Runs, attention_task_id
 from ._task_settle import CutOffRule
@@ -119,7 +119,7 @@ class OperationRecords:
     """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
     and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: OperationStore) -> None:
         self._store = store
 
     def put(self, previous: OperationRecord, record: OperationRecord, event: OperationEvent) -> None:
@@ -183,8 +183,20 @@ class OperationRecords:
 class Operations:
     """The operation journal and interactions of one store's runs. See the module docstring."""
 
-    def __init__(self, store: Store, records: OperationRecords, tasks: TaskEngine, runs: Runs, usage: Usage) -> None:
+    def __init__(
+        self,
+        store: OperationStore,
+        records: OperationRecords,
+        tasks: TaskEngine,
+        runs: Runs,
+        usage: Usage,
+        *,
+        stored_runs: RunReads,
+        stored_tasks: TaskReads,
+    ) -> None:
         self._store = store
+        self._stored_runs = stored_runs
+        self._stored_tasks = stored_tasks
         self._records = records
         self._tasks = tasks
         self._runs = runs
@@ -209,7 +221,7 @@ class Operations:
         check_id(run_id, f"{where}.run_id")
         run = self._runs.live.get(run_id)
         if run is None:
-            if self._store.run(run_id) is None:
+            if self._stored_runs.run(run_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"{where}: run {run_id} does not exist")
             raise Refusal(ErrorCode.CONFLICT, f"{where}: run {run_id} has ended; its journal takes no new writes")
         task = self._tasks.live(lease.task_id)
@@ -484,7 +496,7 @@ class Operations:
         for task in changed:
             if not isinstance(task, TaskRecord) or task.kind != APPROVAL_KIND or task.status != "terminal":
                 continue
-            input_value, _ = self._store.task_data(task.task_id)
+            input_value, _ = self._stored_tasks.task_data(task.task_id)
             if not isinstance(input_value, dict) or not isinstance(input_value.get("interaction_id"), str):
                 continue
             interaction = self._store.interaction(input_value["interaction_id"])

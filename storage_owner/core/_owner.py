@@ -146,12 +146,13 @@ class OwnerCore:
         self._clock = clock
         self._clock_ms: int | None = None
         """The manual clock's time, once a request of this batch advanced it."""
-        # The rooms, each built with what it uses; nothing is wired after it is built.
+        # The rooms, each built with what it uses: its own port of the store first, and by name the read ports of
+        # the other rooms' records it reads (``stored_...``, all ``store`` here); nothing is wired after it is built.
         head = Head(store.head_seq())
         self._head = head
         self._outbox = outbox = Outbox(OutputLedger(peer_budget=peer_output_budget, total_budget=total_output_budget))
         journal = Journal()  # the undo of every room's memory while a request's unit of work is open
-        self.watches = Watches(store, outbox, head)
+        self.watches = Watches(store, outbox, head, stored_conversations=store)
         self._log = CommitLog(store, journal, head, outbox, self.watches)
         self.waits = Waits()
         self.peers = Peers(
@@ -166,6 +167,7 @@ class OwnerCore:
             self.waits,
             head,
             self.peers,
+            stored_conversations=store,
             orphan_grace_ms=orphan_grace_ms,
             # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
@@ -179,11 +181,14 @@ class OwnerCore:
             self.waits,
             outbox,
             operation_records.reset_attempts,
+            stored_tasks=store,
             max_concurrent_runs=max_concurrent_runs,
         )
-        self.usage = Usage(store, self.tasks, self.runs)
-        self.operations = Operations(store, operation_records, self.tasks, self.runs, self.usage)
-        self.partials = Partials(store, journal, head)
+        self.usage = Usage(store, self.tasks, self.runs, stored_conversations=store, stored_tasks=store)
+        self.operations = Operations(
+            store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=store
+        )
+        self.partials = Partials(store, journal, head, stored_runs=store, stored_operations=store)
         self.conversations = Conversations(store, entries, self.tasks, self.runs)
         self.commits = Commits(self.peers, self.tasks, self.runs, self.conversations, self.operations, self.partials)
         self._reads: dict[type[Any], ReadHandler] = {

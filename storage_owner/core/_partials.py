@@ -55,8 +55,7 @@ from protocol import (
 from ._checks import Refusal, check_id, check_move
 from ._operations import has_result
 from ._output import READ_BUDGET_BYTES, PeerId
-from ._partial_ports import PartialHead
-from ._ports import Store
+from ._ports import OperationReads, PartialHead, PartialStore, RunReads
 from ._runs import TERMINAL
 from ._unit import Head, Journal, UnitOfWork
 
@@ -86,8 +85,18 @@ it may take; see the module docstring for the rules each row follows. Nothing le
 class Partials:
     """The partial output of one store's model requests; see the module docstring."""
 
-    def __init__(self, store: Store, journal: Journal, head: Head) -> None:
+    def __init__(
+        self,
+        store: PartialStore,
+        journal: Journal,
+        head: Head,
+        *,
+        stored_runs: RunReads,
+        stored_operations: OperationReads,
+    ) -> None:
         self._store = store
+        self._stored_runs = stored_runs
+        self._stored_operations = stored_operations
         self._journal = journal
         self._head = head
         self._held: dict[str, PartialHead] = {head.operation_id: head for head in store.held_partials()}
@@ -97,7 +106,7 @@ class Partials:
 
     def apply_append(self, unit: UnitOfWork, write: AppendPartial, where: str, lease: LeaseRef | None) -> int:
         """An ``append_partial`` write of a commit: its piece is logged (nothing when it held nothing new)."""
-        op = self._store.operation(write.operation_id) if write.operation_id else None
+        op = self._stored_operations.operation(write.operation_id) if write.operation_id else None
         piece = self.append(write, op, lease, unit.seq, unit.now_ms, where)
         if piece is not None:
             unit.records.append(piece)
@@ -290,9 +299,9 @@ class Partials:
             budget=READ_BUDGET_BYTES,
         )
         if not page.records:  # nothing streamed yet, or nothing by that id: say which
-            if request.run_id is not None and self._store.run(request.run_id) is None:
+            if request.run_id is not None and self._stored_runs.run(request.run_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"run {request.run_id} does not exist")
-            if request.operation_id is not None and self._store.operation(request.operation_id) is None:
+            if request.operation_id is not None and self._stored_operations.operation(request.operation_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"operation {request.operation_id} does not exist")
         return PartialsReply(
             partials=tuple(page.records),

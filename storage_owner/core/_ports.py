@@ -1,5 +1,24 @@
-"""What the core needs from storage, as typing protocols (one per room, :class:`Store` all of them), so the core never
-imports the store (or apsw)."""
+"""What the core needs of storage: one port per room, each a typing protocol of the store methods that room calls, so
+a room is built with (and can reach) only its own records; :class:`Store` is all of them. The core never imports the
+store (or apsw): ``storage_owner.store.SqliteStore`` implements these ports, importing them from the core's public
+surface.
+
+A room reads another room's records only through that room's read port (:class:`ConversationReads`,
+:class:`TaskReads`, :class:`RunReads`, :class:`OperationReads`), handed to it where ``OwnerCore`` builds it:
+docs/architecture.md lists which room calls which methods.
+
+Every store keeps these rules:
+
+1. Every method runs synchronously on the committed-or-pending state of the one open transaction: a write is seen
+   by every read after it. The shell begins and commits that transaction; the core only uses savepoints, which nest
+   (a rolled-back savepoint undoes every write since it was opened, takes no seq, and leaves no position or ordinal
+   consumed).
+2. A uniqueness rule refuses an insert with :class:`StoreConflict` and changes nothing; the transaction stays usable.
+3. A record or value read is the caller's own (a detached copy: changing it changes nothing stored), and so is one
+   written (changing it after the write changes nothing stored).
+4. Names, keys and JSON values are data: any string (``""``, ``__proto__``) is stored and read back as it is.
+5. Pages are in the order each method names, at most ``limit`` long, and say whether more follow.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +36,7 @@ from protocol import (
     ModelPrice,
     OperationRecord,
     Order,
+    PartialStatus,
     Record,
     RunRecord,
     RunUsage,
@@ -24,8 +44,6 @@ from protocol import (
     TaskRecord,
     TaskStatus,
 )
-
-from ._partial_ports import PartialStore
 
 NO_CHANGE: Final = object()
 """Passed as a checkpoint: keep the stored one."""
@@ -69,21 +87,32 @@ class LogStore(Protocol):
     """The commit log, the savepoints of a request's unit of work, and the owner's own settings (``_unit``,
     ``_watches``, ``_owner``)."""
 
-    def head_seq(self) -> int: ...
+    def head_seq(self) -> int:
+        """The newest logged commit's ``seq``; 0 before the first."""
+        ...
 
-    def savepoint(self) -> None: ...
+    def savepoint(self) -> None:
+        """Open a savepoint (inside the one open one, if any)."""
+        ...
 
-    def release_savepoint(self) -> None: ...
+    def release_savepoint(self) -> None:
+        """Keep what was written since the newest open savepoint, and close it."""
+        ...
 
-    def rollback_savepoint(self) -> None: ...
+    def rollback_savepoint(self) -> None:
+        """Undo what was written since the newest open savepoint, and close it."""
+        ...
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None: ...
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+        """Append a commit to the log; ``conversation_ids``: the conversations its records touch."""
+        ...
 
     def read_log(
         self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
     ) -> list[LoggedCommit]:
         """Logged commits after ``after_seq`` up to ``until_seq``, oldest first, at most ``limit``; filtered to
-        those that may touch ``conversation_id`` when it is given (records still need filtering)."""
+        those that may touch ``conversation_id`` when it is given (its own and those that touched several or none;
+        records still need filtering)."""
         ...
 
     def get_meta(self, key: str) -> int | None: ...
@@ -91,54 +120,71 @@ class LogStore(Protocol):
     def set_meta(self, key: str, value: int) -> None: ...
 
 
-class ConversationStore(Protocol):
-    """Conversations, their entries and documents, and submissions (``_conversations``; ``conversation`` is read by
-    other rooms too)."""
+class ConversationReads(Protocol):
+    """What the other rooms read of conversations (``_watches``, ``_tasks``, ``_usage``)."""
+
+    def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """A conversation, its ``entry_count`` as stored now."""
+        ...
+
+
+class ConversationStore(ConversationReads, Protocol):
+    """Conversations, their entries and documents, and submissions (``_conversations``)."""
 
     def insert_conversation(self, record: ConversationRecord) -> None: ...
-
-    def conversation(self, conversation_id: str) -> ConversationRecord | None: ...
 
     def next_entry_position(self, conversation_id: str) -> int | None:
         """The position the conversation's next entry takes; ``None`` if the conversation is unknown."""
         ...
 
-    def insert_entry(self, record: EntryRecord) -> None: ...
+    def insert_entry(self, record: EntryRecord) -> None:
+        """Store an entry; its id, and its position in its conversation, are unique."""
+        ...
 
     def entry_page(
         self, conversation_id: str, order: Order, cursor: int | None, limit: int, *, max_data_bytes: int | None = None
     ) -> tuple[list[EntryRecord], bool]:
-        """A page of entries and whether more follow; see ``SqliteStore.entry_page``."""
+        """Up to ``limit`` entries after (``asc``) or before (``desc``) the exclusive ``cursor`` position, and whether
+        more follow. With ``max_data_bytes`` the page also ends before the entry that would take its stored data
+        (msgpack) past that many bytes; it always holds at least one entry."""
         ...
 
     def document(self, conversation_id: str | None, name: str) -> DocumentRecord | None: ...
 
-    def put_document(self, record: DocumentRecord) -> None: ...
+    def put_document(self, record: DocumentRecord) -> None:
+        """Insert or replace a document (the core checks its version)."""
+        ...
 
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None: ...
 
-    def insert_submission(self, record: SubmissionRecord) -> None: ...
+    def insert_submission(self, record: SubmissionRecord) -> None:
+        """Store a submission; its id, and its ``(conversation_id, request_id)``, are unique."""
+        ...
 
 
-class RunStore(Protocol):
+class RunReads(Protocol):
+    """What the other rooms read of runs (``_operations``, ``_partials``)."""
+
+    def run(self, run_id: str) -> RunRecord | None: ...
+
+
+class RunStore(RunReads, Protocol):
     """Runs (``_runs``)."""
 
     def insert_run(self, record: RunRecord, input: object) -> None: ...
 
     def update_run(self, record: RunRecord) -> None: ...
 
-    def run(self, run_id: str) -> RunRecord | None: ...
-
     def run_input(self, run_id: str) -> Any:
         """The stored input (the submitted text) of a run."""
         ...
 
     def live_runs(self) -> list[RunRecord]:
-        """Every run that is not terminal, in creation order."""
+        """Every run that is not terminal, in creation order (of ``seq``, then of run id)."""
         ...
 
     def later_run_started(self, run_id: str) -> bool:
-        """Whether a run created after this one in its conversation has been admitted."""
+        """Whether a run created after this one in its conversation has been admitted (has a task)."""
         ...
 
     def run_page(
@@ -148,22 +194,32 @@ class RunStore(Protocol):
         ...
 
 
-class OperationStore(Protocol):
-    """The operation journal and interactions (``_operations``)."""
-
-    def insert_operation(self, record: OperationRecord) -> None: ...
-
-    def update_operation(self, record: OperationRecord) -> None: ...
+class OperationReads(Protocol):
+    """What the other rooms read of operations (``_partials``)."""
 
     def operation(self, operation_id: str) -> OperationRecord | None: ...
 
-    def open_operations(self, task_id: str) -> list[OperationRecord]:
-        """The operations a task's lease started that have no result yet."""
+
+class OperationStore(OperationReads, Protocol):
+    """The operation journal and interactions (``_operations``)."""
+
+    def insert_operation(self, record: OperationRecord) -> None:
+        """Journal a new operation after its run's others."""
         ...
 
-    def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]: ...
+    def update_operation(self, record: OperationRecord) -> None: ...
 
-    def insert_interaction(self, record: InteractionRecord) -> None: ...
+    def open_operations(self, task_id: str) -> list[OperationRecord]:
+        """The operations a task's lease started that have no result yet (``started``), in journal order."""
+        ...
+
+    def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]:
+        """A run's operations from the ``cursor``-th (0: its first), in journal order, and whether more follow."""
+        ...
+
+    def insert_interaction(self, record: InteractionRecord) -> None:
+        """Store an interaction; its id, and its operation, are unique."""
+        ...
 
     def update_interaction(self, record: InteractionRecord) -> None: ...
 
@@ -175,11 +231,21 @@ class OperationStore(Protocol):
 
     def interaction_page(
         self, status: str | None, run_id: str | None, after_interaction_id: str | None, limit: int
-    ) -> tuple[list[InteractionRecord], bool]: ...
+    ) -> tuple[list[InteractionRecord], bool]:
+        """A page of interactions in id order after ``after_interaction_id``, filtered, and whether more follow."""
+        ...
 
 
-class TaskStore(Protocol):
-    """Tasks (``_tasks``, ``_task_records``, ``_task_settle``; ``task_data`` is read by other rooms too)."""
+class TaskReads(Protocol):
+    """What the other rooms read of tasks (``_runs``, ``_run_status``, ``_operations``, ``_usage``)."""
+
+    def task_data(self, task_id: str) -> tuple[Any, Any]:
+        """A stored task's ``(input, checkpoint)``."""
+        ...
+
+
+class TaskStore(TaskReads, Protocol):
+    """Tasks (``_tasks``, ``_task_records``, ``_task_settle``)."""
 
     def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
 
@@ -189,16 +255,12 @@ class TaskStore(Protocol):
 
     def task(self, task_id: str) -> TaskRecord | None: ...
 
-    def task_data(self, task_id: str) -> tuple[Any, Any]:
-        """A stored task's ``(input, checkpoint)``."""
-        ...
-
     def live_task_rows(self) -> Iterable[TaskRow]:
-        """The facts (see :data:`TaskRow`) of every task that is not terminal, oldest first."""
+        """The facts (see :data:`TaskRow`) of every task that is not terminal, in task id order (oldest first)."""
         ...
 
     def live_tasks(self, *, unsettled_only: bool = False) -> Iterable[TaskRecord]:
-        """Every task that is not terminal, oldest first; with ``unsettled_only`` only those that are not plain
+        """Every task that is not terminal, in task id order; with ``unsettled_only`` only those that are not plain
         pending tasks (pending without an abort mark)."""
         ...
 
@@ -210,9 +272,13 @@ class TaskStore(Protocol):
 class UsageStore(Protocol):
     """Usage totals, prices and budgets (``_usage``)."""
 
-    def add_usage(self, scope: str, key: str, usage: RunUsage) -> None: ...
+    def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
+        """Add ``usage`` to a total (a new one starts at zero); a cost of ``None`` leaves the total's cost as is."""
+        ...
 
-    def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]: ...
+    def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]:
+        """Usage totals of ``scope``, of one ``key`` or all, in key order."""
+        ...
 
     def usage_count(self, scope: str) -> int: ...
 
@@ -224,20 +290,71 @@ class UsageStore(Protocol):
         """The price table, by model."""
         ...
 
-    def put_price(self, price: ModelPrice) -> None: ...
+    def put_price(self, price: ModelPrice) -> None:
+        """Insert or replace a model's price."""
+        ...
 
     def delete_price(self, model: str) -> None: ...
 
     def budget(self, scope: str, key: str) -> Budget | None: ...
 
-    def put_budget(self, budget: Budget) -> None: ...
+    def put_budget(self, budget: Budget) -> None:
+        """Insert or replace a budget."""
+        ...
 
     def delete_budget(self, scope: str, key: str) -> None: ...
 
     def budget_count(self) -> int: ...
 
 
+@attrs.frozen(kw_only=True)
+class PartialHead:
+    """The stored state of one operation's partial output: its current attempt, where that attempt's intent was
+    committed (``intent_seq``, which tells a new attempt from the same one after ``retry_run`` restarts the
+    numbering), its status, its size so far and how many pieces are stored."""
+
+    operation_id: str
+    run_id: str
+    conversation_id: str
+    attempt: int
+    intent_seq: int
+    status: PartialStatus
+    chars: int
+    size_bytes: int
+    pieces: int
+    seq: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class PartialStore(Protocol):
+    """Partial output: one head per operation and its pieces (``_partials``)."""
+
+    def partial(self, operation_id: str) -> PartialHead | None: ...
+
+    def held_partials(self) -> list[PartialHead]:
+        """Heads whose pieces are stored or that still stream (read once, at start)."""
+        ...
+
+    def put_partial(self, head: PartialHead) -> None:
+        """Insert or update a head (an update keeps its place in :meth:`run_partials_from`)."""
+        ...
+
+    def insert_partial_piece(self, operation_id: str, offset: int, text: str) -> None:
+        """Store a piece of an operation's text at a character ``offset``, unique per operation."""
+        ...
+
+    def delete_partial_pieces(self, operation_id: str) -> None: ...
+
+    def partial_text(self, operation_id: str) -> str:
+        """The stored pieces joined, in offset order."""
+        ...
+
+    def run_partials_from(self, run_id: str, from_operation_id: str | None, limit: int) -> list[PartialHead]:
+        """Up to ``limit`` of a run's heads, in the order their operations first streamed, from
+        ``from_operation_id`` (included; ``None``: the first; an unknown one: none)."""
+        ...
+
+
 class Store(LogStore, ConversationStore, RunStore, OperationStore, TaskStore, UsageStore, PartialStore, Protocol):
-    """The storage operations the core calls, grouped above by the room whose records they hold (docs/architecture.md
-    lists which room calls which). Every method runs synchronously on the committed-or-pending state of the one open
-    transaction; the shell begins and commits that transaction, the core only uses savepoints."""
+    """Every port: what ``OwnerCore`` is built with (it hands each room its own)."""

@@ -10,7 +10,7 @@ import attrs
 
 from protocol import MAX_RUN_ERROR_CHARS, TOOL_TASK_PREFIX, RunAnswer, RunStatus, TaskRecord
 
-from ._ports import Store
+from ._ports import TaskReads
 from ._tasks import TaskEngine
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
@@ -127,7 +127,7 @@ def answer_of(task: TaskRecord) -> RunAnswer | None:
     return None
 
 
-def derive(task: TaskRecord, tasks: TaskEngine, store: Store) -> Derived:
+def derive(task: TaskRecord, tasks: TaskEngine, stored_tasks: TaskReads) -> Derived:
     """A run's status from its task (admitted: it has one), reading what :func:`run_status` needs of the live tasks
     it owns and of the attached workers."""
     blocked = None
@@ -137,11 +137,11 @@ def derive(task: TaskRecord, tasks: TaskEngine, store: Store) -> Derived:
     elif task.status == "waiting":
         for owned in tasks.live_descendants(task.task_id):
             if owned.kind == ATTENTION_KIND and attention is None:
-                attention = _operation_of(owned, store)
+                attention = _operation_of(owned, stored_tasks)
             elif owned.kind == APPROVAL_KIND and approval is None:
-                approval = _operation_of(owned, store)
+                approval = _operation_of(owned, stored_tasks)
             elif tool_missing is None and _tool_missing(owned, tasks):
-                tool_missing = _operation_of(owned, store)
+                tool_missing = _operation_of(owned, stored_tasks)
     return run_status(task, blocked=blocked, attention=attention, tool_missing=tool_missing, approval=approval)
 
 
@@ -156,9 +156,9 @@ def _tool_missing(owned: TaskRecord, tasks: TaskEngine) -> bool:
     return tasks.blocked_reason_of(owned) in ("task_too_old", "migration_failed")
 
 
-def _operation_of(external: TaskRecord, store: Store) -> str:
+def _operation_of(external: TaskRecord, stored_tasks: TaskReads) -> str:
     """The operation an external task is about (its input's ``operation_id``)."""
-    input_value, _ = store.task_data(external.task_id)
+    input_value, _ = stored_tasks.task_data(external.task_id)
     if isinstance(input_value, dict) and isinstance(input_value.get("operation_id"), str):
         return str(input_value["operation_id"])
     return external.task_id

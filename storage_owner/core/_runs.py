@@ -68,7 +68,7 @@ from protocol import (
 from ._checks import Refusal, check_limit, check_move
 from ._output import Outbox, PeerId, fit_page
 from ._peers import Waits
-from ._ports import Store
+from ._ports import RunStore, TaskReads
 from ._run_status import answer_of, derive, run_error
 from ._tasks import TaskEngine
 from ._unit import Journal, UnitOfWork
@@ -141,7 +141,7 @@ class Runs:
 
     def __init__(
         self,
-        store: Store,
+        store: RunStore,
         tasks: TaskEngine,
         journal: Journal,
         entries: Transcripts,
@@ -149,9 +149,11 @@ class Runs:
         outbox: Outbox,
         reset_attempts: Callable[[str, int, int], list[Record]],
         *,
+        stored_tasks: TaskReads,
         max_concurrent_runs: int,
     ) -> None:
         self._store = store
+        self._stored_tasks = stored_tasks
         self._tasks = tasks
         self._journal = journal
         self._entries = entries
@@ -355,7 +357,7 @@ class Runs:
                 continue
             task = self._tasks.record(run.task_id)
             assert task is not None, f"run {run_id}'s task {run.task_id} is not stored"
-            derived = derive(task, self._tasks, self._store)
+            derived = derive(task, self._tasks, self._stored_tasks)
             new = attrs.evolve(
                 run,
                 status=derived.status,

@@ -47,7 +47,7 @@ from typing import Final, Literal
 from protocol import TaskOutcome, TaskRecord, TaskStatus
 
 from ._checks import IllegalTransition
-from ._ports import NO_CHANGE, Store
+from ._ports import NO_CHANGE, TaskStore
 from ._unit import Journal
 
 ABORT: Final = "abort"
@@ -98,7 +98,7 @@ class LiveTasks:
     what the engine needs is here, so nothing can walk the records and miss the unread ones: :meth:`ids` lists
     every live task without reading it."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: TaskStore) -> None:
         self._store = store
         self._records: dict[str, TaskRecord] = {}
         self.unread: set[str] = set()
@@ -143,7 +143,7 @@ class LiveTasks:
 class TaskRecords:
     """The live records of one store, their indexes, and what changed since settling last looked."""
 
-    def __init__(self, store: Store, journal: Journal) -> None:
+    def __init__(self, store: TaskStore, journal: Journal) -> None:
         self.store = store
         self.journal = journal
         """Where a change made inside a request journals its undo (the owner's one journal)."""

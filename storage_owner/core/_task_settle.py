@@ -20,7 +20,7 @@ import attrs
 
 from protocol import CancelLease, Capability, CreateTask, Frame, Lease, LeaseRef, Record, TaskOutcome, TaskRecord
 
-from ._ports import Store
+from ._ports import TaskStore
 from ._task_placement import HeldLease, Mode, PeerId, Placement
 from ._task_records import ABORT, EXTERNAL_PREFIX, RESTART, TaskEvent, TaskRecords, decided
 
@@ -81,7 +81,7 @@ class Settling:
 
     def __init__(
         self,
-        store: Store,
+        store: TaskStore,
         records: TaskRecords,
         placement: Placement,
         emit: Callable[[PeerId, Frame], None],

@@ -51,7 +51,7 @@ from protocol import (
 from ._checks import MAX_READ_LIMIT, Refusal, check_id, check_limit, check_name, no_conversation
 from ._output import READ_BUDGET_BYTES, Outbox, fit_page, fitting
 from ._peers import Peers, Waits
-from ._ports import NO_CHANGE, Store, StoreConflict
+from ._ports import NO_CHANGE, ConversationReads, StoreConflict, TaskStore
 from ._task_placement import PeerId, Placement
 from ._task_records import ABORT, EXTERNAL_PREFIX, RESTART, TaskEvent, TaskRecords, describe_state
 from ._task_settle import ORPHAN_GRACE_MS, CutOffHook, SettleResult, Settling
@@ -68,17 +68,19 @@ class TaskEngine:
 
     def __init__(
         self,
-        store: Store,
+        store: TaskStore,
         outbox: Outbox,
         journal: Journal,
         waits: Waits,
         head: Head,
         peers: Peers,
         *,
+        stored_conversations: ConversationReads,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         cut_off_hooks: Mapping[str, CutOffHook] = MappingProxyType({}),
     ) -> None:
         self._store = store
+        self._stored_conversations = stored_conversations
         self._journal = journal
         self._outbox = outbox
         self._emit = outbox.push
@@ -99,7 +101,7 @@ class TaskEngine:
         )
         self._load(store)
 
-    def _load(self, store: Store) -> None:
+    def _load(self, store: TaskStore) -> None:
         """Index every live task. The stored state was settled by the batch that wrote it, so a plain pending task
         needs only a worker (its record is read when first needed), a sleeping one only its deadline; the rest are
         reconciled by the first settle, which also counts the restart of every task that was running. Written for
@@ -245,7 +247,7 @@ class TaskEngine:
         elif write.conversation_id is not None:
             conversation_id = write.conversation_id
             check_id(conversation_id, f"{where}.conversation_id")
-            if self._store.conversation(conversation_id) is None:
+            if self._stored_conversations.conversation(conversation_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
             conversation_owner = self._records.conversation_owner.get(conversation_id)
             if conversation_owner is not None and conversation_owner in self._tasks:

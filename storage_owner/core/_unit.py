@@ -32,7 +32,7 @@ from protocol import Frame, Record
 
 from ._checks import Refusal
 from ._output import Outbox, PeerId
-from ._ports import LoggedCommit, Store
+from ._ports import LoggedCommit, LogStore
 
 SETTLE_PEER: Final = -1
 """The ``peer`` of the settle's unit of work: nobody asked for it, nobody is answered by its commit."""
@@ -124,7 +124,7 @@ answered later, once settled)."""
 class CommitLog:
     """The head of the commit log and the units of work that append to it. See the module docstring."""
 
-    def __init__(self, store: Store, journal: Journal, head: Head, outbox: Outbox, watches: FanOut) -> None:
+    def __init__(self, store: LogStore, journal: Journal, head: Head, outbox: Outbox, watches: FanOut) -> None:
         self._store = store
         self._journal = journal
         self._head = head

@@ -56,7 +56,7 @@ from protocol import (
 
 from ._checks import MAX_NAME_CHARS, MAX_READ_LIMIT, Refusal, check_id, no_conversation
 from ._output import PeerId
-from ._ports import Store
+from ._ports import ConversationReads, TaskReads, UsageStore
 from ._runs import AGENT_KIND_PREFIX, Runs, run_task_id
 from ._tasks import TaskEngine
 from ._unit import UnitOfWork
@@ -136,8 +136,18 @@ class Usage:
     """The price table (in memory, as stored), tree roots, the budget checks of one owner, and its usage and price
     requests."""
 
-    def __init__(self, store: Store, tasks: TaskEngine, runs: Runs) -> None:
+    def __init__(
+        self,
+        store: UsageStore,
+        tasks: TaskEngine,
+        runs: Runs,
+        *,
+        stored_conversations: ConversationReads,
+        stored_tasks: TaskReads,
+    ) -> None:
         self._store = store
+        self._stored_conversations = stored_conversations
+        self._stored_tasks = stored_tasks
         self._tasks = tasks
         self._runs = runs
         self.prices: dict[str, ModelPrice] = {price.model: price for price in store.prices()}
@@ -156,7 +166,7 @@ class Usage:
         for _ in range(MAX_TREE_DEPTH):
             owner = record.owner_task_id
             if owner is None:
-                conversation = self._store.conversation(record.conversation_id)
+                conversation = self._stored_conversations.conversation(record.conversation_id)
                 owner = None if conversation is None else conversation.owner_task_id
             if owner is None:
                 break
@@ -175,7 +185,7 @@ class Usage:
         3); ``task`` itself when it is no run's task."""
         if not task.kind.startswith(AGENT_KIND_PREFIX):
             return task.task_id
-        input_value, _ = self._store.task_data(task.task_id)
+        input_value, _ = self._stored_tasks.task_data(task.task_id)
         run_id = input_value.get("run_id") if isinstance(input_value, dict) else None
         if not isinstance(run_id, str):
             return task.task_id
@@ -268,7 +278,7 @@ class Usage:
                 UsageTotal(scope="model", key=key, usage=usage) for key, usage in self._store.usage("model", None)
             ]
         else:
-            if self._store.conversation(request.conversation_id) is None:
+            if self._stored_conversations.conversation(request.conversation_id) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             found = self._store.usage("conversation", request.conversation_id)
             totals = [UsageTotal(scope="conversation", key=key, usage=usage) for key, usage in found]
@@ -328,7 +338,7 @@ class Usage:
         """The key a budget of ``scope`` is kept under: the conversation id, or the root of the task's tree."""
         check_id(key, f"{where}.key")
         if scope == "conversation":
-            if self._store.conversation(key) is None:
+            if self._stored_conversations.conversation(key) is None:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(key))
             return key
         if scope == "tree":

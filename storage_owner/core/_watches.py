@@ -20,7 +20,7 @@ from protocol import Change, ErrorCode, Frame, Ok, Unwatch, Watch, Watching
 
 from ._checks import Refusal, no_conversation
 from ._output import Outbox, PeerId
-from ._ports import LoggedCommit, Store
+from ._ports import ConversationReads, LoggedCommit, LogStore
 from ._unit import Head
 
 CATCH_UP_PAGE: Final = 256
@@ -44,8 +44,9 @@ class WatchState:
 class Watches:
     """The watches of one owner's peers: live ones by the conversation they filter on, lagging ones."""
 
-    def __init__(self, store: Store, outbox: Outbox, head: Head) -> None:
+    def __init__(self, store: LogStore, outbox: Outbox, head: Head, *, stored_conversations: ConversationReads) -> None:
         self._store = store
+        self._stored_conversations = stored_conversations
         self._outbox = outbox
         self._head = head
         self._by_peer: dict[PeerId, dict[int, WatchState]] = {}
@@ -73,7 +74,7 @@ class Watches:
             raise Refusal(ErrorCode.INVALID, message)
         from_seq = request.from_seq
         if request.conversation_id is not None:
-            conversation = self._store.conversation(request.conversation_id)
+            conversation = self._stored_conversations.conversation(request.conversation_id)
             if conversation is None:
                 raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
             from_seq = max(from_seq, conversation.seq - 1)  # nothing before its creation can touch it (rule 1)

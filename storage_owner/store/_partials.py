@@ -7,7 +7,7 @@ from typing import Any, Final
 
 import apsw
 
-from storage_owner.core._partial_ports import PartialHead
+from storage_owner.core import PartialHead
 
 _COLUMNS: Final = (
     "operation_id, run_id, conversation_id, attempt, intent_seq, status, chars, size_bytes, pieces, seq, "
@@ -83,10 +83,6 @@ class PartialsSql:
             "SELECT text FROM partial_pieces WHERE operation_id = ? ORDER BY char_offset", (operation_id,)
         )
         return "".join(row[0] for row in rows)
-
-    def run_partials(self, run_id: str) -> list[PartialHead]:
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM partials WHERE run_id = ? ORDER BY rowid", (run_id,))
-        return [_head(row) for row in rows]
 
     def run_partials_from(self, run_id: str, from_operation_id: str | None, limit: int) -> list[PartialHead]:
         if from_operation_id is None:

@@ -503,7 +503,7 @@ class SqliteStore(PartialsSql):
         """Every run that is not terminal, in the order they were created."""
         rows = self._db.execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') "
-            "ORDER BY created_seq"
+            "ORDER BY created_seq, run_id"
         )
         return [_run_record(row) for row in rows]
 
