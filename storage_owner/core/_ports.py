@@ -1,7 +1,7 @@
 """What the core needs of storage: one port per room, each a typing protocol of the store methods that room calls, so
 a room is built with (and can reach) only its own records; :class:`Store` is all of them. The core never imports the
-store (or apsw): ``storage_owner.store.SqliteStore`` implements these ports, importing them from the core's public
-surface.
+store (or apsw): ``storage_owner.store`` implements these ports twice, importing them from the core's public surface:
+over SQLite (``SqliteStore``, what the shell runs) and in memory (``MemoryStore``, what the core's unit tests run on).
 
 A room reads another room's records only through that room's read port (:class:`ConversationReads`,
 :class:`TaskReads`, :class:`RunReads`, :class:`OperationReads`), handed to it where ``OwnerCore`` builds it:
@@ -357,4 +357,5 @@ class PartialStore(Protocol):
 
 
 class Store(LogStore, ConversationStore, RunStore, OperationStore, TaskStore, UsageStore, PartialStore, Protocol):
-    """Every port: what ``OwnerCore`` is built with (it hands each room its own)."""
+    """Every port: what ``OwnerCore`` is built with (it hands each room its own); ``SqliteStore`` and ``MemoryStore``
+    implement it."""

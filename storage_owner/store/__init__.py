@@ -1,4 +1,4 @@
-"""The SQLite store (APSW), its schema and migrations, and database ownership."""
+"""The SQLite store (APSW), its schema and migrations, and database ownership; the memory store (sans-IO)."""
 
 from ._identity import (
     APPLICATION_ID,
@@ -7,6 +7,7 @@ from ._identity import (
     QUICK_CHECK_BUDGET_S,
     full_check,
 )
+from ._memory import MemoryStore
 from ._ownership import LOCK_SUFFIX, Ownership, OwnershipWait, is_owned, lock_is_held, lock_path, open_lock_file
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
@@ -29,6 +30,7 @@ __all__ = [
     "QUICK_CHECK_BUDGET_S",
     "SCHEMA_VERSION",
     "Checkpointer",
+    "MemoryStore",
     "Ownership",
     "OwnershipWait",
     "SqliteStore",

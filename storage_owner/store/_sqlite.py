@@ -21,7 +21,6 @@ from typing import Any, Final, Literal
 
 import apsw
 import attrs
-import msgpack
 
 from protocol import (
     TOOL_TASK_PREFIX,
@@ -33,7 +32,6 @@ from protocol import (
     ModelPrice,
     OperationRecord,
     Order,
-    Record,
     RunAnswer,
     RunRecord,
     RunUsage,
@@ -41,10 +39,22 @@ from protocol import (
     SubmissionRecord,
     TaskOutcome,
     TaskRecord,
-    converter,
 )
 from storage_owner.core import NO_CHANGE, TASK_ROW_FIELDS, LoggedCommit, StoreConflict, TaskRow
 
+from ._blobs import (
+    RECORDS,
+    pack,
+    pack_interaction,
+    pack_operation,
+    structure_interaction,
+    structure_outcome,
+    structure_records,
+    unpack,
+    unpack_operation,
+    unstructure_outcome,
+    unstructure_records,
+)
 from ._identity import APPLICATION_ID, FILE_MODE, create_database, identify, quick_check
 from ._partials import PartialsSql
 from ._schema import GLOBAL_SCOPE, MIGRATIONS, SCHEMA_VERSION
@@ -56,35 +66,6 @@ CHECKPOINT_START_PAGES: Final = 2_000
 """With background checkpoints, the WAL size (in pages) past which the shell starts one."""
 JOURNAL_SIZE_LIMIT_BYTES: Final = 64 << 20
 """A WAL file larger than this is truncated back to it after a checkpoint resets the log."""
-_RECORDS = tuple[Record, ...]
-_structure_records = converter.get_structure_hook(_RECORDS)
-_unstructure_records = converter.get_unstructure_hook(_RECORDS)
-_structure_outcome = converter.get_structure_hook(TaskOutcome)
-_structure_operation = converter.get_structure_hook(OperationRecord)
-_unstructure_operation = converter.get_unstructure_hook(OperationRecord)
-_structure_interaction = converter.get_structure_hook(InteractionRecord)
-_unstructure_interaction = converter.get_unstructure_hook(InteractionRecord)
-_unstructure_outcome = converter.get_unstructure_hook(TaskOutcome)
-
-
-def _pack(value: object) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
-
-
-def _unpack(blob: bytes) -> Any:
-    return msgpack.unpackb(blob, raw=False)
-
-
-def _pack_operation(record: OperationRecord) -> bytes:
-    return _pack(_unstructure_operation(record))
-
-
-def _pack_interaction(record: InteractionRecord) -> bytes:
-    return _pack(_unstructure_interaction(record))
-
-
-def _unpack_operation(blob: bytes) -> OperationRecord:
-    return _structure_operation(_unpack(blob), OperationRecord)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
@@ -251,7 +232,7 @@ class SqliteStore(PartialsSql):
         return 0 if row is None or row[0] is None else int(row[0])
 
     def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
-        blob = _pack(_unstructure_records(commit.records))
+        blob = pack(unstructure_records(commit.records))
         only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
         self._db.execute(
             "INSERT INTO commits (seq, conversation_id, committed_at_ms, records) VALUES (?, ?, ?, ?)",
@@ -277,7 +258,7 @@ class SqliteStore(PartialsSql):
                 (after_seq, until, conversation_id, limit),
             )
         return [
-            LoggedCommit(seq=seq, committed_at_ms=at_ms, records=_structure_records(_unpack(blob), _RECORDS))
+            LoggedCommit(seq=seq, committed_at_ms=at_ms, records=structure_records(unpack(blob), RECORDS))
             for seq, at_ms, blob in rows
         ]
 
@@ -352,7 +333,7 @@ class SqliteStore(PartialsSql):
                     record.entry_id,
                     record.seq,
                     record.kind,
-                    _pack(record.data),
+                    pack(record.data),
                     record.created_at_ms,
                 ),
             )
@@ -393,7 +374,7 @@ class SqliteStore(PartialsSql):
                     position=position,
                     seq=seq,
                     kind=kind,
-                    data=_unpack(data),
+                    data=unpack(data),
                     created_at_ms=created_at_ms,
                 )
             )
@@ -417,7 +398,7 @@ class SqliteStore(PartialsSql):
             conversation_id=conversation_id,
             name=name,
             version=version,
-            value=_unpack(value),
+            value=unpack(value),
             seq=seq,
             updated_at_ms=updated_at_ms,
         )
@@ -427,7 +408,7 @@ class SqliteStore(PartialsSql):
         self._db.execute(
             "INSERT OR REPLACE INTO documents (scope, name, version, value, seq, updated_at_ms) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (scope, record.name, record.version, _pack(record.value), record.seq, record.updated_at_ms),
+            (scope, record.name, record.version, pack(record.value), record.seq, record.updated_at_ms),
         )
 
     # ---------------------------------------------------------------------------------------- submissions
@@ -446,7 +427,7 @@ class SqliteStore(PartialsSql):
             conversation_id=conversation_id,
             request_id=request_id,
             kind=kind,
-            payload=_unpack(payload),
+            payload=unpack(payload),
             status=status,
             seq=seq,
             created_at_ms=created_at_ms,
@@ -463,7 +444,7 @@ class SqliteStore(PartialsSql):
                     record.conversation_id,
                     record.request_id,
                     record.kind,
-                    _pack(record.payload),
+                    pack(record.payload),
                     record.status,
                     record.seq,
                     record.created_at_ms,
@@ -481,7 +462,7 @@ class SqliteStore(PartialsSql):
             self._db.execute(
                 f"INSERT INTO runs ({_RUN_COLUMNS}, input, created_seq) "
                 f"VALUES ({', '.join('?' * (len(_RUN_FIELDS) + 2))})",
-                (*_run_row(record), _pack(input), record.seq),
+                (*_run_row(record), pack(input), record.seq),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("run", record.run_id) from exc
@@ -497,7 +478,7 @@ class SqliteStore(PartialsSql):
     def run_input(self, run_id: str) -> Any:
         row = self._db.execute("SELECT input FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         assert row is not None, f"run {run_id} is not stored"
-        return _unpack(row[0])
+        return unpack(row[0])
 
     def live_runs(self) -> list[RunRecord]:
         """Every run that is not terminal, in the order they were created."""
@@ -544,7 +525,7 @@ class SqliteStore(PartialsSql):
             self._db.execute(
                 "INSERT INTO operations (operation_id, run_id, ordinal, task_id, status, record) VALUES "
                 "(?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM operations WHERE run_id = ?2), ?3, ?4, ?5)",
-                (record.operation_id, record.run_id, record.task_id, record.status, _pack_operation(record)),
+                (record.operation_id, record.run_id, record.task_id, record.status, pack_operation(record)),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("operation", record.operation_id) from exc
@@ -552,19 +533,19 @@ class SqliteStore(PartialsSql):
     def update_operation(self, record: OperationRecord) -> None:
         self._db.execute(
             "UPDATE operations SET task_id = ?, status = ?, record = ? WHERE operation_id = ?",
-            (record.task_id, record.status, _pack_operation(record), record.operation_id),
+            (record.task_id, record.status, pack_operation(record), record.operation_id),
         )
 
     def operation(self, operation_id: str) -> OperationRecord | None:
         row = self._db.execute("SELECT record FROM operations WHERE operation_id = ?", (operation_id,)).fetchone()
-        return None if row is None else _unpack_operation(row[0])
+        return None if row is None else unpack_operation(row[0])
 
     def open_operations(self, task_id: str) -> list[OperationRecord]:
         """The operations a task's lease started that have no result yet."""
         rows = self._db.execute(
             "SELECT record FROM operations WHERE task_id = ? AND status = 'started' ORDER BY ordinal", (task_id,)
         )
-        return [_unpack_operation(row[0]) for row in rows]
+        return [unpack_operation(row[0]) for row in rows]
 
     def operation_page(self, run_id: str, cursor: int, limit: int) -> tuple[list[OperationRecord], bool]:
         """A run's operations from the ``cursor``-th (oldest first), at most ``limit``, and whether more follow."""
@@ -572,14 +553,14 @@ class SqliteStore(PartialsSql):
             "SELECT record FROM operations WHERE run_id = ? AND ordinal >= ? ORDER BY ordinal LIMIT ?",
             (run_id, cursor, limit + 1),
         ).fetchall()
-        return [_unpack_operation(row[0]) for row in rows[:limit]], len(rows) > limit  # type: ignore[arg-type]
+        return [unpack_operation(row[0]) for row in rows[:limit]], len(rows) > limit  # type: ignore[arg-type]
 
     def insert_interaction(self, record: InteractionRecord) -> None:
         try:
             self._db.execute(
                 "INSERT INTO interactions (interaction_id, operation_id, run_id, status, record) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (record.interaction_id, record.operation_id, record.run_id, record.status, _pack_interaction(record)),
+                (record.interaction_id, record.operation_id, record.run_id, record.status, pack_interaction(record)),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("interaction", record.interaction_id) from exc
@@ -587,11 +568,11 @@ class SqliteStore(PartialsSql):
     def update_interaction(self, record: InteractionRecord) -> None:
         self._db.execute(
             "UPDATE interactions SET status = ?, record = ? WHERE interaction_id = ?",
-            (record.status, _pack_interaction(record), record.interaction_id),
+            (record.status, pack_interaction(record), record.interaction_id),
         )
 
     def _interaction(self, blob: bytes) -> InteractionRecord:
-        raw = _unpack(blob)
+        raw = unpack(blob)
         if "tool" not in raw:  # stored by an engine before schema 6: its tool task (the approval's owner) names it
             row = self._db.execute(
                 "SELECT tool.kind FROM tasks AS approval JOIN tasks AS tool ON tool.task_id = approval.owner_task_id "
@@ -599,7 +580,7 @@ class SqliteStore(PartialsSql):
                 (raw["task_id"],),
             ).fetchone()
             raw["tool"] = "" if row is None else str(row[0]).removeprefix(TOOL_TASK_PREFIX)
-        return _structure_interaction(raw, InteractionRecord)  # type: ignore[no-any-return]
+        return structure_interaction(raw, InteractionRecord)  # type: ignore[no-any-return]
 
     def interaction(self, interaction_id: str) -> InteractionRecord | None:
         row = self._db.execute("SELECT record FROM interactions WHERE interaction_id = ?", (interaction_id,)).fetchone()
@@ -734,7 +715,7 @@ class SqliteStore(PartialsSql):
         try:
             self._db.execute(
                 _INSERT_TASK,
-                (*_task_row(record), _pack(input), _pack(checkpoint)),
+                (*_task_row(record), pack(input), pack(checkpoint)),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("task", record.task_id) from exc
@@ -745,7 +726,7 @@ class SqliteStore(PartialsSql):
         if checkpoint is NO_CHANGE:
             self._db.execute(_UPDATE_TASK, (*row[1:], row[0]))
         else:
-            self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], _pack(checkpoint), row[0]))
+            self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], pack(checkpoint), row[0]))
 
     def task(self, task_id: str) -> TaskRecord | None:
         row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
@@ -755,7 +736,7 @@ class SqliteStore(PartialsSql):
         """A stored task's ``(input, checkpoint)``."""
         row = self._db.execute("SELECT input, checkpoint FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         assert row is not None, f"task {task_id} is not stored"
-        return _unpack(row[0]), _unpack(row[1])
+        return unpack(row[0]), unpack(row[1])
 
     def live_tasks(self, *, unsettled_only: bool = False) -> Iterator[TaskRecord]:
         """Every task that is not terminal, oldest first; with ``unsettled_only`` not the plain pending ones."""
@@ -792,9 +773,9 @@ def _run_row(record: RunRecord) -> tuple[object, ...]:
     for name in _RUN_FIELDS:
         value = getattr(record, name)
         if name == "answer":
-            value = None if value is None else _pack(attrs.asdict(value))
+            value = None if value is None else pack(attrs.asdict(value))
         elif name == "usage":
-            value = _pack(attrs.asdict(value))
+            value = pack(attrs.asdict(value))
         values.append(value)
     return tuple(values)
 
@@ -802,8 +783,8 @@ def _run_row(record: RunRecord) -> tuple[object, ...]:
 def _run_record(row: Any) -> RunRecord:
     values = dict(zip(_RUN_FIELDS, row, strict=True))
     answer = values["answer"]
-    values["answer"] = None if answer is None else RunAnswer(**_unpack(answer))
-    values["usage"] = RunUsage(**_unpack(values["usage"]))
+    values["answer"] = None if answer is None else RunAnswer(**unpack(answer))
+    values["usage"] = RunUsage(**unpack(values["usage"]))
     return RunRecord(**values)
 
 
@@ -814,16 +795,16 @@ def _run_record(row: Any) -> RunRecord:
 _TASK_FIELDS: Final = tuple(field.name for field in attrs.fields(TaskRecord))
 _TASK_COLUMN_OF: Final = {"on": "on_ids"}
 _TASK_TO_COLUMN: Final = {
-    "on": "_pack(list({0})) if {0} else None",
-    "held": "None if {0} is None else _pack(_unstructure_outcome({0}))",
-    "outcome": "None if {0} is None else _pack(_unstructure_outcome({0}))",
+    "on": "pack(list({0})) if {0} else None",
+    "held": "None if {0} is None else pack(unstructure_outcome({0}))",
+    "outcome": "None if {0} is None else pack(unstructure_outcome({0}))",
 }
 _TASK_FROM_COLUMN: Final = {
     "background": "{0} == 1",
     "abandon_on_restart": "{0} == 1",
-    "on": "_NO_IDS if {0} is None else tuple(_unpack({0}))",
-    "held": "None if {0} is None else _structure_outcome(_unpack({0}), TaskOutcome)",
-    "outcome": "None if {0} is None else _structure_outcome(_unpack({0}), TaskOutcome)",
+    "on": "_NO_IDS if {0} is None else tuple(unpack({0}))",
+    "held": "None if {0} is None else structure_outcome(unpack({0}), TaskOutcome)",
+    "outcome": "None if {0} is None else structure_outcome(unpack({0}), TaskOutcome)",
 }
 _TASK_COLUMNS: Final = ", ".join(_TASK_COLUMN_OF.get(name, name) for name in _TASK_FIELDS)
 _LIVE_TASK_ROW_COLUMNS: Final = ", ".join(_TASK_COLUMN_OF.get(name, name) for name in TASK_ROW_FIELDS)
@@ -850,10 +831,10 @@ def _task_codecs() -> tuple[Callable[[TaskRecord], tuple[object, ...]], Callable
         "TaskRecord": TaskRecord,
         "TaskOutcome": TaskOutcome,
         "_NO_IDS": _NO_IDS,
-        "_pack": _pack,
-        "_unpack": _unpack,
-        "_structure_outcome": _structure_outcome,
-        "_unstructure_outcome": _unstructure_outcome,
+        "pack": pack,
+        "unpack": unpack,
+        "structure_outcome": structure_outcome,
+        "unstructure_outcome": unstructure_outcome,
     }
     exec(compile(source, "<task codecs>", "exec"), namespace)
     return namespace["_task_row"], namespace["_task_record"]

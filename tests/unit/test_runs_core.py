@@ -73,7 +73,7 @@ from storage_owner.core._conversations import SUBMISSION_TRANSITIONS
 from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
 from storage_owner.core._run_status import Derived, run_status
 from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
-from storage_owner.store._sqlite import _pack
+from storage_owner.store._blobs import pack as _pack
 from tests.unit.test_tasks_core import (
     ROOT,
     TOKEN,
