@@ -7,7 +7,7 @@ A room reads another room's records only through that room's read port (:class:`
 :class:`TaskReads`, :class:`RunReads`, :class:`OperationReads`), handed to it where ``OwnerCore`` builds it:
 docs/architecture.md lists which room calls which methods.
 
-Every store keeps these rules:
+Every store keeps these rules (the conformance suite, ``tests/unit/test_store_conformance.py``, runs against both):
 
 1. Every method runs synchronously on the committed-or-pending state of the one open transaction: a write is seen
    by every read after it. The shell begins and commits that transaction; the core only uses savepoints, which nest

@@ -1,4 +1,6 @@
-"""The SQLite store on a temp file: migrations, refusing a newer schema, ownership, uniqueness, reads, tasks."""
+"""The SQLite store on a temp file: migrations, refusing a newer schema, ownership, WAL checkpoints. What every store
+keeps (uniqueness, transactions, reads, tasks...) is the conformance suite's (``test_store_conformance.py``), which runs
+against this store too."""
 
 from __future__ import annotations
 
@@ -19,20 +21,15 @@ import pytest
 
 from protocol import (
     ConversationRecord,
-    DocumentRecord,
     EntryRecord,
     JsonValue,
     OwnerAlreadyRunning,
     RunUsage,
     SchemaTooNew,
     StorageError,
-    SubmissionRecord,
-    TaskOutcome,
-    TaskRecord,
-    TaskStatus,
     new_id,
 )
-from storage_owner.core import NO_CHANGE, LoggedCommit, StoreConflict
+from storage_owner.core import LoggedCommit
 from storage_owner.store import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -45,6 +42,7 @@ from storage_owner.store import (
     lock_path,
     read_schema_version,
 )
+from tests.unit._stores import conversation_record, entry_record, task_record, with_conversation
 
 
 @pytest.fixture
@@ -57,52 +55,6 @@ def store(path: str) -> Iterator[SqliteStore]:
     opened = SqliteStore.open(path)
     yield opened
     opened.close()
-
-
-def _conversation(conversation_id: str, seq: int = 1) -> ConversationRecord:
-    return ConversationRecord(conversation_id=conversation_id, created_at_ms=10, seq=seq, entry_count=0)
-
-
-def _entry(conversation_id: str, position: int, *, entry_id: str | None = None, seq: int = 1) -> EntryRecord:
-    return EntryRecord(
-        entry_id=entry_id or new_id(),
-        conversation_id=conversation_id,
-        position=position,
-        seq=seq,
-        kind="message",
-        data=JsonValue({"n": position, "list": [1, 2.5, None, True]}),
-        created_at_ms=20,
-    )
-
-
-def _submission(conversation_id: str, *, submission_id: str | None = None, request_id: str = "r") -> SubmissionRecord:
-    return SubmissionRecord(
-        submission_id=submission_id or new_id(),
-        conversation_id=conversation_id,
-        request_id=request_id,
-        kind="prompt",
-        payload=JsonValue({"q": 1.0}),
-        status="queued",
-        seq=1,
-        created_at_ms=30,
-    )
-
-
-def _with_conversation(store: SqliteStore) -> str:
-    conversation_id = new_id()
-    store.insert_conversation(_conversation(conversation_id))
-    return conversation_id
-
-
-def _append(store: SqliteStore, conversation_id: str, count: int) -> list[EntryRecord]:
-    added = []
-    for _ in range(count):
-        position = store.next_entry_position(conversation_id)
-        assert position is not None
-        entry = _entry(conversation_id, position)
-        store.insert_entry(entry)
-        added.append(entry)
-    return added
 
 
 def _digest(path: str) -> str:
@@ -130,20 +82,20 @@ def test_new_database_uses_wal(store: SqliteStore, path: str) -> None:
 
 def test_reopening_keeps_data_and_does_not_migrate_again(path: str) -> None:
     store = SqliteStore.open(path)
-    conversation_id = _with_conversation(store)
+    conversation_id = with_conversation(store)
     store.close()
     # Migration 1 creates tables without IF NOT EXISTS: running it again would fail.
     store = SqliteStore.open(path)
     try:
         assert store.schema_version() == SCHEMA_VERSION
-        assert store.conversation(conversation_id) == _conversation(conversation_id)
+        assert store.conversation(conversation_id) == conversation_record(conversation_id)
     finally:
         store.close()
 
 
 def test_only_new_migrations_run_on_an_older_database(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     store = SqliteStore.open(path)
-    conversation_id = _with_conversation(store)
+    conversation_id = with_conversation(store)
     store.close()
     migrations = (*MIGRATIONS, "CREATE TABLE added_later (x INTEGER)")
     monkeypatch.setattr(_sqlite, "MIGRATIONS", migrations)
@@ -243,15 +195,15 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
         ]
         # A commit logged before owner_task_id existed still reads, with the field's default.
         assert store.read_log(0, None, 10) == [
-            LoggedCommit(seq=1, committed_at_ms=10, records=(_conversation(conversation_id),))
+            LoggedCommit(seq=1, committed_at_ms=10, records=(conversation_record(conversation_id),))
         ]
         assert store.head_seq() == 1
         assert (store.task_count(), list(store.live_tasks()), store.task_owned_conversations()) == (0, [], [])
 
         # The migrated schema takes tasks and conversations owned by them.
-        task = _task(conversation_id)
+        task = task_record(conversation_id)
         store.insert_task(task, JsonValue({"cart": 1}), None)
-        owned = attrs.evolve(_conversation(new_id(), seq=2), owner_task_id=task.task_id)
+        owned = attrs.evolve(conversation_record(new_id(), seq=2), owner_task_id=task.task_id)
         store.insert_conversation(owned)
         assert store.task(task.task_id) == task
         assert store.conversation(owned.conversation_id) == owned
@@ -406,465 +358,20 @@ def test_a_lock_wait_abandoned_after_the_grant_or_before_its_thread_ran_holds_no
     first.release()
 
 
-# ------------------------------------------------------------------------------------------------ uniqueness
-
-
-def test_duplicate_conversation_id_is_a_store_conflict(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    with pytest.raises(StoreConflict) as info:
-        store.insert_conversation(_conversation(conversation_id, seq=2))
-    assert (info.value.record, info.value.key) == ("conversation", conversation_id)
-    assert store.conversation_count() == 1
-
-
-def test_duplicate_entry_id_is_a_store_conflict(store: SqliteStore) -> None:
-    first, second = _with_conversation(store), _with_conversation(store)
-    [entry] = _append(store, first, 1)
-    with pytest.raises(StoreConflict) as info:
-        store.insert_entry(_entry(second, 0, entry_id=entry.entry_id))
-    assert (info.value.record, info.value.key) == ("entry", entry.entry_id)
-    assert store.entry_count() == 1
-
-
-def test_duplicate_submission_id_is_a_store_conflict(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    submission = _submission(conversation_id, request_id="a")
-    store.insert_submission(submission)
-    with pytest.raises(StoreConflict) as info:
-        store.insert_submission(_submission(conversation_id, submission_id=submission.submission_id, request_id="b"))
-    assert (info.value.record, info.value.key) == ("submission", submission.submission_id)
-    assert store.submission(conversation_id, "b") is None
-
-
-def test_duplicate_request_id_in_a_conversation_is_a_store_conflict(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    store.insert_submission(_submission(conversation_id, request_id="same"))
-    with pytest.raises(StoreConflict):
-        store.insert_submission(_submission(conversation_id, request_id="same"))
-
-
-def test_same_request_id_in_another_conversation_is_allowed(store: SqliteStore) -> None:
-    first, second = _with_conversation(store), _with_conversation(store)
-    store.insert_submission(_submission(first, request_id="same"))
-    store.insert_submission(_submission(second, request_id="same"))
-    assert store.submission(first, "same") != store.submission(second, "same")
-
-
-def test_conflict_inside_a_transaction_leaves_the_transaction_usable(store: SqliteStore) -> None:
-    store.begin()
-    conversation_id = _with_conversation(store)
-    with pytest.raises(StoreConflict):
-        store.insert_conversation(_conversation(conversation_id))
-    other = _with_conversation(store)
-    store.commit()
-    assert store.conversation(conversation_id) is not None
-    assert store.conversation(other) is not None
-
-
-def test_rolled_back_savepoint_undoes_only_its_writes(store: SqliteStore) -> None:
-    store.begin()
-    kept = _with_conversation(store)
-    store.savepoint()
-    dropped = _with_conversation(store)
-    store.rollback_savepoint()
-    store.savepoint()
-    released = _with_conversation(store)
-    store.release_savepoint()
-    store.commit()
-    assert not store.in_transaction
-    assert store.conversation(kept) is not None
-    assert store.conversation(dropped) is None
-    assert store.conversation(released) is not None
-
-
-# --------------------------------------------------------------------------------------- records round trip
-
-
-def test_next_entry_position_follows_the_stored_entries(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    assert store.next_entry_position(conversation_id) == 0
-    assert store.next_entry_position(conversation_id) == 0  # asking does not claim
-    _append(store, conversation_id, 3)
-    assert store.next_entry_position(conversation_id) == 3
-    assert store.next_entry_position(new_id()) is None
-    record = store.conversation(conversation_id)
-    assert record is not None and record.entry_count == 3
-
-
-def test_entry_position_is_unique_within_a_conversation(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    _append(store, conversation_id, 1)
-    with pytest.raises(StoreConflict):
-        store.insert_entry(_entry(conversation_id, 0))
-    assert store.entry_count() == 1
-
-
-def test_documents_are_scoped_per_conversation_and_global(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    scoped = DocumentRecord(
-        conversation_id=conversation_id, name="n", version=1, value=JsonValue([1]), seq=1, updated_at_ms=5
-    )
-    global_ = DocumentRecord(
-        conversation_id=None, name="n", version=2, value=JsonValue({"g": 1.5}), seq=2, updated_at_ms=6
-    )
-    store.put_document(scoped)
-    store.put_document(global_)
-    assert store.document(conversation_id, "n") == scoped
-    assert store.document(None, "n") == global_
-    assert store.document(None, "other") is None
-    replaced = DocumentRecord(conversation_id=None, name="n", version=3, value=JsonValue(None), seq=3, updated_at_ms=7)
-    store.put_document(replaced)
-    assert store.document(None, "n") == replaced
-
-
-def test_submission_payload_keeps_its_types(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    payloads: tuple[tuple[str, object], ...] = (("int", 1), ("float", 1.0), ("bool", True))
-    for request_id, payload in payloads:
-        record = SubmissionRecord(
-            submission_id=new_id(),
-            conversation_id=conversation_id,
-            request_id=request_id,
-            kind="k",
-            payload=JsonValue(payload),
-            status="queued",
-            seq=1,
-            created_at_ms=1,
-        )
-        store.insert_submission(record)
-        read = store.submission(conversation_id, request_id)
-        assert read == record
-        assert read is not None and type(read.payload) is type(payload)
-
-
-def test_meta_values_round_trip(store: SqliteStore) -> None:
-    assert store.get_meta("clock") is None
-    store.set_meta("clock", 5)
-    store.set_meta("clock", 7)
-    assert store.get_meta("clock") == 7
-
-
-# ---------------------------------------------------------------------------------------------------- reads
-
-
-def test_entries_read_ascending_with_cursor(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    added = _append(store, conversation_id, 5)
-    assert store.entries(conversation_id, "asc", None, 10) == added
-    assert store.entries(conversation_id, "asc", None, 2) == added[:2]
-    assert store.entries(conversation_id, "asc", 1, 2) == added[2:4]
-    assert store.entries(conversation_id, "asc", 4, 2) == []
-
-
-def test_entries_read_descending_with_cursor(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    added = _append(store, conversation_id, 5)
-    newest_first = list(reversed(added))
-    assert store.entries(conversation_id, "desc", None, 10) == newest_first
-    assert store.entries(conversation_id, "desc", None, 2) == newest_first[:2]
-    assert store.entries(conversation_id, "desc", 3, 2) == [added[2], added[1]]
-    assert store.entries(conversation_id, "desc", 0, 2) == []
-
-
-def test_entries_are_per_conversation(store: SqliteStore) -> None:
-    first, second = _with_conversation(store), _with_conversation(store)
-    in_first = _append(store, first, 2)
-    in_second = _append(store, second, 3)
-    assert store.entries(first, "asc", None, 10) == in_first
-    assert store.entries(second, "asc", None, 10) == in_second
-    assert [entry.position for entry in in_second] == [0, 1, 2]
-
-
-def _seqs(commits: list[LoggedCommit]) -> list[int]:
-    return [commit.seq for commit in commits]
-
-
-def _logged_commits(store: SqliteStore) -> tuple[str, str, list[LoggedCommit]]:
-    """Five commits: 1 creates A, 2 creates B, 3 touches both, 4 only a global document, 5 only A."""
-    first, second = new_id(), new_id()
-    global_document = DocumentRecord(
-        conversation_id=None, name="g", version=1, value=JsonValue(1), seq=4, updated_at_ms=103
-    )
-    commits = [
-        (LoggedCommit(seq=1, committed_at_ms=100, records=(_conversation(first),)), frozenset({first})),
-        (LoggedCommit(seq=2, committed_at_ms=101, records=(_conversation(second, 2),)), frozenset({second})),
-        (
-            LoggedCommit(seq=3, committed_at_ms=102, records=(_entry(first, 0, seq=3), _entry(second, 0, seq=3))),
-            frozenset({first, second}),
-        ),
-        (LoggedCommit(seq=4, committed_at_ms=103, records=(global_document,)), frozenset()),
-        (LoggedCommit(seq=5, committed_at_ms=104, records=(_submission(first),)), frozenset({first})),
-    ]
-    for commit, touched in commits:
-        store.log_commit(commit, touched)
-    return first, second, [commit for commit, _ in commits]
-
-
-def test_read_log_globally_returns_every_commit_in_order(store: SqliteStore) -> None:
-    _, _, everything = _logged_commits(store)
-    assert store.head_seq() == 5
-    assert store.read_log(0, None, 100) == everything
-    assert store.read_log(0, None, 2) == everything[:2]
-    assert store.read_log(2, None, 2) == everything[2:4]
-    assert store.read_log(5, None, 10) == []
-
-
-def test_read_log_by_conversation_returns_every_commit_that_touched_it(store: SqliteStore) -> None:
-    first, second, everything = _logged_commits(store)
-    by_seq = {commit.seq: commit for commit in everything}
-    # The store may return more commits than the conversation's own (the core filters records), but never
-    # misses one, never returns a commit that touched only another conversation, and keeps seq order.
-    for conversation_id, own, foreign in ((first, {1, 3, 5}, {2}), (second, {2, 3}, {1, 5})):
-        read = store.read_log(0, conversation_id, 100)
-        assert _seqs(read) == sorted(_seqs(read))
-        assert own <= set(_seqs(read))
-        assert not foreign & set(_seqs(read))
-        assert all(commit == by_seq[commit.seq] for commit in read)  # whole commits, records unfiltered
-    assert 5 in _seqs(store.read_log(3, first, 100))
-    assert not {1, 2, 3} & set(_seqs(store.read_log(3, first, 100)))
-    assert _seqs(store.read_log(0, first, 1)) == [1]
-
-
-def test_read_log_stops_at_until_seq(store: SqliteStore) -> None:
-    first, _, everything = _logged_commits(store)
-    assert store.read_log(0, None, 100, until_seq=3) == everything[:3]
-    assert store.read_log(3, None, 100, until_seq=3) == []
-    read = _seqs(store.read_log(0, first, 100, until_seq=4))
-    assert {1, 3} <= set(read) and max(read) <= 4
-
-
-# ---------------------------------------------------------------------------------------------------- tasks
-
-
-def _task(
-    conversation_id: str,
-    *,
-    task_id: str | None = None,
-    status: TaskStatus = "pending",
-    owner_task_id: str | None = None,
-) -> TaskRecord:
-    """A task with only its required fields set."""
-    return TaskRecord(
-        task_id=task_id or new_id(),
-        kind="shop.checkout",
-        version=0,
-        conversation_id=conversation_id,
-        owner_task_id=owner_task_id,
-        background=False,
-        abandon_on_restart=False,
-        status=status,
-        phase=None,
-        seq=1,
-        created_at_ms=40,
-        updated_at_ms=40,
-    )
-
-
-def _full_task(conversation_id: str, result: object) -> TaskRecord:
-    """A task with every field set away from its default; ``held`` and ``outcome`` carry ``result``."""
-    return TaskRecord(
-        task_id=new_id(),
-        kind="shop.payment",
-        version=3,
-        conversation_id=conversation_id,
-        owner_task_id=new_id(),
-        background=True,
-        abandon_on_restart=True,
-        status="completing",
-        phase="charge",
-        on=(new_id(), new_id()),
-        policy="fail_fast",
-        until_ms=1_700_000_060_000,
-        abort="restart",
-        restarts=2,
-        restart_limit=7,
-        epoch=(1 << 63) - 1,
-        held=TaskOutcome(status="failed", reason="phase_error", result=JsonValue(result), error="card declined"),
-        outcome=TaskOutcome(status="aborted", reason="restart", result=JsonValue(result), error="ü"),
-        seq=9,
-        created_at_ms=41,
-        updated_at_ms=42,
-    )
-
-
-def _typed(value: object) -> object:
-    """``value`` with every scalar paired with its type, so that ``1``, ``1.0`` and ``True`` compare unequal."""
-    if isinstance(value, dict):
-        return {key: _typed(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [type(value), *(_typed(item) for item in value)]
-    return (type(value), value)
-
-
-@pytest.mark.parametrize(
-    "result",
-    [
-        None,
-        True,
-        False,
-        0,
-        -(2**63),
-        2**64 - 1,
-        1.0,
-        -2.5,
-        "",
-        "ü",
-        [],
-        {},
-        [1, 1.0, True, None, "s"],
-        {"refund": {"amount": 12.5, "items": [{"sku": "a", "qty": 2}], "ok": True, "note": None}},
-    ],
-    ids=repr,
-)
-def test_task_round_trips_every_field(store: SqliteStore, result: object) -> None:
-    conversation_id = _with_conversation(store)
-    record = _full_task(conversation_id, result)
-    task_input = {"cart": [1, 2.0, "three"], "paid": False}
-    checkpoint = {"phase": "charge", "attempt": 2}
-    store.insert_task(record, task_input, checkpoint)
-    read = store.task(record.task_id)
-    assert read == record
-    assert read is not None and read.held is not None and read.outcome is not None
-    assert _typed(read.held.result) == _typed(read.outcome.result) == _typed(result)
-    assert store.task_data(record.task_id) == (task_input, checkpoint)
-    assert _typed(store.task_data(record.task_id)) == _typed((task_input, checkpoint))
-
-
-def test_task_with_only_required_fields_round_trips(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    record = _task(conversation_id)
-    store.insert_task(record, None, None)
-    assert store.task(record.task_id) == record
-    assert store.task_data(record.task_id) == (None, None)
-    assert store.task(new_id()) is None
-    assert store.task_count() == 1
-
-
-def test_duplicate_task_id_is_a_store_conflict(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    record = _task(conversation_id)
-    store.insert_task(record, {"first": 1}, None)
-    store.begin()
-    with pytest.raises(StoreConflict) as info:
-        store.insert_task(attrs.evolve(record, kind="other", status="running"), {"second": 2}, {"phase": "x"})
-    assert (info.value.record, info.value.key) == ("task", record.task_id)
-    other = _task(conversation_id)
-    store.insert_task(other, None, None)  # the transaction is still usable
-    store.commit()
-    assert store.task(record.task_id) == record
-    assert store.task_data(record.task_id) == ({"first": 1}, None)
-    assert store.task(other.task_id) == other
-    assert store.task_count() == 2
-
-
-def test_update_task_without_a_checkpoint_keeps_the_stored_one(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    record = _task(conversation_id)
-    store.insert_task(record, {"in": 1}, {"phase": "a"})
-    waiting = attrs.evolve(
-        record, status="waiting", phase="a", on=(new_id(),), policy="all_settled", epoch=1, seq=2, updated_at_ms=50
-    )
-    store.update_task(waiting)
-    assert store.task(record.task_id) == waiting
-    assert store.task_data(record.task_id) == ({"in": 1}, {"phase": "a"})
-    sleeping = attrs.evolve(waiting, status="sleeping", on=(), policy=None, until_ms=99, seq=3)
-    store.update_task(sleeping, checkpoint=NO_CHANGE)
-    assert store.task(record.task_id) == sleeping
-    assert store.task_data(record.task_id) == ({"in": 1}, {"phase": "a"})
-
-
-def test_update_task_with_a_checkpoint_replaces_it_and_keeps_the_input(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    record = _task(conversation_id)
-    store.insert_task(record, {"in": 1}, None)
-    running = attrs.evolve(record, status="running", phase="b", epoch=1, seq=2)
-    store.update_task(running, checkpoint={"phase": "b", "n": 1.0})
-    assert store.task(record.task_id) == running
-    assert _typed(store.task_data(record.task_id)) == _typed(({"in": 1}, {"phase": "b", "n": 1.0}))
-    # None is a checkpoint like any other, not "no change".
-    store.update_task(running, checkpoint=None)
-    assert store.task_data(record.task_id) == ({"in": 1}, None)
-
-
-def test_update_task_stores_every_column_both_ways(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    full = _full_task(conversation_id, {"x": [1, 2]})
-    store.insert_task(full, None, None)
-    bare = _task(conversation_id, task_id=full.task_id)
-    store.update_task(bare)  # clears on, policy, until_ms, abort, held, outcome; resets counters
-    assert store.task(full.task_id) == bare
-    store.update_task(full)
-    assert store.task(full.task_id) == full
-
-
-def test_update_task_touches_only_its_task(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    first, second = _task(conversation_id), _task(conversation_id)
-    store.insert_task(first, {"n": 1}, {"c": 1})
-    store.insert_task(second, {"n": 2}, {"c": 2})
-    store.update_task(attrs.evolve(first, status="terminal", outcome=TaskOutcome(status="completed")), checkpoint=3)
-    assert store.task(second.task_id) == second
-    assert store.task_data(second.task_id) == ({"n": 2}, {"c": 2})
-
-
-def test_live_tasks_are_the_tasks_not_terminal_in_task_id_order(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    statuses: list[TaskStatus] = ["pending", "terminal", "running", "waiting", "sleeping", "completing", "terminal"]
-    task_ids = sorted(new_id() for _ in statuses)
-    records = [
-        _task(conversation_id, task_id=task_id, status=status)
-        for task_id, status in zip(task_ids, statuses, strict=True)
-    ]
-    for index in (3, 0, 6, 5, 1, 4, 2):  # not in id order
-        store.insert_task(records[index], None, None)
-    assert list(store.live_tasks()) == [record for record in records if record.status != "terminal"]
-
-    ended = attrs.evolve(records[2], status="terminal", outcome=TaskOutcome(status="failed", error="e"))
-    store.update_task(ended)
-    assert [record.task_id for record in store.live_tasks()] == [task_ids[index] for index in (0, 3, 4, 5)]
-
-
-def test_task_owned_conversations_are_those_whose_owner_is_not_terminal(store: SqliteStore) -> None:
-    conversation_id = _with_conversation(store)
-    running = _task(conversation_id, status="running")
-    completing = _task(conversation_id, status="completing")
-    ended = _task(conversation_id, status="terminal")
-    for record in (running, completing, ended):
-        store.insert_task(record, None, None)
-    owned: dict[str, str] = {}
-    for owner in (running.task_id, running.task_id, completing.task_id, ended.task_id, new_id()):
-        conversation = attrs.evolve(_conversation(new_id()), owner_task_id=owner)
-        store.insert_conversation(conversation)
-        assert store.conversation(conversation.conversation_id) == conversation
-        owned[conversation.conversation_id] = owner
-    _with_conversation(store)  # owned by nobody
-
-    expected = [
-        (conversation, owner) for conversation, owner in owned.items() if owner in (running.task_id, completing.task_id)
-    ]
-    assert len(expected) == 3
-    assert sorted(store.task_owned_conversations()) == sorted(expected)
-
-    store.update_task(attrs.evolve(running, status="terminal", outcome=TaskOutcome(status="aborted")))
-    assert store.task_owned_conversations() == [
-        (conversation, owner) for conversation, owner in owned.items() if owner == completing.task_id
-    ]
-
-
 # ------------------------------------------------------------------------------------------ WAL checkpoints
 
 
 def _append_commits(store: SqliteStore, conversation_id: str, count: int, first_position: int) -> None:
     for position in range(first_position, first_position + count):
         store.begin()
-        store.insert_entry(_entry(conversation_id, position))
+        store.insert_entry(entry_record(conversation_id, position))
         store.commit()
 
 
 def test_a_background_checkpoint_copies_the_wal_into_the_database(store: SqliteStore, path: str) -> None:
     checkpointer = store.use_background_checkpoints()
     try:
-        _append_commits(store, _with_conversation(store), 200, 0)
+        _append_commits(store, with_conversation(store), 200, 0)
         size_before = os.path.getsize(path)
         frames, copied = checkpointer.checkpoint()
         assert frames == store.wal_pages > 0
@@ -876,7 +383,7 @@ def test_a_background_checkpoint_copies_the_wal_into_the_database(store: SqliteS
 
 def test_the_wal_starts_over_once_its_tail_is_copied_under_sustained_writes(store: SqliteStore) -> None:
     checkpointer = store.use_background_checkpoints()
-    conversation_id = _with_conversation(store)
+    conversation_id = with_conversation(store)
     try:
         _append_commits(store, conversation_id, 200, 0)
         checkpointer.checkpoint()

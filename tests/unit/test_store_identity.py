@@ -22,7 +22,7 @@ from storage_owner.store import (
     full_check,
 )
 from storage_owner.store._identity import CREATING_SUFFIX
-from tests.unit.test_store import _conversation, _entry
+from tests.unit._stores import conversation_record, entry_record
 
 PAGE_BYTES = 4096
 
@@ -53,9 +53,9 @@ def _filled(path: str, entries: int = 600) -> str:
     try:
         conversation_id = new_id()
         store.begin()
-        store.insert_conversation(_conversation(conversation_id))
+        store.insert_conversation(conversation_record(conversation_id))
         for position in range(entries):
-            entry = _entry(conversation_id, position)
+            entry = entry_record(conversation_id, position)
             store.insert_entry(
                 EntryRecord(
                     entry_id=entry.entry_id,
@@ -88,7 +88,7 @@ def test_a_new_database_is_marked_and_private_with_its_wal_and_shm(path: str) ->
     try:
         assert store.created
         store.begin()
-        store.insert_conversation(_conversation(new_id()))
+        store.insert_conversation(conversation_record(new_id()))
         store.commit()
         modes = {suffix: stat.S_IMODE(os.stat(path + suffix).st_mode) for suffix in ("", "-wal", "-shm")}
     finally:
@@ -103,7 +103,7 @@ def test_group_readable_creates_0640_whatever_the_umask(path: str) -> None:
     try:
         store = SqliteStore.open(path, file_mode=GROUP_READABLE_FILE_MODE)
         store.begin()
-        store.insert_conversation(_conversation(new_id()))
+        store.insert_conversation(conversation_record(new_id()))
         store.commit()
         modes = {stat.S_IMODE(os.stat(path + suffix).st_mode) for suffix in ("", "-wal", "-shm")}
         store.close()
