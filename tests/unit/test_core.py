@@ -1,14 +1,11 @@
-"""The owner's core, driven directly over a real SQLite store on a temp file, batch by batch, as the shell does:
+"""The owner's core, driven directly over the memory store, batch by batch, as the shell does:
 ``store.begin(); core.run_batch(...); store.commit(); core.take_output()``, and ``core.catch_up()`` between batches.
 """
 
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -69,7 +66,8 @@ from storage_owner.core import (
 )
 from storage_owner.core import _watches as watches_module
 from storage_owner.core._peers import DEFAULT_HEARTBEAT_MS
-from storage_owner.store import SqliteStore
+from storage_owner.store import MemoryStore
+from tests.unit._stores import StoreUnderTest, reopened
 
 TOKEN = "test-token"
 INSTANCE = "01890a5d-0000-7000-8000-00000000abcd"
@@ -157,21 +155,20 @@ def changes(out: list[Output], peer: PeerId, watch_id: int | None = None) -> lis
 
 
 class Harness:
-    """One core over one store, driven like the shell drives it."""
+    """One core over one store (a new memory store unless one is given), driven like the shell drives it."""
 
-    def __init__(self, path: Path, *, clock: Literal["wall", "manual"] = "wall") -> None:
-        self.path = path
+    def __init__(self, store: StoreUnderTest | None = None, *, clock: Literal["wall", "manual"] = "wall") -> None:
         self.clock: Literal["wall", "manual"] = clock
         self.now_ms = START_MS
         self._peers = itertools.count(1)
-        self.store = SqliteStore.open(str(path))
+        self.store: StoreUnderTest = MemoryStore() if store is None else store
         self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=clock)
         self.effects = BatchEffects()
 
     def restart(self) -> None:
         """Close the store and start a new core on it, as a new owner process would."""
         self.store.close()
-        self.store = SqliteStore.open(str(self.path))
+        self.store = reopened(self.store)
         self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=self.clock)
 
     def close(self) -> None:
@@ -219,15 +216,15 @@ def error_code(reply: object) -> str:
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    opened = Harness(tmp_path / "core.db")
+def harness() -> Iterator[Harness]:
+    opened = Harness()
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def manual(tmp_path: Path) -> Iterator[Harness]:
-    opened = Harness(tmp_path / "manual.db", clock="manual")
+def manual() -> Iterator[Harness]:
+    opened = Harness(clock="manual")
     yield opened
     opened.close()
 
@@ -254,15 +251,11 @@ def test_good_hello_is_welcomed_with_the_head_seq(harness: Harness) -> None:
     assert answer.heartbeat_ms == DEFAULT_HEARTBEAT_MS
 
 
-def test_the_welcome_tells_the_heartbeat_the_core_was_given(tmp_path: Path) -> None:
-    store = SqliteStore.open(str(tmp_path / "heartbeat.db"))
-    try:
-        core = OwnerCore(store, token=TOKEN, instance=INSTANCE, heartbeat_ms=1234)
-        answer = core.hello(Hello(protocol_version=SUPPORTED_VERSIONS[0], token=TOKEN, role="client"))
-        assert isinstance(answer, Welcome)
-        assert answer.heartbeat_ms == 1234
-    finally:
-        store.close()
+def test_the_welcome_tells_the_heartbeat_the_core_was_given() -> None:
+    core = OwnerCore(MemoryStore(), token=TOKEN, instance=INSTANCE, heartbeat_ms=1234)
+    answer = core.hello(Hello(protocol_version=SUPPORTED_VERSIONS[0], token=TOKEN, role="client"))
+    assert isinstance(answer, Welcome)
+    assert answer.heartbeat_ms == 1234
 
 
 def test_hello_with_a_bad_token_is_refused(harness: Harness) -> None:
@@ -1173,8 +1166,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.directory = tempfile.mkdtemp(prefix="tether-core-")
-        self.harness = Harness(Path(self.directory) / "machine.db")
+        self.harness = Harness()
         self.writer = self.harness.connect("client")
         self.watcher = self.harness.connect("reader")
         self.harness.request(self.watcher, watch(WATCH_ID))
@@ -1196,7 +1188,6 @@ class CoreMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.harness.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------- drawing
 
@@ -1454,7 +1445,7 @@ def test_a_batch_that_raised_half_way_leaves_the_core_unusable(harness: Harness)
     ):
         with pytest.raises(BatchOrderError, match="failed half-way"):
             call_()
-    harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close
+    harness.store = reopened(harness.store)  # for the fixture's close
 
 
 def test_a_catch_up_that_raised_half_way_leaves_the_core_unusable(harness: Harness) -> None:
@@ -1466,7 +1457,7 @@ def test_a_catch_up_that_raised_half_way_leaves_the_core_unusable(harness: Harne
         harness.core.catch_up()
     with pytest.raises(BatchOrderError, match="failed half-way"):
         harness.core.run_batch([], harness.now_ms)
-    harness.store = SqliteStore.open(str(harness.path))  # for the fixture's close
+    harness.store = reopened(harness.store)  # for the fixture's close
 
 
 def test_a_request_without_a_call_id_is_refused_unanswerable(harness: Harness) -> None:

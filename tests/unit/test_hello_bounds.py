@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +25,8 @@ from tests.unit.test_core import TOKEN, Harness
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    opened = Harness(tmp_path / "hello.db")
+def harness() -> Iterator[Harness]:
+    opened = Harness()
     yield opened
     opened.close()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,7 @@ from protocol import (
 from storage_owner.core import OwnerCore, PeerId
 from storage_owner.core import _peers as peers_module
 from storage_owner.core import _watches as watches_module
-from storage_owner.store import SqliteStore
+from storage_owner.store import MemoryStore
 from tests.unit.test_core import (
     INSTANCE,
     START_MS,
@@ -53,8 +52,8 @@ class Budgeted:
     """A core with explicit output budgets, driven as the shell drives it (it reports nothing sent: a peer that
     never reads)."""
 
-    def __init__(self, path: Path) -> None:
-        self.store = SqliteStore.open(str(path))
+    def __init__(self) -> None:
+        self.store = MemoryStore()
         self.core = OwnerCore(
             self.store,
             token=TOKEN,
@@ -102,8 +101,8 @@ class Budgeted:
 
 
 @pytest.fixture
-def budgeted(tmp_path: Path) -> Iterator[Budgeted]:
-    opened = Budgeted(tmp_path / "budget.db")
+def budgeted() -> Iterator[Budgeted]:
+    opened = Budgeted()
     yield opened
     opened.store.close()
 
@@ -144,8 +143,8 @@ def test_a_batch_of_reads_never_read_is_refused_overloaded_past_the_budget(budge
     assert isinstance(reply, EntriesReply)
 
 
-def test_the_total_budget_refuses_every_peer_once_the_owner_holds_too_much(tmp_path: Path) -> None:
-    owner = Budgeted(tmp_path / "total.db")
+def test_the_total_budget_refuses_every_peer_once_the_owner_holds_too_much() -> None:
+    owner = Budgeted()
     owner.core = OwnerCore(
         owner.store, token=TOKEN, instance=INSTANCE, peer_output_budget=PEER_BUDGET, total_output_budget=6 << 20
     )
@@ -235,14 +234,14 @@ def test_pending_waits_per_connection_are_bounded(budgeted: Budgeted) -> None:
     assert all(error.code == ErrorCode.INVALID and str(limit) in error.message for error in errors)
 
 
-def test_outcomes_of_large_results_come_in_parts_under_the_message_limit(tmp_path: Path) -> None:
+def test_outcomes_of_large_results_come_in_parts_under_the_message_limit() -> None:
     """1,000 tasks with 9 KB results: one ``read_outcomes`` of all of them once made one 9 MB reply (past the
     WebSocket limit: the client was disconnected, and its retry the same, forever). Now each reply answers the first
     ids that fit, and asking again for the rest gets every outcome once."""
     from protocol import MAX_MESSAGE_BYTES, OutcomesReply, ReadOutcomes
     from tests.unit.test_tasks_core import KIND, OwnerSim, completed, expect
 
-    sim = OwnerSim(tmp_path / "outcomes.db")
+    sim = OwnerSim()
     try:
         worker = sim.worker(max_leases=1000)
         conversation_id = sim.new_conversation()
@@ -272,14 +271,14 @@ def test_outcomes_of_large_results_come_in_parts_under_the_message_limit(tmp_pat
         sim.close()
 
 
-def test_pages_of_large_operations_stay_under_the_message_limit(tmp_path: Path) -> None:
+def test_pages_of_large_operations_stay_under_the_message_limit() -> None:
     """A run's journal of 60 model operations with 40 KB results: one page of up to 1,000 was one 2.4 MB reply
     (past the 1 MiB message limit); now a page ends early at the read budget and the pages together hold all."""
     from protocol import MAX_MESSAGE_BYTES, FinishOperation, JsonValue, OperationsReply, ReadOperations
     from tests.unit.test_runs_core import RunSim, leased_run, model_intent, usage
     from tests.unit.test_tasks_core import expect
 
-    sim = RunSim(tmp_path / "operations.db")
+    sim = RunSim()
     try:
         run_id, task_id, worker = leased_run(sim)
         for _ in range(60):

@@ -1,8 +1,11 @@
 """Partial output of model requests in the owner core, sans-IO (storage_owner/core/_partials.py): pieces stored
 and logged with their commit, a new attempt replaces the earlier one's, ``done`` on the result, ``aborted`` when an
-attempt fails or is cut off, stale leases and the bounds refused whole. Driven through ``OwnerCore.run_batch``."""
+attempt fails or is cut off, stale leases and the bounds refused whole. Driven through ``OwnerCore.run_batch``, over
+the memory store."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import attrs
 import pytest
@@ -29,18 +32,23 @@ from protocol import (
 )
 from storage_owner.core._checks import IllegalTransition
 from storage_owner.core._partials import PARTIAL_TRANSITIONS
-from tests.unit.test_runs_core import (
-    RunSim,
-    doc_table,
-    leased_run,
-    manual_sim,
-    model_intent,
-    model_requested,
-    sim,
-)
+from tests.unit.test_runs_core import RunSim, doc_table, leased_run, model_intent, model_requested
 from tests.unit.test_tasks_core import aborted, error_code, expect, fresh_id, sent
 
-__all__ = ["manual_sim", "sim"]  # the fixtures
+
+@pytest.fixture
+def sim() -> Iterator[RunSim]:
+    opened = RunSim()
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def manual_sim() -> Iterator[RunSim]:
+    """A sim whose owner runs on the manual clock (time moves by ``AdvanceClock`` only)."""
+    opened = RunSim(clock="manual")
+    yield opened
+    opened.close()
 
 
 def piece(op: str, offset: int, text: str, attempt: int = 1) -> AppendPartial:

@@ -4,7 +4,6 @@ many capabilities) and ``read_partials`` (a run's streamed output, up to 1 MiB p
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,8 +61,8 @@ def call(sim: OwnerSim, peer: int, request: Frame) -> tuple[Frame, int]:
     return reply, size
 
 
-def test_an_announce_past_its_byte_bound_is_refused_and_the_previous_one_stands(tmp_path: Path) -> None:
-    sim = OwnerSim(tmp_path / "announce.db")
+def test_an_announce_past_its_byte_bound_is_refused_and_the_previous_one_stands() -> None:
+    sim = OwnerSim()
     try:
         worker = sim.attach_worker("big")
         small = Announce(pid=1, host="h", app="a", capabilities=capabilities(3, "small"))
@@ -80,10 +79,10 @@ def test_an_announce_past_its_byte_bound_is_refused_and_the_previous_one_stands(
         sim.close()
 
 
-def test_read_peers_pages_many_large_announcements_under_the_message_limit(tmp_path: Path) -> None:
+def test_read_peers_pages_many_large_announcements_under_the_message_limit() -> None:
     """Eight workers announcing about 200 KB each made one 1.6 MB ``peers`` reply (past the 1 MiB message limit);
     now a page ends at the read budget and the pages together list every peer once."""
-    sim = OwnerSim(tmp_path / "peers.db")
+    sim = OwnerSim()
     try:
         names = []
         for index in range(8):
@@ -124,10 +123,10 @@ BIG_PIECE = "aé€😀" * 26_000
 just under ``MAX_PARTIAL_BYTES``."""
 
 
-def streamed_run(tmp_path: Path, done_operations: int) -> tuple[RunSim, str, list[str], str]:
+def streamed_run(done_operations: int) -> tuple[RunSim, str, list[str], str]:
     """A run with ``done_operations`` finished model requests (each a ``done`` record) and one streaming about
     1 MB: (sim, run id, the finished ids, the streaming id)."""
-    sim = RunSim(tmp_path / "partials.db")
+    sim = RunSim()
     run_id, task_id, worker = leased_run(sim)
     finished = []
     for _ in range(done_operations):
@@ -164,11 +163,11 @@ def read_pages(sim: OwnerSim, **key: str) -> tuple[list[PartialsReply], list[Par
         assert len(pages) < 100
 
 
-def test_a_run_s_partials_come_in_pages_under_the_message_limit_and_join_whole(tmp_path: Path) -> None:
+def test_a_run_s_partials_come_in_pages_under_the_message_limit_and_join_whole() -> None:
     """1,050 finished model requests and one streaming 1 MB made one ``partials`` reply of about 1.2 MB (past the
     1 MiB message limit); now pages end at the read budget (a long text cut between characters and continued)
     and together hold every operation once, with the text exact."""
-    sim, run_id, finished, big = streamed_run(tmp_path, 1050)
+    sim, run_id, finished, big = streamed_run(1050)
     try:
         pages, joined = read_pages(sim, run_id=run_id)
         assert len(pages) >= 3
@@ -183,8 +182,8 @@ def test_a_run_s_partials_come_in_pages_under_the_message_limit_and_join_whole(t
         sim.close()
 
 
-def test_read_partials_cursors_are_checked(tmp_path: Path) -> None:
-    sim, run_id, finished, big = streamed_run(tmp_path, 1)
+def test_read_partials_cursors_are_checked() -> None:
+    sim, run_id, finished, big = streamed_run(1)
     try:
         other_run = sim.start_run(sim.agent_conversation())
         bad = [
@@ -226,10 +225,10 @@ def test_the_client_reads_again_a_text_whose_attempt_changed_between_pages() -> 
     assert _join_partials(held, [record(2, 2, "!", created_at_ms=5)]) == "op"  # a retried run's attempt 2
 
 
-def test_an_announce_naming_many_leases_is_not_held_to_the_byte_bound(tmp_path: Path) -> None:
+def test_an_announce_naming_many_leases_is_not_held_to_the_byte_bound() -> None:
     """The byte bound is on what ``read_peers`` shows: a worker reattaching with thousands of running phases
     (its ``leases``, answered with ``cancel_lease`` where no longer valid, never kept) still announces."""
-    sim = OwnerSim(tmp_path / "leases.db")
+    sim = OwnerSim()
     try:
         worker = sim.attach_worker("busy")
         leases = tuple(LeaseRef(task_id=fresh_id(), epoch=1) for _ in range(6000))

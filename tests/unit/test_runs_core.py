@@ -1,6 +1,10 @@
 """Runs of agents in the owner core, sans-IO: submissions admit runs, queues and admission, derived statuses,
 placement by agent, cancel. Driven batch by batch through ``OwnerCore.run_batch`` (the drivers of
-test_tasks_core), with explicit ``now_ms``."""
+test_tasks_core), with explicit ``now_ms``.
+
+The core's unit tests run on the memory store; these run on the SQLite store (a temp file per case), so that the core
+and the store it runs on in an owner are tested together end to end: every room's reads and writes through tasks,
+runs, operations, interactions, usage and partial output, and owner restarts that read the live records back."""
 
 from __future__ import annotations
 
@@ -73,7 +77,9 @@ from storage_owner.core._conversations import SUBMISSION_TRANSITIONS
 from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
 from storage_owner.core._run_status import Derived, run_status
 from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
+from storage_owner.store import SqliteStore
 from storage_owner.store._blobs import pack as _pack
+from tests.unit._stores import StoreUnderTest, open_store
 from tests.unit.test_tasks_core import (
     ROOT,
     TOKEN,
@@ -96,8 +102,8 @@ AGENT = "support"
 class RunSim(OwnerSim):
     """An :class:`OwnerSim` with agent workers, conversations bound to an agent and run requests."""
 
-    def __init__(self, path: Path, *, max_concurrent_runs: int = 64, **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
+    def __init__(self, store: StoreUnderTest | None = None, *, max_concurrent_runs: int = 64, **kwargs: Any) -> None:
+        super().__init__(store, **kwargs)
         self.max_concurrent_runs = max_concurrent_runs
         self.core.runs.max_concurrent_runs = max_concurrent_runs
 
@@ -152,7 +158,7 @@ class RunSim(OwnerSim):
 
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[RunSim]:
-    opened = RunSim(tmp_path / "runs.db")
+    opened = RunSim(open_store("sqlite", tmp_path))
     yield opened
     opened.close()
 
@@ -160,7 +166,7 @@ def sim(tmp_path: Path) -> Iterator[RunSim]:
 @pytest.fixture
 def manual_sim(tmp_path: Path) -> Iterator[RunSim]:
     """A sim whose owner runs on the manual clock (time moves by ``AdvanceClock`` only)."""
-    opened = RunSim(tmp_path / "runs.db", clock="manual")
+    opened = RunSim(open_store("sqlite", tmp_path), clock="manual")
     yield opened
     opened.close()
 
@@ -315,7 +321,7 @@ def test_follow_ups_run_in_order_and_see_only_what_came_before(sim: RunSim) -> N
 
 
 def test_max_concurrent_runs_keeps_a_third_conversation_queued(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "cap.db", max_concurrent_runs=2)
+    sim = RunSim(open_store("sqlite", tmp_path), max_concurrent_runs=2)
     try:
         worker = sim.agent_worker()
         runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
@@ -337,7 +343,7 @@ def test_max_concurrent_runs_keeps_a_third_conversation_queued(tmp_path: Path) -
 
 
 def test_max_concurrent_runs_admits_the_next_when_one_completes(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "cap2.db", max_concurrent_runs=2)
+    sim = RunSim(open_store("sqlite", tmp_path), max_concurrent_runs=2)
     try:
         worker = sim.agent_worker()
         runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
@@ -981,6 +987,7 @@ def test_an_interaction_stored_before_it_named_its_tool_is_read_with_its_tool(si
     [interaction] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
     legacy = converter.unstructure(interaction)
     del legacy["tool"]  # as an engine of protocol 4 stored it
+    assert isinstance(sim.store, SqliteStore)
     sim.store._db.execute(
         "UPDATE interactions SET record = ? WHERE interaction_id = ?", (_pack(legacy), interaction.interaction_id)
     )
@@ -1189,7 +1196,7 @@ def test_an_owner_restart_keeps_one_active_run_per_conversation(sim: RunSim) -> 
 
 
 def test_a_retried_run_waits_for_capacity_like_any_run(tmp_path: Path) -> None:
-    sim = RunSim(tmp_path / "retry-cap.db", max_concurrent_runs=2)
+    sim = RunSim(open_store("sqlite", tmp_path), max_concurrent_runs=2)
     try:
         runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
         worker = sim.agent_worker()

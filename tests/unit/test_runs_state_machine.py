@@ -1,6 +1,6 @@
 """A Hypothesis state machine over the runs of agents in the owner core: random submissions (follow-up or reject),
 agent and tool workers that come and go, model and tool intents and results, approvals, resolve, respond, cancel,
-retry, clock moves and owner restarts, driven through OwnerCore over a real SqliteStore (the drivers of
+retry, clock moves and owner restarts, driven through OwnerCore over the memory store (the drivers of
 ``test_runs_core.py``), with the rules checked against the store after every step:
 
 - a conversation never has two active runs (``pending``, ``running``, ``retry_wait``, ``waiting``,
@@ -16,9 +16,6 @@ retry, clock moves and owner restarts, driven through OwnerCore over a real Sqli
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -78,8 +75,7 @@ class RunMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         restart_ids()
-        self.directory = tempfile.mkdtemp(prefix="tether-runs-")
-        self.sim = RunSim(Path(self.directory) / "runs.db", clock="manual", max_concurrent_runs=MAX_RUNS)
+        self.sim = RunSim(clock="manual", max_concurrent_runs=MAX_RUNS)
         self.conversations = [self.sim.agent_conversation() for _ in range(CONVERSATIONS)]
         self.runs: list[str] = []
         self.model_ops: dict[str, str] = {}
@@ -96,7 +92,6 @@ class RunMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.sim.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     # ----------------------------------------------------------------------------------------- helpers
 

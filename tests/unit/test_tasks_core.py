@@ -1,4 +1,4 @@
-"""The task engine, sans-IO: OwnerCore over a real SqliteStore on a temp file, driven batch by batch as the shell
+"""The task engine, sans-IO: OwnerCore over the memory store, driven batch by batch as the shell
 drives it (``store.begin(); core.run_batch(frames, now); store.commit(); core.take_output()``),
 with workers simulated as peers that announce capabilities, take ``Lease`` / ``CancelLease`` events and answer with
 commits under their lease or ``Release`` frames.
@@ -61,7 +61,8 @@ from protocol import (
 from storage_owner.core import TASK_ROW_FIELDS, Output, OwnerCore, PeerId
 from storage_owner.core._task_records import TRANSITIONS, IllegalTransition, check_transition
 from storage_owner.core._task_settle import MAX_SETTLE_CHANGES
-from storage_owner.store import SqliteStore
+from storage_owner.store import MemoryStore
+from tests.unit._stores import StoreUnderTest, reopened
 
 TOKEN = "test-token"
 INSTANCE = "01890a5d-0000-7000-8000-00000000abcd"
@@ -233,14 +234,19 @@ class Worker:
 
 
 class OwnerSim:
-    """One OwnerCore over one SqliteStore, driven like the shell: every batch settles, and batches run while the
-    core says it needs settling (as the commit loop does)."""
+    """One OwnerCore over one store (a new memory store unless one is given), driven like the shell: every batch
+    settles, and batches run while the core says it needs settling (as the commit loop does)."""
 
-    def __init__(self, path: Path, *, clock: Literal["wall", "manual"] = "wall", orphan_grace_ms: int = 0) -> None:
-        self.path = path
+    def __init__(
+        self,
+        store: StoreUnderTest | None = None,
+        *,
+        clock: Literal["wall", "manual"] = "wall",
+        orphan_grace_ms: int = 0,
+    ) -> None:
         self.clock: Literal["wall", "manual"] = clock
         self._peer_ids = itertools.count(1)
-        self.store = SqliteStore.open(str(path))
+        self.store: StoreUnderTest = MemoryStore() if store is None else store
         self.core = OwnerCore(self.store, token=TOKEN, instance=INSTANCE, clock=clock, orphan_grace_ms=orphan_grace_ms)
         self.now_ms = START_MS if clock == "wall" else self.core.stored_clock_ms()
         self.workers: dict[PeerId, Worker] = {}
@@ -265,7 +271,7 @@ class OwnerSim:
             worker.cancelled.clear()
         self.workers.clear()
         self.store.close()
-        self.store = SqliteStore.open(str(self.path))
+        self.store = reopened(self.store)
         self.core = OwnerCore(
             self.store, token=TOKEN, instance=INSTANCE, clock=self.clock, orphan_grace_ms=orphan_grace_ms
         )
@@ -460,15 +466,15 @@ def reply_to(out: list[Output], peer: PeerId, request: Received) -> Frame:
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[OwnerSim]:
-    opened = OwnerSim(tmp_path / "tasks.db")
+def sim() -> Iterator[OwnerSim]:
+    opened = OwnerSim()
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def manual_sim(tmp_path: Path) -> Iterator[OwnerSim]:
-    opened = OwnerSim(tmp_path / "manual.db", clock="manual")
+def manual_sim() -> Iterator[OwnerSim]:
+    opened = OwnerSim(clock="manual")
     yield opened
     opened.close()
 
@@ -1389,8 +1395,8 @@ def test_a_blocked_owner_is_orphaned_only_after_its_work_ended(sim: OwnerSim) ->
     assert sim.outcome(parent).status == "orphaned"
 
 
-def test_after_the_owner_starts_an_aborted_blocked_task_waits_the_grace_for_a_worker(tmp_path: Path) -> None:
-    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+def test_after_the_owner_starts_an_aborted_blocked_task_waits_the_grace_for_a_worker() -> None:
+    sim = OwnerSim(orphan_grace_ms=GRACE_MS)
     started_ms = sim.now_ms
     try:
         lost = sim.create_task()
@@ -1749,11 +1755,11 @@ def test_fail_fast_begun_over_a_task_already_completing_with_a_failure_marks_the
     assert sim.task(second.task_id).abort == "abort"
 
 
-def test_a_marked_task_whose_only_able_worker_died_waits_the_grace_for_a_restarted_worker(tmp_path: Path) -> None:
+def test_a_marked_task_whose_only_able_worker_died_waits_the_grace_for_a_restarted_worker() -> None:
     """The last worker able to run a task marked for abort dies before its phase stopped: the task is not orphaned
     at once (its abort handler, the compensation, would never run) but within the grace, on the owner's clock, a
     restarted worker runs the handler."""
-    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+    sim = OwnerSim(orphan_grace_ms=GRACE_MS)
     try:
         sim.batch(now_ms=sim.now_ms + GRACE_MS)  # the owner's own start grace is over
         worker = sim.worker()
@@ -1776,10 +1782,8 @@ def test_a_marked_task_whose_only_able_worker_died_waits_the_grace_for_a_restart
         sim.close()
 
 
-def test_a_marked_task_nobody_came_back_for_is_orphaned_when_the_grace_ends_on_the_owner_clock(
-    tmp_path: Path,
-) -> None:
-    sim = OwnerSim(tmp_path / "grace.db", orphan_grace_ms=GRACE_MS)
+def test_a_marked_task_nobody_came_back_for_is_orphaned_when_the_grace_ends_on_the_owner_clock() -> None:
+    sim = OwnerSim(orphan_grace_ms=GRACE_MS)
     try:
         sim.batch(now_ms=sim.now_ms + GRACE_MS)
         worker = sim.worker()

@@ -1,5 +1,5 @@
 """A Hypothesis state machine over the task engine: random creates, phases, aborts, departing workers, clock moves
-and owner restarts, driven through OwnerCore over a real SqliteStore exactly as the shell drives it (see
+and owner restarts, driven through OwnerCore over the memory store exactly as the shell drives it (see
 ``test_tasks_core.py`` for the driver), with the engine's rules checked against both the core's memory and the
 store after every batch:
 
@@ -16,9 +16,6 @@ store after every batch:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Literal
 
 import attrs
@@ -110,8 +107,7 @@ class TaskMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         restart_ids()
-        self.directory = tempfile.mkdtemp(prefix="tether-tasks-")
-        self.sim = OwnerSim(Path(self.directory) / "machine.db")
+        self.sim = OwnerSim()
         self.sim.after_batch = self._after_batch
         self.known: list[str] = []
         """Every task ever created, oldest first."""
@@ -126,7 +122,6 @@ class TaskMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.sim.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------- model helpers
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import attrs
 import pytest
@@ -45,8 +44,8 @@ GPT = ModelPrice(model="scripted", input_per_mtok=2.0, output_per_mtok=8.0, cach
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[RunSim]:
-    opened = RunSim(tmp_path / "usage.db")
+def sim() -> Iterator[RunSim]:
+    opened = RunSim()
     yield opened
     opened.close()
 
