@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 
 from protocol import (
+    RUN_TERMINAL,
     Budget,
     ConversationRecord,
     DocumentRecord,
@@ -70,14 +71,14 @@ K = TypeVar("K")
 V = TypeVar("V")
 Undo = Callable[[], None]
 
-RUN_TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+_RUN_ENDED: Final = frozenset(RUN_TERMINAL)
 """The run statuses ``live_runs`` leaves out (the SQLite store's ``runs_live`` index)."""
 _MISSING: Final[Any] = object()
 _BEYOND: Final = 1 << 62
 """Past every position and seq (the SQLite store's bound for an open end)."""
 
 
-@attrs.define
+@attrs.frozen
 class _Entry:
     entry_id: str
     seq: int
@@ -86,14 +87,14 @@ class _Entry:
     created_at_ms: int
 
 
-@attrs.define
+@attrs.frozen
 class _Run:
     record: RunRecord
     input: bytes
     created_seq: int
 
 
-@attrs.define
+@attrs.frozen
 class _Operation:
     run_id: str
     ordinal: int
@@ -102,7 +103,7 @@ class _Operation:
     record: bytes
 
 
-@attrs.define
+@attrs.frozen
 class _Interaction:
     operation_id: str
     run_id: str
@@ -110,7 +111,7 @@ class _Interaction:
     record: bytes
 
 
-@attrs.define
+@attrs.frozen
 class _Task:
     record: TaskRecord
     """Its outcomes (``held``, ``outcome``) as stored: copied in and out, since their results are values."""
@@ -118,7 +119,7 @@ class _Task:
     checkpoint: bytes
 
 
-@attrs.define
+@attrs.frozen
 class _Partial:
     order: int
     """Its place in its run's partial output (the SQLite row's rowid): kept when a later attempt replaces it."""
@@ -127,7 +128,7 @@ class _Partial:
 
 class _Tables:
     """Every table of one memory database: what stays when a store over it is closed and :meth:`reopened
-    <MemoryStore.reopen>`."""
+    <MemoryStore.reopen>`. A row is replaced, never changed in place, so that an undo can put the old one back."""
 
     def __init__(self) -> None:
         self.log: dict[int, tuple[str | None, int, bytes]] = {}
@@ -309,7 +310,9 @@ class MemoryStore:
         t = self._t
         until = _BEYOND if until_seq is None else until_seq
         found: list[LoggedCommit] = []
-        for seq in t.seqs[bisect.bisect_right(t.seqs, after_seq) :]:
+        seqs = t.seqs
+        for index in range(bisect.bisect_right(seqs, after_seq), len(seqs)):  # no copy of the log's tail
+            seq = seqs[index]
             if seq > until or len(found) >= limit:
                 break
             only, at_ms, blob = t.log[seq]
@@ -387,12 +390,13 @@ class MemoryStore:
         positions = t.positions.get(conversation_id, [])
         entries = t.entries.get(conversation_id, {})
         if order == "asc":
-            chosen: Iterator[int] = iter(positions[bisect.bisect_right(positions, -1 if cursor is None else cursor) :])
+            chosen = range(bisect.bisect_right(positions, -1 if cursor is None else cursor), len(positions))
         else:
-            chosen = reversed(positions[: bisect.bisect_left(positions, _BEYOND if cursor is None else cursor)])
+            chosen = range(bisect.bisect_left(positions, _BEYOND if cursor is None else cursor) - 1, -1, -1)
         page: list[EntryRecord] = []
         total_bytes = 0
-        for position in chosen:
+        for index in chosen:  # no copy of the transcript's positions
+            position = positions[index]
             entry = entries[position]
             total_bytes += len(entry.data)
             if len(page) == limit or (page and max_data_bytes is not None and total_bytes > max_data_bytes):
@@ -477,7 +481,7 @@ class MemoryStore:
         return unpack(stored.input)
 
     def live_runs(self) -> list[RunRecord]:
-        live = [run for run in self._t.runs.values() if run.record.status not in RUN_TERMINAL]
+        live = [run for run in self._t.runs.values() if run.record.status not in _RUN_ENDED]
         live.sort(key=lambda run: (run.created_seq, run.record.run_id))
         return [run.record for run in live]
 
