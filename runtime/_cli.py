@@ -765,8 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from storage_owner.store import MIGRATIONS, full_check
-    from storage_owner.store._identity import damaged_message
+    from storage_owner.store import MIGRATIONS, damaged_message, full_check
 
     db = os.path.abspath(args.db)
     try:
