@@ -19,7 +19,7 @@ import trio
 import actors
 from actors._client import CONNECT_TIMEOUT_S
 from protocol import Capability, runtime_path
-from runtime._cli import EXIT_OK, EXIT_USAGE
+from runtime._exits import EXIT_OK, EXIT_USAGE
 from runtime._supervisor import BACKOFF_MAX_S, STABLE_AFTER_S, read_state, state_path, supervisor_lock_path
 from storage_owner.store import is_owned, lock_path
 from tests.faults import _apps

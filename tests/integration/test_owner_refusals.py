@@ -21,7 +21,7 @@ import trio
 import actors
 from protocol import runtime_path
 from runtime import kill_and_reap, stop_gracefully, tether_command
-from runtime._cli import (
+from runtime._exits import (
     EXIT_DATABASE_DAMAGED,
     EXIT_FAILED,
     EXIT_NOT_TETHER_DATABASE,
