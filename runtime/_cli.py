@@ -929,8 +929,9 @@ def _abort(args: argparse.Namespace) -> int:
 
 def _runs_command(args: argparse.Namespace) -> int:
     from . import _runs
+    from ._connect import check_db
 
-    db = _runs.check_db(args.db)
+    db = check_db(args.db)
     if args.command == "submit":
         conversation_id, submission, run = trio.run(
             partial(

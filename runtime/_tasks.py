@@ -11,9 +11,9 @@ import actors
 from protocol import OwnerUnavailable, TaskNode, TaskRecord, TetherError, converter
 from storage_owner.store import is_owned, read_live_tasks
 
+from ._connect import connect
 from ._status import ask_owner
 
-CONNECT_TIMEOUT_S: Final = 5.0
 SHORT_ID: Final = 8
 
 
@@ -124,7 +124,7 @@ def tasks_json(db: str, graph: actors.TaskGraph, source: str) -> dict[str, Any]:
 
 async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, TaskRecord | None]:
     """Mark ``task_id`` for abort; with ``wait_s``, also wait that long for it to end. Raises ``NotFound``."""
-    async with actors.connect(db=db, name="tether-abort", wait_for_owner_s=CONNECT_TIMEOUT_S) as client:
+    async with connect(db, "tether-abort") as client:
         marked = await client.abort_task(task_id)
         if wait_s is None:
             return marked, None
