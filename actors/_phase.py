@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ from protocol import (
     UsageError,
     WaitPolicy,
     json_value,
+    operation_key_json,
     phase_of,
 )
 
@@ -59,7 +59,7 @@ class PhaseTransaction(Transaction):
 
     def advance(self, checkpoint: Any) -> None:
         """Continue with the phase ``checkpoint["phase"]`` names, from ``checkpoint``."""
-        if _canonical(checkpoint) == _canonical(self._phase.checkpoint):
+        if operation_key_json(checkpoint) == operation_key_json(self._phase.checkpoint):
             raise UsageError("advance() needs a new checkpoint: committing the same one is not progress")
         self._state(SetTaskState(task_id=self._phase.task_id, status="running", checkpoint=json_value(checkpoint)))
 
@@ -179,7 +179,7 @@ class Phase:
         taken as stored, before any migration: a newer worker re-running (or aborting) a phase of an older version
         derives the ids that version derived.
         """
-        material = _canonical([self.task_id, self._identity_checkpoint, key]).encode()
+        material = operation_key_json([self.task_id, self._identity_checkpoint, key]).encode()
         digest = bytearray(hashlib.sha256(material).digest()[:16])
         digest[6] = (digest[6] & 0x0F) | 0x80  # version 8 (custom), RFC 9562
         digest[8] = (digest[8] & 0x3F) | 0x80
@@ -243,7 +243,3 @@ class Phase:
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task (``None`` while one is not terminal), in the order given."""
         return await self.client.outcomes(task_ids)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)

@@ -51,6 +51,8 @@ from protocol import (
     TaskOutcome,
     Write,
     approval_task_id,
+    digest_json,
+    has_result,
     json_value,
 )
 from protocol import Retry as ProtocolRetry
@@ -99,12 +101,8 @@ def tool_operation_id(run_id: str, turn: int, call_id: str) -> str:
 
 
 def digest(value: Any) -> str:
-    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(_canonical(value).encode()).hexdigest()
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The sha256 of ``value`` as canonical JSON (:func:`protocol.digest_json`)."""
+    return hashlib.sha256(digest_json(value).encode()).hexdigest()
 
 
 def content_text(value: Any) -> str:
@@ -204,7 +202,7 @@ class MessageFold:
 
     def _final(self, message: Message) -> None:
         self.final.append(message)
-        text = _canonical(_message_data(message))
+        text = digest_json(_message_data(message))
         self.final_json.append(text)
         self.json_bytes += len(text.encode())
 
@@ -224,8 +222,8 @@ def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> st
     final = fold.final if fold is not None else []
     if fold is not None and len(messages) >= len(final) and all(a is b for a, b in zip(final, messages, strict=False)):
         known = fold.final_json
-    rest = [_canonical(_message_data(message)) for message in messages[len(known) :]]
-    head, tail = _canonical(value).split('"messages":[]', 1)
+    rest = [digest_json(_message_data(message)) for message in messages[len(known) :]]
+    head, tail = digest_json(value).split('"messages":[]', 1)
     return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
 
 
@@ -328,12 +326,6 @@ async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIte
             await aclose()
 
 
-def _has_result(op: OperationRecord) -> bool:
-    if op.status in ("completed", "resolved"):
-        return True
-    return op.status == "failed" and (op.kind == "tool" or op.attempt >= (op.retry or ProtocolRetry()).attempts)
-
-
 def _run_usage(usage: Usage | None) -> RunUsage | None:
     if usage is None:
         return None
@@ -390,7 +382,7 @@ class AgentRun:
             async with rt.commit() as tx:
                 self._next(tx, rt, run_id, turn, _assistant_message(op.result))
             return
-        if op is not None and _has_result(op):
+        if op is not None and has_result(op):
             await rt.fail(f"model request failed: {op.error}", reason="model_error")
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
@@ -672,7 +664,7 @@ class ToolRun:
         operation_id = str(rt.input["operation_id"])
         guessed = _fresh(rt)
         op = None if guessed else await journaled(rt, operation_id)
-        if op is not None and _has_result(op):
+        if op is not None and has_result(op):
             await rt.complete(op.result)  # its result entry was committed with it
             return
         args = rt.input["arguments"]
@@ -700,7 +692,7 @@ class ToolRun:
         approved arguments (the interaction's digest is of the same arguments the task holds)."""
         operation_id = str(rt.input["operation_id"])
         op = await journaled(rt, operation_id)
-        if op is not None and _has_result(op):
+        if op is not None and has_result(op):
             await rt.complete(op.result)
             return
         approval = approval_task_id(operation_id)
@@ -736,7 +728,7 @@ class ToolRun:
         )
         if not await _start(rt, intent, guessed):
             op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
-            if op is not None and _has_result(op):
+            if op is not None and has_result(op):
                 await rt.complete(op.result)
                 return
             await self._execute(rt, op)

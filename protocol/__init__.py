@@ -4,6 +4,7 @@ Both the storage owner and its peers speak only through this package.
 """
 
 from ._amounts import amount_text
+from ._canonical import digest_json, operation_key_json
 from ._codec import (
     MAX_JSON_DEPTH,
     BadFrame,
@@ -175,6 +176,7 @@ from ._frames import (
     Watching,
     Welcome,
     Write,
+    has_result,
     phase_of,
     retry_delay_ms,
 )
@@ -396,14 +398,17 @@ __all__ = [
     "decode_frame",
     "decode_message",
     "describe",
+    "digest_json",
     "encode_frame",
     "encode_message",
     "error_for_code",
+    "has_result",
     "is_batch_message",
     "is_id",
     "join_frames",
     "json_value",
     "new_id",
+    "operation_key_json",
     "phase_of",
     "raise_collapsed",
     "read_runtime",

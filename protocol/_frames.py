@@ -204,6 +204,18 @@ class OperationRecord:
     updated_at_ms: int
 
 
+def has_result(op: OperationRecord) -> bool:
+    """Whether an operation's result is committed, so that no new intent may start it again: ``completed`` and
+    ``resolved`` always; ``failed`` for a tool (the error is its result, which the model sees) and for a model
+    request past its last attempt (a failed model attempt with attempts left is retried under the same id). The
+    owner refuses a new intent of such an operation; a worker replays its result instead of running it again."""
+    if op.status in ("completed", "resolved"):
+        return True
+    if op.status == "failed":
+        return op.kind == "tool" or op.attempt >= (op.retry or Retry()).attempts
+    return False
+
+
 @attrs.frozen(kw_only=True)
 class InteractionAnswer:
     approve: bool

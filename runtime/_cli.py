@@ -27,15 +27,24 @@ from protocol import (
 )
 
 from ._args import count, positive
-from ._entry import replay_early_signals, restore_default_signals
-from ._parent import watch_parent
+from ._exits import (
+    EXIT_ALREADY_RUNNING,
+    EXIT_DATABASE_DAMAGED,
+    EXIT_FAILED,
+    EXIT_NOT_TETHER_DATABASE,
+    EXIT_OK,
+    EXIT_SCHEMA_TOO_NEW,
+    EXIT_USAGE,
+)
+from ._parent import DEFAULT_LIVENESS_TIMEOUT_S, watch_parent
+from ._signals import replay_early_signals, restore_default_signals
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
-"""Commands that stop cleanly on SIGINT or SIGTERM, including one sent while they start (``runtime._entry``)."""
+"""Commands that stop cleanly on SIGINT or SIGTERM, including one sent while they start (``runtime._signals``)."""
 
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
@@ -48,20 +57,6 @@ DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
 """As ``actors``' (not imported: the CLI loads the client only to run it)."""
 STOP_TIMEOUT_S: Final = 60.0
 """How long ``tether stop`` waits by default: the workers' default drain and the owner's stop, with room."""
-DEFAULT_LIVENESS_TIMEOUT_S: Final = 5.0
-"""``tether up --liveness-timeout``: how long the supervisor lets its owner go without answering, or an attached
-worker stay unattached while the owner answers, before it kills it."""
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_ALREADY_RUNNING: Final = 3
-EXIT_SCHEMA_TOO_NEW: Final = 4
-EXIT_NOT_TETHER_DATABASE: Final = 5
-EXIT_DATABASE_DAMAGED: Final = 6
-EXITS_FINAL: Final = frozenset(
-    {EXIT_USAGE, EXIT_ALREADY_RUNNING, EXIT_SCHEMA_TOO_NEW, EXIT_NOT_TETHER_DATABASE, EXIT_DATABASE_DAMAGED}
-)
-"""Exit statuses of ``tether owner`` that retrying cannot change: ``tether up`` stops at once with the same one."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -765,8 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from storage_owner.store import MIGRATIONS, full_check
-    from storage_owner.store._identity import damaged_message
+    from storage_owner.store import MIGRATIONS, damaged_message, full_check
 
     db = os.path.abspath(args.db)
     try:
@@ -870,7 +864,7 @@ def _run_worker(args: argparse.Namespace) -> int:
 
             async def stop() -> None:
                 # actors.serve starts this once its own signal receiver is in place: a signal remembered while
-                # Python imported the command (runtime._entry) stops the worker now, as if it came now.
+                # Python imported the command (runtime._signals) stops the worker now, as if it came now.
                 replay_early_signals()
                 await parent_gone.wait()
 
@@ -935,8 +929,9 @@ def _abort(args: argparse.Namespace) -> int:
 
 def _runs_command(args: argparse.Namespace) -> int:
     from . import _runs
+    from ._connect import check_db
 
-    db = _runs.check_db(args.db)
+    db = check_db(args.db)
     if args.command == "submit":
         conversation_id, submission, run = trio.run(
             partial(

@@ -1,4 +1,5 @@
-"""How a supervised child notices that its supervisor is gone: its stdin pipe ends, or falls silent.
+"""How a supervised child notices that its supervisor is gone: its stdin pipe ends, or falls silent. (And how long,
+by default, the supervisor lets a child go without answering: ``DEFAULT_LIVENESS_TIMEOUT_S``.)
 
 The supervisor keeps a pipe to each child's stdin and writes a heartbeat byte to it every
 ``PARENT_HEARTBEAT_S``. A child started with ``--supervised`` exits cleanly once the pipe reaches end-of-file (the
@@ -17,6 +18,10 @@ import trio
 PARENT_HEARTBEAT_S: Final = 7.5
 """Seldom, so that idle children (and their supervisor) hardly wake: two heartbeats fit in the silence bound."""
 PARENT_SILENCE_S: Final = 15.0
+DEFAULT_LIVENESS_TIMEOUT_S: Final = 5.0
+"""The other way round: ``tether up --liveness-timeout``, how long the supervisor lets its owner go without
+answering, or an attached worker stay unattached while the owner answers, before it kills it (what it does then is
+the supervisor's: ``runtime._supervisor``)."""
 
 
 async def watch_parent(on_gone: Callable[[], object]) -> None:

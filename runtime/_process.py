@@ -12,7 +12,7 @@ import trio
 
 from protocol import OwnerUnavailable, RuntimeInfo, read_runtime
 
-from ._entry import STOP_SIGNALS
+from ._signals import STOP_SIGNALS
 
 OWNER_START_TIMEOUT_S: Final = 20.0
 POLL_INTERVAL_S: Final = 0.01
@@ -36,7 +36,7 @@ def _block_stop_signals() -> None:
 
 async def open_tether_process(command: Sequence[str], **options: Any) -> trio.Process:
     """``trio.lowlevel.open_process(command, **options)`` for a :func:`tether_command`: the child starts with SIGINT
-    and SIGTERM blocked, and its entry point unblocks them once its handler remembers them (``runtime._entry``). So
+    and SIGTERM blocked, and its entry point unblocks them once its handler remembers them (``runtime._signals``). So
     a signal sent the moment it started stops it cleanly (exit 0) instead of killing it before Python runs."""
     return await trio.lowlevel.open_process(list(command), preexec_fn=_block_stop_signals, **options)
 

@@ -4,34 +4,17 @@ from the command line, each one client call (or a few) against the running owner
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import actors
-from protocol import RUN_TERMINAL, OwnerUnavailable, PeerInfo, RunRecord, amount_text, converter
+from protocol import RUN_TERMINAL, PeerInfo, RunRecord, amount_text, converter
 
+from ._connect import connect
 from ._watch_view import WatchView, one_line, retry_commands
 
-CONNECT_TIMEOUT_S: Final = 5.0
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
 """The statuses that end ``wait_for_run``."""
-
-
-def check_db(db: str) -> str:
-    """``db`` as an absolute path; :class:`OwnerUnavailable` at once if there is no such database."""
-    db = os.path.abspath(db)
-    if not os.path.exists(db):
-        raise OwnerUnavailable(f"there is no database at {db}")
-    return db
-
-
-@asynccontextmanager
-async def connect(db: str, name: str) -> AsyncIterator[actors.Client]:
-    """A client of the running owner of ``db`` (an absolute path; see :func:`check_db`)."""
-    async with actors.connect(db=db, name=name, wait_for_owner_s=CONNECT_TIMEOUT_S) as client:
-        yield client
 
 
 def record_json(record: Any) -> Any:

@@ -62,10 +62,10 @@ from protocol import (
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned, open_lock_file
 
-from ._cli import DEFAULT_LIVENESS_TIMEOUT_S, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
-from ._entry import replay_early_signals
-from ._parent import PARENT_HEARTBEAT_S
+from ._exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
+from ._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
 from ._process import kill_and_reap, open_tether_process, stop_gracefully, tether_command, wait_for_owner
+from ._signals import replay_early_signals
 
 STATE_SUFFIX: Final = ".supervisor.json"
 LOCK_SUFFIX: Final = ".supervisor.lock"

@@ -5,16 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
-import apsw
 import trio
 
 import actors
-from protocol import OwnerUnavailable, SchemaTooNew, StorageError, TaskNode, TaskRecord, TetherError, converter
-from storage_owner.store import SCHEMA_VERSION, SqliteStore, is_owned
+from protocol import OwnerUnavailable, TaskNode, TaskRecord, TetherError, converter
+from storage_owner.store import is_owned, read_live_tasks
 
+from ._connect import connect
 from ._status import ask_owner
 
-CONNECT_TIMEOUT_S: Final = 5.0
 SHORT_ID: Final = 8
 
 
@@ -85,30 +84,11 @@ def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
 def _graph_from_database(db: str) -> actors.TaskGraph:
     """The live tasks as stored, read-only (no owner runs: nothing is leased, blocked reasons are unknown).
 
-    Raises :class:`SchemaTooNew` for a database a newer engine wrote, and :class:`StorageError` for a file that
-    is not a Tether database; neither changes the file.
+    Raises :class:`~protocol.SchemaTooNew` for a database a newer engine wrote, and :class:`~protocol.StorageError`
+    for a file that is not a Tether database (:func:`storage_owner.store.read_live_tasks`); neither changes the file.
     """
-    try:
-        connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            version = int(connection.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-            if version > SCHEMA_VERSION:
-                raise SchemaTooNew(
-                    f"database {db} has schema version {version}, newer than this engine's {SCHEMA_VERSION}; "
-                    "it was left untouched. Use the newer tether that wrote it."
-                )
-            if version < 2:
-                return actors.TaskGraph(seq=0, nodes={})
-            store = SqliteStore(connection, db)
-            nodes = {record.task_id: TaskNode(task=record) for record in store.live_tasks()}
-            return actors.TaskGraph(seq=store.head_seq(), nodes=nodes)
-        finally:
-            connection.close()
-    except apsw.Error as exc:
-        raise StorageError(
-            f"cannot read the tasks of {db}: it is not a Tether database ({type(exc).__name__}: {exc}); "
-            "it was left untouched. Check the --db path."
-        ) from exc
+    stored = read_live_tasks(db)
+    return actors.TaskGraph(seq=stored.seq, nodes={task.task_id: TaskNode(task=task) for task in stored.tasks})
 
 
 def read_graph(db: str) -> tuple[actors.TaskGraph, str]:
@@ -144,7 +124,7 @@ def tasks_json(db: str, graph: actors.TaskGraph, source: str) -> dict[str, Any]:
 
 async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, TaskRecord | None]:
     """Mark ``task_id`` for abort; with ``wait_s``, also wait that long for it to end. Raises ``NotFound``."""
-    async with actors.connect(db=db, name="tether-abort", wait_for_owner_s=CONNECT_TIMEOUT_S) as client:
+    async with connect(db, "tether-abort") as client:
         marked = await client.abort_task(task_id)
         if wait_s is None:
             return marked, None

@@ -116,17 +116,17 @@ def add_usage_commands(commands: Any) -> None:
 
 
 def _connect(db: str, name: str) -> AbstractAsyncContextManager[actors.Client]:
-    """A client of the owner of ``db`` (``runtime._runs.connect``). ``_runs`` and the client are imported here, not
-    at the top: ``tether`` builds its parser with :func:`add_usage_commands` for every command, ``tether owner``
+    """A client of the owner of ``db`` (``runtime._connect.connect``). It and the client are imported here, not at
+    the top: ``tether`` builds its parser with :func:`add_usage_commands` for every command, ``tether owner``
     included, which must not pay for loading the client (httpx, jsonschema)."""
-    from ._runs import connect
+    from ._connect import connect
 
     return connect(db, name)
 
 
 def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> None:
     """Run ``tether usage``, ``prices`` or ``budget`` (parsed ``args``); ``say`` prints."""
-    from ._runs import check_db
+    from ._connect import check_db
 
     db = check_db(args.db)
     if args.command == "usage":

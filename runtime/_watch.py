@@ -17,10 +17,9 @@ import trio
 import actors
 from protocol import Change, NotFound, converter
 
-from ._runs import check_db
+from ._connect import check_db, connect
 from ._watch_view import WatchView
 
-CONNECT_TIMEOUT_S: Final = 5.0
 REPAINT_S: Final = 0.1
 """The terminal view is drawn again at most this often (a busy stream is shown in steps, not character by
 character); a trio-clock interval for the screen, not durable time."""
@@ -69,8 +68,7 @@ async def _follow(
     done: trio.CancelScope,
 ) -> None:
     path = check_db(db)
-    connection = actors.connect(db=path, role="reader", name="tether-watch", wait_for_owner_s=CONNECT_TIMEOUT_S)
-    async with connection as client:
+    async with connect(path, "tether-watch", role="reader") as client:
         view = WatchView(db, conversation_id=conversation_id, run_id=run_id)
         if run_id is not None:
             try:

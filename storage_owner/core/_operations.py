@@ -8,7 +8,7 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    call whose attempt was interrupted takes no new intent (only ``resolve`` settles it). A model request's intent is
    checked against the run's budgets first (``_usage`` rule 4).
 2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
-   its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`has_result`).
+   its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`protocol.has_result`).
 3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
    cut off with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a
    model request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool
@@ -65,6 +65,7 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     approval_task_id,
+    has_result,
     retry_delay_ms,
 )
 
@@ -102,17 +103,6 @@ INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent
     ("open", "close"): frozenset({"cancelled"}),  # 4
 }
 """The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
-
-
-def has_result(op: OperationRecord) -> bool:
-    """Whether an operation's result is committed, so that no new intent may start it again: ``completed`` and
-    ``resolved`` always; ``failed`` for a tool (the error is its result, which the model sees) and for a model
-    request past its last attempt (a failed model attempt with attempts left is retried under the same id)."""
-    if op.status in ("completed", "resolved"):
-        return True
-    if op.status == "failed":
-        return op.kind == "tool" or op.attempt >= (op.retry or Retry()).attempts
-    return False
 
 
 class OperationRecords:

@@ -50,10 +50,10 @@ from protocol import (
     Record,
     RunRecord,
     encode_frame,
+    has_result,
 )
 
 from ._checks import Refusal, check_id, check_move
-from ._operations import has_result
 from ._output import READ_BUDGET_BYTES, PeerId
 from ._ports import OperationReads, PartialHead, PartialStore, RunReads
 from ._runs import TERMINAL

@@ -5,10 +5,12 @@ from ._identity import (
     FILE_MODE,
     GROUP_READABLE_FILE_MODE,
     QUICK_CHECK_BUDGET_S,
+    damaged_message,
     full_check,
 )
 from ._memory import MemoryStore
 from ._ownership import LOCK_SUFFIX, Ownership, OwnershipWait, is_owned, lock_is_held, lock_path, open_lock_file
+from ._reads import StoredTasks, read_live_tasks
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
     CHECKPOINT_START_PAGES,
@@ -34,13 +36,16 @@ __all__ = [
     "Ownership",
     "OwnershipWait",
     "SqliteStore",
+    "StoredTasks",
     "Sync",
     "check_database",
+    "damaged_message",
     "full_check",
     "is_owned",
     "lock_is_held",
     "lock_path",
     "open_lock_file",
+    "read_live_tasks",
     "read_schema_version",
     "storage_errors",
 ]

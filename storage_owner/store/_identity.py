@@ -46,6 +46,8 @@ _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 
 def damaged_message(path: str, problems: Sequence[str]) -> str:
+    """What a damaged database's error says (the owner's refusal, ``tether check``'s last line): the first problems
+    found, that the file was left untouched, and how to recover."""
     shown = "; ".join(problems[:_SHOWN_PROBLEMS])
     more = f" (and {len(problems) - _SHOWN_PROBLEMS} more)" if len(problems) > _SHOWN_PROBLEMS else ""
     return (

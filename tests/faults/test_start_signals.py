@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from runtime import kill_and_reap, open_tether_process, tether_command
-from runtime._cli import EXIT_OK
+from runtime._exits import EXIT_OK
 from storage_owner.store import is_owned
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import CHILD_ENV, CONSOLE_SCRIPT, ROOT

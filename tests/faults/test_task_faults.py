@@ -27,7 +27,7 @@ import trio
 import actors
 from actors import TaskOutcome, TaskRecord
 from protocol import JsonValue, OutcomeStatus
-from runtime._cli import EXIT_OK
+from runtime._exits import EXIT_OK
 from runtime.demo_app import BANK_ENV, DECLINED_CARDS, Bank
 from tests.faults import _task_apps
 from tests.faults._task_apps import read_runs, task_file

@@ -17,7 +17,7 @@ import trio
 import actors
 from protocol import read_runtime
 from runtime import kill_and_reap, tether_command
-from runtime._cli import EXIT_OK
+from runtime._exits import EXIT_OK
 from runtime._supervisor import read_state
 from storage_owner.store import is_owned, lock_path
 from tests.conftest import OwnerProcess

@@ -19,7 +19,7 @@ import trio
 import actors
 from protocol import read_runtime, runtime_path, write_private_json
 from runtime import tether_command
-from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
+from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
 from storage_owner.store import APPLICATION_ID, SCHEMA_VERSION
 from tests.conftest import OwnerProcess
 

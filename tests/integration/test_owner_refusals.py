@@ -21,7 +21,7 @@ import trio
 import actors
 from protocol import runtime_path
 from runtime import kill_and_reap, stop_gracefully, tether_command
-from runtime._cli import (
+from runtime._exits import (
     EXIT_DATABASE_DAMAGED,
     EXIT_FAILED,
     EXIT_NOT_TETHER_DATABASE,
@@ -270,7 +270,8 @@ async def test_a_worker_waiting_for_its_owner_stops_on_sigterm(db_path: str, tmp
                 if imports.exists() and imports.read_text().strip():
                     break
                 await trio.sleep(0.01)
-            await trio.sleep(0.5)  # for trio.run to install its signal handlers (real process start, no durable time)
+            # At once: a signal that comes before trio's handlers are in place is remembered and acted on then
+            # (runtime._signals), so no moment of the start is unsafe.
             assert worker.returncode is None
             worker.send_signal(signal.SIGTERM)
             with trio.move_on_after(15):

@@ -20,7 +20,7 @@ import trio
 import actors
 from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
-from runtime._cli import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from runtime._supervisor import state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess

@@ -138,10 +138,13 @@ async def test_watch_resumes_across_owner_restarts_without_gap_or_duplicate(owne
             stream = watcher.watch(conversation_id=conversation_id, from_seq=created)
             async with stream:
                 seen: list[int] = []
+                delivered = trio.Condition()
 
                 async def consume() -> None:
                     async for change in stream:
                         seen.append(change.seq)
+                        async with delivered:
+                            delivered.notify_all()
 
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(consume)
@@ -154,8 +157,9 @@ async def test_watch_resumes_across_owner_restarts_without_gap_or_duplicate(owne
                             await owner.start()
                     entries = await writer.entries(conversation_id)
                     last = entries[-1].seq
-                    while not seen or seen[-1] < last:  # noqa: ASYNC110 - the consumer is another task
-                        await trio.sleep(0.01)
+                    async with delivered:
+                        while not seen or seen[-1] < last:
+                            await delivered.wait()
                     nursery.cancel_scope.cancel()
             await watcher.ping()
     assert [entry.entry_id for entry in entries] == acked

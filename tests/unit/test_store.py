@@ -37,9 +37,11 @@ from storage_owner.store import (
     Ownership,
     OwnershipWait,
     SqliteStore,
+    StoredTasks,
     _sqlite,
     check_database,
     lock_path,
+    read_live_tasks,
     read_schema_version,
 )
 from tests.unit._stores import conversation_record, entry_record, task_record, with_conversation
@@ -457,3 +459,66 @@ def test_usage_totals_of_a_version_3_database_migrate_with_no_unpriced_tokens(pa
         assert store.usage_count("model") == 1 and store.usage_count("tree") == 0
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------------ reading without the owner (tether tasks)
+
+
+def _database_with_tasks(store: SqliteStore) -> list[TaskRecord]:
+    conversation_id = _with_conversation(store)
+    live = [_task(conversation_id), attrs.evolve(_task(conversation_id), status="sleeping", phase="wait", until_ms=99)]
+    for record in (*live, _task(conversation_id, status="terminal")):
+        store.insert_task(record, None, None)
+    store.log_commit(LoggedCommit(seq=1, committed_at_ms=10, records=()), frozenset())
+    store.log_commit(LoggedCommit(seq=2, committed_at_ms=11, records=()), frozenset())
+    return live
+
+
+def test_read_live_tasks_reads_them_as_of_the_head_of_the_log(store: SqliteStore, path: str) -> None:
+    live = _database_with_tasks(store)
+    assert read_live_tasks(path) == StoredTasks(seq=2, tasks=tuple(sorted(live, key=lambda task: task.task_id)))
+
+
+def test_read_live_tasks_runs_beside_a_writer_and_sees_what_it_committed(store: SqliteStore, path: str) -> None:
+    live = _database_with_tasks(store)
+    store.begin()
+    store.insert_task(_task(live[0].conversation_id), None, None)  # not committed: not seen
+    try:
+        assert {task.task_id for task in read_live_tasks(path).tasks} == {task.task_id for task in live}
+    finally:
+        store.commit()
+    assert len(read_live_tasks(path).tasks) == len(live) + 1
+
+
+def test_read_live_tasks_of_a_database_from_before_tasks_finds_none(path: str) -> None:
+    db = apsw.Connection(path)
+    db.execute("PRAGMA user_version=1")
+    db.close()
+    assert read_live_tasks(path) == StoredTasks(seq=0, tasks=())
+
+
+def test_read_live_tasks_refuses_a_newer_schema_and_leaves_it_untouched(path: str) -> None:
+    db = apsw.Connection(path)
+    db.execute(f"CREATE TABLE t (x); PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    before = Path(path).read_bytes()
+    with pytest.raises(SchemaTooNew, match=f"schema version {SCHEMA_VERSION + 1}, newer than"):
+        read_live_tasks(path)
+    assert Path(path).read_bytes() == before
+
+
+@pytest.mark.parametrize("content", ["not-sqlite", "another-app"])
+def test_read_live_tasks_of_a_file_that_is_not_a_tether_database_is_a_storage_error(path: str, content: str) -> None:
+    if content == "not-sqlite":
+        Path(path).write_bytes(b"a text file, not a database\n" * 64)
+    else:
+        db = apsw.Connection(path)
+        db.execute(f"CREATE TABLE other (x); PRAGMA user_version={SCHEMA_VERSION}")
+        db.close()
+    before = Path(path).read_bytes()
+    with pytest.raises(StorageError, match="it is not a Tether database") as info:
+        read_live_tasks(path)
+    assert "left untouched" in str(info.value)
+    assert isinstance(info.value.__cause__, apsw.Error)
+    assert Path(path).read_bytes() == before
+    assert not Path(path + "-wal").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from runtime._cli import (
+from runtime._exits import (
     EXIT_ALREADY_RUNNING,
     EXIT_DATABASE_DAMAGED,
     EXIT_FAILED,

@@ -58,6 +58,8 @@ from tests.unit.test_tasks_core import (
 OTHER_KIND = "aux.job"
 UNRUN_KIND = "nobody.runs.this"
 """No worker ever announces it: such tasks stay blocked until aborted, then end orphaned."""
+FREED_OWNER_KIND = "owner.of.a.freed.conversation"
+"""Only the worker of :meth:`TaskMachine.a_conversation_whose_owner_ended` runs it."""
 NEXT_STATES = ["advance", "wait", "fail_fast", "sleep", "complete", "fail", "fail", "fault"]
 """What a phase may commit next (failures twice as likely: they drive fail_fast, held failures and aborts)."""
 RESTART_LIMIT = 3
@@ -113,6 +115,8 @@ class TaskMachine(RuleBasedStateMachine):
         """Every task ever created, oldest first."""
         self.conversation_owner: dict[str, str] = {}
         """Conversations created owned by a task."""
+        self.top_level: set[str] = set()
+        """Tasks created in a conversation whose owner task had ended: owned by nobody (the conversation is free)."""
         self.marks: dict[str, str] = {}
         """The abort mark last seen on each task."""
         self.ended: dict[str, TaskRecord] = {}
@@ -137,12 +141,7 @@ class TaskMachine(RuleBasedStateMachine):
 
     def owned_by(self, records: dict[str, TaskRecord], owner_id: str) -> list[TaskRecord]:
         """The tasks ``owner_id`` owns directly or through a conversation it owns (background ones included)."""
-        return [
-            record
-            for record in records.values()
-            if record.owner_task_id == owner_id
-            or (record.owner_task_id is None and self.conversation_owner.get(record.conversation_id) == owner_id)
-        ]
+        return [record for record in records.values() if self.owner_of(record) == owner_id]
 
     def ordinary_descendants(self, records: dict[str, TaskRecord], task_id: str) -> list[TaskRecord]:
         found: list[TaskRecord] = []
@@ -157,6 +156,8 @@ class TaskMachine(RuleBasedStateMachine):
     def owner_of(self, record: TaskRecord) -> str | None:
         if record.owner_task_id is not None:
             return record.owner_task_id
+        if record.task_id in self.top_level:
+            return None
         return self.conversation_owner.get(record.conversation_id)
 
     def add_worker(self, max_leases: int) -> None:
@@ -248,6 +249,20 @@ class TaskMachine(RuleBasedStateMachine):
         for kind in kinds:
             self.known.append(self.sim.create_task(kind))
 
+    @initialize()
+    def a_conversation_whose_owner_ended(self) -> None:
+        """A task owned a conversation and ended (a subagent's owner that returned): the conversation is free from
+        the start, so that work created in it later (a rule below) is explored in every example. Its own worker,
+        gone once it committed, runs it."""
+        worker = self.sim.worker([FREED_OWNER_KIND])
+        owner_id = self.sim.create_task(FREED_OWNER_KIND)
+        conversation_id = fresh_id()
+        create = CreateConversation(conversation_id=conversation_id, owner_task_id=owner_id)
+        self.commit_under_lease(worker, owner_id, create, ended(owner_id, "completed"))
+        worker.leave()
+        self.known.append(owner_id)
+        assert self.freed_conversations() == [conversation_id]
+
     @rule(
         kind=st.sampled_from([KIND, KIND, KIND, OTHER_KIND, UNRUN_KIND]),
         abandon_on_restart=st.booleans(),
@@ -320,8 +335,7 @@ class TaskMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.known))
     @rule(index=picks, kind=st.sampled_from([KIND, OTHER_KIND, UNRUN_KIND]), in_owned_conversation=st.booleans())
     def client_creates_owned_work(self, index: int, kind: str, in_owned_conversation: bool) -> None:
-        """A client adds work under a task (whatever its state), or in a conversation a live task owns (not one whose
-        owner ended: see the strict xfail in test_tasks_core.py)."""
+        """A client adds work under a task (whatever its state), or in a conversation a live task owns."""
         if in_owned_conversation:
             live = {record.task_id for record in self.sim.store.live_tasks()}
             conversations = sorted(c for c, owner in self.conversation_owner.items() if owner in live)
@@ -337,6 +351,25 @@ class TaskMachine(RuleBasedStateMachine):
         else:
             assert isinstance(reply, Error), reply
             assert self.sim.core.head_seq == head and self.sim.store.task(create.task_id) is None
+
+    def freed_conversations(self) -> list[str]:
+        """Conversations whose owner task ended: free again."""
+        return sorted(
+            conversation_id
+            for conversation_id, owner_id in self.conversation_owner.items()
+            if (owner := self.sim.store.task(owner_id)) is not None and owner.status == "terminal"
+        )
+
+    @precondition(lambda self: bool(self.freed_conversations()))
+    @rule(index=picks, kind=st.sampled_from([KIND, OTHER_KIND, UNRUN_KIND]))
+    def client_creates_work_in_a_freed_conversation(self, index: int, kind: str) -> None:
+        """A client adds work in a conversation whose owner task ended: accepted, as a top-level task (the
+        reference's rule), which the ended owner never has to wait for or abort."""
+        create = CreateTask(task_id=fresh_id(), kind=kind, conversation_id=pick(self.freed_conversations(), index))
+        self.top_level.add(create.task_id)  # before the batch, whose lease grants are checked as it ends
+        reply = self.sim.commit(create)
+        assert isinstance(reply, Committed), reply
+        self.known.append(create.task_id)
 
     @precondition(lambda self: bool(self.phase_leases()) and bool(self.known))
     @rule(

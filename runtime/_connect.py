@@ -1,0 +1,31 @@
+"""How a ``tether`` command reaches the running owner of a database: one rule for every command that asks it
+something (``submit``, ``runs``, ``watch``, ``abort``, ``usage``, ...)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import actors
+from protocol import OwnerUnavailable, Role
+
+OWNER_WAIT_S: Final = 5.0
+"""How long a command waits for an owner to answer (one that is starting, or restarting under ``tether up``) before
+it exits with :class:`~protocol.OwnerUnavailable`."""
+
+
+def check_db(db: str) -> str:
+    """``db`` as an absolute path; :class:`OwnerUnavailable` at once if there is no such database."""
+    db = os.path.abspath(db)
+    if not os.path.exists(db):
+        raise OwnerUnavailable(f"there is no database at {db}")
+    return db
+
+
+@asynccontextmanager
+async def connect(db: str, name: str, *, role: Role = "client") -> AsyncIterator[actors.Client]:
+    """A client of the running owner of ``db``, named ``name``, waiting up to :data:`OWNER_WAIT_S` for it."""
+    async with actors.connect(db=db, role=role, name=name, wait_for_owner_s=OWNER_WAIT_S) as client:
+        yield client
