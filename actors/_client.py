@@ -42,6 +42,7 @@ from protocol import (
     InteractionRecord,
     InteractionReply,
     InteractionsReply,
+    LeaseRef,
     ModelPrice,
     Ok,
     OperationRecord,
@@ -62,6 +63,7 @@ from protocol import (
     ReadDocument,
     ReadEntries,
     ReadInteractions,
+    ReadOperation,
     ReadOperations,
     ReadOutcomes,
     ReadPartials,
@@ -74,6 +76,7 @@ from protocol import (
     ReadTaskGraph,
     ReadUsage,
     ReadUsageTotals,
+    Release,
     Request,
     Resolve,
     Respond,
@@ -198,9 +201,16 @@ class Client:
         tx = Transaction()
         yield tx
         if tx.writes:
-            committed = await self.connection.call(Commit(writes=tuple(tx.writes)), Committed)
+            committed = await self.commit_writes(tx.writes)
             tx.seq = committed.seq
             tx.results = committed.results
+
+    async def commit_writes(self, writes: Sequence[Write], *, lease: LeaseRef | None = None) -> Committed:
+        """Apply ``writes`` as one atomic commit and return the owner's ``Committed`` (the commit's ``seq`` and each
+        write's result) once durable: what :meth:`commit` sends, for writes collected elsewhere. A worker's phase
+        commits under its ``lease``: once the lease has ended the whole commit is refused
+        (:class:`~protocol.StaleLease`) and nothing of it lands. A checkpoint."""
+        return await self.connection.call(Commit(writes=tuple(writes), lease=lease), Committed)
 
     async def conversation(self, conversation_id: str) -> ConversationRecord:
         """The conversation's record; :class:`~protocol.NotFound` if it does not exist."""
@@ -457,6 +467,12 @@ class Client:
 
         return await _read_pages(page, "read_operations")
 
+    async def operation(self, operation_id: str) -> OperationRecord:
+        """One operation of the journal as it stands (its intent, attempt, and result once committed);
+        :class:`~protocol.NotFound` before its first intent. A checkpoint."""
+        reply = await self.connection.call(ReadOperation(operation_id=operation_id), OperationReply)
+        return reply.operation
+
     async def partials(self, *, run_id: str | None = None, operation_id: str | None = None) -> PartialsReply:
         """The stored partial output of one model request (``operation_id``) or of each of a run's (``run_id``):
         exactly one of the two. Each is one ``PartialRecord`` from offset 0 holding the text streamed so far
@@ -632,6 +648,12 @@ class Client:
     async def announce(self, announcement: Announce) -> None:
         """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
         await self.connection.call(announcement, Ok)
+
+    async def release(self, lease: LeaseRef, *, migration_error: str | None = None) -> None:
+        """Give a lease back without a new state (role ``worker`` only; used by :func:`actors.serve`): the task is
+        pending again, no restart counted. ``migration_error`` says why this worker could not run the stored task.
+        :class:`~protocol.StaleLease` if the lease is not current any more. A checkpoint."""
+        await self.connection.call(Release(lease=lease, migration_error=migration_error), Ok)
 
     async def ping(self) -> Pong:
         """A round trip to the owner: its clock and newest ``seq``."""

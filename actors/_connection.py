@@ -12,8 +12,7 @@ The surface the API (:class:`~actors.Client`), the watches, the worker and the p
 - :meth:`Connection.add_watch` / :meth:`Connection.remove_watch`, :attr:`Connection.is_up`,
   :meth:`Connection.can_reconnect`;
 - :attr:`Connection.welcome`, :attr:`Connection.reconnects`, :meth:`Connection.describe_target`;
-- a worker's hooks: :attr:`Connection.announcement`, :attr:`Connection.on_lease`,
-  :attr:`Connection.on_connection_lost`;
+- a worker's hooks (:class:`WorkerHooks`), registered in one call: :meth:`Connection.attach_worker`;
 - :func:`open_connection`, which owns its lifetime.
 """
 
@@ -96,6 +95,21 @@ class WatchSubscriber(Protocol):
         """The connection was re-established: subscribe again (with :meth:`Connection.send_nowait`)."""
 
 
+class WorkerHooks(Protocol):
+    """What a worker gives its connection (:meth:`Connection.attach_worker`), all in one place: the connection calls
+    these for what only a worker's connection meets."""
+
+    def announcement(self) -> Announce:
+        """Called after every (re)connection for an announcement sent before anything else: how a worker
+        re-announces itself (with the leases it still runs)."""
+
+    def on_lease(self, frame: Lease | CancelLease) -> None:
+        """Receives the leases and cancellations the owner pushes to a worker."""
+
+    def on_connection_lost(self) -> None:
+        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
+
+
 class _Waiter:
     __slots__ = ("event", "reply")
 
@@ -119,6 +133,7 @@ class Connection:
         reconnect_timeout_s: float,
         ca: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        on_attempt: Callable[[TetherError | None, float], None] | None = None,
     ) -> None:
         self._db = db
         self._ca = ca
@@ -149,19 +164,19 @@ class Connection:
         self._heartbeat_due: trio.CancelScope | None = None
         """The heartbeat's wait, whose deadline :meth:`_sent` moves on."""
         self._heartbeat_interval_s = 0.0
-        self.announcement: Callable[[], Announce] | None = None
-        """Called after every (re)connection for an announcement sent before anything else: how a worker
-        re-announces itself (with the leases it still runs)."""
-        self.on_lease: Callable[[Lease | CancelLease], None] | None = None
-        """Receives the leases and cancellations the owner pushes to a worker."""
-        self.on_connection_lost: Callable[[], None] | None = None
-        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
-        self.on_attempt: Callable[[TetherError | None, float], None] | None = None
+        self._worker: WorkerHooks | None = None
+        """The worker this connection serves (:meth:`attach_worker`), if it serves one."""
+        self._on_attempt = on_attempt
         """Called after each failed attempt to reach the owner (the first connection waiting for it, or a
         reconnection) with why and the back-off before the next, and with ``(None, 0.0)`` once an attempt that
         followed failures succeeded: how a worker logs its retries."""
 
     # ------------------------------------------------------------------------------ the surface it offers
+
+    def attach_worker(self, hooks: WorkerHooks) -> None:
+        """Serve ``hooks``, a worker: from now on it announces itself after every (re)connection, receives the leases
+        and cancellations the owner pushes, and hears of the end of each connection (see :class:`WorkerHooks`)."""
+        self._worker = hooks
 
     def add_watch(self, watch: WatchSubscriber) -> int:
         """Register ``watch`` under a fresh watch id (a late change of an older subscription is then ignored)."""
@@ -342,8 +357,8 @@ class Connection:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _attempted(self, error: TetherError | None, backoff_s: float) -> None:
-        if self.on_attempt is not None:
-            self.on_attempt(error, backoff_s)
+        if self._on_attempt is not None:
+            self._on_attempt(error, backoff_s)
 
     async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
         """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
@@ -354,8 +369,8 @@ class Connection:
         while True:
             await self._serve(ws)
             self._connected = trio.Event()
-            if self.on_connection_lost is not None:
-                self.on_connection_lost()
+            if self._worker is not None:
+                self._worker.on_connection_lost()
             self._fail_in_flight(
                 ConnectionLost(
                     f"the connection to the owner ({self.describe_target()}) was lost before the reply arrived; "
@@ -390,8 +405,8 @@ class Connection:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
         self._last_heard_s = self._last_sent_s = trio.current_time()
-        if self.announcement is not None:
-            self.send_nowait(self.announcement())
+        if self._worker is not None:
+            self.send_nowait(self._worker.announcement())
         for watch in list(self._watches.values()):
             watch.resume()
         self._connected.set()
@@ -475,8 +490,8 @@ class Connection:
                 watch.deliver(frame)
             return
         if isinstance(frame, Lease | CancelLease):
-            if self.on_lease is not None:
-                self.on_lease(frame)
+            if self._worker is not None:
+                self._worker.on_lease(frame)
             return
         if isinstance(frame, Goodbye | BadFrame):
             return  # the connection ends next; in-flight calls fail with ConnectionLost then
@@ -574,7 +589,7 @@ async def open_connection(
     on_attempt: Callable[[TetherError | None, float], None] | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect (see :func:`actors.connect` for the arguments and errors), serve and reconnect in the background
-    until the block exits, then close. ``on_attempt``: see :attr:`Connection.on_attempt`."""
+    until the block exits, then close."""
     connection = Connection(
         db=db,
         url=url,
@@ -585,8 +600,8 @@ async def open_connection(
         reconnect_timeout_s=reconnect_timeout_s,
         ca=ca,
         ssl_context=ssl_context,
+        on_attempt=on_attempt,
     )
-    connection.on_attempt = on_attempt
     try:
         async with trio.open_nursery() as nursery:
             connection._nursery = nursery

@@ -26,8 +26,6 @@ from protocol import (
     MAX_PARTIAL_PIECE_BYTES,
     AppendPartial,
     Change,
-    Commit,
-    Committed,
     OperationRecord,
     PartialRecord,
     PartialStatus,
@@ -113,7 +111,7 @@ class PartialSender:
             operation_id=self._operation_id, attempt=self._attempt, offset=self._stored_chars, text=text
         )
         try:
-            await self._rt.client.connection.call(Commit(writes=(write,), lease=self._rt.lease), Committed)
+            await self._rt.client.commit_writes((write,), lease=self._rt.lease)
         except TetherError as exc:  # refused (a stale lease, ...) or the connection lost: no more pieces
             self._stop(f"a piece was not stored: {type(exc).__name__}: {exc}")
             return

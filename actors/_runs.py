@@ -44,8 +44,6 @@ from protocol import (
     JsonValue,
     NotFound,
     OperationRecord,
-    OperationReply,
-    ReadOperation,
     RunUsage,
     StartOperation,
     TaskOutcome,
@@ -274,10 +272,9 @@ async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
     """The operation ``operation_id`` as the journal holds it, or ``None`` before its first intent. One read of one
     record: a phase never reads the whole run's journal (that made a long run quadratic)."""
     try:
-        reply = await rt.client.connection.call(ReadOperation(operation_id=operation_id), OperationReply)
+        return await rt.client.operation(operation_id)
     except NotFound:
         return None
-    return reply.operation
 
 
 async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:

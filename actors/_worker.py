@@ -23,9 +23,7 @@ from protocol import (
     ConnectionLost,
     Lease,
     LeaseRef,
-    Ok,
     OwnerUnavailable,
-    Release,
     RequestFailed,
     StaleLease,
     TetherError,
@@ -224,11 +222,10 @@ class Worker:
             await rt.fault("phase_error", error)
 
     async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
-        request = Release(lease=lease.lease, migration_error=migration_error)
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
             scope.shield = True
             # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
-            await self.client.connection.call(request, Ok)
+            await self.client.release(lease.lease, migration_error=migration_error)
 
 
 def _describe(exc: BaseException) -> str:
@@ -388,9 +385,7 @@ async def _serve_connections(
                 trio.open_nursery() as nursery,
             ):
                 worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases)
-                client.connection.on_lease = worker.on_lease
-                client.connection.on_connection_lost = worker.on_connection_lost
-                client.connection.announcement = worker.announcement  # re-sent after every reconnection
+                client.connection.attach_worker(worker)  # its announcement is re-sent after every reconnection
                 stopping.worker = worker
                 await client.announce(worker.announcement())
                 if stopping.draining:

@@ -54,3 +54,41 @@ def test_importing_actors_leaves_httpx_until_openai_chat_is_used() -> None:
 def test_building_the_tether_parser_loads_no_client() -> None:
     # `tether owner` builds the whole parser (every command's) before it runs; the client is for the other commands.
     assert _loaded_after("import runtime; runtime.build_parser()", "actors") == []
+
+
+CLIENT_MODULES = ("_client.py", "_connection.py", "_watch.py")
+"""The client's modules: the only ones that send frames on a connection."""
+
+
+def _uses_of_the_connection(node: ast.AST) -> list[ast.Attribute]:
+    """``x.connection.name = ...`` (a hook set from outside) or ``x.connection.call(...)``, ``send_nowait(...)`` (a
+    frame sent past the client's typed methods) at ``node``."""
+    if isinstance(node, ast.Assign):
+        candidates, names = node.targets, None
+    elif isinstance(node, ast.Call):
+        candidates, names = [node.func], ("call", "send_nowait")
+    else:
+        return []
+    return [
+        target
+        for target in candidates
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Attribute)
+        and target.value.attr == "connection"
+        and (names is None or target.attr in names)
+    ]
+
+
+def test_outside_the_client_nothing_calls_the_connection_or_sets_its_hooks() -> None:
+    # The worker, its phases and the run loop go through the Client's typed methods, and a worker registers its hooks
+    # in one call: no module outside the client sends a frame on the connection or assigns one of its attributes.
+    found = []
+    for source in sorted(ACTORS_DIR.rglob("*.py")):
+        if source.relative_to(ACTORS_DIR).as_posix() in CLIENT_MODULES:
+            continue
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            found += [
+                f"{source.relative_to(ACTORS_DIR)}:{node.lineno}: {ast.unparse(use)}"
+                for use in _uses_of_the_connection(node)
+            ]
+    assert found == []

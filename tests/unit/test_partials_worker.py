@@ -59,7 +59,7 @@ class Phase:
 
 
 def phase(owner: Owner) -> Any:
-    return Phase(client=attrs.make_class("Client", {"connection": attrs.field()})(owner))
+    return Phase(client=actors.Client(owner))  # type: ignore[arg-type]
 
 
 async def test_first_piece_at_once_then_at_most_every_interval_carrying_all_that_came(
