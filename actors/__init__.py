@@ -49,7 +49,7 @@ from protocol import (
 from ._agents import AgentDefinition
 from ._app import App, AppLoadError, TaskDefinition, load_app
 from ._client import Client, EntryPage, TaskGraph, Transaction, WhenBusy, check_target, connect
-from ._models import (
+from ._models._model import (
     AssistantMessage,
     AssistantTurn,
     Finish,
@@ -58,9 +58,6 @@ from ._models import (
     Model,
     ModelError,
     ModelRequest,
-    Retry,
-    ScriptedModel,
-    ScriptedTurn,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -68,28 +65,31 @@ from ._models import (
     ToolCallRequest,
     ToolCallStart,
     ToolMessage,
+    ToolSpec,
     TurnBuilder,
     Usage,
     UsageReport,
     UserMessage,
     assemble,
 )
+from ._models._retry import Retry
+from ._models._scripted import ScriptedModel, ScriptedTurn
 from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._runs import tool_operation_id
-from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
+from ._tools import Recovery, ToolCall, ToolDefinition
 from ._watch import WatchStream
 from ._worker import serve
 
 if TYPE_CHECKING:
-    from ._openai import OpenAIChat
+    from ._models._openai import OpenAIChat
 
 
 def __getattr__(name: str) -> Any:
     """``OpenAIChat`` is imported on first use: it loads httpx, which every process importing ``actors`` (each
     ``tether`` command, every worker) would otherwise pay for at start, whether it talks to a model server or not."""
     if name == "OpenAIChat":
-        from ._openai import OpenAIChat
+        from ._models._openai import OpenAIChat
 
         return OpenAIChat
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,7 +56,7 @@ from protocol.io import log_stderr
 
 from ._agents import AgentDefinition
 from ._app import DEFAULT_RESTART_LIMIT, App, TaskDefinition
-from ._models import (
+from ._models._model import (
     AssistantMessage,
     Message,
     ModelError,
@@ -68,8 +68,8 @@ from ._models import (
     TurnBuilder,
     Usage,
     UserMessage,
-    next_delay_ms,
 )
+from ._models._retry import next_delay_ms
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
 from ._tools import ToolCall, ToolDefinition

@@ -7,7 +7,7 @@ from typing import Any
 
 import actors
 import protocol
-from actors._models import backoff_ms, next_delay_ms
+from actors._models._retry import backoff_ms, next_delay_ms
 from actors._runs import INTERRUPTED, model_operation_id, tool_operation_id, transcript_messages
 from protocol import Capability, EntryRecord, JsonValue
 
