@@ -48,7 +48,12 @@ from protocol import (
 
 from ._agents import AgentDefinition
 from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, TaskGraph, Transaction, WhenBusy, check_target, connect
+from ._client._client import Client, check_target, connect
+from ._client._conversations import EntryPage, WhenBusy
+from ._client._partials import PartialOutput, PartialText
+from ._client._tasks import TaskGraph
+from ._client._transaction import Transaction
+from ._client._watch import WatchStream
 from ._models._model import (
     AssistantMessage,
     AssistantTurn,
@@ -74,11 +79,9 @@ from ._models._model import (
 )
 from ._models._retry import Retry
 from ._models._scripted import ScriptedModel, ScriptedTurn
-from ._partials import PartialOutput, PartialText
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._runs import tool_operation_id
 from ._tools import Recovery, ToolCall, ToolDefinition
-from ._watch import WatchStream
 from ._worker import serve
 
 if TYPE_CHECKING:

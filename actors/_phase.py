@@ -28,7 +28,8 @@ from protocol import (
     phase_of,
 )
 
-from ._client import Client, Transaction
+from ._client._client import Client
+from ._client._transaction import Transaction
 
 
 class PhaseEnded(UsageError):

@@ -28,14 +28,7 @@ from httpx_sse import aconnect_sse
 from protocol import UsageError, check_json
 
 from ._model import ModelError, ModelRequest, StreamEvent
-from ._openai_wire import (
-    ChatStreamDecoder,
-    ServerError,
-    SSEParser,
-    classify_error,
-    parse_retry_after,
-    request_messages,
-)
+from ._openai_wire import ChatStreamDecoder, ServerError, SSEParser, classify_error, parse_retry_after, request_messages
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from actors._client import _join_partials
+from actors._client._runs import _join_partials
 from protocol import (
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,

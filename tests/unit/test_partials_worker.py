@@ -13,7 +13,8 @@ import trio.lowlevel
 import trio.testing
 
 import actors
-from actors._partials import FINAL_PIECE_BYTES, MAX_OUTPUTS, PartialSender, partial_output
+from actors._client._partials import MAX_OUTPUTS
+from actors._partials import FINAL_PIECE_BYTES, PartialSender, partial_output
 from protocol import (
     MAX_PARTIAL_BYTES,
     AppendPartial,
