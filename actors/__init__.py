@@ -46,8 +46,9 @@ from protocol import (
     new_id,
 )
 
-from ._agents import AgentDefinition
-from ._app import App, AppLoadError, TaskDefinition, load_app
+from ._app._agents import AgentDefinition
+from ._app._app import App, AppLoadError, TaskDefinition, load_app
+from ._app._tools import Recovery, ToolCall, ToolDefinition
 from ._client._client import Client, check_target, connect
 from ._client._conversations import EntryPage, WhenBusy
 from ._client._partials import PartialOutput, PartialText
@@ -81,7 +82,6 @@ from ._models._retry import Retry
 from ._models._scripted import ScriptedModel, ScriptedTurn
 from ._phase import Phase, PhaseEnded, PhaseTransaction
 from ._runs import tool_operation_id
-from ._tools import Recovery, ToolCall, ToolDefinition
 from ._worker import serve
 
 if TYPE_CHECKING:

@@ -54,8 +54,9 @@ from protocol import (
 from protocol import Retry as ProtocolRetry
 from protocol.io import log_stderr
 
-from ._agents import AgentDefinition
-from ._app import DEFAULT_RESTART_LIMIT, App, TaskDefinition
+from ._app._agents import AgentDefinition
+from ._app._app import DEFAULT_RESTART_LIMIT, App, TaskDefinition
+from ._app._tools import ToolCall, ToolDefinition
 from ._models._model import (
     AssistantMessage,
     Message,
@@ -72,7 +73,6 @@ from ._models._model import (
 from ._models._retry import next_delay_ms
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
-from ._tools import ToolCall, ToolDefinition
 from ._transcript import transcript, transcript_cache
 
 AGENT_PREFIX: Final = AGENT_TASK_PREFIX

@@ -33,7 +33,7 @@ from protocol import (
 )
 from protocol.io import log_stderr
 
-from ._app import App, TaskDefinition
+from ._app._app import App, TaskDefinition
 from ._client._client import Client, check_target, connect
 from ._phase import Phase
 from ._runs import run_definition

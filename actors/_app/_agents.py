@@ -10,8 +10,8 @@ import attrs
 
 from protocol import UsageError
 
-from ._models._model import Message, Model, ModelRequest, ToolSpec
-from ._models._retry import DEFAULT_RETRY, Retry
+from .._models._model import Message, Model, ModelRequest, ToolSpec
+from .._models._retry import DEFAULT_RETRY, Retry
 from ._tools import TOOL_NAME_PATTERN, ToolDefinition
 
 DEFAULT_PARTIAL_INTERVAL_MS: Final = 100

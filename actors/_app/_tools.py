@@ -19,7 +19,7 @@ from jsonschema.exceptions import SchemaError
 
 from protocol import UsageError, check_json
 
-from ._models._model import ToolSpec
+from .._models._model import ToolSpec
 
 Recovery: TypeAlias = Literal["manual", "safe", "idempotent"]
 """What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
