@@ -31,38 +31,20 @@ from ._model import ModelError, ModelRequest, StreamEvent
 from ._openai_wire import ChatStreamDecoder, ServerError, SSEParser, classify_error, parse_retry_after, request_messages
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
-
-
 API_KEY_ENV: Final = "OPENAI_API_KEY"
-
-
 BASE_URL_ENV: Final = "OPENAI_BASE_URL"
-
-
 DEFAULT_TIMEOUT_S: Final = 600.0
 """The longest the server may stay silent (between two reads of the stream, or before it answers)."""
-
-
 CONNECT_TIMEOUT_S: Final = 10.0
 """Connecting takes at most this (or ``timeout_s`` when that is shorter)."""
-
-
 MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
 """The most a response body may carry (decoded); past it the request fails, final ``response_too_large``."""
-
-
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 """How much of an error response's body is read to find the server's message."""
-
-
 MAX_ERROR_MESSAGE_CHARS: Final = 1000
 """How much of the server's message an error's text quotes."""
-
-
 RESERVED_BODY_KEYS: Final = frozenset({"model", "messages", "stream", "tools"})
 """Request fields the adapter writes itself; ``extra_body`` may not replace them."""
-
-
 USER_AGENT: Final = "tether (actors.OpenAIChat)"
 
 

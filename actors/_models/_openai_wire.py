@@ -40,15 +40,10 @@ from ._model import (
 
 MAX_LINE_BYTES: Final = 4 * 1024 * 1024
 """The longest line of the event stream (one chunk's JSON is one line)."""
-
-
 MAX_TOOL_CALLS: Final = 256
 """The most tool calls one response may open."""
-
-
 MAX_RETRY_AFTER_MS: Final = 24 * 60 * 60 * 1000
 """A server's ``Retry-After`` above this is taken as this (the retry policy caps it further)."""
-
 
 _CONTEXT_OVERFLOW: Final = re.compile(
     r"context[ _]length|context window|context size|maximum context|prompt is too long|input is too long"
@@ -56,7 +51,6 @@ _CONTEXT_OVERFLOW: Final = re.compile(
     re.IGNORECASE,
 )
 """How servers say a request does not fit the model's context (OpenAI, vLLM, llama.cpp, Ollama, LiteLLM, ...)."""
-
 
 _CODE_KINDS: Final[Mapping[str, str]] = {
     "context_length_exceeded": "context_overflow",
@@ -95,7 +89,6 @@ _CODE_KINDS: Final[Mapping[str, str]] = {
     "timeout_error": "timeout",
 }
 """Error ``code`` / ``type`` strings (lowercased) as OpenAI, vLLM, LiteLLM and others name them, to their kind."""
-
 
 _RETRYABLE_OVERRIDES: Final[Mapping[str, bool]] = {"conflict": True, "invalid_response": True}
 """Kinds named here that :data:`~actors._models._model.RETRYABLE_KINDS` does not list: a conflict (HTTP 409) and a
