@@ -1,5 +1,8 @@
-"""Tether's client side: connect to an owner to submit, read and watch work.
+"""Tether's client side: connect to an owner to submit, read and watch work; serve an app's tasks, tools and agents.
 
+Every public name is re-exported here; the modules behind it are private, in four rooms, each importing only the ones
+before it: ``_models`` (the model interface and the models), ``_app`` (what an app defines), ``_client`` (the
+connection and the typed calls; the only room that sends frames) and ``_worker`` (``serve``, phases, the run loop).
 ``actors`` never imports ``storage_owner``; both speak only through ``protocol``.
 """
 
@@ -80,9 +83,9 @@ from ._models._model import (
 )
 from ._models._retry import Retry
 from ._models._scripted import ScriptedModel, ScriptedTurn
-from ._phase import Phase, PhaseEnded, PhaseTransaction
-from ._runs import tool_operation_id
-from ._worker import serve
+from ._worker._journal import tool_operation_id
+from ._worker._phase import Phase, PhaseEnded, PhaseTransaction
+from ._worker._serve import serve
 
 if TYPE_CHECKING:
     from ._models._openai import OpenAIChat

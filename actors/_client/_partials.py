@@ -1,6 +1,6 @@
 """Partial output as a reader sees it: the ``PartialRecord``s a watch or ``client.partials`` gives, assembled again
 into one text per operation (:class:`PartialText`). docs/agents.md says it for users, docs/runs.md what the owner
-stores; the worker's side, which sends the pieces while a model streams, is ``actors/_partials.py``.
+stores; the worker's side, which sends the pieces while a model streams, is ``actors/_worker/_partials.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from protocol import MAX_PARTIAL_BYTES, Change, OperationRecord, PartialRecord, 
 
 MAX_OUTPUTS: Final = 64
 """The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
-
-
 MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
 """The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
 one attempt at most (a character is at least one byte), so by default no text is ever cut."""

@@ -36,7 +36,7 @@ from actors._models._openai_wire import (
     classify_error,
     parse_retry_after,
 )
-from actors._runs import _run_usage
+from actors._worker._agent_run import _run_usage
 from protocol import UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openai"

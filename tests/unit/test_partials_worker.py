@@ -1,6 +1,6 @@
-"""Partial output on the worker's and the reader's side (actors/_partials.py): how the sender paces pieces and
-never waits on one (driven on trio's MockClock, with an owner connection that answers when the test says), and how
-``actors.PartialText`` assembles records into one text per operation."""
+"""Partial output on the worker's and the reader's side (actors/_worker/_partials.py, actors/_client/_partials.py):
+how the sender paces pieces and never waits on one (driven on trio's MockClock, with an owner connection that
+answers when the test says), and how ``actors.PartialText`` assembles records into one text per operation."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import trio.testing
 
 import actors
 from actors._client._partials import MAX_OUTPUTS
-from actors._partials import FINAL_PIECE_BYTES, PartialSender, partial_output
+from actors._worker._partials import FINAL_PIECE_BYTES, PartialSender, partial_output
 from protocol import (
     MAX_PARTIAL_BYTES,
     AppendPartial,

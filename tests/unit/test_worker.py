@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 import actors
-from actors._worker import Worker, _Stop
+from actors._worker._worker import Worker, _Stop
 from protocol import Announce, Commit, Committed, Lease, LeaseRef, Ok, Release, Request, SetTaskState
 
 

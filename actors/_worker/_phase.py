@@ -28,8 +28,8 @@ from protocol import (
     phase_of,
 )
 
-from ._client._client import Client
-from ._client._transaction import Transaction
+from .._client._client import Client
+from .._client._transaction import Transaction
 
 
 class PhaseEnded(UsageError):
