@@ -1,4 +1,5 @@
-"""``actors`` never imports ``storage_owner``: both speak only through ``protocol`` (docs/architecture.md)."""
+"""``actors`` never imports ``storage_owner``: both speak only through ``protocol`` (docs/architecture.md). Inside
+``actors``, each room imports only the rooms before it, and only the client's room sends frames on a connection."""
 
 from __future__ import annotations
 
@@ -91,4 +92,33 @@ def test_outside_the_client_nothing_calls_the_connection_or_sets_its_hooks() -> 
                 f"{source.relative_to(ACTORS_DIR)}:{node.lineno}: {ast.unparse(use)}"
                 for use in _uses_of_the_connection(node)
             ]
+    assert found == []
+
+
+ROOMS = {"_models": (), "_app": ("_models",), "_client": (), "_worker": ("_models", "_app", "_client")}
+"""actors' rooms (its sub-packages) and the rooms each may import: none imports a room that imports it back."""
+
+
+def _rooms_imported(source: Path) -> set[str]:
+    """The rooms of ``actors`` that a module of a room imports (type-checking imports included)."""
+    rooms = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 2:  # from .._room._module import ...
+            rooms.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("actors."):
+            rooms.add((node.module or "").split(".")[1])
+        elif isinstance(node, ast.Import):
+            rooms.update(alias.name.split(".")[1] for alias in node.names if alias.name.startswith("actors."))
+    return rooms
+
+
+def test_every_module_is_in_a_room_that_imports_only_the_rooms_before_it() -> None:
+    # Beside the rooms there is only __init__.py, which re-exports the public names of every room.
+    assert [source.name for source in ACTORS_DIR.glob("*.py")] == ["__init__.py"]
+    rooms = sorted(path.name for path in ACTORS_DIR.iterdir() if path.is_dir() and path.name != "__pycache__")
+    assert rooms == sorted(ROOMS)
+    found = []
+    for room, allowed in ROOMS.items():
+        for source in sorted((ACTORS_DIR / room).rglob("*.py")):
+            found += [f"{room}/{source.name} imports {other}" for other in _rooms_imported(source) - {room, *allowed}]
     assert found == []
