@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import actors
@@ -122,3 +123,10 @@ def test_every_module_is_in_a_room_that_imports_only_the_rooms_before_it() -> No
         for source in sorted((ACTORS_DIR / room).rglob("*.py")):
             found += [f"{room}/{source.name} imports {other}" for other in _rooms_imported(source) - {room, *allowed}]
     assert found == []
+
+
+def test_every_room_is_a_package_of_the_distribution() -> None:
+    # A sub-package missing from pyproject.toml's list is shipped in a wheel only as data, with a warning.
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    packages = ["actors", *(f"actors.{path.parent.name}" for path in ACTORS_DIR.glob("*/__init__.py"))]
+    assert sorted(set(packages) - set(listed)) == []
