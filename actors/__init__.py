@@ -1,5 +1,8 @@
-"""Tether's client side: connect to an owner to submit, read and watch work.
+"""Tether's client side: connect to an owner to submit, read and watch work; serve an app's tasks, tools and agents.
 
+Every public name is re-exported here; the modules behind it are private, in four rooms, each importing only the ones
+before it: ``_models`` (the model interface and the models), ``_app`` (what an app defines), ``_client`` (the
+connection and the typed calls; the only room that sends frames) and ``_worker`` (``serve``, phases, the run loop).
 ``actors`` never imports ``storage_owner``; both speak only through ``protocol``.
 """
 
@@ -46,10 +49,16 @@ from protocol import (
     new_id,
 )
 
-from ._agents import AgentDefinition
-from ._app import App, AppLoadError, TaskDefinition, load_app
-from ._client import Client, EntryPage, TaskGraph, Transaction, WhenBusy, check_target, connect
-from ._models import (
+from ._app._agents import AgentDefinition
+from ._app._app import App, AppLoadError, TaskDefinition, load_app
+from ._app._tools import Recovery, ToolCall, ToolDefinition
+from ._client._client import Client, check_target, connect
+from ._client._conversations import EntryPage, WhenBusy
+from ._client._partials import PartialOutput, PartialText
+from ._client._tasks import TaskGraph
+from ._client._transaction import Transaction
+from ._client._watch import WatchStream
+from ._models._model import (
     AssistantMessage,
     AssistantTurn,
     Finish,
@@ -58,9 +67,6 @@ from ._models import (
     Model,
     ModelError,
     ModelRequest,
-    Retry,
-    ScriptedModel,
-    ScriptedTurn,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -68,28 +74,28 @@ from ._models import (
     ToolCallRequest,
     ToolCallStart,
     ToolMessage,
+    ToolSpec,
     TurnBuilder,
     Usage,
     UsageReport,
     UserMessage,
     assemble,
 )
-from ._partials import PartialOutput, PartialText
-from ._phase import Phase, PhaseEnded, PhaseTransaction
-from ._runs import tool_operation_id
-from ._tools import Recovery, ToolCall, ToolDefinition, ToolSpec
-from ._watch import WatchStream
-from ._worker import serve
+from ._models._retry import Retry
+from ._models._scripted import ScriptedModel, ScriptedTurn
+from ._worker._journal import tool_operation_id
+from ._worker._phase import Phase, PhaseEnded, PhaseTransaction
+from ._worker._serve import serve
 
 if TYPE_CHECKING:
-    from ._openai import OpenAIChat
+    from ._models._openai import OpenAIChat
 
 
 def __getattr__(name: str) -> Any:
     """``OpenAIChat`` is imported on first use: it loads httpx, which every process importing ``actors`` (each
     ``tether`` command, every worker) would otherwise pay for at start, whether it talks to a model server or not."""
     if name == "OpenAIChat":
-        from ._openai import OpenAIChat
+        from ._models._openai import OpenAIChat
 
         return OpenAIChat
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from actors import ModelRequest, OpenAIChat, TurnBuilder, UserMessage  # noqa: E402
-from actors._openai import ChatStreamDecoder, SSEParser  # noqa: E402
+from actors._models._openai_wire import ChatStreamDecoder, SSEParser  # noqa: E402
 from tests.integration._openai_server import openai_server, sse, stream  # noqa: E402
 
 HEAD = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1764540000, "model": "gpt-4o-mini"}

@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 import actors
-from actors._client import CONNECT_TIMEOUT_S
+from actors._client._connection import CONNECT_TIMEOUT_S
 from protocol import Capability, runtime_path
 from runtime._exits import EXIT_OK, EXIT_USAGE
 from runtime._supervisor import BACKOFF_MAX_S, STABLE_AFTER_S, read_state, state_path, supervisor_lock_path

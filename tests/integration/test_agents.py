@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import actors
-from actors._connection import Connection
+from actors._client._connection import Connection
 from protocol import Commit, Conflict, EntryRecord, RunRecord, StartOperation
 from runtime import _runs as runs_cli
 from tests.conftest import OwnerProcess

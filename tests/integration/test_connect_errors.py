@@ -14,7 +14,7 @@ import trio.testing
 import trio_websocket
 
 import actors
-from actors._connection import CONNECT_TIMEOUT_S
+from actors._client._connection import CONNECT_TIMEOUT_S
 
 TOKEN = "0" * 48
 

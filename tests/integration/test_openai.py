@@ -14,7 +14,7 @@ import trio
 
 import actors
 from actors import AssistantTurn, ModelError, ModelRequest, OpenAIChat, ToolSpec, TurnBuilder, Usage, UserMessage
-from actors import _openai as openai_module
+from actors._models import _openai as openai_module
 from tests.integration._agent_apps import read_ledger
 from tests.integration._openai_server import ReplayServer, Reply, error, openai_server, sse, stream, transcript
 from tests.integration._up_helpers import all_up, tether_up

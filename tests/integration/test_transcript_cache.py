@@ -1,5 +1,5 @@
-"""The worker's transcript cache (actors/_transcript.py) against real owners: it returns what a whole read returns,
-asks the owner only for what is new, notices a prefix that is not the owner's, and holds its bounds."""
+"""The worker's transcript cache (actors/_worker/_transcript.py) against real owners: it returns what a whole read
+returns, asks the owner only for what is new, notices a prefix that is not the owner's, and holds its bounds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import actors
-from actors._transcript import TranscriptCache, encoded_size
+from actors._worker._transcript import TranscriptCache, encoded_size
 from tests.conftest import OwnerProcess
 
 

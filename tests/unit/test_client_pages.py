@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 import trio
 
-from actors._client import Client
-from actors._connection import Connection
+from actors._client._client import Client
+from actors._client._connection import Connection
 from protocol import (
     EntriesReply,
     Frame,

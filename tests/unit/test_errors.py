@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import actors
-from actors import _connection
+from actors._client import _handshake
 from protocol import OwnerUnavailable, raise_collapsed
 
 
@@ -87,7 +87,7 @@ async def test_connect_raises_owner_unavailable_with_the_os_error_as_its_cause(m
         raise refused
 
     monkeypatch.setattr(trio, "open_tcp_stream", open_tcp_stream)  # the first step of every connection
-    assert _connection.trio is trio
+    assert _handshake.trio is trio
     with trio.fail_after(5), pytest.raises(OwnerUnavailable, match="cannot reach the owner") as caught:
         async with actors.connect(url="ws://127.0.0.1:9/", token="t"):
             pass

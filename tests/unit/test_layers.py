@@ -20,9 +20,8 @@ import attrs
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("protocol", "storage_owner", "actors", "runtime")
 LAYERS = ("protocol", "storage_owner.core", "storage_owner.store", "storage_owner.io", "actors", "runtime")
-KNOWN_CROSSINGS = frozenset({("storage_owner.store._partials", "storage_owner.core._partial_ports")})
-"""Crossings still to remove, each with its importer: the store's partial output imports a port of the core's that
-the core does not export yet (issue 17's ports and memory store remove it). Remove an entry once its import is gone."""
+KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset()
+"""Crossings still to remove, each as (importer, imported). Remove an entry once its import is gone."""
 
 
 @attrs.frozen

@@ -1,5 +1,5 @@
-"""The sans-IO parts of ``actors.OpenAIChat`` (actors/_openai.py): the event-stream parser over any split of the
-bytes, the chunk decoder's tolerance of real servers' tool-call deltas, error classification, Retry-After, the
+"""The sans-IO parts of ``actors.OpenAIChat`` (actors/_models/_openai_wire.py): the event-stream parser over any split
+of the bytes, the chunk decoder's tolerance of real servers' tool-call deltas, error classification, Retry-After, the
 request body, and the checks of its arguments."""
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from actors import (
     UserMessage,
     assemble,
 )
-from actors._openai import (
+from actors._models._openai import OpenAIChat
+from actors._models._openai_wire import (
     MAX_TOOL_CALLS,
     ChatStreamDecoder,
-    OpenAIChat,
     ServerError,
     SSEParser,
     classify_error,
     parse_retry_after,
 )
-from actors._runs import _run_usage
+from actors._worker._agent_run import _run_usage
 from protocol import UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openai"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from actors._client import _join_partials
+from actors._client._runs import _join_partials
 from protocol import (
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,

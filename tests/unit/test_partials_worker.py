@@ -1,6 +1,6 @@
-"""Partial output on the worker's and the reader's side (actors/_partials.py): how the sender paces pieces and
-never waits on one (driven on trio's MockClock, with an owner connection that answers when the test says), and how
-``actors.PartialText`` assembles records into one text per operation."""
+"""Partial output on the worker's and the reader's side (actors/_worker/_partials.py, actors/_client/_partials.py):
+how the sender paces pieces and never waits on one (driven on trio's MockClock, with an owner connection that
+answers when the test says), and how ``actors.PartialText`` assembles records into one text per operation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import trio.lowlevel
 import trio.testing
 
 import actors
-from actors._partials import FINAL_PIECE_BYTES, MAX_OUTPUTS, PartialSender, partial_output
+from actors._client._partials import MAX_OUTPUTS
+from actors._worker._partials import FINAL_PIECE_BYTES, PartialSender, partial_output
 from protocol import (
     MAX_PARTIAL_BYTES,
     AppendPartial,
@@ -59,7 +60,7 @@ class Phase:
 
 
 def phase(owner: Owner) -> Any:
-    return Phase(client=attrs.make_class("Client", {"connection": attrs.field()})(owner))
+    return Phase(client=actors.Client(owner))  # type: ignore[arg-type]
 
 
 async def test_first_piece_at_once_then_at_most_every_interval_carrying_all_that_came(

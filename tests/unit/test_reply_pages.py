@@ -11,7 +11,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from actors._client import Client, _join_partials
+from actors._client._client import Client
+from actors._client._runs import _join_partials
 from protocol import (
     MAX_ANNOUNCE_BYTES,
     MAX_MESSAGE_BYTES,

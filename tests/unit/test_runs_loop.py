@@ -1,5 +1,5 @@
-"""The run loop's pure parts (actors/_runs.py): the transcript as a model's messages, derived ids, and what an app
-announces for its agents and tools."""
+"""The run loop's pure parts (actors/_worker/_messages.py, _journal.py): the transcript as a model's messages,
+derived ids, and what an app announces for its agents and tools."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import actors
 import protocol
-from actors._models import backoff_ms, next_delay_ms
-from actors._runs import INTERRUPTED, model_operation_id, tool_operation_id, transcript_messages
+from actors._models._retry import backoff_ms, next_delay_ms
+from actors._worker._journal import model_operation_id, tool_operation_id
+from actors._worker._messages import INTERRUPTED, transcript_messages
 from protocol import Capability, EntryRecord, JsonValue
 
 
@@ -101,7 +102,8 @@ def test_one_delay_formula() -> None:
 
 
 def test_a_fold_fed_in_parts_gives_the_whole_transcripts_messages_and_digest() -> None:
-    from actors._runs import MessageFold, _message_data, digest, request_digest
+    from actors._worker._journal import digest
+    from actors._worker._messages import MessageFold, _message_data, request_digest
 
     entries = [
         entry(0, "tether.user", {"text": "hi", "run_id": "r"}),

@@ -27,6 +27,7 @@ from protocol import (
     RunUsage,
     SchemaTooNew,
     StorageError,
+    TaskRecord,
     new_id,
 )
 from storage_owner.core import LoggedCommit
@@ -465,9 +466,12 @@ def test_usage_totals_of_a_version_3_database_migrate_with_no_unpriced_tokens(pa
 
 
 def _database_with_tasks(store: SqliteStore) -> list[TaskRecord]:
-    conversation_id = _with_conversation(store)
-    live = [_task(conversation_id), attrs.evolve(_task(conversation_id), status="sleeping", phase="wait", until_ms=99)]
-    for record in (*live, _task(conversation_id, status="terminal")):
+    conversation_id = with_conversation(store)
+    live = [
+        task_record(conversation_id),
+        attrs.evolve(task_record(conversation_id), status="sleeping", phase="wait", until_ms=99),
+    ]
+    for record in (*live, task_record(conversation_id, status="terminal")):
         store.insert_task(record, None, None)
     store.log_commit(LoggedCommit(seq=1, committed_at_ms=10, records=()), frozenset())
     store.log_commit(LoggedCommit(seq=2, committed_at_ms=11, records=()), frozenset())
@@ -482,7 +486,7 @@ def test_read_live_tasks_reads_them_as_of_the_head_of_the_log(store: SqliteStore
 def test_read_live_tasks_runs_beside_a_writer_and_sees_what_it_committed(store: SqliteStore, path: str) -> None:
     live = _database_with_tasks(store)
     store.begin()
-    store.insert_task(_task(live[0].conversation_id), None, None)  # not committed: not seen
+    store.insert_task(task_record(live[0].conversation_id), None, None)  # not committed: not seen
     try:
         assert {task.task_id for task in read_live_tasks(path).tasks} == {task.task_id for task in live}
     finally:

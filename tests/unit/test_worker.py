@@ -9,17 +9,16 @@ import trio
 import trio.testing
 
 import actors
-from actors._worker import Worker, _Stop
+from actors._worker._worker import Worker, _Stop
 from protocol import Announce, Commit, Committed, Lease, LeaseRef, Ok, Release, Request, SetTaskState
 
 
-class FakeClient:
-    """A client whose connection answers every commit and release, and records what was sent."""
+class FakeConnection:
+    """A connection that answers every commit and release, and records what was sent."""
 
     welcome = None
 
     def __init__(self) -> None:
-        self.connection = self
         self.sent: list[Request] = []
 
     async def call(self, request: Request, expected: type[Any]) -> Any:
@@ -28,9 +27,6 @@ class FakeClient:
         if isinstance(request, Commit):
             return Committed(seq=len(self.sent), committed_at_ms=0, results=(0,) * len(request.writes))
         return Ok()
-
-    async def announce(self, announcement: Announce) -> None:
-        await self.call(announcement, Ok)
 
 
 def lease(*, version: int = 1, checkpoint: Any = None, mode: str = "phase", epoch: int = 1) -> Lease:
@@ -50,10 +46,10 @@ def lease(*, version: int = 1, checkpoint: Any = None, mode: str = "phase", epoc
 
 
 async def run_lease(app: actors.App, frame: Lease) -> list[Request]:
-    connection = FakeClient()
+    connection = FakeConnection()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            worker = Worker(app, connection, nursery, lambda line: None)  # type: ignore[arg-type]
+            worker = Worker(app, actors.Client(connection), nursery, lambda line: None)  # type: ignore[arg-type]
             worker.on_lease(frame)
     return connection.sent
 
@@ -145,11 +141,11 @@ async def test_a_draining_worker_gives_a_new_lease_back_unrun_and_tells_the_owne
 
     app = actors.App("test")
     app.define_task("job", version=1, initial=lambda _: {"phase": "work"}, phases={"work": work})
-    connection = FakeClient()
+    connection = FakeConnection()
     stop = _Stop()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            worker = Worker(app, connection, nursery, lambda line: None, stop, max_leases=8)  # type: ignore[arg-type]
+            worker = Worker(app, actors.Client(connection), nursery, lambda line: None, stop, max_leases=8)  # type: ignore[arg-type]
             stop.worker = worker
             assert worker.announcement().max_leases == 8
             stop.ask()
@@ -175,11 +171,11 @@ async def test_a_phase_sees_that_its_worker_stops_and_the_drain_ends_when_it_com
 
     app = actors.App("test")
     app.define_task("job", version=1, initial=lambda _: {"phase": "work"}, phases={"work": work})
-    connection = FakeClient()
+    connection = FakeConnection()
     stop = _Stop()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            worker = Worker(app, connection, nursery, lambda line: None, stop)  # type: ignore[arg-type]
+            worker = Worker(app, actors.Client(connection), nursery, lambda line: None, stop)  # type: ignore[arg-type]
             stop.worker = worker
             worker.on_lease(lease())
             await trio.testing.wait_all_tasks_blocked()

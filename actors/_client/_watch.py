@@ -77,7 +77,7 @@ class WatchStream:
 
     def resume(self) -> None:
         """The connection was re-established: subscribe again from where the buffer ends (called by the
-        connection; see :class:`~actors._connection.WatchSubscriber`)."""
+        connection; see :class:`~actors._client._connection.WatchSubscriber`)."""
         if self._closed or not self._subscribed or self._lagging:
             return
         self._connection.send_nowait(self._new_subscription())

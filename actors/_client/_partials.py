@@ -1,166 +1,24 @@
-"""Partial output: a model's text while it streams, sent to the owner in pieces (the worker's side), and assembled
-again from the ``PartialRecord``s a watch or ``client.partials`` gives (a reader's side). docs/agents.md says it
-for users, docs/runs.md what the owner stores.
-
-The worker sends the first piece as soon as text arrives, then at most every ``partial_interval_ms``, each piece
-carrying all the text that arrived since the last one (a piece in flight never holds the stream up: the next piece
-takes everything that came meanwhile), and the rest in the commit of the result. Pieces are ``append_partial``
-writes in commits of their own under the run task's lease, so they group into the owner's batches like any commit,
-and a stale lease is refused whole. Sending is best effort and never fails the run: a refused piece stops the
-pieces of that attempt; the answer commits whole with the result either way.
+"""Partial output as a reader sees it: the ``PartialRecord``s a watch or ``client.partials`` gives, assembled again
+into one text per operation (:class:`PartialText`). docs/agents.md says it for users, docs/runs.md what the owner
+stores; the worker's side, which sends the pieces while a model streams, is ``actors/_worker/_partials.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
 import attrs
-import trio
 
-from protocol import (
-    MAX_PARTIAL_BYTES,
-    MAX_PARTIAL_PIECE_BYTES,
-    AppendPartial,
-    Change,
-    Commit,
-    Committed,
-    OperationRecord,
-    PartialRecord,
-    PartialStatus,
-    TetherError,
-    UsageError,
-    raise_collapsed,
-)
+from protocol import MAX_PARTIAL_BYTES, Change, OperationRecord, PartialRecord, PartialStatus, UsageError
 
-from ._phase import Phase
-
-FINAL_PIECE_BYTES: Final = 64 << 10
-"""At most this much of the unsent text rides in the result's commit (which holds the answer twice already, in the
-result and in the assistant entry): past it, the ``done`` record ends the partial output and the answer is the
-entry."""
 MAX_OUTPUTS: Final = 64
 """The outputs a :class:`PartialText` holds by default: past it, the least recently changed one is dropped."""
 MAX_OUTPUT_CHARS: Final = MAX_PARTIAL_BYTES
 """The characters of one output a :class:`PartialText` holds by default (its tail): as many as the owner stores of
 one attempt at most (a character is at least one byte), so by default no text is ever cut."""
-
-
-def _prefix(text: str, max_bytes: int) -> tuple[str, int]:
-    """The longest prefix of ``text`` of at most ``max_bytes`` UTF-8 bytes, and its size."""
-    raw = text.encode()
-    if len(raw) <= max_bytes:
-        return text, len(raw)
-    cut = raw[:max_bytes].decode(errors="ignore")  # drops a character cut in half
-    return cut, len(cut.encode())
-
-
-class PartialSender:
-    """Sends one model request attempt's streamed text in pieces while it streams (see the module docstring).
-
-    :meth:`feed` never blocks and never fails: it only records the text. The pieces go out from a task of the
-    nursery that :func:`partial_output` opens; :meth:`final_writes` gives the rest for the result's commit.
-    """
-
-    def __init__(self, rt: Phase, operation_id: str, attempt: int, interval_ms: int) -> None:
-        self._rt = rt
-        self._operation_id = operation_id
-        self._attempt = attempt
-        self._interval_s = interval_ms / 1000
-        self._unsent: list[str] = []
-        """Text that no piece has carried yet."""
-        self._in_flight = ""
-        """The text of the piece sent and not acknowledged yet (its outcome is unknown if it is cut short)."""
-        self._stored_chars = 0
-        self._stored_bytes = 0
-        self._arrived = trio.Event()
-        self.stopped: str | None = None
-        """Why no more pieces are sent for this attempt (a refusal, a lost connection, the bound), if so."""
-        self.pieces_sent = 0
-
-    def feed(self, text: str) -> None:
-        """Text the model streamed (a ``TextDelta``); it goes out with the next piece (dropped once sending
-        stopped: nothing would carry it)."""
-        if text and self.stopped is None:
-            self._unsent.append(text)
-            self._arrived.set()
-
-    async def run(self) -> None:
-        """Send pieces until cancelled: the first as soon as text arrives, then at most every interval."""
-        while self.stopped is None:
-            await self._arrived.wait()
-            self._arrived = trio.Event()
-            started_s = trio.current_time()
-            await self._send_piece()
-            await trio.sleep_until(started_s + self._interval_s)
-
-    async def _send_piece(self) -> None:
-        budget = min(MAX_PARTIAL_PIECE_BYTES, MAX_PARTIAL_BYTES - self._stored_bytes)
-        unsent = "".join(self._unsent)
-        text, size = _prefix(unsent, budget)
-        rest = unsent[len(text) :]
-        if not text:
-            self._stop(f"the partial output reached its bound of {MAX_PARTIAL_BYTES} bytes")
-            return
-        self._unsent = [rest] if rest else []
-        if rest:
-            self._arrived.set()  # the rest goes with the next piece
-        self._in_flight = text
-        write = AppendPartial(
-            operation_id=self._operation_id, attempt=self._attempt, offset=self._stored_chars, text=text
-        )
-        try:
-            await self._rt.client.connection.call(Commit(writes=(write,), lease=self._rt.lease), Committed)
-        except TetherError as exc:  # refused (a stale lease, ...) or the connection lost: no more pieces
-            self._stop(f"a piece was not stored: {type(exc).__name__}: {exc}")
-            return
-        self._in_flight = ""
-        self._stored_chars += len(text)
-        self._stored_bytes += size
-        self.pieces_sent += 1
-
-    def _stop(self, reason: str) -> None:
-        self.stopped = reason
-        self._unsent, self._in_flight = [], ""  # no piece will carry them: hold nothing more for this attempt
-
-    def final_writes(self) -> list[AppendPartial]:
-        """The text not acknowledged yet (a piece cut short in flight included: the owner skips what it has), as
-        the last piece, for the commit of the result; none once sending stopped."""
-        if self.stopped is not None:
-            return []
-        rest = self._in_flight + "".join(self._unsent)
-        budget = min(FINAL_PIECE_BYTES, MAX_PARTIAL_PIECE_BYTES, MAX_PARTIAL_BYTES - self._stored_bytes)
-        text, _ = _prefix(rest, budget)
-        if not text:
-            return []
-        return [
-            AppendPartial(operation_id=self._operation_id, attempt=self._attempt, offset=self._stored_chars, text=text)
-        ]
-
-
-@contextlib.asynccontextmanager
-async def partial_output(rt: Phase, operation_id: str, attempt: int, interval_ms: int) -> AsyncIterator[PartialSender]:
-    """A :class:`PartialSender` for one attempt; with ``interval_ms`` 0 nothing is sent before the end. On exit the
-    piece in flight is cut short (its outcome does not matter: the last piece overlaps it)."""
-    sender = PartialSender(rt, operation_id, attempt, interval_ms)
-    if interval_ms <= 0:
-        yield sender
-        return
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sender.run, name=f"partial output of {operation_id}")
-            try:
-                yield sender
-            finally:
-                nursery.cancel_scope.cancel(reason="the model stream ended")
-    except BaseExceptionGroup as group:  # what the stream raised, as itself (the sender raises nothing)
-        raise_collapsed(group)
-
-
-# ------------------------------------------------------------------------------------------------ readers
 
 
 @attrs.frozen(kw_only=True)

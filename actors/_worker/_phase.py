@@ -10,7 +10,6 @@ from typing import Any, Literal
 import trio
 
 from protocol import (
-    Commit,
     Committed,
     ConnectionLost,
     CreateInteraction,
@@ -29,7 +28,8 @@ from protocol import (
     phase_of,
 )
 
-from ._client import Client, Transaction
+from .._client._client import Client
+from .._client._transaction import Transaction
 
 
 class PhaseEnded(UsageError):
@@ -202,14 +202,13 @@ class Phase:
             self.ended = True
 
     async def _commit(self, tx: PhaseTransaction) -> Committed:
-        request = Commit(writes=tuple(tx.writes), lease=self.lease)
         try:
-            return await self.client.connection.call(request, Committed)
+            return await self.client.commit_writes(tx.writes, lease=self.lease)
         except ConnectionLost:
             # The outcome is unknown, and the lease is gone either way: it belonged to the lost connection. Sending
             # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
             # this run like any late commit; what was applied before the loss stays applied.
-            return await self.client.connection.call(request, Committed)
+            return await self.client.commit_writes(tx.writes, lease=self.lease)
 
     async def advance(self, checkpoint: Any) -> None:
         async with self.commit() as tx:

@@ -10,8 +10,9 @@ import attrs
 
 from protocol import UsageError
 
-from ._models import DEFAULT_RETRY, Message, Model, ModelRequest, Retry
-from ._tools import TOOL_NAME_PATTERN, ToolDefinition, ToolSpec
+from .._models._model import Message, Model, ModelRequest, ToolSpec
+from .._models._retry import DEFAULT_RETRY, Retry
+from ._tools import TOOL_NAME_PATTERN, ToolDefinition
 
 DEFAULT_PARTIAL_INTERVAL_MS: Final = 100
 MAX_PARTIAL_INTERVAL_MS: Final = 60_000

@@ -4,16 +4,16 @@ Requests from all tasks are coalesced: whatever is pending when the sender runs 
 are matched by ``call_id``. If the connection drops, calls in flight raise :class:`~protocol.ConnectionLost`
 (their outcome is unknown), the connection is re-established with back-off (re-reading the runtime file when it
 was opened with ``db=``, since a restarted owner listens on a new port), and watches are told to resume. Calls
-made while disconnected wait for the reconnection, at most ``reconnect_timeout_s``.
+made while disconnected wait for the reconnection, at most ``reconnect_timeout_s``. Each WebSocket is opened by
+``_handshake.py`` (TCP, TLS, the upgrade, the hello).
 
-The surface the API (:class:`~actors.Client`), the watches, the worker and the phase use, and nothing else:
+The surface the client's calls (:class:`~actors.Client`) and the watches use, and a worker its hooks, and nothing else:
 
 - :meth:`Connection.call` (a request and its typed reply) and :meth:`Connection.send_nowait` (no reply awaited);
 - :meth:`Connection.add_watch` / :meth:`Connection.remove_watch`, :attr:`Connection.is_up`,
   :meth:`Connection.can_reconnect`;
 - :attr:`Connection.welcome`, :attr:`Connection.reconnects`, :meth:`Connection.describe_target`;
-- a worker's hooks: :attr:`Connection.announcement`, :attr:`Connection.on_lease`,
-  :attr:`Connection.on_connection_lost`;
+- a worker's hooks (:class:`WorkerHooks`), registered in one call: :meth:`Connection.attach_worker`;
 - :func:`open_connection`, which owns its lifetime.
 """
 
@@ -23,7 +23,6 @@ import contextlib
 import copy
 import itertools
 import ssl
-import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Final, Protocol, TypeVar
 
@@ -32,7 +31,6 @@ import trio_websocket
 
 from protocol import (
     MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
     WEBSOCKET_HARD_LIMIT_BYTES,
     Announce,
     BadFrame,
@@ -44,16 +42,13 @@ from protocol import (
     Frame,
     Goodbye,
     HandshakeRefused,
-    Hello,
     Lease,
     OwnerUnavailable,
     Ping,
     ProtocolError,
-    Refused,
     Request,
     TetherError,
     Welcome,
-    decode_frame,
     decode_message,
     encode_frame,
     error_for_code,
@@ -62,6 +57,8 @@ from protocol import (
     take_message,
 )
 from protocol.io import PEER_GONE  # handled by reconnecting, never raised
+
+from ._handshake import close_quietly, open_owner_socket
 
 R = TypeVar("R")
 
@@ -83,7 +80,6 @@ OVERLOADED_BACKOFF_MAX_S: Final = 1.0
 OVERLOADED_RETRY_S: Final = 60.0
 """A request refused ``overloaded`` (the owner holds too much unread output) is asked again with back-off from
 20 ms doubling to 1 s, for this long at most; then :class:`~protocol.Overloaded` is raised."""
-RECEIVE_BUFFER_BYTES: Final = 1 << 16
 
 
 class WatchSubscriber(Protocol):
@@ -94,6 +90,21 @@ class WatchSubscriber(Protocol):
 
     def resume(self) -> None:
         """The connection was re-established: subscribe again (with :meth:`Connection.send_nowait`)."""
+
+
+class WorkerHooks(Protocol):
+    """What a worker gives its connection (:meth:`Connection.attach_worker`), all in one place: the connection calls
+    these for what only a worker's connection meets."""
+
+    def announcement(self) -> Announce:
+        """Called after every (re)connection for an announcement sent before anything else: how a worker
+        re-announces itself (with the leases it still runs)."""
+
+    def on_lease(self, frame: Lease | CancelLease) -> None:
+        """Receives the leases and cancellations the owner pushes to a worker."""
+
+    def on_connection_lost(self) -> None:
+        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
 
 
 class _Waiter:
@@ -119,6 +130,7 @@ class Connection:
         reconnect_timeout_s: float,
         ca: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        on_attempt: Callable[[TetherError | None, float], None] | None = None,
     ) -> None:
         self._db = db
         self._ca = ca
@@ -149,19 +161,19 @@ class Connection:
         self._heartbeat_due: trio.CancelScope | None = None
         """The heartbeat's wait, whose deadline :meth:`_sent` moves on."""
         self._heartbeat_interval_s = 0.0
-        self.announcement: Callable[[], Announce] | None = None
-        """Called after every (re)connection for an announcement sent before anything else: how a worker
-        re-announces itself (with the leases it still runs)."""
-        self.on_lease: Callable[[Lease | CancelLease], None] | None = None
-        """Receives the leases and cancellations the owner pushes to a worker."""
-        self.on_connection_lost: Callable[[], None] | None = None
-        """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
-        self.on_attempt: Callable[[TetherError | None, float], None] | None = None
+        self._worker: WorkerHooks | None = None
+        """The worker this connection serves (:meth:`attach_worker`), if it serves one."""
+        self._on_attempt = on_attempt
         """Called after each failed attempt to reach the owner (the first connection waiting for it, or a
         reconnection) with why and the back-off before the next, and with ``(None, 0.0)`` once an attempt that
         followed failures succeeded: how a worker logs its retries."""
 
     # ------------------------------------------------------------------------------ the surface it offers
+
+    def attach_worker(self, hooks: WorkerHooks) -> None:
+        """Serve ``hooks``, a worker: from now on it announces itself after every (re)connection, receives the leases
+        and cancellations the owner pushes, and hears of the end of each connection (see :class:`WorkerHooks`)."""
+        self._worker = hooks
 
     def add_watch(self, watch: WatchSubscriber) -> int:
         """Register ``watch`` under a fresh watch id (a late change of an older subscription is then ignored)."""
@@ -272,53 +284,17 @@ class Connection:
             url, token, ca = info.url, token or info.token, ca or info.tls_ca
         if url is None or token is None:
             raise OwnerUnavailable("connect needs db=PATH, or url=URL with token=TOKEN")
-        context = None
-        if url.startswith("wss://"):
-            context = self._ssl_context or _client_ssl_context(ca)
-        step = ["the TCP connection"]
-        """Which step of the connection runs (``_open_websocket`` moves it on), for the error of one that fails."""
-        try:
-            with trio.fail_after(timeout_s):
-                ws = await _open_websocket(nursery, url, context, step)
-        except (OSError, trio_websocket.HandshakeError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            unverified = exc if isinstance(exc, ssl.SSLCertVerificationError) else exc.__cause__
-            if isinstance(unverified, ssl.SSLCertVerificationError):
-                raise OwnerUnavailable(
-                    f"the owner at {url} could not be verified ({self.describe_target()}): "
-                    f"{unverified.verify_message}; give the CA that signed its certificate (connect(ca=FILE)); "
-                    "nothing was sent"
-                ) from exc
-            why = f"{step[0]} did not complete within {timeout_s:g} s" if isinstance(exc, trio.TooSlowError) else exc
-            raise OwnerUnavailable(f"cannot reach the owner at {url} ({self.describe_target()}): {why}") from exc
-        try:
-            with trio.fail_after(timeout_s):
-                hello = Hello(protocol_version=PROTOCOL_VERSION, token=token, role=self._role, peer_name=self._name)
-                await ws.send_message(encode_frame(hello))
-                answer = decode_frame(_binary(await ws.get_message()))
-        except trio.TooSlowError as exc:
-            await _close_quietly(ws)
-            raise OwnerUnavailable(
-                f"cannot reach the owner at {url} ({self.describe_target()}): the owner did not answer the hello "
-                f"within {timeout_s:g} s"
-            ) from exc
-        except trio_websocket.ConnectionClosed as exc:
-            await _close_quietly(ws)
-            raise OwnerUnavailable(
-                f"cannot reach the owner at {url} ({self.describe_target()}): the owner closed the connection "
-                f"before answering the hello ({exc.reason})"
-            ) from exc
-        except ProtocolError:
-            await _close_quietly(ws)
-            raise
-        if isinstance(answer, Refused):
-            await _close_quietly(ws)
-            raise HandshakeRefused(
-                answer.code, f"the owner refused the connection: {answer.message}", answer.supported_versions
-            )
-        if not isinstance(answer, Welcome):
-            await _close_quietly(ws)
-            raise ProtocolError(f"expected welcome or refused, got {answer.TYPE}")
-        self.welcome = answer
+        ws, self.welcome = await open_owner_socket(
+            nursery,
+            url=url,
+            token=token,
+            ca=ca,
+            ssl_context=self._ssl_context,
+            role=self._role,
+            name=self._name,
+            target=self.describe_target(),
+            timeout_s=timeout_s,
+        )
         return ws
 
     async def _open_first(self, nursery: trio.Nursery, wait_s: float) -> trio_websocket.WebSocketConnection:
@@ -342,8 +318,8 @@ class Connection:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _attempted(self, error: TetherError | None, backoff_s: float) -> None:
-        if self.on_attempt is not None:
-            self.on_attempt(error, backoff_s)
+        if self._on_attempt is not None:
+            self._on_attempt(error, backoff_s)
 
     async def _run(self, first: trio_websocket.WebSocketConnection) -> None:
         """Serve the connection; on loss fail what was in flight, reconnect, resume watches."""
@@ -354,8 +330,8 @@ class Connection:
         while True:
             await self._serve(ws)
             self._connected = trio.Event()
-            if self.on_connection_lost is not None:
-                self.on_connection_lost()
+            if self._worker is not None:
+                self._worker.on_connection_lost()
             self._fail_in_flight(
                 ConnectionLost(
                     f"the connection to the owner ({self.describe_target()}) was lost before the reply arrived; "
@@ -390,8 +366,8 @@ class Connection:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
         self._last_heard_s = self._last_sent_s = trio.current_time()
-        if self.announcement is not None:
-            self.send_nowait(self.announcement())
+        if self._worker is not None:
+            self.send_nowait(self._worker.announcement())
         for watch in list(self._watches.values()):
             watch.resume()
         self._connected.set()
@@ -407,7 +383,7 @@ class Connection:
             self._ws = None
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
                 scope.shield = True
-                await _close_quietly(ws)
+                await close_quietly(ws)
 
     async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
         """Make sure the owner hears from us every ``interval_s``: a ping once nothing else was sent for that long (a
@@ -475,8 +451,8 @@ class Connection:
                 watch.deliver(frame)
             return
         if isinstance(frame, Lease | CancelLease):
-            if self.on_lease is not None:
-                self.on_lease(frame)
+            if self._worker is not None:
+                self._worker.on_lease(frame)
             return
         if isinstance(frame, Goodbye | BadFrame):
             return  # the connection ends next; in-flight calls fail with ConnectionLost then
@@ -502,60 +478,7 @@ class Connection:
         if ws is not None:
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
                 scope.shield = True
-                await _close_quietly(ws)
-
-
-async def _open_websocket(
-    nursery: trio.Nursery, url: str, context: ssl.SSLContext | None, step: list[str]
-) -> trio_websocket.WebSocketConnection:
-    """A WebSocket to ``url``: the TCP connection, the TLS handshake (with ``context``, done and verified before the
-    upgrade: trio-websocket would do it inside its reader task, where a verification failure only shows as an upgrade
-    that never ends), then the upgrade. ``step[0]`` says which of them runs, for the caller's error."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError(f"the owner's URL must be ws://HOST:PORT or wss://HOST:PORT, not {url!r}")
-    host, port = parts.hostname, parts.port or (443 if context is not None else 80)
-    resource = parts.path or "/"
-    step[0] = f"the TCP connection to {host}:{port}"
-    tcp = await trio.open_tcp_stream(host, port)
-    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
-    try:
-        if context is not None:
-            step[0] = "the TLS handshake"
-            stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
-            await stream.do_handshake()
-        step[0] = "the WebSocket upgrade"
-        host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return await trio_websocket.wrap_client_stream(
-            nursery,
-            stream,
-            host_header,
-            resource,
-            max_message_size=WEBSOCKET_HARD_LIMIT_BYTES,
-            receive_buffer_size=RECEIVE_BUFFER_BYTES,
-        )
-    except BaseException:
-        await trio.aclose_forcefully(tcp)
-        raise
-
-
-def _client_ssl_context(ca: str | None) -> ssl.SSLContext:
-    """A context that verifies the owner's certificate: against ``ca`` (a PEM file) or the system's CAs."""
-    try:
-        return ssl.create_default_context(cafile=ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise OwnerUnavailable(f"cannot read the CA certificate {ca}: {exc}") from exc
-
-
-def _binary(message: str | bytes) -> bytes:
-    if isinstance(message, str):
-        raise ProtocolError("the owner sent a text message; the protocol is binary msgpack")
-    return message
-
-
-async def _close_quietly(ws: trio_websocket.WebSocketConnection) -> None:
-    with contextlib.suppress(Exception):
-        await ws.aclose()
+                await close_quietly(ws)
 
 
 @contextlib.asynccontextmanager
@@ -574,7 +497,7 @@ async def open_connection(
     on_attempt: Callable[[TetherError | None, float], None] | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect (see :func:`actors.connect` for the arguments and errors), serve and reconnect in the background
-    until the block exits, then close. ``on_attempt``: see :attr:`Connection.on_attempt`."""
+    until the block exits, then close."""
     connection = Connection(
         db=db,
         url=url,
@@ -585,8 +508,8 @@ async def open_connection(
         reconnect_timeout_s=reconnect_timeout_s,
         ca=ca,
         ssl_context=ssl_context,
+        on_attempt=on_attempt,
     )
-    connection.on_attempt = on_attempt
     try:
         async with trio.open_nursery() as nursery:
             connection._nursery = nursery

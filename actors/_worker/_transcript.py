@@ -31,7 +31,7 @@ import msgpack
 from protocol import EntryRecord, converter
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from .._client._client import Client
 
 MAX_CONVERSATIONS: Final = 256
 """Conversations cached per client (a worker runs at most this many conversations' runs before one is re-read)."""

@@ -14,8 +14,9 @@ import attrs
 
 from protocol import Capability, TetherError, UsageError
 
+from .._models._model import Model
+from .._models._retry import DEFAULT_RETRY, Retry
 from ._agents import DEFAULT_PARTIAL_INTERVAL_MS, AgentDefinition, define_agent
-from ._models import DEFAULT_RETRY, Model, Retry
 from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, define_tool
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")

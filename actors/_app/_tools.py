@@ -19,6 +19,8 @@ from jsonschema.exceptions import SchemaError
 
 from protocol import UsageError, check_json
 
+from .._models._model import ToolSpec
+
 Recovery: TypeAlias = Literal["manual", "safe", "idempotent"]
 """What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
 reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``operation_id``."""
@@ -48,15 +50,6 @@ class ToolCall:
     attempt: int
     tool: str
     version: int
-
-
-@attrs.frozen(kw_only=True)
-class ToolSpec:
-    """The provider-neutral description of a tool that a model receives."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
 
 
 def _build_validator(definition: ToolDefinition) -> Draft202012Validator:

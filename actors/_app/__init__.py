@@ -1,0 +1,10 @@
+"""The application: what a worker can run, defined by the app's own code, and checked where it is defined.
+
+- ``_app.py``: :class:`~actors.App` (task kinds, tools and agents by name, each with its version, and the capabilities
+  a worker announces), :class:`~actors.TaskDefinition`, and ``load_app`` (``--app MODULE:ATTR``);
+- ``_tools.py``: a tool's definition (its handler, JSON Schema, recovery policy, approval) and
+  :class:`~actors.ToolCall`, what its handler learns about a call;
+- ``_agents.py``: an agent's definition (its model, instructions, tools, limits, retry policy).
+
+No I/O: this room imports only the models' room (an agent names its model and its retry policy).
+"""

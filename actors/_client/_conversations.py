@@ -1,0 +1,163 @@
+"""The client's calls of conversations: creating one, entries, documents, submissions."""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import attrs
+
+from protocol import (
+    ConversationRecord,
+    ConversationReply,
+    DocumentRecord,
+    DocumentReply,
+    EntriesReply,
+    EntryRecord,
+    Order,
+    ProtocolError,
+    ReadConversation,
+    ReadDocument,
+    ReadEntries,
+    ReadSubmission,
+    SubmissionRecord,
+    SubmissionReply,
+    Submit,
+    Submitted,
+    json_value,
+    new_id,
+)
+
+from ._base import BaseClient
+
+ENTRY_PAGE: Final = 500
+
+WhenBusy = Literal["follow_up", "reject"]
+"""What an ``input`` submission does while its conversation has an active run: queue behind it, or be refused."""
+
+
+class ConversationCalls(BaseClient):
+    """Conversations, their entries and documents, and submissions (a part of :class:`~actors.Client`)."""
+
+    async def create_conversation(
+        self, conversation_id: str | None = None, *, agent: str | None = None, owner_task_id: str | None = None
+    ) -> str:
+        """Create a conversation (with a new UUIDv7 id unless one is given) and return its id once durable.
+
+        With ``agent``, the conversation is bound to that agent: each ``input`` submitted to it starts a run. With
+        ``owner_task_id``, a live task owns it (a subagent's transcript): aborting the task aborts its runs, and their
+        usage counts toward that task's tree.
+        """
+        async with self.commit() as tx:
+            conversation_id = tx.create_conversation(conversation_id, agent=agent, owner_task_id=owner_task_id)
+        return conversation_id
+
+    async def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> int:
+        """Append an entry and return the ``seq`` of its commit, once durable.
+
+        ``entry_id`` (a new UUIDv7 by default) makes a retry after :class:`ConnectionLost` safe: the owner
+        refuses a second entry with the same id (:class:`~protocol.Duplicate`). Kinds under ``tether.`` are the
+        runtime's (what a model reads): the owner refuses them from a client (:class:`~protocol.InvalidRequest`).
+        """
+        async with self.commit() as tx:
+            tx.append(conversation_id, kind=kind, data=data, entry_id=entry_id)
+        assert tx.seq is not None
+        return tx.seq
+
+    async def put_document(
+        self,
+        name: str,
+        value: Any,
+        *,
+        conversation_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Write a document (global when ``conversation_id`` is ``None``) and return its new version.
+
+        With ``expected_version`` the write happens only if the document is at that version (0: absent);
+        otherwise :class:`~protocol.Conflict` is raised and nothing changes.
+        """
+        async with self.commit() as tx:
+            tx.put_document(name, value, conversation_id=conversation_id, expected_version=expected_version)
+        return tx.results[0]
+
+    async def conversation(self, conversation_id: str) -> ConversationRecord:
+        """The conversation's record; :class:`~protocol.NotFound` if it does not exist."""
+        request = ReadConversation(conversation_id=conversation_id)
+        reply = await self.connection.call(request, ConversationReply)
+        return reply.conversation
+
+    async def read_entries(
+        self,
+        conversation_id: str,
+        *,
+        order: Order = "asc",
+        cursor: int | None = None,
+        limit: int = ENTRY_PAGE,
+    ) -> EntryPage:
+        """One page of entries. ``cursor`` is exclusive; pass the page's ``next_cursor`` to continue."""
+        request = ReadEntries(conversation_id=conversation_id, order=order, cursor=cursor, limit=limit)
+        reply = await self.connection.call(request, EntriesReply)
+        return EntryPage(entries=list(reply.entries), next_cursor=reply.next_cursor)
+
+    async def entries(self, conversation_id: str, *, order: Order = "asc") -> list[EntryRecord]:
+        """Every entry of the conversation, oldest first (``order="desc"``: newest first)."""
+        result: list[EntryRecord] = []
+        cursor: int | None = None
+        while True:
+            page = await self.read_entries(conversation_id, order=order, cursor=cursor)
+            result.extend(page.entries)
+            if page.next_cursor is None:
+                return result
+            if cursor is not None and (page.next_cursor <= cursor if order == "asc" else page.next_cursor >= cursor):
+                raise ProtocolError(
+                    f"read_entries ({order}) after {cursor} answered a page ending at {page.next_cursor}"
+                )
+            cursor = page.next_cursor
+
+    async def document(self, name: str, *, conversation_id: str | None = None) -> DocumentRecord | None:
+        """The document's current record, or ``None`` if it was never written."""
+        request = ReadDocument(conversation_id=conversation_id, name=name)
+        reply = await self.connection.call(request, DocumentReply)
+        return reply.document
+
+    async def submit(
+        self,
+        conversation_id: str,
+        *,
+        kind: str,
+        payload: Any = None,
+        request_id: str,
+        submission_id: str | None = None,
+        when_busy: WhenBusy = "follow_up",
+    ) -> SubmissionRecord:
+        """Admit a submission, deduplicated by ``(conversation_id, request_id)``.
+
+        A repeat with the same kind and payload returns the original record (also after a restart); the same
+        ``request_id`` with other content raises :class:`~protocol.Conflict`. An ``input`` to a conversation bound
+        to an agent starts a run (``record.run_id``); while another run of the conversation is active it is
+        ``queued`` behind it, or, with ``when_busy="reject"``, refused with :class:`~protocol.Conflict`.
+        """
+        request = Submit(
+            conversation_id=conversation_id,
+            submission_id=submission_id or new_id(),
+            request_id=request_id,
+            kind=kind,
+            payload=json_value(payload, "payload"),
+            when_busy=when_busy,
+        )
+        reply = await self.connection.call(request, Submitted)
+        return reply.submission
+
+    async def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
+        """The submission admitted under ``request_id`` in this conversation, or ``None``."""
+        request = ReadSubmission(conversation_id=conversation_id, request_id=request_id)
+        reply = await self.connection.call(request, SubmissionReply)
+        return reply.submission
+
+
+@attrs.define
+class EntryPage:
+    """A page of entries and the cursor that continues after it (``None``: nothing further)."""
+
+    entries: list[EntryRecord]
+    next_cursor: int | None

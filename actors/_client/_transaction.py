@@ -1,0 +1,91 @@
+"""``actors.Transaction``: writes collected by :meth:`~actors.Client.commit`, applied atomically."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from protocol import AbortTask, AppendEntry, CreateConversation, CreateTask, PutDocument, Write, json_value, new_id
+
+
+@attrs.define
+class Transaction:
+    """Writes collected by :meth:`Client.commit`, applied atomically when its block exits."""
+
+    writes: list[Write] = attrs.Factory(list)
+    seq: int | None = None
+    results: tuple[int, ...] = ()
+    default_owner_task_id: str | None = None
+    """The owner of a task created with neither ``owner_task_id`` nor ``conversation_id`` (a phase's own task);
+    without one, such a task gets a new conversation of its own."""
+
+    def create_task(
+        self,
+        kind: str,
+        input: Any = None,
+        *,
+        conversation_id: str | None = None,
+        owner_task_id: str | None = None,
+        task_id: str | None = None,
+        version: int = 0,
+        background: bool = False,
+        abandon_on_restart: bool = False,
+    ) -> str:
+        """Create a task in this commit (see :meth:`Client.create_task`) and return its id."""
+        task_id = task_id or new_id()
+        if conversation_id is None and owner_task_id is None:
+            if self.default_owner_task_id is not None:
+                owner_task_id = self.default_owner_task_id
+            else:
+                conversation_id = self.create_conversation()
+        self.writes.append(
+            CreateTask(
+                task_id=task_id,
+                kind=kind,
+                version=version,
+                input=json_value(input, "input"),
+                conversation_id=conversation_id,
+                owner_task_id=owner_task_id,
+                background=background,
+                abandon_on_restart=abandon_on_restart,
+            )
+        )
+        return task_id
+
+    def abort_task(self, task_id: str) -> None:
+        """Mark a task for abort in this commit."""
+        self.writes.append(AbortTask(task_id=task_id))
+
+    def create_conversation(
+        self, conversation_id: str | None = None, *, owner_task_id: str | None = None, agent: str | None = None
+    ) -> str:
+        conversation_id = conversation_id or new_id()
+        write = CreateConversation(conversation_id=conversation_id, owner_task_id=owner_task_id, agent=agent)
+        self.writes.append(write)
+        return conversation_id
+
+    def append(self, conversation_id: str, *, kind: str, data: Any = None, entry_id: str | None = None) -> str:
+        entry_id = entry_id or new_id()
+        write = AppendEntry(
+            conversation_id=conversation_id, entry_id=entry_id, kind=kind, data=json_value(data, "data")
+        )
+        self.writes.append(write)
+        return entry_id
+
+    def put_document(
+        self,
+        name: str,
+        value: Any,
+        *,
+        conversation_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> None:
+        self.writes.append(
+            PutDocument(
+                conversation_id=conversation_id,
+                name=name,
+                value=json_value(value, "value"),
+                expected_version=expected_version,
+            )
+        )

@@ -1,0 +1,344 @@
+"""The run loop: what a worker does with the leases of an agent's runs (``agent:<name>``), built on
+:class:`~actors.Phase` (docs/agents.md says it for users, docs/runs.md what the owner decides). The calls of tools
+are tasks of their own (``_tool_run.py``).
+
+Every step is one commit, and every decision is read back from what is committed (the transcript and the run's
+operation journal), so a phase that runs again after any crash goes on from the last commit, and never re-does a
+committed result:
+
+- a run's task, phase ``turn`` (checkpoint ``{"phase": "turn", "turn": n}``): reads the transcript into messages,
+  commits the model request's intent (attempt from the journal), streams the model, then commits in ONE commit the
+  result, the ``tether.assistant`` entry and the task's next state: its tool calls as ``tool:<name>`` tasks it waits
+  on (phase ``tools``), or its completion with the answer. A retryable model error sleeps until the shared delay;
+  a final one (or attempts spent) fails the run.
+- a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
+  by a person) gets one, then the next turn. Its abort handler does the same, so a cancelled run's transcript holds
+  no call without a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from protocol import (
+    ASSISTANT_ENTRY,
+    TOOL_RESULT_ENTRY,
+    EntryRecord,
+    FinishOperation,
+    RunUsage,
+    StartOperation,
+    TaskOutcome,
+    Write,
+    has_result,
+    json_value,
+)
+from protocol import Retry as ProtocolRetry
+from protocol.io import log_stderr
+
+from .._app._agents import AgentDefinition
+from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
+from .._models._model import AssistantMessage, ModelError, StreamEvent, TextDelta, TurnBuilder, Usage
+from .._models._retry import next_delay_ms
+from ._journal import (
+    AGENT_PREFIX,
+    TOOL_PREFIX,
+    _derived,
+    _fresh,
+    _refused_call,
+    _result_entry,
+    _run_attempt,
+    _start,
+    content_text,
+    journaled,
+    model_operation_id,
+    tool_operation_id,
+)
+from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
+from ._partials import partial_output
+from ._phase import Phase, PhaseTransaction
+from ._transcript import transcript
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``stream``, closed on leaving the block however it is left (``contextlib.aclosing`` for any async iterator:
+    one without ``aclose`` has nothing to close). A model's stream is an async generator holding a response and its
+    HTTP client open: left by an error raised outside it (an invalid event ``TurnBuilder`` refuses) or by a
+    cancellation, its ``finally`` must run here and now, not whenever the generator is collected."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _run_usage(usage: Usage | None) -> RunUsage | None:
+    if usage is None:
+        return None
+    return RunUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        cost=usage.cost,
+    )
+
+
+class AgentRun:
+    """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`. ``log`` is the
+    worker's log: a failed model attempt is one line of it (what failed, and what comes of it)."""
+
+    def __init__(self, agent: AgentDefinition, log: Callable[[str], None] = log_stderr) -> None:
+        self.agent = agent
+        self._log = log
+
+    def definition(self) -> TaskDefinition:
+        return TaskDefinition(
+            kind=AGENT_PREFIX + self.agent.name,
+            version=self.agent.version,
+            initial=lambda _input: {"phase": "turn", "turn": 1},
+            phases={"turn": self.turn, "tools": self.tools},
+            abort=self.abort,
+            restart_limit=DEFAULT_RESTART_LIMIT,
+        )
+
+    async def turn(self, rt: Phase) -> None:
+        await self._turn(rt, int(rt.checkpoint["turn"]))
+
+    async def _turn(
+        self, rt: Phase, turn: int, entries: Sequence[EntryRecord] | None = None, *, guess: bool = True
+    ) -> None:
+        """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
+        the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
+        agent = self.agent
+        run_id = str(rt.input["run_id"])
+        if agent.max_turns is not None and turn > agent.max_turns:
+            limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
+            await rt.fail(limit, reason="max_turns")
+            return
+        operation_id = model_operation_id(run_id, turn)
+        guessed = guess and _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
+        if op is not None and op.status == "completed":
+            # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
+            # its assistant entry was written in the same commit.
+            async with rt.commit() as tx:
+                self._next(tx, rt, run_id, turn, _assistant_message(op.result))
+            return
+        if op is not None and has_result(op):
+            await rt.fail(f"model request failed: {op.error}", reason="model_error")
+            return
+        retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
+        attempt = 1 if op is None else op.attempt + 1
+        if entries is None:
+            entries = await transcript(rt.client, rt.conversation_id)
+        fold = message_fold(rt.client, rt.conversation_id, entries)
+        request = agent.request(fold.messages(), attempt)
+        intent_digest = request_digest(request, fold)
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="model",
+            name=agent.model.name,
+            version=agent.version,
+            turn=turn,
+            attempt=attempt,
+            digest=intent_digest,
+            retry=retry,
+        )
+        if not await _start(rt, intent, guessed):
+            await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it
+            return
+        builder = TurnBuilder()
+        failure: ModelError | None = None
+        async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
+            try:
+                async with _closing(agent.model.stream(request)) as stream:
+                    async for event in stream:
+                        builder.feed(event)
+                        if isinstance(event, TextDelta):
+                            partial.feed(event.text)  # sent in pieces while it streams; never waits
+                result = builder.result()
+            except ModelError as exc:
+                failure = exc
+        if failure is not None:
+            await self._model_failed(rt, operation_id, turn, attempt, retry, failure, partial.final_writes())
+            return
+        message = result.message
+        async with rt.commit() as tx:
+            tx.writes.extend(partial.final_writes())  # the rest of the text, then the result: its output is done
+            tx.finish_operation(
+                FinishOperation(
+                    operation_id=operation_id,
+                    status="completed",
+                    result=json_value(assistant_data(message)),
+                    usage=_run_usage(result.usage),
+                )
+            )
+            tx.append(
+                rt.conversation_id,
+                kind=ASSISTANT_ENTRY,
+                entry_id=_derived(operation_id, "assistant"),
+                data={"run_id": run_id, "turn": turn, **assistant_data(message)},
+            )
+            self._next(tx, rt, run_id, turn, message)
+
+    async def _model_failed(
+        self,
+        rt: Phase,
+        operation_id: str,
+        turn: int,
+        attempt: int,
+        retry: ProtocolRetry,
+        exc: ModelError,
+        pieces: Sequence[Write] = (),
+    ) -> None:
+        """One commit: the attempt's failure and the task's next state. A retryable error with attempts left sleeps
+        until the back-off's deadline (``retry_wait``); a final one, or the policy's last attempt, fails the run at
+        once: no wait is taken for a try that never comes."""
+        error = f"{exc.kind}: {exc}"
+        delay = next_delay_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
+        async with rt.commit() as tx:
+            tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
+            tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
+            if delay is None:
+                tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
+            else:
+                tx.sleep_until(rt.now_ms() + delay, {"phase": "turn", "turn": turn, "attempt": attempt + 1})
+        if delay is not None:
+            then = f"tried again in {delay} ms"
+        elif exc.retryable:
+            then = "that was the last attempt: the run failed"
+        else:
+            then = f"not tried again ({exc.kind} is final): the run failed"
+        what = f"model request failed (attempt {attempt} of {retry.attempts}): {error}"
+        self._log(f"tether worker: run {rt.input['run_id']} (agent {self.agent.name}): {_one_line(what)}; {then}")
+
+    def _next(self, tx: PhaseTransaction, rt: Phase, run_id: str, turn: int, message: AssistantMessage) -> None:
+        """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
+        results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
+        if not message.tool_calls:
+            tx.complete({"text": message.text})
+            return
+        calls: list[dict[str, Any]] = []
+        run_attempt = _run_attempt(rt.input, "attempt")
+        for call in message.tool_calls:
+            operation_id = tool_operation_id(run_id, turn, call.call_id)
+            tool = self.agent.tool(call.name)
+            if tool is None or call.invalid_arguments is not None:
+                content = (
+                    f"error: the agent has no tool {call.name!r}"
+                    if tool is None
+                    else f"error: the arguments are not a JSON object: {call.invalid_arguments}"
+                )
+                if tool is not None:  # an unknown tool has no version nor policy: its error is in the transcript only
+                    _refused_call(
+                        tx,
+                        tool,
+                        run_id=run_id,
+                        operation_id=operation_id,
+                        turn=turn,
+                        call_id=call.call_id,
+                        arguments=call.arguments,
+                        error=content,
+                    )
+                _result_entry(
+                    tx,
+                    rt.conversation_id,
+                    run_id=run_id,
+                    operation_id=operation_id,
+                    call_id=call.call_id,
+                    name=call.name,
+                    content=content,
+                    is_error=True,
+                )
+                continue
+            task_id = tx.create_task(
+                TOOL_PREFIX + tool.name,
+                {
+                    "run_id": run_id,
+                    "operation_id": operation_id,
+                    "turn": turn,
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    **({} if run_attempt == 1 else {"run_attempt": run_attempt}),
+                },
+                task_id=_derived(rt.task_id, "tool", turn, call.call_id),
+                owner_task_id=rt.task_id,
+                version=tool.version,
+            )
+            calls.append({"call_id": call.call_id, "name": call.name, "task_id": task_id, "operation_id": operation_id})
+        if calls:
+            tx.wait(on=[call["task_id"] for call in calls], checkpoint={"phase": "tools", "turn": turn, "calls": calls})
+        else:
+            tx.advance({"phase": "turn", "turn": turn + 1})
+
+    async def tools(self, rt: Phase) -> None:
+        """After the turn's tool tasks: a result entry for every call without one (a commit only when one is
+        missing), then the next turn in this same run of the phase: no commit of a ``turn`` state and no lease
+        between the tools and the next model request. The task's next state is the one that turn commits; a run of
+        this phase cut off after the results finds them in the transcript and goes on to the same turn."""
+        turn = int(rt.checkpoint["turn"])
+        async with rt.commit() as tx:
+            entries = await self._missing_results(rt, tx, cancelled=False)
+            if rt.stopping:
+                # The worker drains: the next model request is the next run's of phase ``turn`` (another worker's,
+                # or this one's once back), not a stream this stop would wait for.
+                tx.advance({"phase": "turn", "turn": turn + 1})
+        if rt.ended:
+            return
+        await self._turn(rt, turn + 1, None if tx.writes else entries)
+
+    async def abort(self, rt: Phase) -> None:
+        """A cancelled run: the calls of its last turn without a result get an error result, then it ends."""
+        async with rt.commit() as tx:
+            if isinstance(rt.checkpoint, dict) and rt.checkpoint.get("phase") == "tools":
+                await self._missing_results(rt, tx, cancelled=True)
+            tx.aborted()
+
+    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> Sequence[EntryRecord]:
+        """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
+        run_id = str(rt.input["run_id"])
+        calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
+        entries = await transcript(rt.client, rt.conversation_id)
+        done = {
+            entry.data.get("operation_id")
+            for entry in entries
+            if entry.kind == TOOL_RESULT_ENTRY and isinstance(entry.data, dict)
+        }
+        missing = [call for call in calls if call["operation_id"] not in done]
+        outcomes = await rt.outcomes([call["task_id"] for call in missing]) if missing else {}
+        for call in missing:
+            outcome = outcomes.get(call["task_id"])
+            if outcome is not None and outcome.status == "completed":
+                content, is_error = content_text(outcome.result), False  # resolved by a person
+            else:
+                content, is_error = _unfinished(outcome, cancelled), True
+            _result_entry(
+                tx,
+                rt.conversation_id,
+                run_id=run_id,
+                operation_id=call["operation_id"],
+                call_id=call["call_id"],
+                name=call["name"],
+                content=content,
+                is_error=is_error,
+            )
+        return entries
+
+
+def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
+    if cancelled:
+        return "error: the run was cancelled before the tool call finished"
+    if outcome is None:
+        return INTERRUPTED
+    why = outcome.reason or outcome.error or ""
+    return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else "")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())

@@ -1,0 +1,163 @@
+"""The operation journal as the run loop reads and writes it, for run tasks and tool tasks alike: derived ids and
+digests, reading one operation, committing an intent (on a guess that saves a read), and the result entry and the
+journal records of a call that runs nothing.
+
+Ids are derived (uuid5) from the run, its task, the turn and the model's call id, never drawn at random, so a
+re-run derives the same operation, task and entry ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any, Final
+
+from protocol import (
+    AGENT_TASK_PREFIX,
+    TOOL_RESULT_ENTRY,
+    TOOL_TASK_PREFIX,
+    Conflict,
+    FinishOperation,
+    JsonValue,
+    NotFound,
+    OperationRecord,
+    StartOperation,
+    digest_json,
+    json_value,
+)
+
+from .._app._tools import ToolDefinition
+from ._phase import Phase, PhaseTransaction
+
+AGENT_PREFIX: Final = AGENT_TASK_PREFIX
+TOOL_PREFIX: Final = TOOL_TASK_PREFIX
+_IDS: Final = uuid.UUID("3f6c2a59-0d1e-4b8f-a7c4-6e2b91d05c37")
+
+
+def _derived(*parts: object) -> str:
+    return str(uuid.uuid5(_IDS, "/".join(str(part) for part in parts)))
+
+
+def model_operation_id(run_id: str, turn: int) -> str:
+    """The operation of a run's ``turn``-th model request: the same for every task of the run (a retried run finds
+    the turns already answered)."""
+    return _derived(run_id, "model", turn)
+
+
+def tool_operation_id(run_id: str, turn: int, call_id: str) -> str:
+    """The operation of the tool call ``call_id`` of a run's ``turn``: the same for every attempt of the call."""
+    return _derived(run_id, "tool", turn, call_id)
+
+
+def digest(value: Any) -> str:
+    """The sha256 of ``value`` as canonical JSON (:func:`protocol.digest_json`)."""
+    return hashlib.sha256(digest_json(value).encode()).hexdigest()
+
+
+def content_text(value: Any) -> str:
+    """A tool's result as the text a model reads: a string as is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
+    """The operation ``operation_id`` as the journal holds it, or ``None`` before its first intent. One read of one
+    record: a phase never reads the whole run's journal (that made a long run quadratic)."""
+    try:
+        return await rt.client.operation(operation_id)
+    except NotFound:
+        return None
+
+
+async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
+    """Commit an operation's intent. ``guessed``: the phase did not read the journal, on the guess that a fresh state
+    (never cut off) has no attempt of the operation yet; the owner checks every intent against the journal, so a
+    wrong guess is refused (``conflict``, nothing written) and answers ``False``: read the journal and decide again.
+    A right guess saves a read of the journal per model request and per tool call."""
+    try:
+        async with rt.commit() as tx:
+            tx.start_operation(write)
+    except Conflict:
+        if not guessed:
+            raise
+        return False
+    return True
+
+
+def _fresh(rt: Phase) -> bool:
+    """Whether this run of the phase is its state's first (nothing cut off: no attempt it started is journaled) in
+    its run's first task: a run's task after ``retry_run`` (input ``attempt`` above 1), and the tool tasks it creates
+    (input ``run_attempt``), go on from a journal the earlier tasks wrote, so a guess would be refused there."""
+    return (
+        rt.restarts == 0
+        and rt.mode == "phase"
+        and "attempt" not in rt.checkpoint
+        and _run_attempt(rt.input, "attempt") == 1
+        and _run_attempt(rt.input, "run_attempt") == 1
+    )
+
+
+def _run_attempt(value: Any, key: str) -> int:
+    """Which task of its run (1 for the first) a task's input says it is or belongs to, under ``key``."""
+    attempt = value.get(key, 1) if isinstance(value, dict) else 1
+    return attempt if type(attempt) is int else 1
+
+
+def _result_entry(
+    tx: PhaseTransaction,
+    conversation_id: str,
+    *,
+    run_id: str,
+    operation_id: str,
+    call_id: str,
+    name: str,
+    content: str,
+    is_error: bool,
+) -> None:
+    tx.append(
+        conversation_id,
+        kind=TOOL_RESULT_ENTRY,
+        entry_id=_derived(operation_id, "result"),
+        data={
+            "run_id": run_id,
+            "operation_id": operation_id,
+            "call_id": call_id,
+            "name": name,
+            "content": content,
+            "is_error": is_error,
+        },
+    )
+
+
+def _refused_call(
+    tx: PhaseTransaction,
+    tool: ToolDefinition,
+    *,
+    run_id: str,
+    operation_id: str,
+    turn: int,
+    call_id: str,
+    arguments: Any,
+    error: str,
+) -> None:
+    """Journal a call of ``tool`` that runs nothing (arguments that are not JSON or fail its schema, a denial): its
+    intent and its ``failed`` result (the error the model sees) in the commit that writes its result entry, so the
+    journal lists it and a call and its result still land together. Never for a call that started an attempt."""
+    tx.start_operation(
+        StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="tool",
+            name=tool.name,
+            version=tool.version,
+            turn=turn,
+            attempt=1,
+            digest=digest(arguments),
+            tool_call_id=call_id,
+            policy=tool.recovery,
+            arguments=json_value(arguments),
+        )
+    )
+    tx.finish_operation(
+        FinishOperation(operation_id=operation_id, status="failed", result=JsonValue(error), is_error=True, error=error)
+    )

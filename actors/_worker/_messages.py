@@ -1,0 +1,153 @@
+"""A conversation's transcript as a model's messages: the ``tether.*`` entries folded into user, assistant and tool
+messages (a call without a result gets an ``interrupted`` error result), folded a part at a time beside the
+worker's transcript cache, and the digest of a model request that its intent records."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, digest_json
+
+from .._models._model import AssistantMessage, Message, ModelRequest, ToolCallRequest, ToolMessage, UserMessage
+from ._transcript import transcript_cache
+
+INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
+
+
+def call_data(call: ToolCallRequest) -> dict[str, Any]:
+    data: dict[str, Any] = {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+    if call.invalid_arguments is not None:
+        data["invalid_arguments"] = call.invalid_arguments
+    return data
+
+
+def assistant_data(message: AssistantMessage) -> dict[str, Any]:
+    """The normalised assistant message as JSON: the model operation's result and the entry's data."""
+    return {"text": message.text, "tool_calls": [call_data(call) for call in message.tool_calls]}
+
+
+def _assistant_message(data: Any) -> AssistantMessage:
+    calls = tuple(
+        ToolCallRequest(
+            call_id=str(call["call_id"]),
+            name=str(call["name"]),
+            arguments=call["arguments"],
+            invalid_arguments=call.get("invalid_arguments"),
+        )
+        for call in data.get("tool_calls") or ()
+    )
+    return AssistantMessage(text=str(data.get("text") or ""), tool_calls=calls)
+
+
+def transcript_messages(entries: Iterable[Any]) -> list[Message]:
+    """The transcript's ``tether.*`` entries as a model's messages, oldest first. Each assistant message is followed
+    by the results of its calls in call order; a call without a result entry gets a synthesized error result
+    (``interrupted``), so a provider never sees a dangling call. Other entry kinds are not the model's."""
+    fold = MessageFold()
+    fold.feed(entries)
+    return fold.messages()
+
+
+class MessageFold:
+    """:func:`transcript_messages` fed a transcript in parts: the messages of the entries fed so far, each entry
+    read once. Messages before the last user or assistant message are final; the results of the last assistant
+    message's calls are settled only by :meth:`messages`, each time (a result entry may still come). The run loop
+    keeps one per conversation beside the worker's transcript cache, so a turn folds only the new entries, and
+    keeps each final message's canonical JSON for the request's digest."""
+
+    def __init__(self) -> None:
+        self.fed = 0
+        """Entries fed so far."""
+        self.final: list[Message] = []
+        self.final_json: list[str] = []
+        """The canonical JSON of each final message (:func:`request_digest`), computed once."""
+        self.json_bytes = 0
+        """The UTF-8 size of :attr:`final_json`: what the fold holds beside the transcript (its messages share the
+        entries' strings), charged to the transcript cache's bound."""
+        self._open_calls: tuple[ToolCallRequest, ...] = ()
+        self._results: dict[str, ToolMessage] = {}
+
+    def feed(self, entries: Iterable[Any]) -> None:
+        for entry in entries:
+            self.fed += 1
+            data = entry.data if isinstance(entry.data, dict) else {}
+            if entry.kind == USER_ENTRY:
+                self._close()
+                self._final(UserMessage(text=str(data.get("text") or "")))
+            elif entry.kind == ASSISTANT_ENTRY:
+                self._close()
+                message = _assistant_message(data)
+                self._final(message)
+                self._open_calls = message.tool_calls
+            elif entry.kind == TOOL_RESULT_ENTRY:
+                call_id = str(data.get("call_id"))
+                if any(call.call_id == call_id for call in self._open_calls) and call_id not in self._results:
+                    self._results[call_id] = ToolMessage(
+                        call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
+                    )
+
+    def messages(self) -> list[Message]:
+        """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``)."""
+        return self.final + self._settled()
+
+    def _settled(self) -> list[Message]:
+        return [
+            self._results.get(call.call_id) or ToolMessage(call_id=call.call_id, content=INTERRUPTED, is_error=True)
+            for call in self._open_calls
+        ]
+
+    def _close(self) -> None:
+        for message in self._settled():
+            self._final(message)
+        self._open_calls, self._results = (), {}
+
+    def _final(self, message: Message) -> None:
+        self.final.append(message)
+        text = digest_json(_message_data(message))
+        self.final_json.append(text)
+        self.json_bytes += len(text.encode())
+
+
+def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:
+    """The sha256 of the request as canonical JSON (model, instructions, messages, tool names): what a model
+    intent records. With the ``fold`` the messages came from, the final messages' JSON is not computed again (the
+    same bytes as :func:`digest` of the whole request)."""
+    value = {
+        "model": request.model,
+        "instructions": request.instructions,
+        "messages": [],
+        "tools": [tool.name for tool in request.tools],
+    }
+    messages = request.messages
+    known: list[str] = []
+    final = fold.final if fold is not None else []
+    if fold is not None and len(messages) >= len(final) and all(a is b for a, b in zip(final, messages, strict=False)):
+        known = fold.final_json
+    rest = [digest_json(_message_data(message)) for message in messages[len(known) :]]
+    head, tail = digest_json(value).split('"messages":[]', 1)
+    return hashlib.sha256(f'{head}"messages":[{",".join(known + rest)}]{tail}'.encode()).hexdigest()
+
+
+def message_fold(client: Any, conversation_id: str, entries: Sequence[EntryRecord]) -> MessageFold:
+    """The conversation's :class:`MessageFold` fed ``entries`` (its whole transcript, as the worker's cache returned
+    it): kept beside the cache, so only the entries after the last fold are read; a fresh one when the cache read the
+    transcript whole since (its memo is then empty). What it holds is charged to the cache's byte bound."""
+    cache = transcript_cache(client)
+    memo = cache.memo(conversation_id)
+    fold = memo.get("fold")
+    if not isinstance(fold, MessageFold) or fold.fed > len(entries):
+        fold = MessageFold()
+    fold.feed(entries[fold.fed :])
+    memo["fold"] = fold
+    cache.charge(conversation_id, fold.json_bytes)
+    return fold
+
+
+def _message_data(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {"role": "user", "text": message.text}
+    if isinstance(message, AssistantMessage):
+        return {"role": "assistant", **assistant_data(message)}
+    return {"role": "tool", "call_id": message.call_id, "content": message.content, "is_error": message.is_error}

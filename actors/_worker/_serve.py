@@ -1,0 +1,216 @@
+"""``actors.serve``: attach to an owner as a worker, announce the app, run the phases the owner leases to it, and
+stop by draining."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import trio
+
+from protocol import DEFAULT_MAX_LEASES, ConnectionLost, OwnerUnavailable, TetherError, UsageError
+from protocol.io import log_stderr
+
+from .._app._app import App
+from .._client._client import Client, check_target, connect
+from ._worker import Worker, _Stop
+
+DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+"""How long a stopping worker lets the phases it runs finish before it cuts off what still runs (``tether worker
+--drain-timeout``, ``tether up --drain-timeout``, ``serve(drain_timeout_s=)``)."""
+RETRY_LOG_INTERVAL_S: Final = 10.0
+"""While a worker cannot reach its owner, at most one log line per this many seconds says so."""
+
+
+async def serve(
+    app: App,
+    *,
+    db: str | os.PathLike[str] | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    name: str = "",
+    max_leases: int = DEFAULT_MAX_LEASES,
+    log: Callable[[str], None] = log_stderr,
+    ca: str | os.PathLike[str] | None = None,
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+    stop: Callable[[], Awaitable[object]] | None = None,
+    handle_signals: bool = True,
+    task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` as a worker until stopped.
+
+    Connects with role ``worker`` and announces the app's capabilities (task kinds, each with its version);
+    re-announces after every reconnection, naming the leases whose phases still run here (the owner cancels those
+    it gave to someone else meanwhile). Every leased phase runs in its own cancel scope: an abort from the owner
+    cancels it, and the lease is released once the phase has stopped. ``task_status.started`` receives the
+    connected client (for ``nursery.start``). ``ca`` verifies a ``wss://`` owner, as for :func:`connect`.
+
+    **Stopping drains.** SIGINT or SIGTERM (with ``handle_signals``, from the main thread) or the return of
+    ``stop()`` (an async function, if given; it is started once ``serve`` listens for the signals) stop the worker:
+    it takes no new lease, lets the phases it runs finish and commit (a tool call ends with its result, not as an
+    interrupted call), for at most ``drain_timeout_s``, then returns. What still runs at that deadline is cut off
+    and follows its recovery policy. A second SIGINT or SIGTERM, or a cancellation of ``serve``, stops at once,
+    cutting off what runs. Each step is logged.
+
+    Raises :class:`~protocol.UsageError` at once for what no retry can mend (see :func:`connect`) and for a negative
+    ``drain_timeout_s``; an owner that is not up yet is waited for, each failed attempt logged (at most one line per
+    ``RETRY_LOG_INTERVAL_S`` while it lasts).
+    """
+    check_target(db=db, url=url, token=token, ca=ca)
+    if not drain_timeout_s >= 0:
+        raise UsageError(f"drain_timeout_s is a number of seconds, 0 or more, not {drain_timeout_s!r}")
+    worker_name = name or f"worker-{os.getpid()}"
+    signals = handle_signals and threading.current_thread() is threading.main_thread()
+    receiver = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) if signals else contextlib.nullcontext()
+    # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
+    with receiver as received:
+        stopping = _Stop()
+        async with trio.open_nursery() as nursery:
+            if received is not None:
+                nursery.start_soon(_stop_on_signals, received, stopping, nursery.cancel_scope, log, worker_name)
+            if stop is not None:
+                nursery.start_soon(_stop_when, stop, stopping)
+            nursery.start_soon(_drain_deadline, stopping, drain_timeout_s, log, worker_name)
+            nursery.start_soon(_end_if_drained_unattached, stopping, nursery.cancel_scope)
+
+            async def connections(*, task_status: trio.TaskStatus[Client]) -> None:
+                connect_args = {"db": db, "url": url, "token": token, "ca": ca, "name": worker_name}
+                await _serve_connections(
+                    app, stopping, connect_args=connect_args, max_leases=max_leases, log=log, task_status=task_status
+                )
+                nursery.cancel_scope.cancel(reason="the worker stopped")
+
+            task_status.started(await nursery.start(connections))
+
+
+async def _stop_on_signals(
+    signals: Any, stopping: _Stop, scope: trio.CancelScope, log: Callable[[str], None], name: str
+) -> None:
+    """The first SIGINT/SIGTERM asks the stop; a second one stops at once."""
+    async for signum in signals:
+        if not stopping.asked.is_set():
+            stopping.ask()
+            continue
+        running = stopping.worker.running_kinds() if stopping.worker is not None else []
+        cut = f"; cutting off {len(running)} running: {', '.join(running)}" if running else ""
+        log(f"tether worker: {name}: {signal.Signals(signum).name} again: stopping at once{cut}")
+        scope.cancel(reason="a second SIGINT or SIGTERM")
+        return
+
+
+async def _stop_when(stop: Callable[[], Awaitable[object]], stopping: _Stop) -> None:
+    await stop()
+    stopping.ask()
+
+
+async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable[[str], None], name: str) -> None:
+    """Once the stop is asked: say what runs, and end the drain at its deadline if it has not ended by then."""
+    await stopping.asked.wait()
+    running = stopping.worker.running_kinds() if stopping.worker is not None else []
+    if running:
+        log(
+            f"tether worker: {name}: stopping: no new work; waiting up to {drain_timeout_s:g} s for what runs to "
+            f"finish and commit (SIGINT or SIGTERM again stops at once): {', '.join(running)}"
+        )
+    with trio.move_on_after(drain_timeout_s):
+        await stopping.drained.wait()
+        if running:
+            log(f"tether worker: {name}: stopping: everything it ran finished and committed")
+        return
+    left = stopping.worker.running_kinds() if stopping.worker is not None else []
+    log(
+        f"tether worker: {name}: stopping: the drain timeout ({drain_timeout_s:g} s) passed; cutting off "
+        f"{len(left)} still running, each follows its recovery policy: {', '.join(left)}"
+    )
+    stopping.drained.set()
+
+
+async def _end_if_drained_unattached(stopping: _Stop, scope: trio.CancelScope) -> None:
+    """End :func:`serve` when its drain ends while it is not attached (it was waiting for an owner): an attached one
+    closes its connection first (:func:`_serve_connections`), which cancelling would make wait for its timeout."""
+    await stopping.drained.wait()
+    if stopping.worker is None:
+        scope.cancel(reason="the worker stopped")
+
+
+async def _serve_connections(
+    app: App,
+    stopping: _Stop,
+    *,
+    connect_args: dict[str, Any],
+    max_leases: int,
+    log: Callable[[str], None],
+    task_status: trio.TaskStatus[Client],
+) -> None:
+    """Serve ``app`` until the stop's drain is over, connecting afresh whenever a connection cannot be kept up."""
+    started = False
+    attempts = _AttemptLog(log, connect_args["name"], connect_args["db"] or connect_args["url"])
+    while True:
+        try:
+            async with (
+                connect(role="worker", wait_for_owner_s=math.inf, on_attempt=attempts, **connect_args) as client,
+                trio.open_nursery() as nursery,
+            ):
+                worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases)
+                client.connection.attach_worker(worker)  # its announcement is re-sent after every reconnection
+                stopping.worker = worker
+                await client.announce(worker.announcement())
+                if stopping.draining:
+                    worker.drain()  # asked while this connection was being made
+                if not started:
+                    started = True
+                    task_status.started(client)
+                await stopping.drained.wait()
+                # Whatever still runs now is cut off, not released: the connection closes (cleanly, as the block
+                # exits) with its leases, and the owner applies each task's recovery policy.
+                nursery.cancel_scope.cancel(reason="the worker stopped")
+            return
+        except (OwnerUnavailable, ConnectionLost):
+            # OwnerUnavailable: the owner stayed away longer than a client waits for it. ConnectionLost: the owner
+            # went away during the first announcement (later ones are re-sent by the client itself). Either way,
+            # connect afresh, waiting for the next owner.
+            stopping.worker = None
+            if stopping.draining:
+                stopping.drained.set()  # the connection's leases ended with it: nothing runs here any more
+
+
+class _AttemptLog:
+    """A worker's log of its failed attempts to reach the owner: the first failure at once, then at most one line
+    per ``RETRY_LOG_INTERVAL_S`` while they go on, and one when an attempt succeeds again."""
+
+    def __init__(self, log: Callable[[str], None], name: str, target: Any) -> None:
+        self._log = log
+        self._name = name
+        self._target = target
+        self._first_s: float | None = None
+        self._logged_s = 0.0
+        self._attempts = 0
+
+    def __call__(self, error: TetherError | None, backoff_s: float) -> None:
+        now = trio.current_time()
+        if error is None:
+            if self._first_s is not None:
+                self._log(
+                    f"tether worker: {self._name}: reached the owner of {self._target} after "
+                    f"{now - self._first_s:.1f} s ({self._attempts} failed attempt(s))"
+                )
+            self._first_s, self._attempts = None, 0
+            return
+        self._attempts += 1
+        if self._first_s is None:
+            self._first_s = self._logged_s = now
+            self._log(
+                f"tether worker: {self._name}: {error}; trying again in {backoff_s:.2g} s, and on (a line every "
+                f"{RETRY_LOG_INTERVAL_S:g} s while it lasts)"
+            )
+        elif now - self._logged_s >= RETRY_LOG_INTERVAL_S:
+            self._logged_s = now
+            self._log(
+                f"tether worker: {self._name}: still no owner after {now - self._first_s:.0f} s ({self._attempts} "
+                f"attempts): {error}; trying again in {backoff_s:.2g} s"
+            )

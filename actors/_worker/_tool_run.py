@@ -1,0 +1,179 @@
+"""A tool call's task (``tool:<name>``), which a run's turn creates for each call of its model's answer: validates the
+arguments, asks for an approval if the tool wants one (and waits), then commits the call's intent, runs the handler,
+and commits its result, the ``tether.tool_result`` entry and its completion in ONE commit. An interrupted call is the
+owner's to decide (docs/runs.md); the worker follows the journal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import (
+    CreateInteraction,
+    FinishOperation,
+    JsonValue,
+    OperationRecord,
+    StartOperation,
+    approval_task_id,
+    has_result,
+    json_value,
+)
+
+from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
+from .._app._tools import ToolCall, ToolDefinition
+from ._journal import (
+    TOOL_PREFIX,
+    _derived,
+    _fresh,
+    _refused_call,
+    _result_entry,
+    _start,
+    content_text,
+    digest,
+    journaled,
+)
+from ._phase import Phase
+
+
+class ToolRun:
+    """The phases of a tool call's task (``tool:<name>``) for one :class:`ToolDefinition`."""
+
+    def __init__(self, tool: ToolDefinition) -> None:
+        self.tool = tool
+
+    def definition(self) -> TaskDefinition:
+        return TaskDefinition(
+            kind=TOOL_PREFIX + self.tool.name,
+            version=self.tool.version,
+            initial=lambda _input: {"phase": "call"},
+            phases={"call": self.call, "approved": self.approved},
+            restart_limit=DEFAULT_RESTART_LIMIT,
+        )
+
+    async def call(self, rt: Phase) -> None:
+        tool = self.tool
+        run_id = str(rt.input["run_id"])
+        operation_id = str(rt.input["operation_id"])
+        guessed = _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
+        if op is not None and has_result(op):
+            await rt.complete(op.result)  # its result entry was committed with it
+            return
+        args = rt.input["arguments"]
+        errors = tool.validate(args)
+        if errors:
+            await self._finish(rt, None, "error: invalid arguments: " + "; ".join(errors), is_error=True)
+            return
+        if tool.approval_required(args):
+            async with rt.commit() as tx:
+                tx.create_interaction(
+                    CreateInteraction(
+                        interaction_id=_derived(operation_id, "interaction"),
+                        operation_id=operation_id,
+                        run_id=run_id,
+                        args=json_value(args),
+                        digest=digest(args),
+                    )
+                )
+                tx.wait(on=[approval_task_id(operation_id)], checkpoint={"phase": "approved"})
+            return
+        await self._execute(rt, op, guessed=guessed)
+
+    async def approved(self, rt: Phase) -> None:
+        """Resumed once the approval was answered: a denial is an error result; an approval runs exactly the
+        approved arguments (the interaction's digest is of the same arguments the task holds)."""
+        operation_id = str(rt.input["operation_id"])
+        op = await journaled(rt, operation_id)
+        if op is not None and has_result(op):
+            await rt.complete(op.result)
+            return
+        approval = approval_task_id(operation_id)
+        outcome = (await rt.outcomes([approval]))[approval]
+        answer: Any = outcome.result if outcome is not None and outcome.status == "completed" else None
+        if not isinstance(answer, dict) or answer.get("approve") is not True:
+            note = answer.get("note") if isinstance(answer, dict) else None
+            content = "error: the call was denied by a person" + (f": {note}" if note else "")
+            await self._finish(rt, None, content, is_error=True)
+            return
+        await self._execute(rt, op)
+
+    async def _execute(self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False) -> None:
+        tool = self.tool
+        inp = rt.input
+        run_id = str(inp["run_id"])
+        operation_id = str(inp["operation_id"])
+        args = inp["arguments"]
+        attempt = 1 if op is None else op.attempt + 1
+        policy = tool.recovery if op is None or op.policy is None else op.policy
+        intent = StartOperation(
+            operation_id=operation_id,
+            run_id=run_id,
+            kind="tool",
+            name=tool.name,
+            version=tool.version,
+            turn=int(inp["turn"]),
+            attempt=attempt,
+            digest=digest(args),
+            tool_call_id=str(inp["call_id"]),
+            policy=policy,
+            arguments=json_value(args),
+        )
+        if not await _start(rt, intent, guessed):
+            op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
+            if op is not None and has_result(op):
+                await rt.complete(op.result)
+                return
+            await self._execute(rt, op)
+            return
+        call = ToolCall(
+            operation_id=operation_id,
+            run_id=run_id,
+            conversation_id=rt.conversation_id,
+            attempt=attempt,
+            tool=tool.name,
+            version=tool.version,
+        )
+        try:
+            value = json_value(await tool.handler(call, dict(args)))
+        except Exception as exc:  # the handler's failure is the model's to read
+            await self._finish(rt, operation_id, f"error: {type(exc).__name__}: {exc}", is_error=True)
+            return
+        await self._finish(rt, operation_id, value, is_error=False)
+
+    async def _finish(self, rt: Phase, operation_id: str | None, result: Any, *, is_error: bool) -> None:
+        """ONE commit: the operation's result, the result entry and the task's completion. A call that ran nothing
+        (``operation_id`` ``None``: invalid arguments, a denial) is journaled by :func:`_refused_call`."""
+        inp = rt.input
+        async with rt.commit() as tx:
+            if operation_id is None:
+                _refused_call(
+                    tx,
+                    self.tool,
+                    run_id=str(inp["run_id"]),
+                    operation_id=str(inp["operation_id"]),
+                    turn=int(inp["turn"]),
+                    call_id=str(inp["call_id"]),
+                    arguments=inp["arguments"],
+                    error=str(result),
+                )
+            else:
+                tx.finish_operation(
+                    FinishOperation(
+                        operation_id=operation_id,
+                        status="failed" if is_error else "completed",
+                        result=JsonValue(result),
+                        is_error=is_error,
+                        error=result if is_error else None,
+                    )
+                )
+            _result_entry(
+                tx,
+                rt.conversation_id,
+                run_id=str(inp["run_id"]),
+                operation_id=str(inp["operation_id"]),
+                call_id=str(inp["call_id"]),
+                name=str(inp["name"]),
+                content=content_text(result),
+                is_error=is_error,
+            )
+            tx.complete(result)
