@@ -20,8 +20,10 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/tether demo
 
+# Two pytest processes (pytest-xdist): run one at a time, the process tests (which start Python processes and wait on
+# them) keep about one core busy. `pytest` alone runs the suite, or a test, in one process.
 test: $(VENV)/.installed-test lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q tests/unit
