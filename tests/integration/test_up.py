@@ -153,12 +153,19 @@ async def test_status_says_an_owner_that_holds_its_lock_but_does_not_answer_is_n
     with trio.fail_after(60):
         answering = json.loads((await run_tether("status", "--db", owner.db, "--json")).stdout)
         os.kill(owner.pid, signal.SIGSTOP)  # hung, as a deadlock or a stalled disk leaves it
+        results: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+        async def run(name: str, *args: str) -> None:
+            results[name] = await run_tether(*args)
+
         try:
-            as_json = await run_tether("status", "--db", owner.db, "--json")
-            human = await run_tether("status", "--db", owner.db)
-            tasks = await run_tether("tasks", "--db", owner.db)
+            async with trio.open_nursery() as nursery:  # each waits out its own answer timeout: side by side
+                nursery.start_soon(run, "json", "status", "--db", owner.db, "--json")
+                nursery.start_soon(run, "human", "status", "--db", owner.db)
+                nursery.start_soon(run, "tasks", "tasks", "--db", owner.db)
         finally:
             os.kill(owner.pid, signal.SIGCONT)
+        as_json, human, tasks = results["json"], results["human"], results["tasks"]
     assert answering["owner"] == {"pid": owner.pid, "alive": True, "answering": True, "restarts": 0}
     assert json.loads(as_json.stdout)["owner"] == {"pid": owner.pid, "alive": True, "answering": False, "restarts": 0}
     [line] = [line for line in nonblank_lines(human.stdout) if line.startswith("owner")]
