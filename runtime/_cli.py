@@ -434,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="kill a hung owner: one that has not answered the supervisor's probe (a read of its peers through its "
         "commit loop, every S/2 seconds, or every quarter of --heartbeat-timeout if that is sooner) for S seconds, "
-        "counted once it listens; the standby takes over. Also kill "
+        "counted from the first probe; the standby takes over. Also kill "
         "a worker that attached once and has not been attached for S seconds while the owner answers (the owner "
         f"dropped it); it is restarted (default {DEFAULT_LIVENESS_TIMEOUT_S:g})",
     )

@@ -126,7 +126,7 @@ def restart_delay(backoff_s: float, ready_s: float | None) -> tuple[float, float
 def next_liveness_look(now_s: float, answered_s: float, asked_s: float | None, timeout_s: float) -> float | None:
     """When to look at the owner's liveness again, or ``None``: it is hung, kill it.
 
-    ``answered_s``: when it last answered (or started listening); ``asked_s``: since when a question (a probe, or a
+    ``answered_s``: when it last answered (or was first asked); ``asked_s``: since when a question (a probe, or a
     connection attempt) waits for its answer, ``None`` if none does. The owner is hung once it has not answered for
     ``timeout_s`` while a question waited at least ``UNANSWERED_GRACE_S`` (at most half the timeout). Without that
     wait the silence is the supervisor's own: stopped itself (Ctrl-Z, SIGSTOP), it asked nothing meanwhile, and the
@@ -223,6 +223,10 @@ class _OwnerWatch:
         return now_s
 
     def answered(self) -> None:
+        self.count_from_now()
+
+    def count_from_now(self) -> None:
+        """The owner's silence counts from now (an answer came, or the first question is about to go out)."""
         self.answered_s, self.asked_s = trio.current_time(), None
         self.due.deadline = self.answered_s + self.timeout_s
 
@@ -603,7 +607,7 @@ class Supervisor:
         A hung owner (a deadlock, a stalled disk, a stopped process or VM) does not die, so nothing else would notice
         it: clients time out one by one and the standby waits behind the lock. So the supervisor asks it for its
         peers through its commit loop (``PROBES_PER_LIVENESS_TIMEOUT``, a reader connection of its own); once no answer
-        came for ``--liveness-timeout`` (counted from when it listened, then from its last answer) it says so and
+        came for ``--liveness-timeout`` (counted from its first question, then from its last answer) it says so and
         SIGKILLs it (which works on a stopped process), and the standby takes over as for any death. Never while the
         supervisor stops (an owner finishing its work may be slow to answer then). The answers also tell which
         workers are attached: see :meth:`_check_workers`.
@@ -636,10 +640,14 @@ class Supervisor:
     async def _probe_owner(self, info: RuntimeInfo, watch: _OwnerWatch) -> None:
         """Ask the owner at ``info.url`` for its peers every ``watch.interval_s``, noting each question and answer in
         ``watch``; connect again after a lost connection (a connection attempt counts as a question)."""
-        # The first question an interval after the owner started listening (its timeout counts from then), and the
-        # client imported only then: a quarter of a second of CPU kept off tether up's start, its workers starting.
+        # The first question an interval after the owner started listening, and the client imported only then: a
+        # quarter of a second of CPU kept off tether up's start, its workers starting. The silence counts from that
+        # question: a new owner (a standby just promoted, its workers and clients reconnecting at once) gets a whole
+        # timeout to answer its first, not what is left of one counted from when it listened.
         await trio.sleep(watch.interval_s)
         import actors
+
+        watch.count_from_now()
 
         while True:
             try:
