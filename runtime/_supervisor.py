@@ -312,6 +312,8 @@ class Supervisor:
         self._app_checked = trio.Event()
         self._restart_times: collections.deque[float] = collections.deque()
         self._workers_started = False
+        self._standby_spawning: trio.Event | None = None
+        """Set while a standby's process is being started (its ``_Child.process`` is not known yet)."""
         self._stopping = False
         self._exits: trio.MemorySendChannel[trio.Process]
         self.url: str | None = None
@@ -444,6 +446,16 @@ class Supervisor:
         await trio.sleep(wait_s)
         if self._stopping:
             return
+        if child is self.owner:
+            if self._standby_spawning is not None:
+                await self._standby_spawning.wait()  # the owner died while its standby was being started
+            if self.standby.running:
+                # That standby takes the lock the kernel released (or already did): it is the owner now, and a new
+                # owner process would only find the database owned (and stop tether up: retrying cannot change that).
+                self._promote_standby()
+                nursery.start_soon(self._when_listening, nursery, self.owner.process)
+                self._write_state()
+                return
         child.restarts += 1
         await self._start(nursery, child)
         if child is self.owner:
@@ -495,7 +507,12 @@ class Supervisor:
         if self._stopping or self.owner.process is not owner_process or not self.owner.running:
             return
         if self.standby.process is None or not self.standby.running:
-            await self._start(nursery, self.standby)
+            self._standby_spawning = spawning = trio.Event()
+            try:
+                await self._start(nursery, self.standby)
+            finally:
+                self._standby_spawning = None
+                spawning.set()
             self._write_state()
 
     async def _start_workers(self, nursery: trio.Nursery) -> None:
