@@ -12,8 +12,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
@@ -21,7 +23,15 @@ import actors
 from actors._client._connection import CONNECT_TIMEOUT_S
 from protocol import Capability, runtime_path
 from runtime._exits import EXIT_OK, EXIT_USAGE
-from runtime._supervisor import BACKOFF_MAX_S, STABLE_AFTER_S, read_state, state_path, supervisor_lock_path
+from runtime._supervisor import (
+    BACKOFF_MAX_S,
+    STABLE_AFTER_S,
+    Supervisor,
+    SupervisorConfig,
+    read_state,
+    state_path,
+    supervisor_lock_path,
+)
 from storage_owner.store import is_owned, lock_path
 from tests.faults import _apps
 from tests.integration._up_helpers import (
@@ -585,3 +595,41 @@ async def test_up_starts_while_status_probes_look_at_its_locks(db_path: str, tmp
             finally:
                 stop_probing.set()
         assert probes and probes[0] > 0
+
+
+async def test_an_owner_that_dies_while_its_standby_is_being_started_is_replaced_by_that_standby(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window between the supervisor deciding to start a standby and knowing its process: the owner dies in it
+    (SIGKILL), and its exit is handled before the standby's process exists. The standby then takes the lock the kernel
+    released; a new owner started after the back-off would find the database taken and exit 3, which stops tether up.
+    The supervisor runs in this process so that its start of the standby can be held at that point."""
+    lines: list[str] = []
+    supervisor = Supervisor(SupervisorConfig(db=db_path, app="runtime.demo_app:app", workers=0), say=lines.append)
+    start = Supervisor._start
+    killed: list[int] = []
+
+    async def start_after_killing_the_owner(self: Supervisor, nursery: trio.Nursery, child: Any) -> None:
+        if child is self.standby and not killed:
+            owner = self.owner.process
+            assert owner is not None
+            owner.kill()
+            killed.append(owner.pid)
+            await wait_for(lambda: any("exited with status -9" in line for line in lines), "the owner's exit handled")
+        await start(self, nursery, child)
+
+    monkeypatch.setattr(Supervisor, "_start", start_after_killing_the_owner)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await wait_for(lambda: any("takes over" in line for line in lines), "the standby taking over")
+            await wait_for(lambda: sum("listening on" in line for line in lines) == 2, "the promoted standby listening")
+            owner = supervisor.owner.process
+            assert owner is not None and owner.returncode is None and supervisor.owner.restarts == 1, lines
+            await wait_for(lambda: supervisor.standby.running, "a new standby behind it")
+            standby = supervisor.standby.process
+            assert standby is not None
+            children = [owner.pid, standby.pid]
+            nursery.cancel_scope.cancel()  # the supervisor stops its children in order, shielded
+    assert killed and all(pid_gone(pid) for pid in (*killed, *children)), lines
+    assert not any("retrying cannot change" in line for line in lines), lines
