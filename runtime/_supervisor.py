@@ -449,6 +449,8 @@ class Supervisor:
         if child is self.owner:
             if self._standby_spawning is not None:
                 await self._standby_spawning.wait()  # the owner died while its standby was being started
+                if self._stopping:
+                    return
             if self.standby.running:
                 # That standby takes the lock the kernel released (or already did): it is the owner now, and a new
                 # owner process would only find the database owned (and stop tether up: retrying cannot change that).
