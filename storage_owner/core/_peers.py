@@ -239,10 +239,10 @@ class Peers:
         after = request.after_peer_id
         ids = sorted(peer_id for peer_id in self.attached if after is None or peer_id > after)
         # A page ends at the read budget (one peer at least: an announce is bounded well below it).
-        count = fitting(ids, lambda peer_id: PeersReply(peers=(self._info(peer_id),)), READ_BUDGET_BYTES)
-        infos = tuple(self._info(peer_id) for peer_id in ids[:count])
+        infos = [self._info(peer_id) for peer_id in ids]
+        count = fitting(infos, lambda info: PeersReply(peers=(info,)), READ_BUDGET_BYTES)
         next_after = ids[count - 1] if count < len(ids) else None
-        return PeersReply(peers=infos, next_after_peer_id=next_after)
+        return PeersReply(peers=tuple(infos[:count]), next_after_peer_id=next_after)
 
     def on_ping(self, peer: PeerId, call_id: int, request: Ping, now_ms: int) -> Frame:
         return Pong(now_ms=now_ms, head_seq=self._head.seq)

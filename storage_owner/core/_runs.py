@@ -455,9 +455,7 @@ class Runs:
         stay) and the run is ``queued`` again at the head of its conversation's queue, which it blocks: admission
         gives it a new task (same run id, its bound version, no second user entry) within ``max_concurrent_runs``,
         like any run, so a retry never takes capacity the bound does not have."""
-        run = self.live.get(run_id) or self._store.run(run_id)
-        if run is None:
-            raise Refusal(ErrorCode.NOT_FOUND, f"run {run_id} does not exist")
+        run = self.require(run_id)
         if run.status not in TERMINAL:
             # Nothing to re-attempt: it goes on, or resumes by itself once its cause is settled. A no-op, so that
             # "attach the worker, then retry" holds however fast the run resumed after the worker attached.

@@ -58,7 +58,7 @@ class Watches:
     # ------------------------------------------------------------------------------------------ requests
 
     def on_watch(self, peer: PeerId, call_id: int, request: Watch, now_ms: int) -> Frame:
-        watches = self._by_peer.setdefault(peer, {})
+        watches = self._by_peer.get(peer, {})
         if request.watch_id in watches:
             message = f"watch id {request.watch_id} is already in use on this connection"
             raise Refusal(ErrorCode.CONFLICT, message)
@@ -81,7 +81,7 @@ class Watches:
         watch = WatchState(
             peer=peer, watch_id=request.watch_id, conversation_id=request.conversation_id, delivered_seq=from_seq
         )
-        watches[request.watch_id] = watch
+        self._by_peer.setdefault(peer, watches)[request.watch_id] = watch
         self._lagging[(peer, request.watch_id)] = watch
         return Watching(watch_id=request.watch_id, head_seq=head_seq)
 
