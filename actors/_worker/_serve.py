@@ -96,7 +96,7 @@ async def _stop_on_signals(
         if not stopping.asked.is_set():
             stopping.ask()
             continue
-        running = stopping.worker.running_kinds() if stopping.worker is not None else []
+        running = stopping.running_kinds()
         cut = f"; cutting off {len(running)} running: {', '.join(running)}" if running else ""
         log(f"tether worker: {name}: {signal.Signals(signum).name} again: stopping at once{cut}")
         scope.cancel(reason="a second SIGINT or SIGTERM")
@@ -111,7 +111,7 @@ async def _stop_when(stop: Callable[[], Awaitable[object]], stopping: _Stop) -> 
 async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable[[str], None], name: str) -> None:
     """Once the stop is asked: say what runs, and end the drain at its deadline if it has not ended by then."""
     await stopping.asked.wait()
-    running = stopping.worker.running_kinds() if stopping.worker is not None else []
+    running = stopping.running_kinds()
     if running:
         log(
             f"tether worker: {name}: stopping: no new work; waiting up to {drain_timeout_s:g} s for what runs to "
@@ -122,7 +122,7 @@ async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable
         if running:
             log(f"tether worker: {name}: stopping: everything it ran finished and committed")
         return
-    left = stopping.worker.running_kinds() if stopping.worker is not None else []
+    left = stopping.running_kinds()
     log(
         f"tether worker: {name}: stopping: the drain timeout ({drain_timeout_s:g} s) passed; cutting off "
         f"{len(left)} still running, each follows its recovery policy: {', '.join(left)}"

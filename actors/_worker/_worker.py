@@ -69,6 +69,7 @@ class Worker:
         self._stop = stop or _Stop()
         self._max_leases = max_leases
         self._running: dict[str, _Running] = {}
+        self._drain_announced = False
 
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
@@ -92,6 +93,9 @@ class Worker:
     def drain(self) -> None:
         """Take no new lease (told to the owner by a new announcement); the phases running go on, and the stop's
         ``drained`` is set once none runs."""
+        if self._drain_announced:  # a stop asked while this worker announced itself drains it once
+            return
+        self._drain_announced = True
         self._nursery.start_soon(self._announce_drain)
         self._check_drained()
 
@@ -232,16 +236,22 @@ class _Stop:
 
     def __init__(self) -> None:
         self.asked = trio.Event()
-        self.draining = False
         self.drained = trio.Event()
         self.worker: Worker | None = None
         """The worker of the current connection."""
+
+    @property
+    def draining(self) -> bool:
+        return self.asked.is_set()
+
+    def running_kinds(self) -> list[str]:
+        """What the current connection's worker runs (none before it attached)."""
+        return [] if self.worker is None else self.worker.running_kinds()
 
     def ask(self) -> None:
         if self.asked.is_set():
             return
         self.asked.set()
-        self.draining = True
         if self.worker is not None:
             self.worker.drain()
         else:  # not attached yet: nothing runs
