@@ -55,8 +55,9 @@ DEFAULT_MAX_QUEUED_OUTPUT_MIB: Final = 256
 DEFAULT_APP: Final = "runtime.demo_app:app"
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
 """As ``actors``' (not imported: the CLI loads the client only to run it)."""
-STOP_TIMEOUT_S: Final = 60.0
-"""How long ``tether stop`` waits by default: the workers' default drain and the owner's stop, with room."""
+STOP_MARGIN_S: Final = 10.0
+"""How much longer than the supervisor's own bound on its stop (``stop_within_s`` in its state file: the workers'
+drain and the stop timeouts) ``tether stop`` waits by default; a lone owner gets that margin and a minute."""
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -504,9 +505,10 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument(
         "--timeout",
         type=_seconds,
-        default=STOP_TIMEOUT_S,
+        default=None,
         metavar="S",
-        help=f"wait at most S seconds (default {STOP_TIMEOUT_S:g}: room for the workers' drain)",
+        help="wait at most S seconds (default: as long as the supervisor may take, its workers' --drain-timeout "
+        f"and the stop timeouts of its children, plus {STOP_MARGIN_S:g} s; 70 s for tether up's defaults)",
     )
 
     tasks = commands.add_parser(
@@ -739,7 +741,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stop":
             from ._status import stop
 
-            print(stop(args.db, timeout_s=args.timeout, say=partial(print, flush=True)), flush=True)
+            print(
+                stop(args.db, timeout_s=args.timeout, margin_s=STOP_MARGIN_S, say=partial(print, flush=True)),
+                flush=True,
+            )
             return EXIT_OK
     except OwnerAlreadyRunning as exc:
         return _fail(exc, EXIT_ALREADY_RUNNING)

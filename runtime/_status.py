@@ -169,9 +169,12 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def stop(db: str, *, timeout_s: float, say: Callable[[str], None] = lambda line: None) -> str:
+def stop(
+    db: str, *, timeout_s: float | None, margin_s: float = 10.0, say: Callable[[str], None] = lambda line: None
+) -> str:
     """SIGTERM the supervisor of ``db`` (or its lone owner) and wait until it is gone, saying through ``say`` what
-    it waits for (the work its workers finish first, then the owner). Returns what was stopped."""
+    it waits for (the work its workers finish first, then the owner). Returns what was stopped. ``timeout_s`` ``None``:
+    as long as the supervisor says its stop may take (``stop_within_s`` in its state), plus ``margin_s``."""
     db = os.path.abspath(db)
     state = read_state(db)
     lock = supervisor_lock_path(db)
@@ -181,6 +184,9 @@ def stop(db: str, *, timeout_s: float, say: Callable[[str], None] = lambda line:
         target, pid, lock = "owner", read_runtime(db).pid, lock_path(db)
     else:
         raise OwnerUnavailable(f"nothing is running for {db}")
+    if timeout_s is None:
+        bound = state.get("stop_within_s") if target == "supervisor" and state is not None else None
+        timeout_s = (float(bound) if isinstance(bound, int | float) else 60.0) + margin_s
     os.kill(pid, signal.SIGTERM)
     say(f"tether stop: sent SIGTERM to the {target} (pid {pid}) of {db}")
     deadline = time.monotonic() + timeout_s

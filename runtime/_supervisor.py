@@ -747,12 +747,14 @@ class Supervisor:
             if not self._stopping:
                 stop.set()
                 continue
+            running = [w.process for w in self.workers if w.process is not None and w.process.returncode is None]
+            if not running:
+                self._say("tether up: already stopping: the workers are gone; the standby and the owner stop next")
+                continue
             self._say("tether up: stopping at once: the workers cut off what they still run")
-            for worker in self.workers:
-                process = worker.process
-                if process is not None and process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.terminate()  # a worker's second SIGTERM: it stops at once
+            for process in running:
+                with contextlib.suppress(ProcessLookupError):
+                    process.terminate()  # a worker's second SIGTERM: it stops at once
 
     async def _stop_child(self, child: _Child) -> None:
         process = child.process
@@ -779,6 +781,8 @@ class Supervisor:
             "app": self.config.app,
             "url": self.url,
             "started_at_ms": self.started_at_ms,
+            # the longest _stop_all may take: the workers' drain and stop timeout, then the standby's, the owner's
+            "stop_within_s": self.config.drain_timeout_s + 3 * self.config.stop_timeout_s,
             "owner": _child_state(self.owner),
             "standby": _child_state(self.standby),
             "workers": [_child_state(worker) for worker in self.workers],

@@ -22,7 +22,7 @@ from protocol import Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
 from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from runtime._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
-from runtime._supervisor import state_path
+from runtime._supervisor import read_state, state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
@@ -189,7 +189,10 @@ async def test_tether_stop_stops_a_running_up_and_fails_when_nothing_runs(db_pat
         async with tether_up(db_path, tmp_path, "--workers", "2") as up:
             status = await up.wait_status(all_up(2), "owner and two attached workers")
             children = {status["owner"]["pid"], *(worker["pid"] for worker in supervised(status))}
-            stopped = await run_tether("stop", "--db", db_path, "--timeout", "20")
+            # tether stop waits, by default, as long as the supervisor says its stop may take (the workers' drain,
+            # then each child's stop timeout) and a margin: what tether up --drain-timeout changes, it follows.
+            assert read_state(db_path)["stop_within_s"] == 30 + 3 * 10
+            stopped = await run_tether("stop", "--db", db_path)
             assert stopped.returncode == EXIT_OK, stopped.stderr
             # tether stop returns once the supervisor let go of its lock: its children are gone by then.
             assert [pid for pid in children if not pid_gone(pid)] == []
