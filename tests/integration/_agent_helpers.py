@@ -68,16 +68,19 @@ async def serving(
 
 @contextlib.asynccontextmanager
 async def worker_process(
-    db: str, attribute: str, ledger: Path, *, module: str = AGENT_APPS
+    db: str, attribute: str, ledger: Path, *, module: str = AGENT_APPS, stderr: Path | None = None
 ) -> AsyncIterator[trio.Process]:
-    """``tether worker --app MODULE:ATTRIBUTE``, with the test's ledger and gate; reaped."""
+    """``tether worker --app MODULE:ATTRIBUTE``, with the test's ledger and gate (its log in ``stderr`` if given, else
+    the test's); reaped."""
     command = tether_command("worker", "--db", db, "--app", f"{module}:{attribute}")
     env = {**CHILD_ENV, "TETHER_TEST_LEDGER": str(ledger), "TETHER_TEST_GATE": os.environ["TETHER_TEST_GATE"]}
-    process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        yield process
-    finally:
-        await stop_gracefully(process)
+    with contextlib.ExitStack() as files:
+        log = None if stderr is None else files.enter_context(stderr.open("wb"))
+        process = await trio.lowlevel.open_process(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            yield process
+        finally:
+            await stop_gracefully(process)
 
 
 async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:

@@ -20,7 +20,7 @@ from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import read_ledger
 from tests.integration._agent_helpers import POLL_S, ledger, run_in, start_run, worker_process
-from tests.integration._up_helpers import CHILD_ENV, ROOT, all_up, nonblank_lines, tether_up
+from tests.integration._up_helpers import CHILD_ENV, ROOT, all_up, nonblank_lines, tether_up, wait_for
 
 __all__ = ["ledger"]  # the fixture
 
@@ -29,10 +29,7 @@ TIMEOUT_S: Final = 40
 
 async def tool_started(ledger: Path) -> None:
     """Return once the tool's handler has started (it records itself first, then waits for the gate)."""
-    while True:
-        if read_ledger(ledger):
-            return
-        await trio.sleep(POLL_S)
+    await wait_for(lambda: bool(read_ledger(ledger)), "the tool started")
 
 
 def open_gate() -> None:
@@ -61,10 +58,7 @@ async def test_a_stopped_worker_lets_its_manual_tool_finish_and_takes_nothing_ne
             conversation_id, run_id = await start_run(client)
             await tool_started(ledger)
             stop.set()
-            while True:
-                if any("waiting up to 30 s for what runs to finish" in line for line in logged):
-                    break
-                await trio.sleep(POLL_S)
+            await wait_for(lambda: any("waiting up to 30 s for what runs" in line for line in logged), "the drain")
             assert "tool:lookup (task " in logged[-1]
             assert not stopped.is_set()  # it waits for the tool
             open_gate()
@@ -120,12 +114,12 @@ async def test_tether_worker_drains_on_sigterm_and_stops_at_once_on_a_second(
 ) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(owner.db) as client:
-            async with worker_process(owner.db, "manual", ledger) as process:
+            log = tmp_path / "worker.log"
+            async with worker_process(owner.db, "manual", ledger, stderr=log) as process:
                 _, run_id = await start_run(client)
                 await tool_started(ledger)
                 process.send_signal(signal.SIGTERM)
-                with trio.move_on_after(0.5):
-                    await process.wait()
+                await wait_for(lambda: "waiting up to 30 s for what runs to finish" in log.read_text(), "the drain")
                 assert process.returncode is None  # draining: the tool still runs
                 process.send_signal(signal.SIGTERM)  # a second one: at once
                 assert await process.wait() == 0
@@ -260,10 +254,7 @@ async def test_a_second_signal_stops_tether_up_at_once(db_path: str, tmp_path: P
                 _, run_id = await start_run(client)
                 await tool_started(ledger)
             up.process.send_signal(signal.SIGTERM)
-            while True:
-                if "waiting up to 30 s for what runs to finish" in up.stderr_text():
-                    break
-                await trio.sleep(POLL_S)
+            await wait_for(lambda: "waiting up to 30 s for what runs to finish" in up.stderr_text(), "the drain")
             up.process.send_signal(signal.SIGTERM)  # the gate stays shut: only the second signal ends the tool
             assert await up.wait_exit(timeout_s=10) == 0, up.stderr_text()
             await up.assert_everything_gone()
