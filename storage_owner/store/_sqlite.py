@@ -144,6 +144,9 @@ class SqliteStore(PartialsSql):
         with storage_errors(f"opening {path}"):
             db = apsw.Connection(path)
             try:
+                # Before the first read: the owner it takes over from may have died mid-write, and a reader such as
+                # tether status may hold the lock a moment while the WAL is recovered.
+                db.setbusytimeout(BUSY_TIMEOUT_MS)
                 version, marked = identify(db, path, MIGRATIONS)
                 checked_fully = (
                     not created and bool(start_check_s) and quick_check(db, path, budget_s=start_check_s or 0.0)

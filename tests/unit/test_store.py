@@ -526,3 +526,18 @@ def test_read_live_tasks_of_a_file_that_is_not_a_tether_database_is_a_storage_er
     assert isinstance(info.value.__cause__, apsw.Error)
     assert Path(path).read_bytes() == before
     assert not Path(path + "-wal").exists()
+
+
+def test_open_waits_for_a_lock_another_connection_holds_a_moment(path: str) -> None:
+    """A standby taking over opens the database while a reader (``tether status``) may hold its lock: it waits."""
+    SqliteStore.open(path).close()
+    other = apsw.Connection(path)
+    other.execute("PRAGMA locking_mode=EXCLUSIVE")
+    other.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.3, lambda: (other.execute("COMMIT"), other.close()))
+    release.start()
+    try:
+        store = SqliteStore.open(path)  # raised StorageError (BusyError) before the busy timeout was set first
+    finally:
+        release.join()
+    store.close()
