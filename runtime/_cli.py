@@ -14,6 +14,7 @@ from typing import Any, Final
 import trio
 
 from protocol import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_LEASES,
     MAX_LEASES_PER_WORKER,
     DatabaseDamaged,
@@ -398,9 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--heartbeat-timeout",
         type=_seconds,
-        default=10.0,
+        default=DEFAULT_HEARTBEAT_TIMEOUT_S,
         metavar="S",
-        help="the owner drops a peer silent for S seconds (default 10)",
+        help=f"the owner drops a peer silent for S seconds (default {DEFAULT_HEARTBEAT_TIMEOUT_S:g})",
     )
     up.add_argument(
         "--max-restarts",
@@ -594,9 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     owner.add_argument(
         "--heartbeat-timeout",
         type=_seconds,
-        default=10.0,
+        default=DEFAULT_HEARTBEAT_TIMEOUT_S,
         metavar="S",
-        help="drop a peer silent for S seconds (default 10)",
+        help=f"drop a peer silent for S seconds; peers send something every quarter of it (default "
+        f"{DEFAULT_HEARTBEAT_TIMEOUT_S:g})",
     )
     for command in (owner, up):
         _add_exposure_arguments(command)

@@ -51,6 +51,7 @@ import attrs
 import trio
 
 from protocol import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_LEASES,
     OwnerAlreadyRunning,
     OwnerUnavailable,
@@ -83,8 +84,9 @@ APP_CHECK_TIMEOUT_S: Final = 60.0
 PROBES_PER_LIVENESS_TIMEOUT: Final = 2
 """The supervisor asks its owner for its peers (a ``read_peers`` request, answered from the commit loop) this many
 times per ``--liveness-timeout``, or as often as its connection would ping if that is sooner (the probes stand in
-for the pings): every 2.5 s by default. Each answer costs the owner and the supervisor about 3 ms of CPU on a small
-virtual machine (mostly waking up), so more often would take an idle ``tether up`` past half a percent of a core."""
+for the pings): every 2.5 s by default. Each answer costs the owner and the supervisor about 1-3 ms of CPU on a small
+virtual machine (mostly waking up: trio, the WebSocket, the commit loop), so more often would take an idle ``tether
+up`` past half a percent of a core (``tests/integration/test_up.py``)."""
 
 
 class GaveUp(TetherError):
@@ -170,7 +172,7 @@ class SupervisorConfig:
     listen: str = "127.0.0.1:0"
     sync: str = "normal"
     clock: str = "wall"
-    heartbeat_timeout_s: float = 10.0
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     max_restarts: int = 10
     restart_window_s: float = 60.0
     max_leases: int = DEFAULT_MAX_LEASES

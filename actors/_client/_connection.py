@@ -30,6 +30,7 @@ import trio
 import trio_websocket
 
 from protocol import (
+    HEARTBEATS_PER_SILENCE,
     MAX_MESSAGE_BYTES,
     WEBSOCKET_HARD_LIMIT_BYTES,
     Announce,
@@ -387,8 +388,8 @@ class Connection:
 
     async def _heartbeat(self, interval_s: float, connection_scope: trio.CancelScope) -> None:
         """Make sure the owner hears from us every ``interval_s``: a ping once nothing else was sent for that long (a
-        connection that sends requests anyway needs none); give the connection up if the owner stays silent 4 times
-        as long (a stopped or wedged owner never closes it by itself).
+        connection that sends requests anyway needs none); give the connection up if the owner stays silent
+        ``HEARTBEATS_PER_SILENCE`` times as long (a stopped or wedged owner never closes it by itself).
 
         The wait is a deadline that each message sent moves on (:meth:`_sent`), not a task waking to look: an idle
         connection wakes once per ping, a busy one not at all."""
@@ -397,7 +398,7 @@ class Connection:
             with self._heartbeat_due:
                 await trio.sleep_forever()
             now_s = trio.current_time()
-            if now_s - self._last_heard_s > 4 * interval_s:
+            if now_s - self._last_heard_s > HEARTBEATS_PER_SILENCE * interval_s:
                 connection_scope.cancel(reason="the owner went silent")
                 return
             if now_s - self._last_sent_s >= interval_s and not self._outbox:  # (what is queued goes out at once)
@@ -406,7 +407,7 @@ class Connection:
 
     def _next_heartbeat_s(self, interval_s: float) -> float:
         """When the heartbeat must look again: a ping due, or the owner silent for too long."""
-        return min(self._last_sent_s + interval_s, self._last_heard_s + 4 * interval_s)
+        return min(self._last_sent_s + interval_s, self._last_heard_s + HEARTBEATS_PER_SILENCE * interval_s)
 
     def _sent(self) -> None:
         """A message goes out: the next ping is due an interval from now."""

@@ -22,6 +22,8 @@ from typing import Final, Literal, get_args
 import attrs
 
 from protocol import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    HEARTBEATS_PER_SILENCE,
     MAX_ANNOUNCE_BYTES,
     MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
@@ -57,8 +59,8 @@ MAX_CAPABILITIES: Final = 10_000
 MAX_WAITS_PER_PEER: Final = 10_000
 """Long-poll calls (``wait_task``, ``wait_run``) one connection may have open at once; one more is refused
 ``invalid``."""
-DEFAULT_HEARTBEAT_MS: Final = 2_500
-"""How often a peer is told to send something when the shell does not say (a quarter of its default 10 s timeout)."""
+DEFAULT_HEARTBEAT_MS: Final = int(DEFAULT_HEARTBEAT_TIMEOUT_S * 1000 / HEARTBEATS_PER_SILENCE)
+"""How often a peer is told to send something when the shell does not say (a quarter of the default timeout: 5 s)."""
 HELLO_STRING_BOUNDS: Final = (
     ("token", MAX_TOKEN_CHARS, False),
     ("role", MAX_ROLE_CHARS, True),

@@ -34,6 +34,8 @@ import trio
 import trio_websocket
 
 from protocol import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    HEARTBEATS_PER_SILENCE,
     WEBSOCKET_HARD_LIMIT_BYTES,
     BadFrame,
     Commit,
@@ -133,9 +135,9 @@ class OwnerConfig:
     """Fault injection: SIGKILL this process right after the COMMIT of the batch holding the k-th operation result it
     receives: the result is durable, its acknowledgement never sent. Counting results, not commits, pins a point of
     a run's journal however many commits a step takes."""
-    heartbeat_timeout_s: float = 10.0
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     """A peer silent for this long is dropped (its connection closed, its leases cut off); peers are told to send
-    something every quarter of it."""
+    something every ``HEARTBEATS_PER_SILENCE``-th of it."""
     storage_error_at_commit: int | None = None
     """Fault injection: fail the k-th writing COMMIT with a storage error (the owner fails closed)."""
     orphan_grace_ms: int = ORPHAN_GRACE_MS
@@ -393,7 +395,7 @@ class OwnerServer:
                     token=self.token,
                     instance=self.instance,
                     clock=config.clock,
-                    heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / 4),
+                    heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / HEARTBEATS_PER_SILENCE),
                     orphan_grace_ms=config.orphan_grace_ms,
                     max_concurrent_runs=config.max_concurrent_runs,
                     peer_output_budget=config.max_peer_output,

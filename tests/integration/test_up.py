@@ -18,11 +18,11 @@ import pytest
 import trio
 
 import actors
-from protocol import Capability, runtime_path
+from protocol import DEFAULT_HEARTBEAT_TIMEOUT_S, HEARTBEATS_PER_SILENCE, Capability, runtime_path
 from runtime import kill_and_reap, stop_gracefully
 from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from runtime._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
-from runtime._supervisor import read_state, state_path
+from runtime._supervisor import PROBES_PER_LIVENESS_TIMEOUT, read_state, state_path
 from storage_owner.store import lock_path
 from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
@@ -45,10 +45,15 @@ from tests.integration._up_helpers import (
 IDLE_WARM_UP_S = 5.0
 """Left out of the measurement: the first rounds of each periodic path (heartbeats, the supervisor's probe) run
 slower until Python has specialised their code (3.11's adaptive interpreter), about a third more for a few seconds."""
-IDLE_WINDOW_S = 3 * DEFAULT_LIVENESS_TIMEOUT_S / 2
-"""One measurement: a whole number of every idle period (the supervisor's probe and the workers' pings every 2.5 s,
-its heartbeat to each child every 7.5 s), so that each window holds the same wake-ups whatever its phase."""
-assert IDLE_WINDOW_S % PARENT_HEARTBEAT_S == 0 and IDLE_WINDOW_S % (DEFAULT_LIVENESS_TIMEOUT_S / 2) == 0
+IDLE_PERIODS_S = (
+    DEFAULT_LIVENESS_TIMEOUT_S / PROBES_PER_LIVENESS_TIMEOUT,  # the supervisor's probe: 2.5 s
+    DEFAULT_HEARTBEAT_TIMEOUT_S / HEARTBEATS_PER_SILENCE,  # each worker's ping: 5 s
+    PARENT_HEARTBEAT_S,  # the supervisor's heartbeat to each child: 7.5 s
+)
+IDLE_WINDOW_S = 15.0
+"""One measurement: a whole number of every idle period, so that each window holds the same wake-ups whatever its
+phase."""
+assert all(IDLE_WINDOW_S % period_s == 0 for period_s in IDLE_PERIODS_S)
 IDLE_WINDOWS = 2
 """Windows measured one after the other; the lowest counts. Other work on a shared machine can only add to what the
 idle processes use (cache and frequency), never take from it, while every window holds the same wake-ups."""
@@ -105,7 +110,7 @@ async def test_up_runs_an_owner_and_two_workers_and_stops_cleanly_on_sigterm(db_
 
 
 async def test_an_idle_up_with_two_workers_uses_under_half_a_percent_of_a_core(db_path: str, tmp_path: Path) -> None:
-    with trio.fail_after(90):
+    with trio.fail_after(120):
         async with tether_up(db_path, tmp_path, "--workers", "2") as up:
             await up.wait_status(all_up(2), "owner and two attached workers")
             # The standby has imported everything and waits in flock (it does not poll).
