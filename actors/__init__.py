@@ -53,7 +53,7 @@ from ._app._agents import AgentDefinition
 from ._app._app import App, AppLoadError, TaskDefinition, load_app
 from ._app._tools import Recovery, ToolCall, ToolDefinition
 from ._client._client import Client, check_target, connect
-from ._client._conversations import EntryPage, WhenBusy
+from ._client._conversations import EntryPage, WhenBusy, WhenIdle, WithdrawOutcome
 from ._client._partials import PartialOutput, PartialText
 from ._client._tasks import TaskGraph
 from ._client._transaction import Transaction
@@ -181,6 +181,8 @@ __all__ = [
     "UserMessage",
     "WatchStream",
     "WhenBusy",
+    "WhenIdle",
+    "WithdrawOutcome",
     "assemble",
     "check_target",
     "connect",

@@ -85,7 +85,15 @@ class SubmissionRecord:
     seq: int
     created_at_ms: int
     run_id: str | None = None
-    """The run an ``input`` submission to an agent's conversation admitted."""
+    """The run that answers it: the run an ``input`` started or is queued to start, the run a steer joined (or, while
+    queued, the run it will join)."""
+    reason: str | None = None
+    """Why an ``unanswered`` submission was not answered (``withdrawn``, ``aborted``, ``model_error``, ...)."""
+    answer: RunAnswer | None = None
+    """A ``done`` input's answer: the run's final assistant entry (``seq``, ``text``)."""
+    when_busy: str = "follow_up"
+    """How an ``input`` was admitted while its conversation was busy: ``follow_up`` (a run of its own after the
+    active one) or ``steer`` (placed in the active run at its next boundary)."""
 
 
 RunStatus: TypeAlias = Literal[
@@ -480,6 +488,10 @@ class SetTaskState:
     policy: WaitPolicy = "all_settled"
     until_ms: int | None = None
     outcome: TaskOutcome | None = None
+    steer_checkpoint: JsonValue = JsonValue(None)
+    """A run's task completing (``terminal``, ``completed``): if its conversation's inbox holds steers (they came
+    after the last tool round), the owner places them after the answer and the task goes on ``running`` at this
+    checkpoint instead, so the same run answers them. ``None``: it completes whatever is queued."""
 
 
 @attrs.frozen(kw_only=True)
@@ -628,8 +640,12 @@ class Submit:
     request_id: str
     kind: str
     payload: JsonValue
-    when_busy: Literal["follow_up", "reject"] = "follow_up"
-    """For an ``input`` to an agent's conversation with an active run: queue a run after it, or refuse."""
+    when_busy: Literal["follow_up", "steer", "reject"] = "follow_up"
+    """For an ``input`` to an agent's conversation with a live run: queue a run after it (``follow_up``), join it at
+    its next boundary (``steer``), or refuse (``reject``)."""
+    when_idle: Literal["start", "reject"] = "start"
+    """For an ``input`` to a conversation with no live run: start a run (``start``), or refuse (``reject``: the input
+    may only join or follow a run already going)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -661,6 +677,22 @@ class ReadSubmission:
     TYPE: ClassVar[str] = "read_submission"
     conversation_id: str
     request_id: str
+
+
+@attrs.frozen(kw_only=True)
+class WaitSubmission:
+    """Answered with a ``SubmissionReply`` once the submission is ``done`` or ``unanswered``."""
+
+    TYPE: ClassVar[str] = "wait_submission"
+    submission_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Withdraw:
+    """Take a queued submission back (answered with ``Withdrawn``)."""
+
+    TYPE: ClassVar[str] = "withdraw"
+    submission_id: str
 
 
 @attrs.frozen(kw_only=True)
@@ -988,6 +1020,16 @@ class SubmissionReply:
 
 
 @attrs.frozen(kw_only=True)
+class Withdrawn:
+    """What ``withdraw`` did: ``withdrawn`` (it was queued; now ``unanswered``, reason ``withdrawn``),
+    ``already_placed`` (a run has it: nothing changed), ``settled`` (done or unanswered already) or ``not_found``."""
+
+    TYPE: ClassVar[str] = "withdrawn"
+    outcome: Literal["withdrawn", "already_placed", "settled", "not_found"]
+    submission: SubmissionRecord | None
+
+
+@attrs.frozen(kw_only=True)
 class Watching:
     """The watch is registered; every commit after ``from_seq`` will follow as ``Change`` events."""
 
@@ -1243,6 +1285,8 @@ Request: TypeAlias = (
     | ReadRun
     | ReadRuns
     | WaitRun
+    | WaitSubmission
+    | Withdraw
     | CancelRun
     | ReadOperations
     | ReadOperation
@@ -1273,6 +1317,7 @@ Reply: TypeAlias = (
     | OutcomesReply
     | TaskGraphReply
     | RunReply
+    | Withdrawn
     | RunsReply
     | OperationsReply
     | UsageReply
@@ -1309,6 +1354,8 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadRun,
     ReadRuns,
     WaitRun,
+    WaitSubmission,
+    Withdraw,
     CancelRun,
     ReadOperations,
     ReadOperation,
@@ -1339,6 +1386,7 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     OutcomesReply,
     TaskGraphReply,
     RunReply,
+    Withdrawn,
     RunsReply,
     OperationsReply,
     UsageReply,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Bumped with every incompatible change of a frame; checked at ``Hello``. Version 2 added the task engine's frames
 and fields (a version 1 peer would refuse the new fields this build always sends); version 3 the agents' runs
 (``agent`` on conversations, ``when_busy`` on submissions, ``run_id`` on submission records, run records in
@@ -10,9 +10,11 @@ changes, the run requests); version 4 real models' needs (``append_partial`` wri
 ``read_partials``, usage totals per task tree, prices and budgets, the ``budget_exceeded`` reason and error, pages
 of ``read_peers`` (``after_peer_id``, ``next_after_peer_id``) and of ``read_partials`` (``from_operation_id``,
 ``from_offset``, ``next_operation_id``, ``next_offset``); version 5 saying why: ``error`` on run records (why a
-run failed, in words) and ``tool`` on interaction records (the tool whose call asks)."""
+run failed, in words) and ``tool`` on interaction records (the tool whose call asks); version 6 the inbox:
+``when_busy="steer"`` and ``when_idle`` on ``submit``, ``reason``, ``answer`` and ``when_busy`` on submission
+records, ``wait_submission``, ``withdraw`` and ``withdrawn``, ``steer_checkpoint`` on ``set_task_state``."""
 
-SUPPORTED_VERSIONS: tuple[int, ...] = (5,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (6,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
 
 MAX_MESSAGE_BYTES = 1 << 20

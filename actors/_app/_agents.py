@@ -49,14 +49,16 @@ class AgentDefinition:
                 return tool
         return None
 
-    def request(self, messages: Sequence[Message], attempt: int = 1) -> ModelRequest:
-        """The model request for ``messages`` (the normalised transcript) at ``attempt`` (1-based)."""
+    def request(self, messages: Sequence[Message], attempt: int = 1, turn: int | None = None) -> ModelRequest:
+        """The model request for ``messages`` (the normalised transcript) at ``attempt`` (1-based), for model turn
+        ``turn`` of its run."""
         return ModelRequest(
             model=self.model.name,
             instructions=self.instructions,
             messages=tuple(messages),
             tools=self._specs,
             attempt=attempt,
+            turn=turn,
         )
 
 

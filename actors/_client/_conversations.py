@@ -23,6 +23,9 @@ from protocol import (
     SubmissionReply,
     Submit,
     Submitted,
+    WaitSubmission,
+    Withdraw,
+    Withdrawn,
     json_value,
     new_id,
 )
@@ -31,7 +34,9 @@ from ._base import BaseClient
 
 ENTRY_PAGE: Final = 500
 
-WhenBusy = Literal["follow_up", "reject"]
+WhenBusy = Literal["follow_up", "steer", "reject"]
+WhenIdle = Literal["start", "reject"]
+WithdrawOutcome = Literal["withdrawn", "already_placed", "settled", "not_found"]
 """What an ``input`` submission does while its conversation has an active run: queue behind it, or be refused."""
 
 
@@ -126,27 +131,48 @@ class ConversationCalls(BaseClient):
         *,
         kind: str,
         payload: Any = None,
-        request_id: str,
+        request_id: str | None = None,
         submission_id: str | None = None,
         when_busy: WhenBusy = "follow_up",
+        when_idle: WhenIdle = "start",
     ) -> SubmissionRecord:
-        """Admit a submission, deduplicated by ``(conversation_id, request_id)``.
+        """Admit a submission, deduplicated by ``(conversation_id, request_id)`` (a fresh request id when omitted:
+        pass your own to make a retry of yours safe).
 
         A repeat with the same kind and payload returns the original record (also after a restart); the same
-        ``request_id`` with other content raises :class:`~protocol.Conflict`. An ``input`` to a conversation bound
-        to an agent starts a run (``record.run_id``); while another run of the conversation is active it is
-        ``queued`` behind it, or, with ``when_busy="reject"``, refused with :class:`~protocol.Conflict`.
+        ``request_id`` with other content raises :class:`~protocol.Conflict`. An ``input`` (a text) to a conversation
+        bound to an agent starts a run (``record.run_id``) when none is going (with ``when_idle="reject"``: refused
+        with :class:`~protocol.Conflict` instead). While one is: ``when_busy="follow_up"`` queues a run of its own
+        behind it, ``"steer"`` joins it (placed after its current tool round, or after its answer with one more model
+        request, and answered by it), ``"reject"`` refuses it (:class:`~protocol.Conflict`). A ``write`` (payload
+        ``{"kind": KIND, "data": VALUE}``) appends that entry at once and never starts a run (``done``). Follow the
+        record with :meth:`wait_for_submission`.
         """
         request = Submit(
             conversation_id=conversation_id,
             submission_id=submission_id or new_id(),
-            request_id=request_id,
+            request_id=request_id or new_id(),
             kind=kind,
             payload=json_value(payload, "payload"),
             when_busy=when_busy,
+            when_idle=when_idle,
         )
         reply = await self.connection.call(request, Submitted)
         return reply.submission
+
+    async def wait_for_submission(self, submission_id: str) -> SubmissionRecord:
+        """Return the submission's record once it is ``done`` (``record.answer``) or ``unanswered``
+        (``record.reason``). Survives reconnections and owner restarts; bound it with ``trio.fail_after``."""
+        reply = await self._wait(WaitSubmission(submission_id=submission_id), SubmissionReply)
+        assert reply.submission is not None
+        return reply.submission
+
+    async def withdraw(self, submission_id: str) -> WithdrawOutcome:
+        """Take back a queued submission: ``"withdrawn"`` (it settles ``unanswered``, reason ``withdrawn``; a queued
+        input's run is cancelled), ``"already_placed"`` (a run has it), ``"settled"`` or ``"not_found"``; only the
+        first changes anything."""
+        reply = await self.connection.call(Withdraw(submission_id=submission_id), Withdrawn)
+        return reply.outcome
 
     async def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
         """The submission admitted under ``request_id`` in this conversation, or ``None``."""

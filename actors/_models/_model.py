@@ -85,10 +85,15 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     attempt: int = 1
+    turn: int | None = None
+    """Which model request of its run this is (1 for the first), as the run loop counts them; ``None`` for a
+    request made outside a run."""
 
     def __attrs_post_init__(self) -> None:
         if type(self.attempt) is not int or self.attempt < 1:
             raise UsageError(f"a model request's attempt counts from 1, not {self.attempt!r}")
+        if self.turn is not None and (type(self.turn) is not int or self.turn < 1):
+            raise UsageError(f"a model request's turn counts from 1, not {self.turn!r}")
 
 
 # ------------------------------------------------------------------------------------------------ stream events

@@ -128,9 +128,10 @@ def _turns(value: Iterable[ScriptedTurn]) -> tuple[ScriptedTurn, ...]:
 class ScriptedModel:
     """A deterministic model for tests and the demo (no network, no key).
 
-    Turn ``i`` answers the ``i``-th model request of a run, and ``i`` is read from the request itself (the assistant
-    messages after the last user message, see :func:`turn_index`), so a request answers the same after any restart
-    and every run of a conversation replays the script from its first turn. Call ids are ``call_<turn>_<position>``
+    Turn ``i`` answers the ``i``-th model request of a run, and ``i`` is read from the request itself (its ``turn``,
+    as the run loop counts; for a request made outside a run, the assistant messages after the last user message,
+    see :func:`turn_index`), so a request answers the same after any restart, every run of a conversation replays
+    the script from its first turn, and a steer placed mid-run (a user message) does not start it over. Call ids are ``call_<turn>_<position>``
     (from 1). A request past the last turn fails with a final ``script_exhausted`` error.
     """
 
@@ -138,7 +139,7 @@ class ScriptedModel:
     name: str = attrs.field(default="scripted", kw_only=True)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        index = turn_index(request.messages)
+        index = request.turn - 1 if request.turn is not None else turn_index(request.messages)
         if index >= len(self.turns):
             raise ModelError(
                 f"the scripted model {self.name!r} has {len(self.turns)} turn(s) and was asked for turn {index + 1} "

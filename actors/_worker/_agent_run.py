@@ -136,7 +136,7 @@ class AgentRun:
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
         fold = message_fold(rt.client, rt.conversation_id, entries)
-        request = agent.request(fold.messages(), attempt)
+        request = agent.request(fold.messages(), attempt, turn)
         intent_digest = request_digest(request, fold)
         intent = StartOperation(
             operation_id=operation_id,
@@ -221,7 +221,9 @@ class AgentRun:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
         if not message.tool_calls:
-            tx.complete({"text": message.text})
+            # A steer that came after the last tool round is placed after this answer, and answered by one more
+            # request of this run (the owner decides, in this commit: nothing can slip between).
+            tx.answer(message.text, {"phase": "turn", "turn": turn + 1})
             return
         calls: list[dict[str, Any]] = []
         run_attempt = _run_attempt(rt.input, "attempt")

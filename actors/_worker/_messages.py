@@ -68,14 +68,22 @@ class MessageFold:
         entries' strings), charged to the transcript cache's bound."""
         self._open_calls: tuple[ToolCallRequest, ...] = ()
         self._results: dict[str, ToolMessage] = {}
+        self._steers: list[UserMessage] = []
+        """User messages that came while the last calls had results missing (a steer placed when the tool round
+        ended, before the run wrote the result of a call that was cut off or resolved by a person): the model sees
+        them after those results, where the round ended."""
 
     def feed(self, entries: Iterable[Any]) -> None:
         for entry in entries:
             self.fed += 1
             data = entry.data if isinstance(entry.data, dict) else {}
             if entry.kind == USER_ENTRY:
-                self._close()
-                self._final(UserMessage(text=str(data.get("text") or "")))
+                user = UserMessage(text=str(data.get("text") or ""))
+                if self._open_calls and len(self._results) < len(self._open_calls):
+                    self._steers.append(user)
+                else:
+                    self._close()
+                    self._final(user)
             elif entry.kind == ASSISTANT_ENTRY:
                 self._close()
                 message = _assistant_message(data)
@@ -89,8 +97,9 @@ class MessageFold:
                     )
 
     def messages(self) -> list[Message]:
-        """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``)."""
-        return self.final + self._settled()
+        """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``), then the
+        user messages that came before all of them did."""
+        return self.final + self._settled() + self._steers
 
     def _settled(self) -> list[Message]:
         return [
@@ -99,9 +108,9 @@ class MessageFold:
         ]
 
     def _close(self) -> None:
-        for message in self._settled():
+        for message in [*self._settled(), *self._steers]:
             self._final(message)
-        self._open_calls, self._results = (), {}
+        self._open_calls, self._results, self._steers = (), {}, []
 
     def _final(self, message: Message) -> None:
         self.final.append(message)

@@ -87,6 +87,18 @@ class PhaseTransaction(Transaction):
     def complete(self, result: Any = None) -> None:
         self._end(TaskOutcome(status="completed", result=json_value(result)))
 
+    def answer(self, text: str, steer_checkpoint: Any) -> None:
+        """End a run's task with its answer, unless its conversation has a steer queued: the owner then places it
+        after the answer and the task goes on at ``steer_checkpoint`` (the same run answers it)."""
+        outcome = TaskOutcome(status="completed", result=json_value({"text": text}))
+        write = SetTaskState(
+            task_id=self._phase.task_id,
+            status="terminal",
+            outcome=outcome,
+            steer_checkpoint=json_value(steer_checkpoint),
+        )
+        self._state(write)
+
     def fail(self, message: str, *, reason: OutcomeReason | None = None) -> None:
         """End the task ``failed`` with ``message`` (and ``reason``, where one of :data:`~protocol.OutcomeReason`
         applies, such as a run's ``max_turns``)."""

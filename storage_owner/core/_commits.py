@@ -79,7 +79,7 @@ class Commits:
             PutDocument: conversations.apply_put_document,
             CreateConversation: conversations.apply_create,
             CreateTask: tasks.apply_create,
-            SetTaskState: tasks.apply_set_state,
+            SetTaskState: runs.apply_set_state,
             AbortTask: tasks.apply_abort,
             StartOperation: operations.apply_start,
             FinishOperation: self._finish_operation,

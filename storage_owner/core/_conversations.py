@@ -11,14 +11,13 @@ them (docs/runs.md, "Conversations and submissions").
    payload return the original, anything else is a ``conflict``. An ``input`` to a conversation bound to an agent
    admits a queued run in the same commit (``_runs``); its one fallible write is its first, the submission's insert.
 
-A submission is created ``queued`` and nothing changes its status yet: :data:`SUBMISSION_TRANSITIONS` has no row
-(``docs/runs.md`` prints it); the busy-conversation rules add theirs (``placed``, ``done``, ``unanswered``), checked
-like every record's (:func:`~._checks.check_move`).
+What becomes of a submission after rule 4 (queued, placed, done, unanswered; steers, writes, withdrawal) is the
+inbox's (``_inbox``), whose :data:`~._inbox.SUBMISSION_TRANSITIONS` ``docs/runs.md`` prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
 from typing import Final
 
 from protocol import (
@@ -44,6 +43,8 @@ from protocol import (
     SubmissionReply,
     Submit,
     Submitted,
+    Withdraw,
+    Withdrawn,
 )
 
 from ._checks import (
@@ -56,6 +57,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
+from ._inbox import Inbox
 from ._output import READ_BUDGET_BYTES, PeerId
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
@@ -66,11 +68,33 @@ MAX_CACHED_POSITIONS: Final = 100_000
 """Conversations whose next entry position the core remembers (the cache is dropped whole past this)."""
 MAX_REQUEST_ID_CHARS: Final = 200
 SUBMISSION_QUEUED: Final = "queued"
+SUBMISSION_DONE: Final = "done"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
-SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {}
-"""The submission state machine: from a status, on an event, the statuses a submission may take. None yet (see the
-module docstring)."""
+WRITE_KIND: Final = "write"
+"""The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
+_WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
+
+
+def _write_of(request: Submit) -> tuple[str, JsonValue]:
+    """A write's entry: its payload's ``kind`` and ``data``; refused (nothing written) unless that is all it holds
+    and the kind is the application's."""
+    payload = request.payload
+    if not isinstance(payload, dict) or set(payload) - {"kind", "data"} or not isinstance(payload.get("kind"), str):
+        message = (
+            'a write\'s payload is {"kind": KIND, "data": VALUE} (data optional), not '
+            f"{type(payload).__name__ if not isinstance(payload, dict) else sorted(payload)}; nothing was written"
+        )
+        raise Refusal(ErrorCode.INVALID, message)
+    kind = payload["kind"]
+    check_name(kind, "payload.kind")
+    if kind.startswith(RESERVED_ENTRY_PREFIX):
+        message = (
+            f"payload.kind {kind!r}: entry kinds under {RESERVED_ENTRY_PREFIX!r} are the runtime's; give the entry a "
+            "kind of your own (such as 'app.note'); nothing was written"
+        )
+        raise Refusal(ErrorCode.INVALID, message)
+    return kind, JsonValue(payload.get("data"))
 
 
 class Entries:
@@ -115,8 +139,9 @@ class Entries:
 class Conversations:
     """The conversations of one store: their writes, reads and submissions. See the module docstring."""
 
-    def __init__(self, store: ConversationStore, entries: Entries, tasks: TaskEngine, runs: Runs) -> None:
+    def __init__(self, store: ConversationStore, entries: Entries, tasks: TaskEngine, runs: Runs, inbox: Inbox) -> None:
         self._store = store
+        self._inbox = inbox
         self._entries = entries
         self._next = entries.next
         self._tasks = tasks
@@ -208,7 +233,8 @@ class Conversations:
     # ---------------------------------------------------------------------------------------------- submit
 
     def on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
-        """Rule 4."""
+        """Rule 4, then what becomes of the submission (``_inbox``): an input starts a run, queues one, steers the
+        live run or is refused; a write is appended at once; another kind is stored, ``done``."""
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
             if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
@@ -228,29 +254,66 @@ class Conversations:
         if conversation is None:
             raise missing_conversation(request.conversation_id)
         run = None
+        status, run_id, when_busy = SUBMISSION_QUEUED, None, "follow_up"
         if request.kind == INPUT_KIND:
-            run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
+            active = self._runs.check_input(request, conversation)
+            if active is not None and request.when_busy == "steer":
+                run_id, when_busy = active.run_id, "steer"  # queued here, placed in it at its next boundary
+            else:
+                run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
+                run_id = run.run_id
+        elif request.kind == WRITE_KIND:
+            status = SUBMISSION_DONE
+        else:
+            status = SUBMISSION_DONE  # the application's own kind: stored for it, nothing of the runtime answers it
         submission = SubmissionRecord(
             submission_id=request.submission_id,
             conversation_id=request.conversation_id,
             request_id=request.request_id,
             kind=request.kind,
             payload=request.payload,
-            status=SUBMISSION_QUEUED,
+            status=status,
             seq=unit.seq,
             created_at_ms=unit.now_ms,
-            run_id=None if run is None else run.run_id,
+            run_id=run_id,
+            when_busy=when_busy,
         )
+        write = _write_of(request) if request.kind == WRITE_KIND else None
         try:
-            store.insert_submission(submission)  # the one fallible write, the first: no savepoint
+            store.insert_submission(submission)  # the first fallible write: no savepoint before it
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
         unit.records.append(submission)
+        if write is not None:
+            entry_id = str(uuid.uuid5(_WRITE_IDS, request.submission_id))
+            kind, data = write
+            unit.records.append(
+                self._entries.place(request.conversation_id, entry_id, kind, data, unit.seq, unit.now_ms)
+            )
+        if when_busy == "steer":
+            self._inbox.queue_steer(submission)
         if run is not None:
             # Cannot clash: a run is named after its submission, whose id the insert above found unused.
             self._runs.created(run, request.payload)
             unit.records.append(run)
         return Submitted(submission=submission, created=True)
+
+    def on_withdraw(self, unit: UnitOfWork, request: Withdraw) -> Frame:
+        """Take a queued submission back (``_inbox`` rule 5): a steer leaves the inbox; an input's queued run is
+        cancelled with it. A placed or settled one is left as it is, and said so."""
+        check_id(request.submission_id, "submission_id")
+        record = self._store.submission_by_id(request.submission_id)
+        if record is None:
+            return Withdrawn(outcome="not_found", submission=None)
+        if record.status == "placed":
+            return Withdrawn(outcome="already_placed", submission=record)
+        if record.status != SUBMISSION_QUEUED:
+            return Withdrawn(outcome="settled", submission=record)
+        withdrawn = self._inbox.withdraw(record, unit.seq)
+        if record.when_busy != "steer" and record.run_id is not None:
+            self._runs.cancel_queued(record.run_id, unit)
+        self._inbox.flush(unit)
+        return Withdrawn(outcome="withdrawn", submission=withdrawn)
 
     # ----------------------------------------------------------------------------------------------- reads
 

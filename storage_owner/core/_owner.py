@@ -75,14 +75,17 @@ from protocol import (
     TaskRecord,
     Unwatch,
     WaitRun,
+    WaitSubmission,
     WaitTask,
     Watch,
     Welcome,
+    Withdraw,
 )
 
 from ._checks import Refusal
 from ._commits import ONE_STATEMENT_WRITES, Commits
 from ._conversations import Conversations, Entries
+from ._inbox import Inbox
 from ._operations import OperationRecords, Operations
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outbox, Output, OutputLedger, PeerId
 from ._partials import Partials
@@ -173,14 +176,15 @@ class OwnerCore:
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
         )
         entries = Entries(store, journal)
+        self.inbox = Inbox(store, journal, entries.place, self.waits, outbox)
         self.runs = Runs(
             store,
             self.tasks,
             journal,
-            entries,
             self.waits,
             outbox,
             operation_records.reset_attempts,
+            self.inbox,
             stored_tasks=store,
             max_concurrent_runs=max_concurrent_runs,
         )
@@ -189,13 +193,14 @@ class OwnerCore:
             store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=store
         )
         self.partials = Partials(store, journal, head, stored_runs=store, stored_operations=store)
-        self.conversations = Conversations(store, entries, self.tasks, self.runs)
+        self.conversations = Conversations(store, entries, self.tasks, self.runs, self.inbox)
         self.commits = Commits(self.peers, self.tasks, self.runs, self.conversations, self.operations, self.partials)
         self._reads: dict[type[Any], ReadHandler] = {
             ReadConversation: self.conversations.on_read_conversation,
             ReadEntries: self.conversations.on_read_entries,
             ReadDocument: self.conversations.on_read_document,
             ReadSubmission: self.conversations.on_read_submission,
+            WaitSubmission: self.inbox.on_wait_submission,
             Watch: self.watches.on_watch,
             Unwatch: self.watches.on_unwatch,
             Ping: self.peers.on_ping,
@@ -220,6 +225,7 @@ class OwnerCore:
         self._writes: dict[type[Any], WriteHandler] = {
             Commit: self.commits.on_commit,
             Submit: self.conversations.on_submit,
+            Withdraw: self.conversations.on_withdraw,
             CancelRun: self.runs.on_cancel_run,
             RetryRun: self.runs.on_retry_run,
             Resolve: self.operations.on_resolve,
@@ -427,6 +433,7 @@ class OwnerCore:
             records[:] = [r for r in records if not (isinstance(r, TaskRecord) and r.task_id in settled)]
         records += result.records
         records += changed_runs.values()
+        self.inbox.flush(unit)  # the steers placed, the inputs settled
         if records:
             records += self.partials.settled(records, seq, now_ms)  # interrupted streams and ended runs: aborted
         if changed_runs or result.ended or runs.has_cancels:

@@ -67,7 +67,7 @@ HELLO_STRING_BOUNDS: Final = (
     ("peer_name", MAX_PEER_NAME_CHARS, True),
 )
 """Each of the hello's string fields: its name, its most characters, whether it must be printable."""
-WaitTable = Literal["task", "run"]
+WaitTable = Literal["task", "run", "submission"]
 
 
 @attrs.define(eq=False)
@@ -79,11 +79,12 @@ class Peer:
 
 
 class Waits:
-    """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends) and ``wait_run``
-    by run id (when the run is terminal or needs attention); bounded per connection (rule 4)."""
+    """Calls answered later, by table and id: ``wait_task`` by task id (answered when the task ends), ``wait_run``
+    by run id (when the run is terminal or needs attention) and ``wait_submission`` by submission id (when it is done
+    or unanswered); bounded per connection (rule 4)."""
 
     def __init__(self) -> None:
-        self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}}
+        self._waits: dict[str, dict[str, list[tuple[PeerId, int]]]] = {"task": {}, "run": {}, "submission": {}}
         self._keys: dict[PeerId, set[tuple[str, str]]] = {}
         """The ``(table, id)`` of each wait a peer has open, so that its end forgets exactly those."""
         self._counts: dict[PeerId, int] = {}
@@ -94,7 +95,8 @@ class Waits:
         count = self._counts.get(peer, 0)
         if count >= MAX_WAITS_PER_PEER:
             message = (
-                f"a connection may have at most {MAX_WAITS_PER_PEER} waits open at once (wait_task, wait_run); this "
+                f"a connection may have at most {MAX_WAITS_PER_PEER} waits open at once (wait_task, wait_run, "
+                "wait_submission); this "
                 "one was not registered: wait for fewer at a time"
             )
             raise Refusal(ErrorCode.INVALID, message)

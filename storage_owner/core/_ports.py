@@ -157,8 +157,18 @@ class ConversationStore(ConversationReads, Protocol):
 
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None: ...
 
+    def submission_by_id(self, submission_id: str) -> SubmissionRecord | None: ...
+
+    def open_submissions(self) -> list[SubmissionRecord]:
+        """The ``queued`` and ``placed`` submissions, oldest first (what an owner reads at start)."""
+        ...
+
     def insert_submission(self, record: SubmissionRecord) -> None:
         """Store a submission; its id, and its ``(conversation_id, request_id)``, are unique."""
+        ...
+
+    def update_submission(self, record: SubmissionRecord) -> None:
+        """Store a stored submission's new status, ``seq``, ``run_id``, ``reason`` and ``answer``."""
         ...
 
 

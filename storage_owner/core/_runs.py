@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 import attrs
 
@@ -47,7 +47,6 @@ from protocol import (
     CancelRun,
     ConversationRecord,
     CreateTask,
-    EntryRecord,
     ErrorCode,
     Frame,
     JsonValue,
@@ -60,12 +59,14 @@ from protocol import (
     RunReply,
     RunsReply,
     RunStatus,
+    SetTaskState,
     Submit,
     TaskRecord,
     WaitRun,
 )
 
 from ._checks import Refusal, check_limit, check_move
+from ._inbox import Inbox
 from ._output import Outbox, PeerId, fit_page
 from ._peers import Waits
 from ._ports import RunStore, TaskReads
@@ -114,14 +115,6 @@ RUN_TRANSITIONS: Final[Mapping[tuple[RunStatus, RunEvent], frozenset[RunStatus]]
 rules each row follows. Nothing else leaves ``completed``, ``failed`` or ``cancelled``."""
 
 
-class Transcripts(Protocol):
-    """Where admission appends a run's user entry (the conversations' entries, ``_conversations.Entries``)."""
-
-    def place(
-        self, conversation_id: str, entry_id: str, kind: str, data: JsonValue, seq: int, now_ms: int
-    ) -> EntryRecord: ...
-
-
 def run_task_id(run_id: str, attempt: int) -> str:
     """The id of a run's ``attempt``-th task (1 for its admission, more after ``retry_run``)."""
     return str(uuid.uuid5(_RUN_IDS, f"{run_id}/task/{attempt}"))
@@ -144,10 +137,10 @@ class Runs:
         store: RunStore,
         tasks: TaskEngine,
         journal: Journal,
-        entries: Transcripts,
         waits: Waits,
         outbox: Outbox,
         reset_attempts: Callable[[str, int, int], list[Record]],
+        inbox: Inbox,
         *,
         stored_tasks: TaskReads,
         max_concurrent_runs: int,
@@ -156,10 +149,10 @@ class Runs:
         self._stored_tasks = stored_tasks
         self._tasks = tasks
         self._journal = journal
-        self._entries = entries
         self._waits = waits
         self._outbox = outbox
         self._reset_attempts = reset_attempts
+        self._inbox = inbox
         """Rule 6: the attempts of a retried run's unfinished model requests start over (``_operations``)."""
         self.max_concurrent_runs = max_concurrent_runs
         self.live: dict[str, RunRecord] = {}
@@ -175,10 +168,16 @@ class Runs:
         self._admit_due = False
         self._cancels: list[tuple[PeerId, int, str]] = []
         """``cancel_run`` requests of this batch, answered once it has settled, with the run as it is then."""
+        self._waiting: set[str] = set()
+        """Runs whose task was last seen waiting (on its tool calls): when it stops, a tool round ended, a boundary
+        where the inbox places a steer (``_inbox``)."""
         for record in store.live_runs():
             self._add(record)
             if record.status != "queued":
                 self._dirty[record.run_id] = None
+            task = None if record.task_id is None else tasks.record(record.task_id)
+            if task is not None and task.status == "waiting":
+                self._waiting.add(record.run_id)
         self._admit_due = bool(self.live)
 
     # ------------------------------------------------------------------------------------------ inspection
@@ -220,9 +219,11 @@ class Runs:
         self._add(record)
         self._admit_due = True
 
-    def new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
-        """The queued run an ``input`` submission admits (checked here, stored by :meth:`created`). A run takes its
-        submission's id (rule 4)."""
+    def check_input(self, request: Submit, conversation: ConversationRecord) -> RunRecord | None:
+        """Check an ``input`` submission (before anything is written) and return the conversation's live run, if
+        any: refused for a conversation with no agent, a payload that is not a text of the allowed size, an unknown
+        ``when_busy`` or ``when_idle``, ``when_busy="reject"`` while a run is live and ``when_idle="reject"`` while
+        none is."""
         if conversation.agent is None:
             message = (
                 f"conversation {conversation.conversation_id} is not bound to an agent, so an input has no run to "
@@ -232,16 +233,32 @@ class Runs:
         payload = request.payload
         if not isinstance(payload, str) or not 1 <= len(payload.encode()) <= MAX_INPUT_BYTES:
             raise Refusal(ErrorCode.INVALID, f"an input's payload is a text of 1 byte to {MAX_INPUT_BYTES} bytes")
-        if request.when_busy not in ("follow_up", "reject"):
-            raise Refusal(ErrorCode.INVALID, f"when_busy must be follow_up or reject, not {request.when_busy!r}")
+        if request.when_busy not in ("follow_up", "steer", "reject"):
+            message = f"when_busy must be follow_up, steer or reject, not {request.when_busy!r}; nothing was written"
+            raise Refusal(ErrorCode.INVALID, message)
+        if request.when_idle not in ("start", "reject"):
+            message = f"when_idle must be start or reject, not {request.when_idle!r}; nothing was written"
+            raise Refusal(ErrorCode.INVALID, message)
         active = self.active_run(conversation.conversation_id)
         if request.when_busy == "reject" and active is not None:
             message = (
                 f"conversation {conversation.conversation_id} has an active run ({active.run_id}, {active.status}) "
                 "and this submission asked to be refused while busy; nothing was written. Submit with "
-                "when_busy='follow_up' to queue a run after it, or wait for it"
+                "when_busy='follow_up' to queue a run after it, when_busy='steer' to join it, or wait for it"
             )
             raise Refusal(ErrorCode.CONFLICT, message)
+        if request.when_idle == "reject" and active is None:
+            message = (
+                f"conversation {conversation.conversation_id} has no run going and this input asked to be refused "
+                "while idle (when_idle='reject': it may only join or follow a run); nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        return active
+
+    def new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
+        """The queued run an ``input`` submission admits (checked by :meth:`check_input`, stored by
+        :meth:`created`). A run takes its submission's id (rule 4)."""
+        assert conversation.agent is not None, "check_input() first"
         return RunRecord(
             run_id=request.submission_id,
             conversation_id=conversation.conversation_id,
@@ -279,6 +296,8 @@ class Runs:
         self._remember(record)
         old = self.live.get(record.run_id)
         if record.status in TERMINAL:
+            self._inbox.run_ended(record, record.seq)
+            self._waiting.discard(record.run_id)
             self._live_pop(record.run_id)
             queue = self._queues.get(record.conversation_id, [])
             if record.run_id in queue:
@@ -357,6 +376,12 @@ class Runs:
                 continue
             task = self._tasks.record(run.task_id)
             assert task is not None, f"run {run_id}'s task {run.task_id} is not stored"
+            if task.status == "waiting":
+                self._waiting.add(run_id)
+            elif run_id in self._waiting:
+                self._waiting.discard(run_id)
+                if task.status in ("pending", "running"):  # its tool round ended: a boundary
+                    self._inbox.boundary(run, seq, now_ms)
             derived = derive(task, self._tasks, self._stored_tasks)
             new = attrs.evolve(
                 run,
@@ -424,9 +449,9 @@ class Runs:
         self._dirty[run.run_id] = None  # derived once settled: whether an attached worker announces its agent
         if attempt > 1:
             return
-        data = JsonValue({"text": self._store.run_input(run.run_id), "run_id": run.run_id})
-        entry = self._entries.place(run.conversation_id, user_entry_id(run.run_id), USER_ENTRY_KIND, data, seq, now_ms)
-        records.insert(len(records) - 1, entry)
+        text = self._store.run_input(run.run_id)
+        placed = self._inbox.admitted(run, text, seq, now_ms, user_entry_id(run.run_id))
+        records[len(records) - 1 : len(records) - 1] = placed
 
     # ------------------------------------------------------------------------------------ entries and retries
 
@@ -446,6 +471,28 @@ class Runs:
                 "'app.note'), or submit an input to start a run"
             )
             raise Refusal(ErrorCode.INVALID, message)
+
+    def apply_set_state(self, unit: UnitOfWork, write: SetTaskState, where: str, lease: LeaseRef | None) -> int:
+        """A task's next state (the task engine's ``set_task_state``). A run's task completing with a
+        ``steer_checkpoint`` while its conversation has a steer queued (it came after the last tool round) goes on
+        at that checkpoint instead, the steer placed after the answer (``_inbox``, rule 3): the same run answers it."""
+        if (
+            write.status == "terminal"
+            and write.steer_checkpoint is not None
+            and write.outcome is not None
+            and write.outcome.status == "completed"
+        ):
+            run = self.live.get(self._by_task.get(write.task_id, ""))
+            if run is not None and run.task_id == write.task_id and self._inbox.boundary(run, unit.seq, unit.now_ms):
+                write = attrs.evolve(
+                    write,
+                    status="running",
+                    checkpoint=write.steer_checkpoint,
+                    outcome=None,
+                    steer_checkpoint=JsonValue(None),
+                )
+                self._inbox.flush(unit)
+        return self._tasks.apply_set_state(unit, write, where, lease)
 
     def retry_run(self, run_id: str, seq: int, now_ms: int) -> tuple[RunRecord, list[Record]]:
         """Re-attempt a run. A run not ended (``needs_attention`` included): a no-op returning its record (it goes
@@ -478,6 +525,7 @@ class Runs:
             updated_at_ms=now_ms,
         )
         self.put(run, new, "retry")  # journals the queue below with the rest
+        self._inbox.run_retried(new, seq)
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)
         self._admit_due = True
         records.append(new)
@@ -523,6 +571,7 @@ class Runs:
             cancelled = attrs.evolve(run, status="cancelled", seq=unit.seq, updated_at_ms=unit.now_ms)
             self.put(run, cancelled, "cancel")
             unit.records.append(cancelled)
+            self._inbox.flush(unit)
             unit.then(lambda: self._answer_waits(cancelled))
             return RunReply(run=cancelled)
         record, _ = self._tasks.abort_task(AbortTask(task_id=run.task_id), unit.seq, unit.now_ms, "run")
@@ -533,9 +582,20 @@ class Runs:
         unit.then(lambda: self._cancels.append((peer, call_id, run_id)))  # answered once the batch has settled
         return None
 
+    def cancel_queued(self, run_id: str, unit: UnitOfWork) -> None:
+        """A queued run's input was withdrawn: the run ends ``cancelled`` (rule 5), in the request's commit."""
+        run = self.live.get(run_id)
+        if run is None or run.status != "queued":
+            return
+        cancelled = attrs.evolve(run, status="cancelled", seq=unit.seq, updated_at_ms=unit.now_ms)
+        self.put(run, cancelled, "cancel")
+        unit.records.append(cancelled)
+        unit.then(lambda: self._answer_waits(cancelled))
+
     def on_retry_run(self, unit: UnitOfWork, request: RetryRun) -> Frame:
         run, records = self.retry_run(request.run_id, unit.seq, unit.now_ms)
         unit.records += records
+        self._inbox.flush(unit)
         self.tasks_changed(records)
         return RunReply(run=run)
 

@@ -442,12 +442,23 @@ class MemoryStore:
     # ---------------------------------------------------------------------------------------- submissions
 
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
-        t = self._t
-        submission_id = t.requests.get((conversation_id, request_id))
-        if submission_id is None:
+        submission_id = self._t.requests.get((conversation_id, request_id))
+        return None if submission_id is None else self.submission_by_id(submission_id)
+
+    def submission_by_id(self, submission_id: str) -> SubmissionRecord | None:
+        stored = self._t.submissions.get(submission_id)
+        if stored is None:
             return None
-        record, payload = t.submissions[submission_id]
+        record, payload = stored
         return attrs.evolve(record, payload=unpack(payload))
+
+    def open_submissions(self) -> list[SubmissionRecord]:
+        # Insertion order is creation order: a dict keeps it, and an update replaces a value in place.
+        return [
+            attrs.evolve(record, payload=unpack(payload))
+            for record, payload in self._t.submissions.values()
+            if record.status in ("queued", "placed")
+        ]
 
     def insert_submission(self, record: SubmissionRecord) -> None:
         t = self._t
@@ -456,6 +467,12 @@ class MemoryStore:
             raise StoreConflict("submission", record.submission_id)
         self._put(t.submissions, record.submission_id, (record, pack(record.payload)))
         self._put(t.requests, key, record.submission_id)
+
+    def update_submission(self, record: SubmissionRecord) -> None:
+        t = self._t
+        stored = t.submissions.get(record.submission_id)
+        assert stored is not None, f"submission {record.submission_id} is not stored"
+        self._put(t.submissions, record.submission_id, (record, stored[1]))
 
     # ----------------------------------------------------------------------------------------------- runs
 

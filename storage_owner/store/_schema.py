@@ -215,6 +215,27 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE runs ADD COLUMN error TEXT;
     """,
+    # 7: the inbox (docs/runs.md, "The inbox"). A submission has a status that changes (queued, placed, done,
+    # unanswered), why it went unanswered, the answer it got (msgpack, as a run's), how it was admitted while busy,
+    # and the commit that created it (`created_seq`: `seq` is its last change), which orders the open ones an owner
+    # reads at start. Submissions stored before took no status but `queued`: they get the one their run says.
+    """
+    ALTER TABLE submissions ADD COLUMN reason TEXT;
+    ALTER TABLE submissions ADD COLUMN answer BLOB;
+    ALTER TABLE submissions ADD COLUMN when_busy TEXT NOT NULL DEFAULT 'follow_up';
+    ALTER TABLE submissions ADD COLUMN created_seq INTEGER;
+    UPDATE submissions SET
+        created_seq = seq,
+        status = COALESCE((
+            SELECT CASE r.status WHEN 'completed' THEN 'done' WHEN 'failed' THEN 'unanswered'
+                WHEN 'cancelled' THEN 'unanswered' WHEN 'queued' THEN 'queued' ELSE 'placed' END
+            FROM runs r WHERE r.run_id = submissions.run_id), 'done'),
+        reason = (
+            SELECT CASE r.status WHEN 'failed' THEN COALESCE(r.reason, 'faulted') WHEN 'cancelled' THEN 'aborted' END
+            FROM runs r WHERE r.run_id = submissions.run_id),
+        answer = (SELECT r.answer FROM runs r WHERE r.run_id = submissions.run_id AND r.status = 'completed');
+    CREATE INDEX submissions_open ON submissions (created_seq) WHERE status IN ('queued', 'placed');
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -418,44 +418,46 @@ class SqliteStore(PartialsSql):
 
     def submission(self, conversation_id: str, request_id: str) -> SubmissionRecord | None:
         row = self._db.execute(
-            "SELECT submission_id, kind, payload, status, seq, created_at_ms, run_id FROM submissions "
-            "WHERE conversation_id = ? AND request_id = ?",
+            f"SELECT {_SUBMISSION_COLUMNS} FROM submissions WHERE conversation_id = ? AND request_id = ?",
             (conversation_id, request_id),
         ).fetchone()
-        if row is None:
-            return None
-        submission_id, kind, payload, status, seq, created_at_ms, run_id = row
-        return SubmissionRecord(
-            submission_id=submission_id,
-            conversation_id=conversation_id,
-            request_id=request_id,
-            kind=kind,
-            payload=unpack(payload),
-            status=status,
-            seq=seq,
-            created_at_ms=created_at_ms,
-            run_id=run_id,
-        )
+        return None if row is None else _submission_record(row)
+
+    def submission_by_id(self, submission_id: str) -> SubmissionRecord | None:
+        row = self._db.execute(
+            f"SELECT {_SUBMISSION_COLUMNS} FROM submissions WHERE submission_id = ?", (submission_id,)
+        ).fetchone()
+        return None if row is None else _submission_record(row)
+
+    def open_submissions(self) -> list[SubmissionRecord]:
+        rows = self._db.execute(
+            f"SELECT {_SUBMISSION_COLUMNS} FROM submissions WHERE status IN ('queued', 'placed') "
+            "ORDER BY created_seq, submission_id"
+        ).fetchall()
+        return [_submission_record(row) for row in rows]
 
     def insert_submission(self, record: SubmissionRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO submissions (submission_id, conversation_id, request_id, kind, payload, status, seq, "
-                "created_at_ms, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.submission_id,
-                    record.conversation_id,
-                    record.request_id,
-                    record.kind,
-                    pack(record.payload),
-                    record.status,
-                    record.seq,
-                    record.created_at_ms,
-                    record.run_id,
-                ),
+                f"INSERT INTO submissions ({_SUBMISSION_COLUMNS}, created_seq) "
+                f"VALUES ({', '.join('?' * (len(_SUBMISSION_FIELDS) + 1))})",
+                (*_submission_row(record), record.seq),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("submission", record.submission_id) from exc
+
+    def update_submission(self, record: SubmissionRecord) -> None:
+        self._db.execute(
+            "UPDATE submissions SET status = ?, seq = ?, run_id = ?, reason = ?, answer = ? WHERE submission_id = ?",
+            (
+                record.status,
+                record.seq,
+                record.run_id,
+                record.reason,
+                None if record.answer is None else pack(attrs.asdict(record.answer)),
+                record.submission_id,
+            ),
+        )
 
     # ----------------------------------------------------------------------------------------------- runs
 
@@ -763,6 +765,31 @@ def _usage_row(i: int, o: int, c: int, r: int, cost: float | None, unpriced: int
     return RunUsage(
         input_tokens=i, output_tokens=o, cached_tokens=c, reasoning_tokens=r, cost=cost, unpriced_tokens=unpriced
     )
+
+
+# A submission's columns: SubmissionRecord's fields in its order; payload and answer are msgpack.
+_SUBMISSION_FIELDS: Final = tuple(field.name for field in attrs.fields(SubmissionRecord))
+_SUBMISSION_COLUMNS: Final = ", ".join(_SUBMISSION_FIELDS)
+
+
+def _submission_row(record: SubmissionRecord) -> tuple[object, ...]:
+    values: list[object] = []
+    for name in _SUBMISSION_FIELDS:
+        value = getattr(record, name)
+        if name == "payload":
+            value = pack(value)
+        elif name == "answer":
+            value = None if value is None else pack(attrs.asdict(value))
+        values.append(value)
+    return tuple(values)
+
+
+def _submission_record(row: Any) -> SubmissionRecord:
+    values = dict(zip(_SUBMISSION_FIELDS, row, strict=True))
+    values["payload"] = unpack(values["payload"])
+    answer = values["answer"]
+    values["answer"] = None if answer is None else RunAnswer(**unpack(answer))
+    return SubmissionRecord(**values)
 
 
 # A run's columns: RunRecord's fields in its order; answer and usage are stored as msgpack maps.

@@ -73,7 +73,7 @@ from protocol import (
     retry_delay_ms,
 )
 from storage_owner.core._checks import IllegalTransition, Refusal
-from storage_owner.core._conversations import SUBMISSION_TRANSITIONS
+from storage_owner.core._inbox import SUBMISSION_TRANSITIONS
 from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
 from storage_owner.core._run_status import Derived, run_status
 from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
@@ -274,7 +274,8 @@ def test_a_submission_admits_a_run_and_its_user_entry_at_once(sim: RunSim) -> No
     assert (task.kind, task.conversation_id, task.owner_task_id) == (f"agent:{AGENT}", conversation_id, None)
     assert sim.store.task_data(task.task_id)[0] == {"run_id": run_id}
     assert sim.graph()[task.task_id].blocked == "missing_task"
-    assert sim.entries(conversation_id) == [("tether.user", {"text": "what is 2+2?", "run_id": run_id})]
+    user = {"text": "what is 2+2?", "run_id": run_id, "submission_id": run_id}
+    assert sim.entries(conversation_id) == [("tether.user", user)]
     assert sim.store.entry_page(conversation_id, "asc", None, 1)[0][0].entry_id == user_entry_id(run_id)
 
 
@@ -284,7 +285,10 @@ def test_request_id_dedupe_survives_a_restart_and_refuses_other_content(sim: Run
     sim.restart()
     head = sim.core.head_seq
     again = expect(sim.submit(conversation_id, "hi", request_id="r1", when_busy="reject"), Submitted)
-    assert not again.created and again.submission == first.submission
+    # The original as it is now: admitted (its run started), so placed.
+    assert not again.created and again.submission == attrs.evolve(
+        first.submission, status="placed", seq=again.submission.seq
+    )
     assert error_code(sim.submit(conversation_id, "other", request_id="r1")) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head
     assert len(expect(sim.request(sim.client, ReadRuns()), RunsReply).runs) == 1
@@ -1299,7 +1303,7 @@ def doc_table(marker: str, path: Path = ROOT / "docs" / "runs.md") -> dict[tuple
 @pytest.mark.parametrize(
     ("marker", "table"),
     [
-        ("Its transition table (`SUBMISSION_TRANSITIONS`)", SUBMISSION_TRANSITIONS),
+        ("Its transition table (`SUBMISSION_TRANSITIONS` in `_inbox.py`)", SUBMISSION_TRANSITIONS),
         ("(`RUN_TRANSITIONS` in `_runs.py`)", RUN_TRANSITIONS),
         ("(`OPERATION_TRANSITIONS` in `_operations.py`)", OPERATION_TRANSITIONS),
         ("(`INTERACTION_TRANSITIONS`, see", INTERACTION_TRANSITIONS),

@@ -24,6 +24,7 @@ from protocol import (
     EntryRecord,
     JsonValue,
     OwnerAlreadyRunning,
+    RunAnswer,
     RunUsage,
     SchemaTooNew,
     StorageError,
@@ -170,6 +171,66 @@ def _columns(path: str, table: str) -> list[str]:
         db.close()
 
 
+def test_submissions_stored_before_the_inbox_get_the_status_their_run_says(path: str) -> None:
+    """Migration 7: a submission stored by an engine without the inbox stayed ``queued``; it takes its run's
+    outcome (done with the answer, unanswered with why, placed while the run goes on, queued while it is queued), and
+    one of the application's own kinds is ``done``. Only the queued and placed ones are read at start."""
+    db = apsw.Connection(path)
+    try:
+        with db:
+            for migration in MIGRATIONS[:6]:
+                db.execute(migration)
+            answer = msgpack.packb({"seq": 9, "text": "4"})
+            usage = msgpack.packb({})
+            for n, (status, reason) in enumerate(
+                [
+                    ("completed", None),
+                    ("failed", "model_error"),
+                    ("cancelled", None),
+                    ("running", None),
+                    ("queued", None),
+                ]
+            ):
+                run_id = f"run-{n}"
+                db.execute(
+                    "INSERT INTO runs (run_id, conversation_id, agent, version, status, reason, answer, usage, "
+                    "submission_id, seq, created_at_ms, updated_at_ms, input, created_seq) "
+                    "VALUES (?, 'c', 'a', 1, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?)",
+                    (run_id, status, reason, answer if status == "completed" else None, usage, run_id, n, b"", n),
+                )
+                db.execute(
+                    "INSERT INTO submissions (submission_id, conversation_id, request_id, kind, payload, status, seq, "
+                    "created_at_ms, run_id) VALUES (?, 'c', ?, 'input', ?, 'queued', ?, 0, ?)",
+                    (run_id, run_id, msgpack.packb("hi"), n, run_id),
+                )
+            db.execute(
+                "INSERT INTO submissions (submission_id, conversation_id, request_id, kind, payload, status, seq, "
+                "created_at_ms) VALUES ('app', 'c', 'app', 'app.task', ?, 'queued', 7, 0)",
+                (msgpack.packb(None),),
+            )
+            db.execute("PRAGMA user_version=6")
+    finally:
+        db.close()
+    store = SqliteStore.open(path)
+    try:
+        got = {
+            record.submission_id: (record.status, record.reason, record.answer)
+            for record in (store.submission("c", request_id) for request_id in [*(f"run-{n}" for n in range(5)), "app"])
+            if record is not None
+        }
+        assert got == {
+            "run-0": ("done", None, RunAnswer(seq=9, text="4")),
+            "run-1": ("unanswered", "model_error", None),
+            "run-2": ("unanswered", "aborted", None),
+            "run-3": ("placed", None, None),
+            "run-4": ("queued", None, None),
+            "app": ("done", None, None),
+        }
+        assert [record.submission_id for record in store.open_submissions()] == ["run-3", "run-4"]
+    finally:
+        store.close()
+
+
 def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(path: str) -> None:
     conversation_id = new_id()
     _version_1_database(path, conversation_id)
@@ -178,7 +239,8 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
 
     store = SqliteStore.open(path)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert "created_seq" in _columns(path, "submissions")
         assert "char_offset" in _columns(path, "partial_pieces")
         assert "error" in _columns(path, "runs")
         assert store.integrity_check() == "ok"

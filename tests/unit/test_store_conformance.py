@@ -841,6 +841,28 @@ def test_duplicate_submission_id_is_a_store_conflict(store: StoreUnderTest) -> N
     assert store.submission(conversation_id, "b") is None
 
 
+def test_a_submission_is_read_by_id_updated_and_listed_while_open_in_creation_order(store: StoreUnderTest) -> None:
+    conversation_id = with_conversation(store)
+    first = attrs.evolve(submission_record(conversation_id, request_id="a"), seq=1)
+    second = attrs.evolve(submission_record(conversation_id, request_id="b"), seq=2, when_busy="steer")
+    third = attrs.evolve(submission_record(conversation_id, request_id="c"), seq=3, status="done")
+    for record in (first, second, third):
+        store.insert_submission(record)
+    assert store.submission_by_id(second.submission_id) == second
+    assert store.submission_by_id(new_id()) is None
+    assert store.open_submissions() == [first, second]
+    answered = attrs.evolve(first, status="done", seq=4, run_id="run", answer=RunAnswer(seq=4, text="4"))
+    placed = attrs.evolve(second, status="placed", seq=4, run_id="run")
+    store.update_submission(answered)
+    store.update_submission(placed)
+    assert store.submission(conversation_id, "a") == answered
+    assert store.submission_by_id(second.submission_id) == placed
+    assert store.open_submissions() == [placed]  # still in creation order, whatever its last change
+    unanswered = attrs.evolve(placed, status="unanswered", seq=5, reason="withdrawn")
+    store.update_submission(unanswered)
+    assert store.open_submissions() == [] and store.submission(conversation_id, "b") == unanswered
+
+
 def test_duplicate_request_id_in_a_conversation_is_a_store_conflict(store: StoreUnderTest) -> None:
     conversation_id = with_conversation(store)
     store.insert_submission(submission_record(conversation_id, request_id="same"))

@@ -537,7 +537,11 @@ def test_a_wait_is_forgotten_with_its_connection_and_only_its_own(sim: OwnerSim)
     out = sim.batch((worker.peer, sent(Commit(writes=(completed(task_id, 5),), lease=worker.lease(task_id).lease))))
     assert expect(reply_to(out, other, wait), TaskReply).task.status == "terminal"
     assert not [frame for peer, _, frame in out if peer == leaving]
-    assert sim.core.waits._waits == {"task": {}, "run": {}}  # nothing is left behind for the connection that ended
+    assert sim.core.waits._waits == {
+        "task": {},
+        "run": {},
+        "submission": {},
+    }  # nothing is left behind for the connection that ended
 
 
 def test_read_task_outcomes_and_graph_reply(sim: OwnerSim) -> None:

@@ -1,0 +1,280 @@
+"""The inbox, sans-IO: what becomes of each submission to a conversation (docs/runs.md, "The inbox").
+
+1. **Statuses.** A submission is created ``queued`` (an input), or ``done`` (a write: appended at once). An input is
+   ``placed`` once its user entry is in the transcript, in a run; it settles with that run: ``done`` with the run's
+   answer, or ``unanswered`` with why the run ended without one. A queued input may settle ``unanswered`` without
+   being placed: withdrawn, or its queued run cancelled. :data:`SUBMISSION_TRANSITIONS` holds every change, checked
+   on each (:func:`~._checks.check_move`).
+2. **Admission** (``Conversations.on_submit``): an input to a conversation with no live run starts one (run id =
+   submission id), unless it asked ``when_idle="reject"``. While a run is live, ``follow_up`` queues a run of its own
+   behind it (``_runs``), ``steer`` queues the input here, naming the live run it will join, and ``reject`` refuses.
+3. **Placement.** A run's own input is placed when the run is admitted, after any input a run before it left queued
+   (older first) and before the steers that named it while it was queued. A steer is placed at a boundary of its
+   conversation's active run, one per boundary (``steering="first"``): when a tool round ends (the run's task stops
+   waiting on its tool calls), or when the run answers (its task completes naming a ``steer_checkpoint``: the owner
+   places the steer after the answer and the task goes on at that checkpoint instead, so the same run answers it).
+   A steer the run never reached (it failed or was cancelled first) stays queued, and the next run admitted in the
+   conversation places it first.
+4. **Settlement.** When a run ends, every input placed in it settles: ``done`` with the run's answer, or
+   ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's own input is ``placed``
+   again.
+5. **Withdrawal.** A queued submission settles ``unanswered`` (``withdrawn``); an input's queued run is cancelled
+   with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes.
+
+Entry ids and statuses are derived from the submission ids, so a settle run again after a crash writes the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Final, Literal
+
+import attrs
+
+from protocol import (
+    USER_ENTRY,
+    EntryRecord,
+    ErrorCode,
+    Frame,
+    JsonValue,
+    Record,
+    RunAnswer,
+    RunRecord,
+    SubmissionRecord,
+    SubmissionReply,
+    WaitSubmission,
+)
+
+from ._checks import Refusal, check_move
+from ._output import Outbox, PeerId
+from ._peers import Waits
+from ._ports import ConversationStore
+from ._unit import Journal, UnitOfWork
+
+SubmissionStatus = Literal["queued", "placed", "done", "unanswered"]
+SubmissionEvent = Literal["place", "answer", "unanswer", "withdraw", "retry"]
+QUEUED: Final = "queued"
+PLACED: Final = "placed"
+SETTLED: Final = frozenset({"done", "unanswered"})
+SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
+    ("queued", "place"): frozenset({"placed"}),  # 3
+    ("queued", "withdraw"): frozenset({"unanswered"}),  # 5 (withdrawn, or its queued run cancelled)
+    ("placed", "answer"): frozenset({"done"}),  # 4
+    ("placed", "unanswer"): frozenset({"unanswered"}),  # 4
+    ("unanswered", "retry"): frozenset({"placed"}),  # 4 (a retried run's own input)
+}
+"""The submission state machine: from a status, on an event, the statuses a submission may take; see the module
+docstring for the rule each row follows. Nothing leaves ``done``."""
+_ENTRY_IDS: Final = uuid.UUID("3d0f2b0e-7c55-4a3e-8f0e-6b1d2a9c4e71")
+UNANSWERED_REASONS: Final = {"max_turns": "turn_limit"}
+"""A run's reason as its inputs' (the reference's names), where they differ."""
+
+
+def steer_entry_id(submission_id: str) -> str:
+    """The user entry a steer is placed as (an input that starts its own run is placed as its run's)."""
+    return str(uuid.uuid5(_ENTRY_IDS, f"{submission_id}/user"))
+
+
+def unanswered_reason(run: RunRecord) -> str:
+    """Why the inputs of ``run``, which ended without an answer, went unanswered."""
+    if run.status == "cancelled":
+        return "aborted"
+    reason = run.reason or "faulted"
+    return UNANSWERED_REASONS.get(reason, reason)
+
+
+class Inbox:
+    """Every conversation's queued steers and every live run's placed inputs. See the module docstring."""
+
+    def __init__(
+        self,
+        store: ConversationStore,
+        journal: Journal,
+        place_entry: Callable[[str, str, str, JsonValue, int, int], EntryRecord],
+        waits: Waits,
+        outbox: Outbox,
+    ) -> None:
+        self._store = store
+        self._journal = journal
+        self._place_entry = place_entry
+        self._waits = waits
+        self._outbox = outbox
+        self.queued: dict[str, list[SubmissionRecord]] = {}
+        """Each conversation's queued steers, oldest first (rule 3)."""
+        self._placed: dict[str, list[str]] = {}
+        """The inputs placed in each live run, in placement order (rule 4)."""
+        self._records: list[Record] = []
+        """What placement and settlement changed since the last :meth:`flush` (user entries, submissions), in order:
+        it goes into the commit, and the waits of the submissions it settled are answered once that is logged."""
+        for record in store.open_submissions():
+            if record.status == PLACED and record.run_id is not None:
+                self._placed.setdefault(record.run_id, []).append(record.submission_id)
+            elif record.status == QUEUED and record.when_busy == "steer":
+                self.queued.setdefault(record.conversation_id, []).append(record)
+
+    # ------------------------------------------------------------------------------------------- admission
+
+    def queue_steer(self, record: SubmissionRecord) -> None:
+        """A steer admitted while its conversation's run is live (stored by the caller)."""
+        queue = self.queued.setdefault(record.conversation_id, [])
+        queue.append(record)
+        self._journal.undo(lambda: self._drop(record))
+
+    # ------------------------------------------------------------------------------------------- placement
+
+    def admitted(self, run: RunRecord, text: JsonValue, seq: int, now_ms: int, entry_id: str) -> list[Record]:
+        """A run was admitted (rule 3): what a run before it left queued, its own input, then the steers that named it
+        while it was queued, as user entries, each submission ``placed`` in it. Returns the records, in order (the
+        caller puts them before the run's task)."""
+        start = len(self._records)
+        queue = self.queued.get(run.conversation_id, [])
+        leftovers = [record for record in queue if record.run_id != run.run_id]
+        steers = [record for record in queue if record.run_id == run.run_id]
+        for record in leftovers:
+            self._place(record, run, seq, now_ms)
+        data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
+        self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
+        own = self._store.submission_by_id(run.submission_id)
+        if own is not None and own.status == QUEUED:
+            self._move(own, "place", seq, placed_in=run)
+        for record in steers:
+            self._place(record, run, seq, now_ms)
+        placed = self._records[start:]
+        del self._records[start:]
+        return placed
+
+    def boundary(self, run: RunRecord, seq: int, now_ms: int) -> bool:
+        """A boundary of ``run``, its conversation's active run (rule 3): the oldest queued steer is placed in it.
+        Returns whether one was."""
+        queue = self.queued.get(run.conversation_id)
+        if not queue:
+            return False
+        self._place(queue[0], run, seq, now_ms)
+        return True
+
+    def _place(self, record: SubmissionRecord, run: RunRecord, seq: int, now_ms: int) -> None:
+        self._drop(record)
+        self._journal.undo(lambda: self._restore(record))
+        data = JsonValue({"text": record.payload, "run_id": run.run_id, "submission_id": record.submission_id})
+        entry_id = steer_entry_id(record.submission_id)
+        self._note(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
+        self._move(record, "place", seq, placed_in=run)
+
+    # ------------------------------------------------------------------------------------------ settlement
+
+    def run_ended(self, run: RunRecord, seq: int) -> None:
+        """``run`` is terminal (rule 4): the inputs placed in it settle; its own input, still queued (a queued run
+        cancelled), settles ``unanswered``."""
+        placed = self._placed.pop(run.run_id, [])
+        if placed:
+            self._journal.undo(lambda: self._placed.__setitem__(run.run_id, placed))
+        if not placed:
+            own = self._store.submission_by_id(run.submission_id)
+            if own is not None and own.status == QUEUED:
+                self._move(own, "withdraw", seq, reason=unanswered_reason(run))
+            return
+        for submission_id in placed:
+            record = self._store.submission_by_id(submission_id)
+            if record is None or record.status != PLACED:
+                continue
+            if run.status == "completed":
+                self._move(record, "answer", seq, answer=run.answer)
+            else:
+                self._move(record, "unanswer", seq, reason=unanswered_reason(run))
+
+    def run_retried(self, run: RunRecord, seq: int) -> None:
+        """A failed run is queued again: its own input is ``placed`` in it again (rule 4)."""
+        own = self._store.submission_by_id(run.submission_id)
+        if own is not None and own.status == "unanswered":
+            self._move(own, "retry", seq, placed_in=run)
+
+    # ------------------------------------------------------------------------------------------ withdrawal
+
+    def withdraw(self, record: SubmissionRecord, seq: int) -> SubmissionRecord:
+        """Rule 5 for a queued steer (a queued run's own input: :meth:`run_ended`, once the run is cancelled)."""
+        self._drop(record)
+        self._journal.undo(lambda: self._restore(record))
+        return self._move(record, "withdraw", seq, reason="withdrawn")
+
+    # ------------------------------------------------------------------------------------------ the records
+
+    def _move(
+        self,
+        record: SubmissionRecord,
+        event: SubmissionEvent,
+        seq: int,
+        *,
+        placed_in: RunRecord | None = None,
+        reason: str | None = None,
+        answer: RunAnswer | None = None,
+    ) -> SubmissionRecord:
+        """Store ``record``'s next state (checked against :data:`SUBMISSION_TRANSITIONS`) and note it changed."""
+        status = {"place": PLACED, "retry": PLACED, "answer": "done"}.get(event, "unanswered")
+        new = attrs.evolve(
+            record,
+            status=status,
+            seq=seq,
+            run_id=record.run_id if placed_in is None else placed_in.run_id,
+            reason=reason,
+            answer=answer,
+        )
+        check_move(SUBMISSION_TRANSITIONS, "submission", record.submission_id, record.status, event, new.status)
+        self._store.update_submission(new)
+        if placed_in is not None:
+            placed = self._placed.setdefault(placed_in.run_id, [])
+            placed.append(new.submission_id)
+            self._journal.undo(lambda: placed.remove(new.submission_id))
+        self._note(new)
+        return new
+
+    def _note(self, record: Record) -> None:
+        records = self._records
+        records.append(record)
+        self._journal.undo(lambda: records.remove(record) if record in records else None)
+
+    def flush(self, unit: UnitOfWork) -> None:
+        """What changed since the last flush: into ``unit``'s commit, the waits of the submissions it settled answered
+        once it is logged."""
+        if not self._records:
+            return
+        records, self._records = self._records, []
+        unit.records += records
+        settled = [r for r in records if isinstance(r, SubmissionRecord) and r.status in SETTLED]
+        if settled:
+            unit.then(lambda: self._answer(settled))
+
+    def _answer(self, settled: list[SubmissionRecord]) -> None:
+        for record in settled:
+            for peer, call_id in self._waits.take("submission", record.submission_id):
+                self._outbox.reply(peer, call_id, SubmissionReply(submission=record))
+
+    def _drop(self, record: SubmissionRecord) -> None:
+        queue = self.queued.get(record.conversation_id)
+        if queue is None:
+            return
+        queue[:] = [one for one in queue if one.submission_id != record.submission_id]
+        if not queue:
+            del self.queued[record.conversation_id]
+
+    def _restore(self, record: SubmissionRecord) -> None:
+        """Undo of :meth:`_drop` inside a refused request: back in its place (creation order)."""
+        queue = self.queued.setdefault(record.conversation_id, [])
+        if all(one.submission_id != record.submission_id for one in queue):
+            queue.append(record)
+            queue.sort(key=lambda one: one.seq)  # a queued submission's seq is its creating commit's
+
+    # -------------------------------------------------------------------------------------------- requests
+
+    def require(self, submission_id: str) -> SubmissionRecord:
+        record = self._store.submission_by_id(submission_id)
+        if record is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"submission {submission_id} does not exist")
+        return record
+
+    def on_wait_submission(self, peer: PeerId, call_id: int, request: WaitSubmission, now_ms: int) -> Frame | None:
+        record = self.require(request.submission_id)
+        if record.status in SETTLED:
+            return SubmissionReply(submission=record)
+        self._waits.add("submission", record.submission_id, peer, call_id)
+        return None

@@ -1,0 +1,372 @@
+"""The inbox in the owner core, sans-IO (docs/runs.md, "The inbox"): steers placed at a run's boundaries, inputs that
+may only join a run, writes appended at once, submissions that settle with their run, withdrawal, waits, and what an
+owner restart keeps. Driven batch by batch, on the SQLite store, as test_runs_core."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import (
+    ASSISTANT_ENTRY,
+    USER_ENTRY,
+    AppendEntry,
+    CancelRun,
+    Committed,
+    CreateTask,
+    ErrorCode,
+    JsonValue,
+    Ok,
+    RunAnswer,
+    RunReply,
+    SetTaskState,
+    SubmissionRecord,
+    SubmissionReply,
+    Submitted,
+    TaskOutcome,
+    WaitSubmission,
+    Withdraw,
+    Withdrawn,
+)
+from storage_owner.core import Output
+from storage_owner.core._runs import run_task_id
+from tests.unit._stores import open_store
+from tests.unit.test_runs_core import RunSim
+from tests.unit.test_tasks_core import Worker, aborted, completed, ended, error_code, expect, fresh_id, sent
+
+NEXT_TURN = {"phase": "turn", "turn": 2}
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[RunSim]:
+    opened = RunSim(open_store("sqlite", tmp_path))
+    yield opened
+    opened.close()
+
+
+def submitted(sim: RunSim, conversation_id: str, text: str = "hello", **fields: Any) -> SubmissionRecord:
+    reply = expect(sim.submit(conversation_id, text, **fields), Submitted)
+    assert reply.created
+    return reply.submission
+
+
+def submission(sim: RunSim, record: SubmissionRecord) -> SubmissionRecord:
+    stored = sim.store.submission_by_id(record.submission_id)
+    assert stored is not None
+    return stored
+
+
+def answer(worker: Worker, task_id: str, conversation_id: str, text: str, *, steer: bool = True) -> Committed:
+    """The run task's answer as the run loop commits it: the assistant entry, then the task's completion naming the
+    checkpoint that goes on if a steer is queued (``steer=False``: a completion that names none)."""
+    outcome = TaskOutcome(status="completed", result=JsonValue({"text": text}))
+    ending = SetTaskState(
+        task_id=task_id,
+        status="terminal",
+        outcome=outcome,
+        steer_checkpoint=JsonValue(NEXT_TURN if steer else None),
+    )
+    entry = AppendEntry(
+        conversation_id=conversation_id,
+        entry_id=fresh_id(),
+        kind=ASSISTANT_ENTRY,
+        data=JsonValue({"text": text, "tool_calls": []}),
+    )
+    return worker.ok(task_id, entry, ending)
+
+
+class Busy:
+    """A conversation whose run is leased to an agent worker: its task, and a tool round to start."""
+
+    def __init__(self, sim: RunSim, text: str = "first") -> None:
+        self.sim = sim
+        self.conversation_id = sim.agent_conversation()
+        self.own = submitted(sim, self.conversation_id, text)
+        assert self.own.run_id is not None
+        self.run_id = self.own.run_id
+        self.task_id = run_task_id(self.run_id, 1)
+        self.worker = sim.agent_worker()
+        self.tools = sim.worker(kinds=("tool:lookup",))
+        assert self.worker.holds(self.task_id)
+
+    def call_tool(self) -> str:
+        """The run task waits on one tool call (its assistant entry first, as the run loop writes it)."""
+        tool_id = fresh_id()
+        call = {"call_id": "c1", "name": "lookup", "arguments": {}}
+        self.worker.ok(
+            self.task_id,
+            AppendEntry(
+                conversation_id=self.conversation_id,
+                entry_id=fresh_id(),
+                kind=ASSISTANT_ENTRY,
+                data=JsonValue({"text": "", "tool_calls": [call]}),
+            ),
+            CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=self.task_id),
+            SetTaskState(
+                task_id=self.task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})
+            ),
+        )
+        assert self.tools.holds(tool_id)
+        return tool_id
+
+    def finish_tool(self, tool_id: str) -> None:
+        """The tool call's result entry and its task's completion, in one commit (which ends the tool round)."""
+        result = {"call_id": "c1", "name": "lookup", "content": "42", "is_error": False}
+        self.tools.ok(
+            tool_id,
+            AppendEntry(
+                conversation_id=self.conversation_id,
+                entry_id=fresh_id(),
+                kind="tether.tool_result",
+                data=JsonValue(result),
+            ),
+            completed(tool_id, {"ok": True}),
+        )
+
+    def kinds(self) -> list[tuple[str, Any]]:
+        return [
+            (kind, data.get("text") if isinstance(data, dict) else data)
+            for kind, data in self.sim.entries(self.conversation_id)
+        ]
+
+
+# -------------------------------------------------------------------------------------------- admission
+
+
+def test_a_steer_to_an_idle_conversation_starts_a_run_and_when_idle_reject_refuses_writing_nothing(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    refused = sim.submit(conversation_id, "only if busy", when_busy="steer", when_idle="reject")
+    assert error_code(refused) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and sim.entries(conversation_id) == []
+    record = submitted(sim, conversation_id, "steer while idle", when_busy="steer")
+    assert record.run_id == record.submission_id and record.when_busy == "follow_up"
+    assert sim.run(record.submission_id).status == "pending"
+    assert submission(sim, record).status == "placed"
+
+
+def test_when_idle_reject_is_admitted_while_a_run_is_live(sim: RunSim) -> None:
+    busy = Busy(sim)
+    follow = submitted(sim, busy.conversation_id, "next", when_idle="reject")
+    assert follow.status == "queued" and sim.run(follow.submission_id).status == "queued"
+
+
+def test_the_request_id_is_looked_up_before_the_busy_check(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    first = submitted(sim, conversation_id, "hi", request_id="r1")
+    again = expect(sim.submit(conversation_id, "hi", request_id="r1", when_busy="reject"), Submitted)
+    assert not again.created and again.submission.submission_id == first.submission_id
+    steer_again = expect(sim.submit(conversation_id, "hi", request_id="r1", when_busy="steer"), Submitted)
+    assert not steer_again.created
+    assert (
+        error_code(sim.submit(conversation_id, {"kind": "app.x"}, request_id="r1", kind="write")) == ErrorCode.CONFLICT
+    )
+
+
+# ------------------------------------------------------------------------------------------------ steers
+
+
+def test_a_steer_is_placed_when_the_tool_round_ends_after_its_results_and_settles_with_the_same_answer(
+    sim: RunSim,
+) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    steer = submitted(sim, busy.conversation_id, "use pnpm", when_busy="steer")
+    assert (steer.status, steer.run_id, steer.when_busy) == ("queued", busy.run_id, "steer")
+    assert busy.kinds()[-1][0] == ASSISTANT_ENTRY  # not placed while the round goes on
+    busy.finish_tool(tool_id)
+    assert busy.kinds()[-2:] == [("tether.tool_result", None), (USER_ENTRY, "use pnpm")]
+    placed = submission(sim, steer)
+    assert (placed.status, placed.run_id) == ("placed", busy.run_id)
+    assert busy.worker.holds(busy.task_id)  # the run goes on: its next request sees the steer
+    answer(busy.worker, busy.task_id, busy.conversation_id, "done with pnpm")
+    run = sim.run(busy.run_id)
+    assert run.status == "completed"
+    for record in (busy.own, steer):
+        settled = submission(sim, record)
+        assert (settled.status, settled.answer) == ("done", run.answer)
+        assert settled.answer == RunAnswer(seq=run.answer.seq, text="done with pnpm") if run.answer else False
+
+
+def test_a_steer_after_the_last_tool_round_is_placed_after_the_answer_and_the_run_answers_it_once_more(
+    sim: RunSim,
+) -> None:
+    busy = Busy(sim)
+    steer = submitted(sim, busy.conversation_id, "and B too", when_busy="steer")
+    reply = answer(busy.worker, busy.task_id, busy.conversation_id, "A is fine")
+    assert isinstance(reply, Committed)
+    assert busy.kinds()[-2:] == [(ASSISTANT_ENTRY, "A is fine"), (USER_ENTRY, "and B too")]
+    task = sim.task(busy.task_id)
+    assert (task.status, sim.store.task_data(busy.task_id)[1]) == ("running", NEXT_TURN)  # went on, not completed
+    assert sim.run(busy.run_id).status != "completed"
+    assert submission(sim, steer).status == "placed"
+    assert busy.worker.holds(busy.task_id)
+    answer(busy.worker, busy.task_id, busy.conversation_id, "A and B are fine")
+    run = sim.run(busy.run_id)
+    assert run.status == "completed" and run.answer is not None and run.answer.text == "A and B are fine"
+    assert {submission(sim, record).status for record in (busy.own, steer)} == {"done"}
+
+
+def test_steers_are_placed_one_per_boundary_in_admission_order(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    first = submitted(sim, busy.conversation_id, "one", when_busy="steer")
+    second = submitted(sim, busy.conversation_id, "two", when_busy="steer")
+    busy.finish_tool(tool_id)
+    assert (submission(sim, first).status, submission(sim, second).status) == ("placed", "queued")
+    answer(busy.worker, busy.task_id, busy.conversation_id, "did one")
+    assert submission(sim, second).status == "placed"
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "one", "two"]
+    answer(busy.worker, busy.task_id, busy.conversation_id, "did two")
+    assert sim.run(busy.run_id).status == "completed"
+
+
+def test_a_completion_naming_no_steer_checkpoint_completes_and_the_next_run_places_the_steer_first(
+    sim: RunSim,
+) -> None:
+    busy = Busy(sim)
+    steer = submitted(sim, busy.conversation_id, "late", when_busy="steer")
+    answer(busy.worker, busy.task_id, busy.conversation_id, "answered", steer=False)
+    assert sim.run(busy.run_id).status == "completed"
+    assert submission(sim, steer).status == "queued"  # the run ended without reaching it: it stays in the inbox
+    follow = submitted(sim, busy.conversation_id, "next question")
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "late", "next question"]
+    assert submission(sim, steer).run_id == follow.submission_id
+
+
+def test_a_failed_run_settles_its_inputs_unanswered_and_leaves_its_queued_steers(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    placed = submitted(sim, busy.conversation_id, "placed one", when_busy="steer")
+    busy.finish_tool(tool_id)
+    left = submitted(sim, busy.conversation_id, "left one", when_busy="steer")
+    busy.worker.ok(busy.task_id, ended(busy.task_id, "failed", error="the model failed", reason="model_error"))
+    assert sim.run(busy.run_id).status == "failed"
+    for record in (busy.own, placed):
+        settled = submission(sim, record)
+        assert (settled.status, settled.reason) == ("unanswered", "model_error")
+    assert submission(sim, left).status == "queued"
+
+
+def test_a_cancelled_run_settles_its_inputs_aborted(sim: RunSim) -> None:
+    busy = Busy(sim)
+    expect(sim.request(sim.client, CancelRun(run_id=busy.run_id)), RunReply)
+    expect(busy.worker.release(busy.task_id), Ok)
+    assert busy.worker.lease(busy.task_id).mode == "abort"
+    busy.worker.ok(busy.task_id, aborted(busy.task_id))
+    assert sim.run(busy.run_id).status == "cancelled"
+    settled = submission(sim, busy.own)
+    assert (settled.status, settled.reason) == ("unanswered", "aborted")
+
+
+# ------------------------------------------------------------------------------------------------ writes
+
+
+def test_a_write_is_appended_at_once_mid_run_and_done(sim: RunSim) -> None:
+    busy = Busy(sim)
+    busy.call_tool()
+    record = submitted(sim, busy.conversation_id, {"kind": "app.note", "data": {"n": 1}}, kind="write")  # type: ignore[arg-type]
+    assert (record.status, record.run_id) == ("done", None)
+    assert sim.entries(busy.conversation_id)[-1] == ("app.note", {"n": 1})
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"kind": "tether.user", "data": 1}, {"kind": "app.note", "extra": 1}, "text", {"data": 1}, {"kind": ""}],
+)
+def test_a_write_that_is_not_a_kind_of_the_applications_and_data_is_refused_writing_nothing(
+    sim: RunSim, payload: Any
+) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    assert error_code(sim.submit(conversation_id, payload, kind="write")) == ErrorCode.INVALID
+    assert sim.core.head_seq == head and sim.entries(conversation_id) == []
+
+
+# ------------------------------------------------------------------------------------------ withdrawal
+
+
+def withdraw(sim: RunSim, submission_id: str) -> Withdrawn:
+    return expect(sim.request(sim.client, Withdraw(submission_id=submission_id)), Withdrawn)
+
+
+def test_withdraw_takes_a_queued_steer_out_of_the_inbox_once(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    steer = submitted(sim, busy.conversation_id, "never mind", when_busy="steer")
+    first = withdraw(sim, steer.submission_id)
+    assert first.outcome == "withdrawn" and first.submission is not None
+    assert (first.submission.status, first.submission.reason) == ("unanswered", "withdrawn")
+    head = sim.core.head_seq
+    assert withdraw(sim, steer.submission_id).outcome == "settled"
+    assert sim.core.head_seq == head
+    busy.finish_tool(tool_id)
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first"]
+
+
+def test_withdrawing_a_queued_follow_up_cancels_its_run_and_a_placed_one_is_already_placed(sim: RunSim) -> None:
+    busy = Busy(sim)
+    follow = submitted(sim, busy.conversation_id, "next")
+    assert withdraw(sim, follow.submission_id).outcome == "withdrawn"
+    assert sim.run(follow.submission_id).status == "cancelled"
+    assert (submission(sim, follow).status, submission(sim, follow).reason) == ("unanswered", "withdrawn")
+    assert withdraw(sim, busy.own.submission_id).outcome == "already_placed"
+    assert withdraw(sim, fresh_id()).outcome == "not_found"
+
+
+# ------------------------------------------------------------------------------------------------- waits
+
+
+def test_wait_submission_is_answered_when_the_submission_settles(sim: RunSim) -> None:
+    busy = Busy(sim)
+    steer = submitted(sim, busy.conversation_id, "more", when_busy="steer")
+    request = sent(WaitSubmission(submission_id=steer.submission_id))
+    seen: list[Output] = []
+    sim.after_batch = seen.extend
+    sim.batch((sim.client, request))
+    answer(busy.worker, busy.task_id, busy.conversation_id, "first answer")  # places the steer: not settled yet
+    assert not [frame for _, call_id, frame in seen if call_id == request.call_id]
+    answer(busy.worker, busy.task_id, busy.conversation_id, "second answer")
+    replies = [frame for peer, call_id, frame in seen if peer == sim.client and call_id == request.call_id]
+    assert len(replies) == 1 and isinstance(replies[0], SubmissionReply)
+    assert replies[0].submission == submission(sim, steer) and replies[0].submission.status == "done"
+    done = expect(sim.request(sim.client, WaitSubmission(submission_id=steer.submission_id)), SubmissionReply)
+    assert done.submission == submission(sim, steer)
+    assert error_code(sim.request(sim.client, WaitSubmission(submission_id=fresh_id()))) == ErrorCode.NOT_FOUND
+
+
+# ----------------------------------------------------------------------------------------------- restarts
+
+
+def test_queued_and_placed_inputs_survive_an_owner_restart(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    placed = submitted(sim, busy.conversation_id, "placed", when_busy="steer")
+    busy.finish_tool(tool_id)
+    queued = submitted(sim, busy.conversation_id, "queued", when_busy="steer")
+    sim.restart()
+    worker = sim.agent_worker()
+    assert worker.holds(busy.task_id)
+    answer(worker, busy.task_id, busy.conversation_id, "after the restart")
+    assert submission(sim, queued).status == "placed"
+    answer(worker, busy.task_id, busy.conversation_id, "and the queued one")
+    assert {submission(sim, record).status for record in (busy.own, placed, queued)} == {"done"}
+
+
+def test_a_refused_commit_leaves_the_steer_queued(sim: RunSim) -> None:
+    """The steer is placed inside the answer's commit; a write after it refuses the commit whole: the entry, the
+    placement and the inbox's memory are all put back, and the next answer places it."""
+    busy = Busy(sim)
+    steer = submitted(sim, busy.conversation_id, "wait", when_busy="steer")
+    outcome = TaskOutcome(status="completed", result=JsonValue({"text": "x"}))
+    ending = SetTaskState(
+        task_id=busy.task_id, status="terminal", outcome=outcome, steer_checkpoint=JsonValue(NEXT_TURN)
+    )
+    bad = AppendEntry(conversation_id=fresh_id(), entry_id=fresh_id(), kind="app.note", data=JsonValue(1))
+    assert error_code(busy.worker.commit(busy.task_id, ending, bad)) == ErrorCode.NOT_FOUND
+    assert submission(sim, steer).status == "queued" and sim.core.inbox.queued[busy.conversation_id] == [steer]
+    answer(busy.worker, busy.task_id, busy.conversation_id, "now")
+    assert submission(sim, steer).status == "placed"
