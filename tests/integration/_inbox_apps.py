@@ -1,0 +1,34 @@
+"""Agent apps for ``tests/integration/test_inbox.py``, served in the test's process: a scripted model that records
+the user messages of every request it answers, so a test sees what the model was asked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import actors
+from tests.integration._agent_apps import ORDER, lookup
+
+
+class RecordingModel:
+    """``actors.ScriptedModel(turns)``, noting each request's turn and user messages in :attr:`asked`."""
+
+    name = "recording"
+
+    def __init__(self, turns: list[actors.ScriptedTurn]) -> None:
+        self.inner = actors.ScriptedModel(turns)
+        self.asked: list[tuple[int | None, list[str]]] = []
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        users = [message.text for message in request.messages if isinstance(message, actors.UserMessage)]
+        self.asked.append((request.turn, users))
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def build(turns: list[actors.ScriptedTurn]) -> tuple[actors.App, RecordingModel]:
+    model = RecordingModel(turns)
+    app = actors.App("inbox")
+    app.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+    app.define_agent("support", version=1, model=model, tools=["lookup"])
+    return app, model

@@ -1,0 +1,115 @@
+"""The inbox end to end (docs/runs.md, "The inbox"): an owner process, the app served in this process, a client
+that steers a running agent, writes beside it, takes an input back, and waits for what it submitted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import pytest
+import trio
+
+import actors
+from tests.conftest import OwnerProcess
+from tests.integration._agent_helpers import ledger, run_in, serving
+from tests.integration._inbox_apps import build
+from tests.integration.test_agents import ledger_lines, transcript
+
+__all__ = ["ledger"]  # the fixture
+
+TIMEOUT_S: Final = 30
+BLOCKING_TURNS: Final = [
+    actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})]),
+    actors.ScriptedTurn(text="A1 shipped, and I used pnpm."),
+]
+
+
+async def test_a_steer_during_a_tool_round_joins_the_run_after_its_results(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build(BLOCKING_TURNS)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)  # the tool call runs, held at its gate
+            steer = await client.submit(conversation_id, kind="input", payload="Use pnpm", when_busy="steer")
+            assert (steer.status, steer.run_id, steer.when_busy) == ("queued", own.run_id, "steer")
+            (tmp_path / "gate").touch()
+            done = await client.wait_for_submission(steer.submission_id)
+            run = await client.wait_for_run(own.submission_id)
+            assert run.status == "completed" and run.answer is not None
+            assert (done.status, done.answer, done.run_id) == ("done", run.answer, run.run_id)
+            assert (await client.wait_for_submission(own.submission_id)).answer == run.answer
+            entries = await client.entries(conversation_id)
+            assert [kind for kind, _ in transcript(entries)] == [
+                "tether.user",
+                "tether.assistant",
+                "tether.tool_result",
+                "tether.user",
+                "tether.assistant",
+            ]
+            assert transcript(entries)[3] == ("tether.user", "Use pnpm")
+            # The second request of the run saw the steer after the round's result, and the script went on.
+            assert model.asked == [(1, ["Where is A1?"]), (2, ["Where is A1?", "Use pnpm"])]
+
+
+async def test_a_steer_after_the_last_tool_round_gets_one_more_request_of_the_same_run(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    turns = [
+        actors.ScriptedTurn(text="A slow first answer.", delay_s=0.2, chunk_chars=4),
+        actors.ScriptedTurn(text="And B is fine too."),
+    ]
+    app, model = build(turns)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Is A fine?")
+            assert own.run_id is not None
+            await run_in(client, own.run_id, "running")
+            steer = await client.submit(conversation_id, kind="input", payload="And B?", when_busy="steer")
+            run = await client.wait_for_run(own.run_id)
+            assert run.answer is not None and run.answer.text == "And B is fine too."
+            assert (await client.wait_for_submission(steer.submission_id)).answer == run.answer
+            assert [text for kind, text in transcript(await client.entries(conversation_id))] == [
+                "Is A fine?",
+                ("A slow first answer.", []),
+                "And B?",
+                ("And B is fine too.", []),
+            ]
+            assert [turn for turn, _ in model.asked] == [1, 2]
+            assert len(await client.runs(conversation_id=conversation_id)) == 1
+
+
+async def test_inputs_that_may_only_join_a_run_writes_and_withdrawal(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, _ = build(BLOCKING_TURNS)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            with pytest.raises(actors.Conflict, match="refused while idle"):
+                await client.submit(conversation_id, kind="input", payload="only if busy", when_idle="reject")
+            assert await client.entries(conversation_id) == []
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            note = await client.submit(
+                conversation_id, kind="write", payload={"kind": "app.note", "data": {"by": "ann"}}
+            )
+            assert note.status == "done"
+            assert (await client.entries(conversation_id))[-1].kind == "app.note"  # at once, mid-run
+            follow = await client.submit(conversation_id, kind="input", payload="and then?", when_idle="reject")
+            steer = await client.submit(conversation_id, kind="input", payload="never mind", when_busy="steer")
+            assert await client.withdraw(steer.submission_id) == "withdrawn"
+            assert await client.withdraw(follow.submission_id) == "withdrawn"
+            assert await client.withdraw(own.submission_id) == "already_placed"
+            withdrawn = await client.wait_for_submission(follow.submission_id)
+            assert (withdrawn.status, withdrawn.reason) == ("unanswered", "withdrawn")
+            assert follow.run_id is not None and (await client.run(follow.run_id)).status == "cancelled"
+            (tmp_path / "gate").touch()
+            assert own.run_id is not None and (await client.wait_for_run(own.run_id)).status == "completed"
+            texts = [
+                entry.data["text"] for entry in await client.entries(conversation_id) if entry.kind == "tether.user"
+            ]  # type: ignore[index]
+            assert texts == ["Where is A1?"]
