@@ -680,6 +680,16 @@ class ReadSubmission:
 
 
 @attrs.frozen(kw_only=True)
+class ReadSubmissions:
+    """A page of a conversation's submissions in the order they were admitted, after ``after_submission_id``."""
+
+    TYPE: ClassVar[str] = "read_submissions"
+    conversation_id: str
+    after_submission_id: str | None = None
+    limit: int = 1000
+
+
+@attrs.frozen(kw_only=True)
 class WaitSubmission:
     """Answered with a ``SubmissionReply`` once the submission is ``done`` or ``unanswered``."""
 
@@ -1020,6 +1030,13 @@ class SubmissionReply:
 
 
 @attrs.frozen(kw_only=True)
+class SubmissionsReply:
+    TYPE: ClassVar[str] = "submissions"
+    submissions: tuple[SubmissionRecord, ...]
+    next_after_submission_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Withdrawn:
     """What ``withdraw`` did: ``withdrawn`` (it was queued; now ``unanswered``, reason ``withdrawn``),
     ``already_placed`` (a run has it: nothing changed), ``settled`` (done or unanswered already) or ``not_found``."""
@@ -1285,6 +1302,7 @@ Request: TypeAlias = (
     | ReadRun
     | ReadRuns
     | WaitRun
+    | ReadSubmissions
     | WaitSubmission
     | Withdraw
     | CancelRun
@@ -1317,6 +1335,7 @@ Reply: TypeAlias = (
     | OutcomesReply
     | TaskGraphReply
     | RunReply
+    | SubmissionsReply
     | Withdrawn
     | RunsReply
     | OperationsReply
@@ -1354,6 +1373,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadRun,
     ReadRuns,
     WaitRun,
+    ReadSubmissions,
     WaitSubmission,
     Withdraw,
     CancelRun,
@@ -1386,6 +1406,7 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     OutcomesReply,
     TaskGraphReply,
     RunReply,
+    SubmissionsReply,
     Withdrawn,
     RunsReply,
     OperationsReply,

@@ -12,7 +12,8 @@ of ``read_peers`` (``after_peer_id``, ``next_after_peer_id``) and of ``read_part
 ``from_offset``, ``next_operation_id``, ``next_offset``); version 5 saying why: ``error`` on run records (why a
 run failed, in words) and ``tool`` on interaction records (the tool whose call asks); version 6 the inbox:
 ``when_busy="steer"`` and ``when_idle`` on ``submit``, ``reason``, ``answer`` and ``when_busy`` on submission
-records, ``wait_submission``, ``withdraw`` and ``withdrawn``, ``steer_checkpoint`` on ``set_task_state``."""
+records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdraw`` and ``withdrawn``,
+``steer_checkpoint`` on ``set_task_state``."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (6,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

@@ -42,7 +42,9 @@ from ._signals import replay_early_signals, restore_default_signals
 
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
-RUNS_COMMANDS: Final = frozenset({"submit", "runs", "resolve", "retry", "cancel", "respond", "interactions"})
+RUNS_COMMANDS: Final = frozenset(
+    {"submit", "submissions", "withdraw", "runs", "resolve", "retry", "cancel", "respond", "interactions"}
+)
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
 """Commands that stop cleanly on SIGINT or SIGTERM, including one sent while they start (``runtime._signals``)."""
@@ -111,18 +113,21 @@ def _add_runs_commands(commands: Any) -> None:
     """``tether submit``, ``runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``."""
     submit = commands.add_parser(
         "submit",
-        help="submit TEXT to an agent's conversation; it starts a run",
+        help="submit TEXT to an agent's conversation (a run, a steer), or write an entry beside it",
         description=(
-            "Submit TEXT as an input to a conversation bound to an agent, which starts a run (queued behind the "
-            "conversation's active run, if any). With --agent, first create a conversation bound to that agent "
-            "and print its id. Prints the run as read back once the submission is committed (queued, pending, or "
-            "already running), and says on stderr when no attached worker announces its agent (the "
-            "run waits for one); with --wait, follows it (each new status, each approval it waits for "
-            "with the command that answers it) until it settles, then prints its answer, or its status, reason and "
-            "error (exit 1 if it failed)."
+            "Submit TEXT as an input to a conversation bound to an agent, which starts a run; while the "
+            "conversation has a run going, --when-busy says what it does: queue a run of its own behind it "
+            "(follow_up, the default), join it (steer: placed after its current tool round, or after its answer "
+            "with one more model request, and answered by that run), or be refused (reject). --when-idle reject "
+            "refuses it when no run is going. With --write KIND (and --data JSON) instead of TEXT, append that "
+            "entry at once: it never starts a run. With --agent, first create a conversation bound to that agent "
+            "and print its id. Prints the run as read back once the submission is committed (a steer: the run it "
+            "will join), and says on stderr when no attached worker announces its agent (the run waits for one); "
+            "with --wait, follows it (each new status, each approval it waits for with the command that answers "
+            "it) until it settles, then prints its answer, or its status, reason and error (exit 1 if it failed)."
         ),
     )
-    submit.add_argument("text", metavar="TEXT", help="what to say")
+    submit.add_argument("text", metavar="TEXT", nargs="?", help="what to say (not with --write)")
     _add_db(submit)
     to = submit.add_mutually_exclusive_group(required=True)
     to.add_argument("--conversation", metavar="ID", help="an existing conversation bound to an agent")
@@ -135,12 +140,46 @@ def _add_runs_commands(commands: Any) -> None:
     )
     submit.add_argument(
         "--when-busy",
-        choices=("follow_up", "reject"),
+        choices=("follow_up", "steer", "reject"),
         default="follow_up",
-        help="while the conversation has an active run: queue behind it (follow_up, default) or refuse (reject)",
+        help="while the conversation has a run going: queue a run behind it (follow_up, default), join it (steer) "
+        "or refuse (reject)",
     )
+    submit.add_argument(
+        "--when-idle",
+        choices=("start", "reject"),
+        default="start",
+        help="while no run is going: start one (start, default) or refuse (reject: it may only join or follow one)",
+    )
+    submit.add_argument(
+        "--write",
+        metavar="KIND",
+        help="append an entry of this kind (yours, not under tether.) at once instead of an input; never a run",
+    )
+    submit.add_argument("--data", type=_json_text, metavar="JSON", help="the data of the --write entry (default null)")
     submit.add_argument("--wait", action="store_true", help="follow the run until it settles, then print its answer")
     _add_json(submit, "print one JSON object: conversation_id, submission, run")
+
+    submissions = commands.add_parser(
+        "submissions",
+        help="list what was submitted to a conversation and what became of it",
+        description="Print every submission to a conversation in the order it was admitted: its kind (input, steer, "
+        "write), its status (queued, placed, done, unanswered and why), the run that answers it, and its text.",
+    )
+    _add_db(submissions)
+    submissions.add_argument("--conversation", required=True, metavar="ID", help="the conversation")
+    _add_json(submissions, "print one JSON object with the submission records")
+
+    withdraw = commands.add_parser(
+        "withdraw",
+        help="take back a queued submission",
+        description="Take back a submission that is still queued (a steer not yet placed, a follow-up whose run has "
+        "not started): it settles unanswered (withdrawn), and a follow-up's run is cancelled. One already placed in "
+        "a run, or settled, is left as it is (exit 1, saying so).",
+    )
+    withdraw.add_argument("submission_id", metavar="SUBMISSION_ID", help="the submission")
+    _add_db(withdraw)
+    _add_json(withdraw, "print one JSON object: outcome, submission")
 
     runs = commands.add_parser(
         "runs",
@@ -940,6 +979,11 @@ def _runs_command(args: argparse.Namespace) -> int:
 
     db = check_db(args.db)
     if args.command == "submit":
+        if (args.text is None) == (args.write is None):
+            message = "give TEXT to say, or --write KIND (with --data JSON) to append an entry: one of the two"
+            return _fail(message, EXIT_USAGE)
+        if args.data is not None and args.write is None:
+            return _fail("--data is the data of a --write entry; an input's text is TEXT", EXIT_USAGE)
         conversation_id, submission, run = trio.run(
             partial(
                 _runs.submit,
@@ -949,6 +993,8 @@ def _runs_command(args: argparse.Namespace) -> int:
                 agent=args.agent,
                 request_id=args.request_id,
                 when_busy=args.when_busy,
+                when_idle=args.when_idle,
+                write=None if args.write is None else (args.write, args.data),
                 wait=args.wait,
                 say=None if args.json else partial(print, flush=True),
                 warn=partial(print, file=sys.stderr, flush=True),
@@ -964,6 +1010,22 @@ def _runs_command(args: argparse.Namespace) -> int:
         if run is not None and run.status == "failed":
             return _fail(_runs.failure(run), EXIT_FAILED)
         return EXIT_OK
+    if args.command == "submissions":
+        submitted = trio.run(_runs.list_submissions, db, args.conversation)
+        if args.json:
+            document = {"conversation_id": args.conversation, "submissions": [_runs.record_json(s) for s in submitted]}
+            print(json.dumps(document), flush=True)
+        else:
+            print(_runs.format_submissions(submitted), flush=True)
+        return EXIT_OK
+    if args.command == "withdraw":
+        outcome, withdrawn = trio.run(_runs.withdraw, db, args.submission_id)
+        if args.json:
+            document = {"outcome": outcome, "submission": None if withdrawn is None else _runs.record_json(withdrawn)}
+            print(json.dumps(document), flush=True)
+        else:
+            print(_runs.describe_withdrawal(args.submission_id, outcome, withdrawn), flush=True)
+        return EXIT_OK if outcome == "withdrawn" else EXIT_FAILED
     if args.command == "runs":
         runs = trio.run(partial(_runs.list_runs, db, conversation_id=args.conversation, status=args.status))
         if args.json:

@@ -82,6 +82,8 @@ async def submit(
     request_id: str | None,
     when_busy: actors.WhenBusy,
     wait: bool,
+    when_idle: actors.WhenIdle = "start",
+    write: tuple[str, Any] | None = None,
     say: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
@@ -98,12 +100,35 @@ async def submit(
             conversation_id = await client.create_conversation(agent=agent)
             show(f"conversation {conversation_id} (agent {agent})")
         assert conversation_id is not None
+        request_id = request_id or actors.new_id()
+        if write is not None:
+            kind, data = write
+            submission = await client.submit(
+                conversation_id, kind="write", payload={"kind": kind, "data": data}, request_id=request_id
+            )
+            show(f"submission {submission.submission_id}: entry {kind} appended (request {submission.request_id})")
+            return conversation_id, submission, None
         submission = await client.submit(
-            conversation_id, kind="input", payload=text, request_id=request_id or actors.new_id(), when_busy=when_busy
+            conversation_id,
+            kind="input",
+            payload=text,
+            request_id=request_id,
+            when_busy=when_busy,
+            when_idle=when_idle,
         )
         if submission.run_id is None:
             show(f"submission {submission.submission_id} (request {submission.request_id})")
             return conversation_id, submission, None
+        if submission.when_busy == "steer":
+            show(describe_submission(submission))
+            if not wait:
+                return conversation_id, submission, None
+            submission = await client.wait_for_submission(submission.submission_id)
+            show(describe_submission(submission))
+            if submission.answer is not None:
+                show(submission.answer.text)
+            return conversation_id, submission, None
+        assert submission.run_id is not None
         run = await client.run(submission.run_id)
         show(f"{describe_run(run)}; request {submission.request_id}")
         if warn is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling":
@@ -118,6 +143,66 @@ async def submit(
         if run.answer is not None:
             show(run.answer.text)
         return conversation_id, submission, run
+
+
+def describe_submission(submission: actors.SubmissionRecord) -> str:
+    """One line: the submission, what it is, where it stands, and the run that answers it."""
+    what = "write" if submission.kind == "write" else "steer" if submission.when_busy == "steer" else submission.kind
+    status = submission.status
+    if status == "unanswered" and submission.reason:
+        status = f"unanswered ({submission.reason})"
+    elif status == "queued" and what == "steer":
+        status = "queued (joins the run at its next boundary: a tool round's end, or its answer)"
+    run = f", run {submission.run_id}" if submission.run_id else ""
+    return f"submission {submission.submission_id}: {what}, {status}{run}"
+
+
+async def list_submissions(db: str, conversation_id: str) -> list[actors.SubmissionRecord]:
+    async with connect(db, "tether-submissions", role="reader") as client:
+        return await client.submissions(conversation_id)
+
+
+def format_submissions(submissions: Sequence[actors.SubmissionRecord]) -> str:
+    """A table: each submission's id, kind, status (and why), run and text, oldest first."""
+    if not submissions:
+        return "no submissions"
+    header = ("SUBMISSION", "KIND", "STATUS", "RUN", "TEXT")
+    rows = []
+    for one in submissions:
+        what = "write" if one.kind == "write" else "steer" if one.when_busy == "steer" else one.kind
+        status = f"{one.status} ({one.reason})" if one.reason else one.status
+        payload = one.payload
+        if one.kind == "write" and isinstance(payload, dict):
+            text = str(payload.get("kind"))
+        else:
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+        text = " ".join(str(text).split())
+        rows.append((one.submission_id, what, status, one.run_id or "-", text[:60] + ("…" if len(text) > 60 else "")))
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+async def withdraw(db: str, submission_id: str) -> tuple[str, actors.SubmissionRecord | None]:
+    async with connect(db, "tether-withdraw") as client:
+        outcome = await client.withdraw(submission_id)
+        found = None
+        if outcome != "not_found":
+            found = await client.wait_for_submission(submission_id) if outcome != "already_placed" else None
+        return outcome, found
+
+
+def describe_withdrawal(submission_id: str, outcome: str, record: actors.SubmissionRecord | None) -> str:
+    if outcome == "withdrawn":
+        return f"submission {submission_id}: withdrawn (unanswered); nothing of it reaches the model"
+    if outcome == "already_placed":
+        return f"submission {submission_id}: already placed in its run, so not withdrawn (cancel the run instead)"
+    if outcome == "settled":
+        assert record is not None
+        return f"submission {submission_id}: already settled ({record.status}), so nothing was withdrawn"
+    return f"submission {submission_id}: no such submission in this database; nothing was withdrawn"
 
 
 def agent_missing(db: str, agent: str, peers: Sequence[PeerInfo]) -> str | None:

@@ -33,6 +33,7 @@ from protocol import (
     Record,
     Retry,
     RunRecord,
+    SubmissionRecord,
     TaskRecord,
 )
 
@@ -186,7 +187,7 @@ class WatchView:
             return False
         if self.run_id is None:
             return True
-        if isinstance(record, RunRecord | OperationRecord | InteractionRecord | PartialRecord):
+        if isinstance(record, RunRecord | OperationRecord | InteractionRecord | PartialRecord | SubmissionRecord):
             return record.run_id == self.run_id
         if isinstance(record, EntryRecord):
             return isinstance(record.data, dict) and record.data.get("run_id") == self.run_id
@@ -227,6 +228,18 @@ class WatchView:
         if isinstance(record, ConversationRecord):
             self.conversations.put(record.conversation_id, record)
             return []
+        if isinstance(record, SubmissionRecord):
+            return self._submission(record)
+        return []
+
+    def _submission(self, submission: SubmissionRecord) -> list[str]:
+        """What a person follows of the inbox: a steer queued, an input that went unanswered (withdrawn, its run
+        ended without an answer). Placement shows as its user entry, an answer as the run's."""
+        text = preview(submission.payload)
+        if submission.status == "queued" and submission.when_busy == "steer":
+            return [f"steer queued for run {submission.run_id}: {text}"]
+        if submission.status == "unanswered" and submission.kind == "input":
+            return [f"input {text} unanswered ({submission.reason})"]
         return []
 
     def _entry(self, entry: EntryRecord) -> list[str]:
@@ -237,7 +250,8 @@ class WatchView:
         self._entries.put(entry.conversation_id, held)
         data = entry.data if isinstance(entry.data, dict) else {}
         if entry.kind == USER_ENTRY:
-            return [f"user: {data.get('text', '')}"]
+            steer = data.get("submission_id") not in (None, data.get("run_id"))
+            return [f"user{' (steer)' if steer else ''}: {data.get('text', '')}"]
         if entry.kind == ASSISTANT_ENTRY:
             lines = [f"assistant: {data['text']}"] if data.get("text") else []
             for call in data.get("tool_calls") or ():

@@ -19,8 +19,10 @@ from protocol import (
     ReadDocument,
     ReadEntries,
     ReadSubmission,
+    ReadSubmissions,
     SubmissionRecord,
     SubmissionReply,
+    SubmissionsReply,
     Submit,
     Submitted,
     WaitSubmission,
@@ -34,6 +36,7 @@ from ._base import BaseClient
 
 ENTRY_PAGE: Final = 500
 
+SUBMISSIONS_PAGE: Final = 1000
 WhenBusy = Literal["follow_up", "steer", "reject"]
 WhenIdle = Literal["start", "reject"]
 WithdrawOutcome = Literal["withdrawn", "already_placed", "settled", "not_found"]
@@ -159,6 +162,24 @@ class ConversationCalls(BaseClient):
         )
         reply = await self.connection.call(request, Submitted)
         return reply.submission
+
+    async def submissions(self, conversation_id: str) -> list[SubmissionRecord]:
+        """Every submission to the conversation, in the order they were admitted (queued, placed, settled)."""
+        found: list[SubmissionRecord] = []
+        after: str | None = None
+        seen: set[str] = set()
+        while True:
+            request = ReadSubmissions(
+                conversation_id=conversation_id, after_submission_id=after, limit=SUBMISSIONS_PAGE
+            )
+            reply = await self.connection.call(request, SubmissionsReply)
+            found += reply.submissions
+            after = reply.next_after_submission_id
+            if after is None:
+                return found
+            if after in seen:  # the cursor follows creation order, not id order: a repeat is the owner's error
+                raise ProtocolError(f"read_submissions after {after!r} answered the same page again")
+            seen.add(after)
 
     async def wait_for_submission(self, submission_id: str) -> SubmissionRecord:
         """Return the submission's record once it is ``done`` (``record.answer``) or ``unanswered``

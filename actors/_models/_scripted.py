@@ -131,8 +131,8 @@ class ScriptedModel:
     Turn ``i`` answers the ``i``-th model request of a run, and ``i`` is read from the request itself (its ``turn``,
     as the run loop counts; for a request made outside a run, the assistant messages after the last user message,
     see :func:`turn_index`), so a request answers the same after any restart, every run of a conversation replays
-    the script from its first turn, and a steer placed mid-run (a user message) does not start it over. Call ids are ``call_<turn>_<position>``
-    (from 1). A request past the last turn fails with a final ``script_exhausted`` error.
+    the script from its first turn, and a steer placed mid-run (a user message) does not start it over. Call ids are
+    ``call_<turn>_<position>`` (from 1). A request past the last turn fails with a final ``script_exhausted`` error.
     """
 
     turns: tuple[ScriptedTurn, ...] = attrs.field(converter=_turns)

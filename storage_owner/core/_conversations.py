@@ -39,8 +39,10 @@ from protocol import (
     ReadDocument,
     ReadEntries,
     ReadSubmission,
+    ReadSubmissions,
     SubmissionRecord,
     SubmissionReply,
+    SubmissionsReply,
     Submit,
     Submitted,
     Withdraw,
@@ -58,7 +60,7 @@ from ._checks import (
     same_json,
 )
 from ._inbox import Inbox
-from ._output import READ_BUDGET_BYTES, PeerId
+from ._output import READ_BUDGET_BYTES, PeerId, fit_page
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
 from ._tasks import TaskEngine
@@ -341,6 +343,16 @@ class Conversations:
         if conversation_id is not None and self._store.conversation(conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
         return DocumentReply(document=self._store.document(conversation_id, request.name))
+
+    def on_read_submissions(self, peer: PeerId, call_id: int, request: ReadSubmissions, now_ms: int) -> Frame:
+        check_limit(request.limit)
+        if self._store.conversation(request.conversation_id) is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
+        found, more = self._store.submission_page(request.conversation_id, request.after_submission_id, request.limit)
+        found, more = fit_page(found, more, lambda one: SubmissionsReply(submissions=(one,)))
+        return SubmissionsReply(
+            submissions=tuple(found), next_after_submission_id=found[-1].submission_id if more else None
+        )
 
     def on_read_submission(self, peer: PeerId, call_id: int, request: ReadSubmission, now_ms: int) -> Frame:
         if self._store.conversation(request.conversation_id) is None:

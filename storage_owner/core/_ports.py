@@ -163,6 +163,13 @@ class ConversationStore(ConversationReads, Protocol):
         """The ``queued`` and ``placed`` submissions, oldest first (what an owner reads at start)."""
         ...
 
+    def submission_page(
+        self, conversation_id: str, after_submission_id: str | None, limit: int
+    ) -> tuple[list[SubmissionRecord], bool]:
+        """Up to ``limit`` of the conversation's submissions in creation order after ``after_submission_id`` (one of
+        its own; another id: from the start), and whether more follow."""
+        ...
+
     def insert_submission(self, record: SubmissionRecord) -> None:
         """Store a submission; its id, and its ``(conversation_id, request_id)``, are unique."""
         ...

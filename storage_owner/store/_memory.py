@@ -460,6 +460,19 @@ class MemoryStore:
             if record.status in ("queued", "placed")
         ]
 
+    def submission_page(
+        self, conversation_id: str, after_submission_id: str | None, limit: int
+    ) -> tuple[list[SubmissionRecord], bool]:
+        found = [
+            attrs.evolve(record, payload=unpack(payload))
+            for record, payload in self._t.submissions.values()
+            if record.conversation_id == conversation_id
+        ]
+        ids = [record.submission_id for record in found]
+        if after_submission_id in ids:
+            found = found[ids.index(after_submission_id) + 1 :]
+        return found[:limit], len(found) > limit
+
     def insert_submission(self, record: SubmissionRecord) -> None:
         t = self._t
         key = (record.conversation_id, record.request_id)

@@ -235,6 +235,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             FROM runs r WHERE r.run_id = submissions.run_id),
         answer = (SELECT r.answer FROM runs r WHERE r.run_id = submissions.run_id AND r.status = 'completed');
     CREATE INDEX submissions_open ON submissions (created_seq) WHERE status IN ('queued', 'placed');
+    CREATE INDEX submissions_by_conversation ON submissions (conversation_id, created_seq, submission_id);
     """,
 )
 

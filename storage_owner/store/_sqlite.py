@@ -436,6 +436,24 @@ class SqliteStore(PartialsSql):
         ).fetchall()
         return [_submission_record(row) for row in rows]
 
+    def submission_page(
+        self, conversation_id: str, after_submission_id: str | None, limit: int
+    ) -> tuple[list[SubmissionRecord], bool]:
+        after = (-1, "")
+        if after_submission_id is not None:
+            row = self._db.execute(
+                "SELECT created_seq, submission_id FROM submissions WHERE submission_id = ? AND conversation_id = ?",
+                (after_submission_id, conversation_id),
+            ).fetchone()
+            if row is not None:
+                after = (row[0], row[1])
+        rows = self._db.execute(
+            f"SELECT {_SUBMISSION_COLUMNS} FROM submissions WHERE conversation_id = ? "
+            "AND (created_seq, submission_id) > (?, ?) ORDER BY created_seq, submission_id LIMIT ?",
+            (conversation_id, *after, limit + 1),
+        ).fetchall()
+        return [_submission_record(row) for row in rows[:limit]], len(rows) > limit
+
     def insert_submission(self, record: SubmissionRecord) -> None:
         try:
             self._db.execute(

@@ -3,6 +3,7 @@ that steers a running agent, writes beside it, takes an input back, and waits fo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Final
 
@@ -13,6 +14,7 @@ import actors
 from tests.conftest import OwnerProcess
 from tests.integration._agent_helpers import ledger, run_in, serving
 from tests.integration._inbox_apps import build
+from tests.integration._up_helpers import nonblank_lines, run_tether
 from tests.integration.test_agents import ledger_lines, transcript
 
 __all__ = ["ledger"]  # the fixture
@@ -113,3 +115,48 @@ async def test_inputs_that_may_only_join_a_run_writes_and_withdrawal(
                 entry.data["text"] for entry in await client.entries(conversation_id) if entry.kind == "tether.user"
             ]  # type: ignore[index]
             assert texts == ["Where is A1?"]
+
+
+async def test_the_command_line_steers_writes_lists_and_withdraws(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, _ = build(BLOCKING_TURNS)
+    db = owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            base = ("--db", db, "--conversation", conversation_id)
+            steered = await run_tether("submit", *base, "--when-busy", "steer", "--json", "Use pnpm")
+            assert steered.returncode == 0, steered.stderr
+            steer = json.loads(steered.stdout)["submission"]
+            assert (steer["status"], steer["when_busy"], steer["run_id"]) == ("queued", "steer", own.run_id)
+            wrote = await run_tether("submit", *base, "--write", "app.note", "--data", '{"by": "ann"}')
+            assert wrote.returncode == 0 and b"entry app.note appended" in wrote.stdout, wrote.stderr
+            follow = json.loads((await run_tether("submit", *base, "--json", "and then?")).stdout)["submission"]
+            withdrawn = await run_tether("withdraw", "--db", db, follow["submission_id"])
+            assert withdrawn.returncode == 0 and b"withdrawn" in withdrawn.stdout, withdrawn.stderr
+            again = await run_tether("withdraw", "--db", db, follow["submission_id"])
+            assert again.returncode == 1 and b"already settled (unanswered)" in again.stdout
+            neither = await run_tether("submit", *base)
+            assert neither.returncode == 2 and b"give TEXT to say, or --write KIND" in neither.stderr
+            (tmp_path / "gate").touch()
+            assert own.run_id is not None
+            await client.wait_for_run(own.run_id)
+            listed = json.loads(
+                (await run_tether("submissions", "--db", db, "--conversation", conversation_id, "--json")).stdout
+            )
+            assert [(s["kind"], s["when_busy"], s["status"], s["reason"]) for s in listed["submissions"]] == [
+                ("input", "follow_up", "done", None),
+                ("input", "steer", "done", None),
+                ("write", "follow_up", "done", None),
+                ("input", "follow_up", "unanswered", "withdrawn"),
+            ]
+            table = await run_tether("submissions", "--db", db, "--conversation", conversation_id)
+            assert [line.split()[1:3] for line in nonblank_lines(table.stdout)[1:]] == [
+                ["input", "done"],
+                ["steer", "done"],
+                ["write", "done"],
+                ["input", "unanswered"],
+            ]

@@ -85,6 +85,7 @@ from protocol import (
     ReadRun,
     ReadRuns,
     ReadSubmission,
+    ReadSubmissions,
     ReadTask,
     ReadTaskGraph,
     ReadUsage,
@@ -107,6 +108,7 @@ from protocol import (
     StartOperation,
     SubmissionRecord,
     SubmissionReply,
+    SubmissionsReply,
     Submit,
     Submitted,
     TaskGraphReply,
@@ -412,6 +414,7 @@ EXAMPLES: list[Frame] = [
     ReadRun(run_id=RUN),
     ReadRuns(conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
     WaitRun(run_id=RUN),
+    ReadSubmissions(conversation_id=CONVERSATION, after_submission_id=SUBMISSION, limit=50),
     WaitSubmission(submission_id=SUBMISSION),
     Withdraw(submission_id=SUBMISSION),
     CancelRun(run_id=RUN),
@@ -473,6 +476,7 @@ EXAMPLES: list[Frame] = [
         budget=Budget(scope="conversation", key=AGENT_CONVERSATION, max_tokens=50_000),
     ),
     RunReply(run=RUN_RECORD),
+    SubmissionsReply(submissions=(), next_after_submission_id=None),
     Withdrawn(outcome="withdrawn", submission=None),
     RunsReply(runs=(RUN_RECORD, QUEUED_RUN_RECORD), next_after_run_id=SUBMISSION),
     ReadConversation(conversation_id=CONVERSATION),
@@ -650,6 +654,8 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "ReadPartials": 41,
     "PartialsReply": 41,
     "WaitSubmission": 45,
+    "ReadSubmissions": 47,
+    "SubmissionsReply": 47,
     "Withdraw": 46,
     "Withdrawn": 46,
 }
@@ -756,6 +762,12 @@ GOLDEN_HEX: dict[str, str] = {
     "WaitRun": (
         "83a474797065a8776169745f72756ea763616c6c5f696420a672756e5f6964d92430313839306135642d616339662d37"
         "3030302d383030302d303030303030303030303039"
+    ),
+    "ReadSubmissions": (
+        "85a474797065b0726561645f7375626d697373696f6e73a763616c6c5f69642faf636f6e766572736174696f6e5f6964"
+        "d92430313839306135642d616339362d376233632d386632652d336334643565366637613830b361667465725f737562"
+        "6d697373696f6e5f6964d92430313839306135642d616339382d373030302d383030302d303030303030303030303032"
+        "a56c696d697432"
     ),
     "WaitSubmission": (
         "83a474797065af776169745f7375626d697373696f6ea763616c6c5f69642dad7375626d697373696f6e5f6964d92430"
@@ -951,6 +963,10 @@ GOLDEN_HEX: dict[str, str] = {
         "303030303030303030303039a77461736b5f6964d92430313839306135642d616339612d373030302d383030302d3030"
         "30303030303030303034a373657109ad637265617465645f61745f6d73cf0000018bcfe56809ad757064617465645f61"
         "745f6d73cf0000018bcfe5680a"
+    ),
+    "SubmissionsReply": (
+        "84a474797065ab7375626d697373696f6e73a763616c6c5f69642fab7375626d697373696f6e7390b86e6578745f6166"
+        "7465725f7375626d697373696f6e5f6964c0"
     ),
     "Withdrawn": (
         "84a474797065a977697468647261776ea763616c6c5f69642ea76f7574636f6d65a977697468647261776eaa7375626d697373696f6ec0"

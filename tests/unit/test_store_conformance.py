@@ -861,6 +861,11 @@ def test_a_submission_is_read_by_id_updated_and_listed_while_open_in_creation_or
     unanswered = attrs.evolve(placed, status="unanswered", seq=5, reason="withdrawn")
     store.update_submission(unanswered)
     assert store.open_submissions() == [] and store.submission(conversation_id, "b") == unanswered
+    other = with_conversation(store)
+    store.insert_submission(attrs.evolve(submission_record(other, request_id="a"), seq=6))
+    assert store.submission_page(conversation_id, None, 2) == ([answered, unanswered], True)
+    assert store.submission_page(conversation_id, unanswered.submission_id, 2) == ([third], False)
+    assert store.submission_page(conversation_id, new_id(), 10) == ([answered, unanswered, third], False)
 
 
 def test_duplicate_request_id_in_a_conversation_is_a_store_conflict(store: StoreUnderTest) -> None:
