@@ -370,3 +370,23 @@ def test_a_refused_commit_leaves_the_steer_queued(sim: RunSim) -> None:
     assert submission(sim, steer).status == "queued" and sim.core.inbox.queued[busy.conversation_id] == [steer]
     answer(busy.worker, busy.task_id, busy.conversation_id, "now")
     assert submission(sim, steer).status == "placed"
+
+
+def test_a_steer_to_a_run_queued_for_capacity_is_placed_after_its_input_when_it_is_admitted(tmp_path: Path) -> None:
+    sim = RunSim(open_store("sqlite", tmp_path), max_concurrent_runs=1)
+    try:
+        busy = Busy(sim)  # takes the only place
+        waiting = sim.agent_conversation()
+        own = submitted(sim, waiting, "second conversation")
+        assert own.run_id is not None and sim.run(own.run_id).status == "queued"
+        steer = submitted(sim, waiting, "and this too", when_busy="steer")
+        assert (steer.status, steer.run_id) == ("queued", own.run_id)
+        answer(busy.worker, busy.task_id, busy.conversation_id, "first done")  # frees the place
+        assert sim.run(own.run_id).status in ("pending", "running")  # admitted (the free worker may take it)
+        assert [data["text"] for kind, data in sim.entries(waiting) if kind == USER_ENTRY] == [
+            "second conversation",
+            "and this too",
+        ]
+        assert {submission(sim, record).status for record in (own, steer)} == {"placed"}
+    finally:
+        sim.close()

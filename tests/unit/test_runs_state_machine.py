@@ -42,9 +42,14 @@ from protocol import (
     RunUsage,
     SetTaskState,
     StartOperation,
+    Submitted,
+    TaskOutcome,
+    Withdraw,
+    Withdrawn,
     approval_task_id,
 )
 from storage_owner.core._usage import add_usage
+from tests.unit.test_inbox_state_machine import inbox_holds
 from tests.unit.test_runs_core import RunSim
 from tests.unit.test_tasks_core import aborted, completed, failed, fresh_id, restart_ids
 
@@ -85,6 +90,8 @@ class RunMachine(RuleBasedStateMachine):
         self.results: dict[str, OperationRecord] = {}
         """Operations whose committed result was seen: they must never change."""
         self.ended: dict[str, RunRecord] = {}
+        self.submissions: list[str] = []
+        """Every input and write admitted (steers and follow-ups included), in order."""
         self.waited: set[str] = set()
         """Runs seen waiting or needing attention (they may resume past the admission bound)."""
         self.sim.agent_worker()
@@ -119,19 +126,49 @@ class RunMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------------------- rules
 
-    @rule(conversation=picks, reject=st.booleans())
-    def submit(self, conversation: int, reject: bool) -> None:
+    @rule(
+        conversation=picks,
+        when_busy=st.sampled_from(["follow_up", "steer", "steer", "reject"]),
+        when_idle=st.sampled_from(["start", "start", "reject"]),
+    )
+    def submit(self, conversation: int, when_busy: str, when_idle: str) -> None:
         conversation_id = self.conversations[conversation % CONVERSATIONS]
-        reply = self.sim.submit(conversation_id, "hello", when_busy="reject" if reject else "follow_up")
+        busy = self.sim.core.runs.active_run(conversation_id) is not None
+        reply = self.sim.submit(conversation_id, fresh_id(), when_busy=when_busy, when_idle=when_idle)
         if isinstance(reply, Error):
-            assert reject and reply.code == "conflict", reply
+            assert reply.code == "conflict" and (when_busy == "reject" if busy else when_idle == "reject"), reply
+            return
+        record = reply.submission
+        assert record.run_id is not None
+        self.submissions.append(record.submission_id)
+        if record.when_busy == "steer":
+            assert busy and record.status == "queued"
         else:
-            assert reply.submission.run_id is not None
-            self.runs.append(reply.submission.run_id)
+            self.runs.append(record.run_id)
+
+    @rule(conversation=picks)
+    def write(self, conversation: int) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        reply = self.sim.submit(conversation_id, {"kind": "app.note", "data": 1}, kind="write")
+        assert isinstance(reply, Submitted) and reply.submission.status == "done", reply
+        self.submissions.append(reply.submission.submission_id)
+
+    @precondition(lambda self: self.submissions)
+    @rule(which=picks)
+    def withdraw(self, which: int) -> None:
+        submission_id = self.submissions[which % len(self.submissions)]
+        before = self.sim.store.submission_by_id(submission_id)
+        assert before is not None
+        reply = self.sim.request(self.sim.client, Withdraw(submission_id=submission_id))
+        assert isinstance(reply, Withdrawn), reply
+        expected = {"queued": "withdrawn", "placed": "already_placed"}.get(before.status, "settled")
+        assert reply.outcome == expected, (before, reply)
 
     @precondition(lambda self: self.leases("agent:"))
     @rule(
-        step=st.sampled_from(["intent", "intent", "guess", "result", "tool", "tool", "tool", "complete", "fail"]),
+        step=st.sampled_from(
+            ["intent", "intent", "guess", "result", "tool", "tool", "tool", "complete", "answer", "answer", "fail"]
+        ),
         which=picks,
         policy=st.sampled_from(["manual", "safe", "idempotent"]),
     )
@@ -180,8 +217,12 @@ class RunMachine(RuleBasedStateMachine):
                 SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
             )
             assert isinstance(reply, Committed), reply
-        elif step == "complete":
-            assert isinstance(worker.commit(task_id, completed(task_id, {"text": "done"})), Committed)
+        elif step in ("complete", "answer"):
+            # answer: as the run loop ends a run, naming where it goes on if a steer is queued (placed after it).
+            steer = JsonValue({"phase": "turn"}) if step == "answer" else JsonValue(None)
+            outcome = TaskOutcome(status="completed", result=JsonValue({"text": "done"}))
+            ending = SetTaskState(task_id=task_id, status="terminal", outcome=outcome, steer_checkpoint=steer)
+            assert isinstance(worker.commit(task_id, ending), Committed)
         else:
             assert isinstance(worker.commit(task_id, failed(task_id)), Committed)
 
@@ -333,6 +374,7 @@ class RunMachine(RuleBasedStateMachine):
             assert run is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling", (interaction, run)
         live = self.sim.core.runs.live
         assert self.sim.core.runs._busy == sum(1 for run in live.values() if run.status in BUSY)
+        inbox_holds(self.sim, self.conversations, self.submissions, {run.run_id: run for run in runs})
 
     @invariant()
     def the_owner_needs_no_more_batches(self) -> None:
