@@ -9,6 +9,7 @@ connection and the typed calls; the only room that sends frames) and ``_worker``
 from typing import TYPE_CHECKING, Any
 
 from protocol import (
+    CONFIG_DOCUMENT,
     Budget,
     BudgetExceeded,
     Change,
@@ -102,6 +103,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CONFIG_DOCUMENT",
     "AgentDefinition",
     "App",
     "AppLoadError",

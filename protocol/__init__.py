@@ -74,6 +74,7 @@ from ._frames import (
     ClockReply,
     Commit,
     Committed,
+    Configure,
     ConversationRecord,
     ConversationReply,
     CreateConversation,
@@ -189,6 +190,8 @@ from ._ids import approval_task_id, is_id, new_id
 from ._kinds import (
     AGENT_TASK_PREFIX,
     ASSISTANT_ENTRY,
+    CONFIG_DOCUMENT,
+    CONFIG_FIELDS,
     RESERVED_ENTRY_PREFIX,
     TOOL_RESULT_ENTRY,
     TOOL_TASK_PREFIX,
@@ -227,6 +230,8 @@ from ._version import (
 __all__ = [
     "AGENT_TASK_PREFIX",
     "ASSISTANT_ENTRY",
+    "CONFIG_DOCUMENT",
+    "CONFIG_FIELDS",
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "DEFAULT_MAX_LEASES",
     "EVENT_TYPES",
@@ -275,6 +280,7 @@ __all__ = [
     "ClockReply",
     "Commit",
     "Committed",
+    "Configure",
     "Conflict",
     "ConnectionLost",
     "ConversationRecord",

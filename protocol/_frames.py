@@ -680,6 +680,17 @@ class ReadSubmission:
 
 
 @attrs.frozen(kw_only=True)
+class Configure:
+    """Change a conversation's configuration (its ``tether.config`` document): each key of ``changes`` is set, each
+    name in ``clear`` goes back to the agent's default; answered with the document as it is now (a ``document``)."""
+
+    TYPE: ClassVar[str] = "configure"
+    conversation_id: str
+    changes: JsonValue = JsonValue(None)
+    clear: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class ReadSubmissions:
     """A page of a conversation's submissions in the order they were admitted, after ``after_submission_id``."""
 
@@ -1302,6 +1313,7 @@ Request: TypeAlias = (
     | ReadRun
     | ReadRuns
     | WaitRun
+    | Configure
     | ReadSubmissions
     | WaitSubmission
     | Withdraw
@@ -1373,6 +1385,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadRun,
     ReadRuns,
     WaitRun,
+    Configure,
     ReadSubmissions,
     WaitSubmission,
     Withdraw,

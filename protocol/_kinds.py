@@ -19,3 +19,8 @@ ASSISTANT_ENTRY: Final = "tether.assistant"
 """The entry of a model turn: its text and tool calls."""
 TOOL_RESULT_ENTRY: Final = "tether.tool_result"
 """The entry of a tool call's result."""
+CONFIG_DOCUMENT: Final = "tether.config"
+"""A conversation's configuration (``configure``): a document the owner writes, versioned like any; documents named
+under ``tether.`` are the owner's (a ``put_document`` of one is refused ``invalid``)."""
+CONFIG_FIELDS: Final = ("model", "tools", "instructions", "max_turns", "steering", "follow_ups", "after_failed_run")
+"""What a conversation's configuration may set; an absent field follows the agent's definition (or the default)."""

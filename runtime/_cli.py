@@ -43,7 +43,7 @@ from ._signals import replay_early_signals, restore_default_signals
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset(
-    {"submit", "submissions", "withdraw", "runs", "resolve", "retry", "cancel", "respond", "interactions"}
+    {"submit", "submissions", "withdraw", "configure", "runs", "resolve", "retry", "cancel", "respond", "interactions"}
 )
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
@@ -180,6 +180,32 @@ def _add_runs_commands(commands: Any) -> None:
     withdraw.add_argument("submission_id", metavar="SUBMISSION_ID", help="the submission")
     _add_db(withdraw)
     _add_json(withdraw, "print one JSON object: outcome, submission")
+
+    configure = commands.add_parser(
+        "configure",
+        help="show or change what one conversation runs with (tools, instructions, turn limit, inbox modes)",
+        description="Change a conversation's configuration in one commit, or print it without options. --tools, "
+        "--instructions and --max-turns replace its agent's from the run's next model request; --steering all "
+        "places every queued steer at a boundary (first: one per boundary), --follow-ups all queues follow-ups "
+        "together in one run; --clear FIELD puts a field back to the agent's definition. A bad value exits 1 with "
+        "the owner's reason and changes nothing.",
+    )
+    configure.add_argument("conversation_id", metavar="CONVERSATION_ID", help="the conversation")
+    _add_db(configure)
+    configure.add_argument("--tools", metavar="A,B", help="exactly these of the app's tools (comma separated)")
+    configure.add_argument("--instructions", metavar="TEXT", help="the instructions (system prompt)")
+    configure.add_argument("--max-turns", type=positive, metavar="N", help="model turns a run takes at most")
+    configure.add_argument("--steering", choices=("first", "all"), help="steers placed per boundary")
+    configure.add_argument("--follow-ups", choices=("first", "all"), help="follow-ups per run")
+    configure.add_argument(
+        "--clear",
+        action="append",
+        default=[],
+        choices=("tools", "instructions", "max_turns", "steering", "follow_ups"),
+        metavar="FIELD",
+        help="put FIELD back to the agent's definition (repeat for several)",
+    )
+    _add_json(configure, "print the configuration document")
 
     runs = commands.add_parser(
         "runs",
@@ -1017,6 +1043,25 @@ def _runs_command(args: argparse.Namespace) -> int:
             print(json.dumps(document), flush=True)
         else:
             print(_runs.format_submissions(submitted), flush=True)
+        return EXIT_OK
+    if args.command == "configure":
+        document = trio.run(
+            partial(
+                _runs.configure,
+                db,
+                args.conversation_id,
+                tools=None if args.tools is None else [name for name in args.tools.split(",") if name],
+                instructions=args.instructions,
+                max_turns=args.max_turns,
+                steering=args.steering,
+                follow_ups=args.follow_ups,
+                clear=args.clear,
+            )
+        )
+        if args.json:
+            print(json.dumps(None if document is None else _runs.record_json(document)), flush=True)
+        else:
+            print(_runs.describe_configuration(args.conversation_id, document), flush=True)
         return EXIT_OK
     if args.command == "withdraw":
         outcome, withdrawn = trio.run(_runs.withdraw, db, args.submission_id)

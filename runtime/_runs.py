@@ -205,6 +205,21 @@ def describe_withdrawal(submission_id: str, outcome: str, record: actors.Submiss
     return f"submission {submission_id}: no such submission in this database; nothing was withdrawn"
 
 
+async def configure(db: str, conversation_id: str, *, clear: Sequence[str], **fields: Any) -> Any:
+    """Apply the fields given (``None``: left as is) and ``clear``; without any, read the configuration."""
+    async with connect(db, "tether-configure") as client:
+        if clear or any(value is not None for value in fields.values()):
+            return await client.configure(conversation_id, clear=clear, **fields)
+        return await client.document(actors.CONFIG_DOCUMENT, conversation_id=conversation_id)
+
+
+def describe_configuration(conversation_id: str, document: Any) -> str:
+    if document is None or not document.value:
+        return f"conversation {conversation_id}: its agent's definition (nothing configured)"
+    fields = "; ".join(f"{name} {json.dumps(value)}" for name, value in sorted(document.value.items()))
+    return f"conversation {conversation_id}, configuration version {document.version}: {fields}"
+
+
 def agent_missing(db: str, agent: str, peers: Sequence[PeerInfo]) -> str | None:
     """What to tell a person whose run's agent no attached worker announces (``None``: one does)."""
     announced = sorted(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import attrs
 
 from protocol import (
+    CONFIG_DOCUMENT,
+    Configure,
     ConversationRecord,
     ConversationReply,
     DocumentRecord,
@@ -162,6 +165,45 @@ class ConversationCalls(BaseClient):
         )
         reply = await self.connection.call(request, Submitted)
         return reply.submission
+
+    async def configure(
+        self,
+        conversation_id: str,
+        *,
+        tools: Sequence[str] | None = None,
+        instructions: str | None = None,
+        max_turns: int | None = None,
+        steering: Literal["first", "all"] | None = None,
+        follow_ups: Literal["first", "all"] | None = None,
+        after_failed_run: Literal["continue"] | None = None,
+        model: str | None = None,
+        clear: Sequence[str] = (),
+    ) -> DocumentRecord | None:
+        """Change the conversation's configuration in one commit and return it (its ``tether.config`` document: a new
+        version per change). ``None`` leaves a field as it is; ``clear`` names fields that go back to the agent's
+        definition. ``tools`` (names of the app's tools), ``instructions`` and ``max_turns`` apply from the run's next
+        model request; ``steering="all"`` places every queued steer at a boundary (``"first"``: one per boundary),
+        ``follow_ups="all"`` queues follow-ups together in one run. A bad value raises :class:`~protocol.InvalidRequest`
+        naming it, and nothing changes. ``model`` and ``after_failed_run`` other than ``"continue"`` are not built
+        yet (refused, saying so)."""
+        fields = {
+            "tools": None if tools is None else list(tools),
+            "instructions": instructions,
+            "max_turns": max_turns,
+            "steering": steering,
+            "follow_ups": follow_ups,
+            "after_failed_run": after_failed_run,
+            "model": model,
+        }
+        changes = {name: value for name, value in fields.items() if value is not None}
+        request = Configure(conversation_id=conversation_id, changes=json_value(changes, "changes"), clear=tuple(clear))
+        reply = await self.connection.call(request, DocumentReply)
+        return reply.document
+
+    async def configuration(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation's configuration: the fields set (an absent one follows the agent's definition)."""
+        document = await self.document(CONFIG_DOCUMENT, conversation_id=conversation_id)
+        return dict(document.value) if document is not None and isinstance(document.value, dict) else {}
 
     async def submissions(self, conversation_id: str) -> list[SubmissionRecord]:
         """Every submission to the conversation, in the order they were admitted (queued, placed, settled)."""

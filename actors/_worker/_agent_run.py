@@ -19,11 +19,14 @@ committed result:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from protocol import (
     ASSISTANT_ENTRY,
+    CONFIG_DOCUMENT,
     TOOL_RESULT_ENTRY,
     EntryRecord,
     FinishOperation,
@@ -39,6 +42,7 @@ from protocol.io import log_stderr
 
 from .._app._agents import AgentDefinition
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
+from .._app._tools import ToolDefinition
 from .._models._model import AssistantMessage, ModelError, StreamEvent, TextDelta, TurnBuilder, Usage
 from .._models._retry import next_delay_ms
 from ._journal import (
@@ -91,9 +95,31 @@ class AgentRun:
     """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`. ``log`` is the
     worker's log: a failed model attempt is one line of it (what failed, and what comes of it)."""
 
-    def __init__(self, agent: AgentDefinition, log: Callable[[str], None] = log_stderr) -> None:
+    def __init__(
+        self,
+        agent: AgentDefinition,
+        log: Callable[[str], None] = log_stderr,
+        app_tools: Mapping[str, ToolDefinition] | None = None,
+    ) -> None:
         self.agent = agent
         self._log = log
+        self._app_tools = app_tools or {tool.name: tool for tool in agent.tools}
+        """The tools a conversation's configuration may select (the app's), by name."""
+
+    async def configured(self, rt: Phase) -> AgentDefinition:
+        """The agent as the conversation's configuration (``configure``) has it now: its ``instructions``,
+        ``max_turns`` and ``tools`` (names of the app's tools; one the app does not define is left out) replace the
+        definition's; read before each model request, so a change applies from the next one."""
+        document = await rt.client.document(CONFIG_DOCUMENT, conversation_id=rt.conversation_id)
+        config = document.value if document is not None and isinstance(document.value, dict) else {}
+        changes: dict[str, Any] = {}
+        if isinstance(config.get("instructions"), str):
+            changes["instructions"] = config["instructions"]
+        if "max_turns" in config:
+            changes["max_turns"] = config["max_turns"]
+        if isinstance(config.get("tools"), list):
+            changes["tools"] = tuple(self._app_tools[name] for name in config["tools"] if name in self._app_tools)
+        return attrs.evolve(self.agent, **changes) if changes else self.agent
 
     def definition(self) -> TaskDefinition:
         return TaskDefinition(
@@ -113,7 +139,7 @@ class AgentRun:
     ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
         the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
-        agent = self.agent
+        agent = await self.configured(rt)
         run_id = str(rt.input["run_id"])
         if agent.max_turns is not None and turn > agent.max_turns:
             limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
@@ -126,7 +152,7 @@ class AgentRun:
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
             async with rt.commit() as tx:
-                self._next(tx, rt, run_id, turn, _assistant_message(op.result))
+                self._next(tx, rt, agent, run_id, turn, _assistant_message(op.result))
             return
         if op is not None and has_result(op):
             await rt.fail(f"model request failed: {op.error}", reason="model_error")
@@ -184,7 +210,7 @@ class AgentRun:
                 entry_id=_derived(operation_id, "assistant"),
                 data={"run_id": run_id, "turn": turn, **assistant_data(message)},
             )
-            self._next(tx, rt, run_id, turn, message)
+            self._next(tx, rt, agent, run_id, turn, message)
 
     async def _model_failed(
         self,
@@ -217,7 +243,15 @@ class AgentRun:
         what = f"model request failed (attempt {attempt} of {retry.attempts}): {error}"
         self._log(f"tether worker: run {rt.input['run_id']} (agent {self.agent.name}): {_one_line(what)}; {then}")
 
-    def _next(self, tx: PhaseTransaction, rt: Phase, run_id: str, turn: int, message: AssistantMessage) -> None:
+    def _next(
+        self,
+        tx: PhaseTransaction,
+        rt: Phase,
+        agent: AgentDefinition,
+        run_id: str,
+        turn: int,
+        message: AssistantMessage,
+    ) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
         if not message.tool_calls:
@@ -229,7 +263,7 @@ class AgentRun:
         run_attempt = _run_attempt(rt.input, "attempt")
         for call in message.tool_calls:
             operation_id = tool_operation_id(run_id, turn, call.call_id)
-            tool = self.agent.tool(call.name)
+            tool = agent.tool(call.name)
             if tool is None or call.invalid_arguments is not None:
                 content = (
                     f"error: the agent has no tool {call.name!r}"

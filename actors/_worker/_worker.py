@@ -263,7 +263,7 @@ def run_definition(app: App, kind: str, *, log: Callable[[str], None] = log_stde
     ``log`` is the worker's log."""
     if kind.startswith(AGENT_PREFIX):
         agent = app.agents.get(kind.removeprefix(AGENT_PREFIX))
-        return None if agent is None else AgentRun(agent, log).definition()
+        return None if agent is None else AgentRun(agent, log, app.tools).definition()
     if kind.startswith(TOOL_PREFIX):
         tool = app.tools.get(kind.removeprefix(TOOL_PREFIX))
         return None if tool is None else ToolRun(tool).definition()

@@ -206,8 +206,15 @@ class Conversations:
         return position
 
     def apply_put_document(self, unit: UnitOfWork, write: PutDocument, where: str, lease: LeaseRef | None) -> int:
-        """Rule 3; the result is the document's new version."""
+        """Rule 3; the result is the document's new version. Names under ``tether.`` are the owner's (a
+        conversation's configuration is written by ``configure``)."""
         check_name(write.name, f"{where}.name")
+        if write.name.startswith(RESERVED_ENTRY_PREFIX):
+            message = (
+                f"{where}.name {write.name!r}: document names under {RESERVED_ENTRY_PREFIX!r} are the owner's (a "
+                "conversation's configuration is changed with configure); nothing of the commit was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
         if write.conversation_id is not None:
             check_id(write.conversation_id, f"{where}.conversation_id")
             if self._store.conversation(write.conversation_id) is None:
@@ -256,11 +263,20 @@ class Conversations:
         if conversation is None:
             raise missing_conversation(request.conversation_id)
         run = None
-        status, run_id, when_busy = SUBMISSION_QUEUED, None, "follow_up"
+        status, run_id, when_busy, joins = SUBMISSION_QUEUED, None, "follow_up", False
         if request.kind == INPUT_KIND:
             active = self._runs.check_input(request, conversation)
+            tail = None
+            if (  # the mode is read only when it decides something
+                active is not None
+                and request.when_busy == "follow_up"
+                and self._inbox.config.mode(request.conversation_id, "follow_ups") == "all"
+            ):
+                tail = self._runs.queued_tail(request.conversation_id)
             if active is not None and request.when_busy == "steer":
                 run_id, when_busy = active.run_id, "steer"  # queued here, placed in it at its next boundary
+            elif tail is not None:
+                run_id, joins = tail.run_id, True  # follow_ups="all": placed with that queued run's own input
             else:
                 run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
                 run_id = run.run_id
@@ -292,8 +308,8 @@ class Conversations:
             unit.records.append(
                 self._entries.place(request.conversation_id, entry_id, kind, data, unit.seq, unit.now_ms)
             )
-        if when_busy == "steer":
-            self._inbox.queue_steer(submission)
+        if when_busy == "steer" or joins:
+            self._inbox.queue(submission)
         if run is not None:
             # Cannot clash: a run is named after its submission, whose id the insert above found unused.
             self._runs.created(run, request.payload)
@@ -312,7 +328,7 @@ class Conversations:
         if record.status != SUBMISSION_QUEUED:
             return Withdrawn(outcome="settled", submission=record)
         withdrawn = self._inbox.withdraw(record, unit.seq)
-        if record.when_busy != "steer" and record.run_id is not None:
+        if record.run_id == record.submission_id:  # a queued run's own input: the run goes with it
             self._runs.cancel_queued(record.run_id, unit)
         self._inbox.flush(unit)
         return Withdrawn(outcome="withdrawn", submission=withdrawn)

@@ -47,6 +47,7 @@ from protocol import (
 )
 
 from ._checks import Refusal, check_move
+from ._config import Configurations
 from ._output import Outbox, PeerId
 from ._peers import Waits
 from ._ports import ConversationStore
@@ -94,8 +95,10 @@ class Inbox:
         place_entry: Callable[[str, str, str, JsonValue, int, int], EntryRecord],
         waits: Waits,
         outbox: Outbox,
+        config: Configurations,
     ) -> None:
         self._store = store
+        self.config = config
         self._journal = journal
         self._place_entry = place_entry
         self._waits = waits
@@ -110,13 +113,14 @@ class Inbox:
         for record in store.open_submissions():
             if record.status == PLACED and record.run_id is not None:
                 self._placed.setdefault(record.run_id, []).append(record.submission_id)
-            elif record.status == QUEUED and record.when_busy == "steer":
+            elif record.status == QUEUED and record.kind == "input" and record.run_id != record.submission_id:
                 self.queued.setdefault(record.conversation_id, []).append(record)
 
     # ------------------------------------------------------------------------------------------- admission
 
-    def queue_steer(self, record: SubmissionRecord) -> None:
-        """A steer admitted while its conversation's run is live (stored by the caller)."""
+    def queue(self, record: SubmissionRecord) -> None:
+        """An input admitted to wait here (stored by the caller): a steer naming the live run it will join, or a
+        follow-up naming the queued run it joins (``follow_ups="all"``)."""
         queue = self.queued.setdefault(record.conversation_id, [])
         queue.append(record)
         self._journal.undo(lambda: self._drop(record))
@@ -145,12 +149,16 @@ class Inbox:
         return placed
 
     def boundary(self, run: RunRecord, seq: int, now_ms: int) -> bool:
-        """A boundary of ``run``, its conversation's active run (rule 3): the oldest queued steer is placed in it.
-        Returns whether one was."""
+        """A boundary of ``run``, its conversation's active run (rule 3): its oldest queued steer is placed in it, or
+        every one with ``steering="all"``. Returns whether any was."""
         queue = self.queued.get(run.conversation_id)
-        if not queue:
+        steers = [record for record in queue or () if record.when_busy == "steer"]
+        if not steers:
             return False
-        self._place(queue[0], run, seq, now_ms)
+        if self.config.mode(run.conversation_id, "steering") == "first":
+            steers = steers[:1]
+        for record in steers:
+            self._place(record, run, seq, now_ms)
         return True
 
     def _place(self, record: SubmissionRecord, run: RunRecord, seq: int, now_ms: int) -> None:

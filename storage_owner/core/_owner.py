@@ -41,6 +41,7 @@ from protocol import (
     CancelRun,
     ClockReply,
     Commit,
+    Configure,
     Error,
     ErrorCode,
     Frame,
@@ -85,6 +86,7 @@ from protocol import (
 
 from ._checks import Refusal
 from ._commits import ONE_STATEMENT_WRITES, Commits
+from ._config import Configurations
 from ._conversations import Conversations, Entries
 from ._inbox import Inbox
 from ._operations import OperationRecords, Operations
@@ -177,7 +179,8 @@ class OwnerCore:
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
         )
         entries = Entries(store, journal)
-        self.inbox = Inbox(store, journal, entries.place, self.waits, outbox)
+        self.config = Configurations(store)
+        self.inbox = Inbox(store, journal, entries.place, self.waits, outbox, self.config)
         self.runs = Runs(
             store,
             self.tasks,
@@ -228,6 +231,7 @@ class OwnerCore:
             Commit: self.commits.on_commit,
             Submit: self.conversations.on_submit,
             Withdraw: self.conversations.on_withdraw,
+            Configure: self.config.on_configure,
             CancelRun: self.runs.on_cancel_run,
             RetryRun: self.runs.on_retry_run,
             Resolve: self.operations.on_resolve,

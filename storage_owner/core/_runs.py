@@ -195,6 +195,15 @@ class Runs:
         queue = self._queues.get(conversation_id)
         return None if not queue else self.live[queue[0]]
 
+    def queued_tail(self, conversation_id: str) -> RunRecord | None:
+        """The conversation's last run, if it is still ``queued`` and was never admitted (follow-ups with
+        ``follow_ups="all"`` join it; a retried run's inputs were placed at its first admission)."""
+        queue = self._queues.get(conversation_id)
+        run = None if not queue else self.live[queue[-1]]
+        if run is None or run.status != "queued" or self._tasks.record(run_task_id(run.run_id, 1)) is not None:
+            return None
+        return run
+
     def run_of_task(self, record: TaskRecord) -> str | None:
         """The live run a task belongs to: its run task, or a tool / external task it owns (transitively)."""
         run_id = self._by_task.get(record.task_id)

@@ -18,10 +18,13 @@ class RecordingModel:
     def __init__(self, turns: list[actors.ScriptedTurn]) -> None:
         self.inner = actors.ScriptedModel(turns)
         self.asked: list[tuple[int | None, list[str]]] = []
+        self.prepared: list[tuple[str, list[str]]] = []
+        """Each request's instructions and the tools it offered."""
 
     async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
         users = [message.text for message in request.messages if isinstance(message, actors.UserMessage)]
         self.asked.append((request.turn, users))
+        self.prepared.append((request.instructions, [tool.name for tool in request.tools]))
         async for event in self.inner.stream(request):
             yield event
 
@@ -30,5 +33,6 @@ def build(turns: list[actors.ScriptedTurn]) -> tuple[actors.App, RecordingModel]
     model = RecordingModel(turns)
     app = actors.App("inbox")
     app.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
-    app.define_agent("support", version=1, model=model, tools=["lookup"])
+    app.define_tool("track", lookup, description="Track an order.", parameters=ORDER, recovery="safe")
+    app.define_agent("support", version=1, model=model, tools=["lookup"], instructions="Be helpful.")
     return app, model

@@ -160,3 +160,42 @@ async def test_the_command_line_steers_writes_lists_and_withdraws(
                 ["write", "done"],
                 ["input", "unanswered"],
             ]
+
+
+async def test_a_conversations_configuration_applies_from_the_next_model_request(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})]),
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A2"})]),
+        actors.ScriptedTurn(text="never asked"),
+    ]
+    app, model = build(turns)
+    db = owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where are A1 and A2?")
+            await ledger_lines(ledger, 1)  # the first request was prepared with the agent's definition
+            changed = await run_tether(
+                "configure", "--db", db, conversation_id, "--instructions", "Be brief.", "--tools", "lookup,track"
+            )
+            assert changed.returncode == 0 and b"configuration version 1" in changed.stdout, changed.stderr
+            document = await client.configure(conversation_id, max_turns=2)
+            assert document is not None and document.version == 2
+            assert await client.configuration(conversation_id) == {
+                "instructions": "Be brief.",
+                "tools": ["lookup", "track"],
+                "max_turns": 2,
+            }
+            with pytest.raises(actors.InvalidRequest, match="steering is one of first, all"):
+                await client.configure(conversation_id, steering="some")  # type: ignore[arg-type]
+            (tmp_path / "gate").touch()
+            assert own.run_id is not None
+            run = await client.wait_for_run(own.run_id)
+            # The second request took the new instructions and tools; the turn limit ended the run after its round.
+            assert model.prepared == [("Be helpful.", ["lookup"]), ("Be brief.", ["lookup", "track"])]
+            assert (run.status, run.reason) == ("failed", "max_turns")
+            assert (await client.wait_for_submission(own.submission_id)).reason == "turn_limit"
+            shown = await run_tether("configure", "--db", db, conversation_id)
+            assert b"max_turns 2; steering" not in shown.stdout and b"max_turns 2" in shown.stdout

@@ -35,6 +35,7 @@ from protocol import (
     ClockReply,
     Commit,
     Committed,
+    Configure,
     ConversationRecord,
     ConversationReply,
     CreateConversation,
@@ -414,6 +415,7 @@ EXAMPLES: list[Frame] = [
     ReadRun(run_id=RUN),
     ReadRuns(conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
     WaitRun(run_id=RUN),
+    Configure(conversation_id=CONVERSATION, changes=JsonValue({"steering": "all"}), clear=("tools",)),
     ReadSubmissions(conversation_id=CONVERSATION, after_submission_id=SUBMISSION, limit=50),
     WaitSubmission(submission_id=SUBMISSION),
     Withdraw(submission_id=SUBMISSION),
@@ -655,6 +657,7 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "PartialsReply": 41,
     "WaitSubmission": 45,
     "ReadSubmissions": 47,
+    "Configure": 48,
     "SubmissionsReply": 47,
     "Withdraw": 46,
     "Withdrawn": 46,
@@ -762,6 +765,11 @@ GOLDEN_HEX: dict[str, str] = {
     "WaitRun": (
         "83a474797065a8776169745f72756ea763616c6c5f696420a672756e5f6964d92430313839306135642d616339662d37"
         "3030302d383030302d303030303030303030303039"
+    ),
+    "Configure": (
+        "85a474797065a9636f6e666967757265a763616c6c5f696430af636f6e766572736174696f6e5f6964d9243031383930"
+        "6135642d616339362d376233632d386632652d336334643565366637613830a76368616e67657381a87374656572696e"
+        "67a3616c6ca5636c65617291a5746f6f6c73"
     ),
     "ReadSubmissions": (
         "85a474797065b0726561645f7375626d697373696f6e73a763616c6c5f69642faf636f6e766572736174696f6e5f6964"

@@ -12,14 +12,18 @@ import pytest
 
 from protocol import (
     ASSISTANT_ENTRY,
+    CONFIG_DOCUMENT,
     USER_ENTRY,
     AppendEntry,
     CancelRun,
     Committed,
+    Configure,
     CreateTask,
+    DocumentReply,
     ErrorCode,
     JsonValue,
     Ok,
+    PutDocument,
     RunAnswer,
     RunReply,
     SetTaskState,
@@ -390,3 +394,59 @@ def test_a_steer_to_a_run_queued_for_capacity_is_placed_after_its_input_when_it_
         assert {submission(sim, record).status for record in (own, steer)} == {"placed"}
     finally:
         sim.close()
+
+
+# --------------------------------------------------------------------------------------------- configuration
+
+
+def configure(sim: RunSim, conversation_id: str, clear: tuple[str, ...] = (), **changes: Any) -> Any:
+    return sim.request(sim.client, Configure(conversation_id=conversation_id, changes=JsonValue(changes), clear=clear))
+
+
+def test_configure_checks_every_field_before_it_writes_and_versions_each_change(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    for bad in ({"steering": "some"}, {"max_turns": 0}, {"tools": ["a", "a"]}, {"colour": "red"}, {"model": ""}):
+        assert error_code(configure(sim, conversation_id, **bad)) == ErrorCode.INVALID, bad
+    assert error_code(configure(sim, conversation_id, clear=("colour",))) == ErrorCode.INVALID
+    assert error_code(configure(sim, fresh_id(), steering="all")) == ErrorCode.NOT_FOUND
+    assert sim.core.head_seq == head
+    first = expect(configure(sim, conversation_id, steering="all", max_turns=3), DocumentReply).document
+    assert first is not None and (first.version, first.value) == (1, {"steering": "all", "max_turns": 3})
+    same = expect(configure(sim, conversation_id, steering="all"), DocumentReply).document
+    assert same == first and sim.core.head_seq == head + 1  # nothing changed: nothing written
+    second = expect(configure(sim, conversation_id, clear=("max_turns",), instructions="Be brief."), DocumentReply)
+    assert second.document is not None and second.document.version == 2
+    assert second.document.value == {"steering": "all", "instructions": "Be brief."}
+    forged = PutDocument(conversation_id=conversation_id, name=CONFIG_DOCUMENT, value=JsonValue({}))
+    assert error_code(sim.commit(forged)) == ErrorCode.INVALID  # the owner's document
+
+
+def test_steering_all_places_every_queued_steer_at_one_boundary(sim: RunSim) -> None:
+    busy = Busy(sim)
+    expect(configure(sim, busy.conversation_id, steering="all"), DocumentReply)
+    tool_id = busy.call_tool()
+    steers = [submitted(sim, busy.conversation_id, text, when_busy="steer") for text in ("one", "two")]
+    busy.finish_tool(tool_id)
+    assert [submission(sim, record).status for record in steers] == ["placed", "placed"]
+    assert busy.kinds()[-2:] == [(USER_ENTRY, "one"), (USER_ENTRY, "two")]
+
+
+def test_follow_ups_all_queue_together_in_one_run_and_settle_with_its_answer(sim: RunSim) -> None:
+    busy = Busy(sim)
+    expect(configure(sim, busy.conversation_id, follow_ups="all"), DocumentReply)
+    first = submitted(sim, busy.conversation_id, "next one")
+    second = submitted(sim, busy.conversation_id, "and another")
+    assert first.run_id == first.submission_id and second.run_id == first.run_id  # it joined the queued run
+    assert [run.run_id for run in sim.core.runs.live.values() if run.conversation_id == busy.conversation_id] == [
+        busy.run_id,
+        first.run_id,
+    ]
+    answer(busy.worker, busy.task_id, busy.conversation_id, "first done")
+    assert first.run_id is not None
+    follow_task = run_task_id(first.run_id, 1)
+    assert busy.worker.holds(follow_task)
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY][-2:] == ["next one", "and another"]
+    answer(busy.worker, follow_task, busy.conversation_id, "both done")
+    run = sim.run(first.run_id)
+    assert {submission(sim, record).answer for record in (first, second)} == {run.answer}

@@ -18,7 +18,9 @@ from protocol import (
     RUN_TERMINAL,
     CancelRun,
     Committed,
+    Configure,
     CreateTask,
+    DocumentReply,
     Error,
     JsonValue,
     Ok,
@@ -63,7 +65,7 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
             assert count <= 1, (record, count)  # a queued run cancelled settles its input unplaced
         else:
             assert count == 1, (record, count)
-        if record.status == "queued" and record.when_busy == "steer":
+        if record.status == "queued" and record.run_id != submission_id:  # a steer, or a follow-up joining a run
             queued.setdefault(record.conversation_id, []).append(submission_id)
         if record.status == "done":
             assert run.status == "completed" and record.answer == run.answer, (record, run)
@@ -114,9 +116,22 @@ class InboxMachine(RuleBasedStateMachine):
             return
         record = reply.submission
         self.submissions.append(record.submission_id)
-        if record.when_busy != "steer":
-            assert record.run_id is not None
+        assert record.run_id is not None
+        if record.run_id == record.submission_id and record.run_id not in self.runs:  # a run of its own
             self.runs.append(record.run_id)
+
+    @rule(
+        conversation=picks,
+        field=st.sampled_from(["steering", "follow_ups"]),
+        value=st.sampled_from(["first", "all"]),
+    )
+    def configure(self, conversation: int, field: str, value: str) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        reply = self.sim.request(
+            self.sim.client, Configure(conversation_id=conversation_id, changes=JsonValue({field: value}))
+        )
+        assert isinstance(reply, DocumentReply) and reply.document is not None, reply
+        assert reply.document.value[field] == value  # type: ignore[index]
 
     @rule(conversation=picks)
     def write(self, conversation: int) -> None:

@@ -1,0 +1,137 @@
+"""Per-conversation configuration, sans-IO (docs/runs.md, "Configuration").
+
+1. A conversation's configuration is its ``tether.config`` document, written only by ``configure`` (a
+   ``put_document`` of a name under ``tether.`` is refused): each change is the document's next version, so a
+   reader (a worker preparing a model request) sees one version whole.
+2. ``configure`` checks every field before it writes (an unknown field, or a value of the wrong kind, is refused
+   ``invalid`` naming it, and nothing changes); ``changes`` sets fields, ``clear`` drops them (the agent's definition,
+   or the default, applies again); a change that changes nothing writes nothing and answers the current document.
+3. What the owner reads of it: the inbox's modes (``steering``: ``first`` or ``all`` steers per boundary;
+   ``follow_ups``: ``first`` (a run per follow-up) or ``all`` (follow-ups queued together share one run)). Workers
+   read the rest (``tools``, ``instructions``, ``max_turns``) when they prepare each model request, so a change
+   applies from the next one. Not built yet, and refused saying so: ``model`` (a model the app defines) and
+   ``after_failed_run`` other than ``continue``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from protocol import (
+    CONFIG_DOCUMENT,
+    CONFIG_FIELDS,
+    Configure,
+    DocumentRecord,
+    DocumentReply,
+    ErrorCode,
+    Frame,
+    JsonValue,
+)
+
+from ._checks import Refusal, check_id, missing_conversation
+from ._ports import ConversationStore
+from ._unit import UnitOfWork
+
+MODES: Final[Mapping[str, tuple[str, ...]]] = {
+    "steering": ("first", "all"),
+    "follow_ups": ("first", "all"),
+    "after_failed_run": ("continue",),
+}
+"""The inbox's modes and their values; the first is the default. ``after_failed_run``: only ``continue`` (the
+follow-ups a failed run leaves start at once) is built; ``wait`` and ``withdraw`` are refused until they are."""
+NOT_BUILT: Final[Mapping[str, str]] = {
+    "model": "configure(model=...) is not built yet (a conversation runs its agent's model); nothing was changed",
+    "after_failed_run": (
+        "after_failed_run is 'continue' (a failed run's follow-ups start at once); 'wait' and 'withdraw' are not "
+        "built yet; nothing was changed"
+    ),
+}
+MAX_INSTRUCTIONS_CHARS: Final = 64 << 10
+MAX_TOOLS: Final = 256
+MAX_NAME_CHARS: Final = 128
+
+
+def _check_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME_CHARS or not value.isprintable():
+        raise Refusal(ErrorCode.INVALID, f"{where} is a name of 1 to {MAX_NAME_CHARS} printable characters")
+    return value
+
+
+def check_field(name: str, value: Any) -> JsonValue:
+    """``value`` if it is what configuration field ``name`` takes; refused ``invalid`` (naming it) otherwise."""
+    where = f"configure: {name}"
+    if name == "model" or (name == "after_failed_run" and value not in MODES[name]):
+        raise Refusal(ErrorCode.INVALID, f"configure: {NOT_BUILT[name]}")
+    if name in MODES:
+        if value not in MODES[name]:
+            raise Refusal(ErrorCode.INVALID, f"{where} is one of {', '.join(MODES[name])}, not {value!r}")
+    elif name == "model":
+        _check_name(value, where)
+    elif name == "tools":
+        if not isinstance(value, list) or len(value) > MAX_TOOLS:
+            raise Refusal(ErrorCode.INVALID, f"{where} is a list of at most {MAX_TOOLS} tool names")
+        for index, tool in enumerate(value):
+            _check_name(tool, f"{where}[{index}]")
+        if len(set(value)) != len(value):
+            raise Refusal(ErrorCode.INVALID, f"{where} names a tool twice")
+    elif name == "instructions":
+        if not isinstance(value, str) or len(value) > MAX_INSTRUCTIONS_CHARS:
+            raise Refusal(ErrorCode.INVALID, f"{where} is a text of at most {MAX_INSTRUCTIONS_CHARS} characters")
+    elif name == "max_turns":
+        if type(value) is not int or value < 1:
+            raise Refusal(ErrorCode.INVALID, f"{where} is an integer 1 or more, not {value!r}")
+    else:
+        known = ", ".join(CONFIG_FIELDS)
+        raise Refusal(ErrorCode.INVALID, f"configure: no field {name!r} (a configuration has {known})")
+    return JsonValue(value)
+
+
+class Configurations:
+    """The conversations' configurations. See the module docstring."""
+
+    def __init__(self, store: ConversationStore) -> None:
+        self._store = store
+
+    def current(self, conversation_id: str) -> dict[str, Any]:
+        document = self._store.document(conversation_id, CONFIG_DOCUMENT)
+        return dict(document.value) if document is not None and isinstance(document.value, dict) else {}
+
+    def mode(self, conversation_id: str, name: str) -> str:
+        """One of the inbox's modes for the conversation (rule 3)."""
+        value = self.current(conversation_id).get(name)
+        return value if isinstance(value, str) and value in MODES[name] else MODES[name][0]
+
+    def on_configure(self, unit: UnitOfWork, request: Configure) -> Frame:
+        """Rules 1 and 2."""
+        check_id(request.conversation_id, "conversation_id")
+        if self._store.conversation(request.conversation_id) is None:
+            raise missing_conversation(request.conversation_id)
+        changes = request.changes
+        if changes is None:
+            changes = JsonValue({})
+        if not isinstance(changes, dict):
+            raise Refusal(ErrorCode.INVALID, "configure: changes is an object of fields to set")
+        for name in request.clear:
+            if name not in CONFIG_FIELDS:
+                known = ", ".join(CONFIG_FIELDS)
+                raise Refusal(ErrorCode.INVALID, f"configure: no field {name!r} to clear (a configuration has {known})")
+            if name in changes:
+                raise Refusal(ErrorCode.INVALID, f"configure: {name!r} is both set and cleared")
+        checked = {name: check_field(name, value) for name, value in changes.items()}
+        before = self.current(request.conversation_id)
+        after = {name: value for name, value in {**before, **checked}.items() if name not in request.clear}
+        if after == before:
+            return DocumentReply(document=self._store.document(request.conversation_id, CONFIG_DOCUMENT))
+        stored = self._store.document(request.conversation_id, CONFIG_DOCUMENT)
+        document = DocumentRecord(
+            conversation_id=request.conversation_id,
+            name=CONFIG_DOCUMENT,
+            version=1 if stored is None else stored.version + 1,
+            value=JsonValue(after),
+            seq=unit.seq,
+            updated_at_ms=unit.now_ms,
+        )
+        self._store.put_document(document)
+        unit.records.append(document)
+        return DocumentReply(document=document)
