@@ -680,6 +680,17 @@ class ReadSubmission:
 
 
 @attrs.frozen(kw_only=True)
+class AbortConversation:
+    """Withdraw the conversation's queued inputs and abort its active run (bottom-up, as ``cancel_run``); with
+    ``background``, also abort the tasks the conversation owns outside its runs. Answered with
+    ``ConversationAborted``."""
+
+    TYPE: ClassVar[str] = "abort_conversation"
+    conversation_id: str
+    background: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class Configure:
     """Change a conversation's configuration (its ``tether.config`` document): each key of ``changes`` is set, each
     name in ``clear`` goes back to the agent's default; answered with the document as it is now (a ``document``)."""
@@ -1041,6 +1052,17 @@ class SubmissionReply:
 
 
 @attrs.frozen(kw_only=True)
+class ConversationAborted:
+    """What ``abort_conversation`` did: the submissions it withdrew, the run it is aborting (as the mark left it;
+    ``None``: none was going), and the background tasks it marked."""
+
+    TYPE: ClassVar[str] = "conversation_aborted"
+    withdrawn: tuple[str, ...]
+    run: RunRecord | None
+    tasks: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class SubmissionsReply:
     TYPE: ClassVar[str] = "submissions"
     submissions: tuple[SubmissionRecord, ...]
@@ -1313,6 +1335,7 @@ Request: TypeAlias = (
     | ReadRun
     | ReadRuns
     | WaitRun
+    | AbortConversation
     | Configure
     | ReadSubmissions
     | WaitSubmission
@@ -1347,6 +1370,7 @@ Reply: TypeAlias = (
     | OutcomesReply
     | TaskGraphReply
     | RunReply
+    | ConversationAborted
     | SubmissionsReply
     | Withdrawn
     | RunsReply
@@ -1385,6 +1409,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     ReadRun,
     ReadRuns,
     WaitRun,
+    AbortConversation,
     Configure,
     ReadSubmissions,
     WaitSubmission,
@@ -1419,6 +1444,7 @@ REPLY_TYPES: tuple[type[Any], ...] = (
     OutcomesReply,
     TaskGraphReply,
     RunReply,
+    ConversationAborted,
     SubmissionsReply,
     Withdrawn,
     RunsReply,

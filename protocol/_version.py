@@ -13,7 +13,8 @@ of ``read_peers`` (``after_peer_id``, ``next_after_peer_id``) and of ``read_part
 run failed, in words) and ``tool`` on interaction records (the tool whose call asks); version 6 the inbox:
 ``when_busy="steer"`` and ``when_idle`` on ``submit``, ``reason``, ``answer`` and ``when_busy`` on submission
 records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdraw`` and ``withdrawn``,
-``steer_checkpoint`` on ``set_task_state``, ``configure``."""
+``steer_checkpoint`` on ``set_task_state``, ``configure``, ``abort_conversation`` and
+``conversation_aborted``."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (6,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

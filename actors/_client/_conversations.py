@@ -9,7 +9,9 @@ import attrs
 
 from protocol import (
     CONFIG_DOCUMENT,
+    AbortConversation,
     Configure,
+    ConversationAborted,
     ConversationRecord,
     ConversationReply,
     DocumentRecord,
@@ -199,6 +201,14 @@ class ConversationCalls(BaseClient):
         request = Configure(conversation_id=conversation_id, changes=json_value(changes, "changes"), clear=tuple(clear))
         reply = await self.connection.call(request, DocumentReply)
         return reply.document
+
+    async def abort_conversation(self, conversation_id: str, *, background: bool = False) -> ConversationAborted:
+        """Withdraw the conversation's queued inputs (steers and follow-ups; their queued runs are cancelled) and abort
+        its active run bottom-up (it ends ``cancelled`` once its work has stopped: follow it with
+        :meth:`wait_for_run`); with ``background``, also abort the tasks the conversation owns outside its runs.
+        Returns what it withdrew, the run as the mark left it, and the tasks it marked."""
+        request = AbortConversation(conversation_id=conversation_id, background=background)
+        return await self.connection.call(request, ConversationAborted)
 
     async def configuration(self, conversation_id: str) -> dict[str, Any]:
         """The conversation's configuration: the fields set (an absent one follows the agent's definition)."""

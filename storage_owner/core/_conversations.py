@@ -21,8 +21,12 @@ import uuid
 from typing import Final
 
 from protocol import (
+    AGENT_TASK_PREFIX,
     RESERVED_ENTRY_PREFIX,
+    AbortConversation,
+    AbortTask,
     AppendEntry,
+    ConversationAborted,
     ConversationRecord,
     ConversationReply,
     CreateConversation,
@@ -315,6 +319,36 @@ class Conversations:
             self._runs.created(run, request.payload)
             unit.records.append(run)
         return Submitted(submission=submission, created=True)
+
+    def on_abort_conversation(self, unit: UnitOfWork, request: AbortConversation) -> Frame:
+        """Withdraw every queued input (steers, follow-ups and their queued runs), abort the active run; with
+        ``background``, abort the live tasks the conversation owns outside its runs (each bottom-up, by the task
+        engine). Writes are never queued, so none is touched."""
+        check_id(request.conversation_id, "conversation_id")
+        if self._store.conversation(request.conversation_id) is None:
+            raise missing_conversation(request.conversation_id)
+        withdrawn = [record.submission_id for record in self._inbox.queued.get(request.conversation_id, [])]
+        for submission_id in withdrawn:
+            record = self._store.submission_by_id(submission_id)
+            assert record is not None
+            self._inbox.withdraw(record, unit.seq)
+        for run_id in self._runs.queued_run_ids(request.conversation_id):
+            own = self._store.submission_by_id(run_id)
+            if own is not None and own.status == SUBMISSION_QUEUED:
+                self._inbox.withdraw(own, unit.seq)
+                withdrawn.append(run_id)
+        active = self._runs.abort_active(request.conversation_id, unit)
+        tasks: list[str] = []
+        if request.background:
+            for task in self._tasks.live_roots(request.conversation_id):
+                if task.kind.startswith(AGENT_TASK_PREFIX) or task.abort is not None:
+                    continue
+                marked, _ = self._tasks.abort_task(AbortTask(task_id=task.task_id), unit.seq, unit.now_ms, "abort")
+                unit.records.append(marked)
+                tasks.append(task.task_id)
+        self._inbox.flush(unit)
+        run = None if active is None else self._runs.live.get(active.run_id, active)
+        return ConversationAborted(withdrawn=tuple(withdrawn), run=run, tasks=tuple(tasks))
 
     def on_withdraw(self, unit: UnitOfWork, request: Withdraw) -> Frame:
         """Take a queued submission back (``_inbox`` rule 5): a steer leaves the inbox; an input's queued run is

@@ -35,6 +35,7 @@ import attrs
 from protocol import (
     AGENT_TASK_PREFIX,
     TOOL_TASK_PREFIX,
+    AbortConversation,
     AdvanceClock,
     Announce,
     BadFrame,
@@ -232,6 +233,7 @@ class OwnerCore:
             Submit: self.conversations.on_submit,
             Withdraw: self.conversations.on_withdraw,
             Configure: self.config.on_configure,
+            AbortConversation: self.conversations.on_abort_conversation,
             CancelRun: self.runs.on_cancel_run,
             RetryRun: self.runs.on_retry_run,
             Resolve: self.operations.on_resolve,

@@ -195,6 +195,10 @@ class Runs:
         queue = self._queues.get(conversation_id)
         return None if not queue else self.live[queue[0]]
 
+    def queued_run_ids(self, conversation_id: str) -> list[str]:
+        """The conversation's runs still ``queued``, oldest first."""
+        return [run_id for run_id in self._queues.get(conversation_id, ()) if self.live[run_id].status == "queued"]
+
     def queued_tail(self, conversation_id: str) -> RunRecord | None:
         """The conversation's last run, if it is still ``queued`` and was never admitted (follow-ups with
         ``follow_ups="all"`` join it; a retried run's inputs were placed at its first admission)."""
@@ -590,6 +594,22 @@ class Runs:
         assert call_id is not None
         unit.then(lambda: self._cancels.append((peer, call_id, run_id)))  # answered once the batch has settled
         return None
+
+    def abort_active(self, conversation_id: str, unit: UnitOfWork) -> RunRecord | None:
+        """``abort_conversation``: the conversation's queued runs end ``cancelled`` (their inputs were withdrawn
+        first) and its active run's task is aborted (it ends ``cancelled`` once that is terminal, rule 5). Returns the
+        active run as the mark left it, if there was one."""
+        active = None
+        for run_id in list(self._queues.get(conversation_id, ())):
+            run = self.live[run_id]
+            if run.task_id is None:
+                self.cancel_queued(run_id, unit)
+            else:
+                record, _ = self._tasks.abort_task(AbortTask(task_id=run.task_id), unit.seq, unit.now_ms, "run")
+                unit.records.append(record)
+                self.tasks_changed((record,))
+                active = run
+        return active
 
     def cancel_queued(self, run_id: str, unit: UnitOfWork) -> None:
         """A queued run's input was withdrawn: the run ends ``cancelled`` (rule 5), in the request's commit."""

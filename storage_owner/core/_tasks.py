@@ -153,6 +153,13 @@ class TaskEngine:
         """A task's record, live or terminal."""
         return self._records.record(task_id)
 
+    def live_roots(self, conversation_id: str) -> list[TaskRecord]:
+        """The live tasks the conversation owns directly (no owner task), in creation order: a scan of every live
+        task, for requests a person makes (``abort_conversation``), never on a hot path."""
+        live = self._tasks
+        found = (live[task_id] for task_id in list(live.ids()))
+        return [r for r in found if r.conversation_id == conversation_id and r.owner_task_id is None]
+
     @property
     def live_count(self) -> int:
         return len(self._tasks)

@@ -21,6 +21,7 @@ from protocol import (
     REPLY_TYPES,
     REQUEST_TYPES,
     SUPPORTED_VERSIONS,
+    AbortConversation,
     AbortTask,
     AdvanceClock,
     Announce,
@@ -36,6 +37,7 @@ from protocol import (
     Commit,
     Committed,
     Configure,
+    ConversationAborted,
     ConversationRecord,
     ConversationReply,
     CreateConversation,
@@ -415,6 +417,7 @@ EXAMPLES: list[Frame] = [
     ReadRun(run_id=RUN),
     ReadRuns(conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
     WaitRun(run_id=RUN),
+    AbortConversation(conversation_id=CONVERSATION, background=True),
     Configure(conversation_id=CONVERSATION, changes=JsonValue({"steering": "all"}), clear=("tools",)),
     ReadSubmissions(conversation_id=CONVERSATION, after_submission_id=SUBMISSION, limit=50),
     WaitSubmission(submission_id=SUBMISSION),
@@ -478,6 +481,7 @@ EXAMPLES: list[Frame] = [
         budget=Budget(scope="conversation", key=AGENT_CONVERSATION, max_tokens=50_000),
     ),
     RunReply(run=RUN_RECORD),
+    ConversationAborted(withdrawn=(SUBMISSION,), run=None, tasks=(TASK,)),
     SubmissionsReply(submissions=(), next_after_submission_id=None),
     Withdrawn(outcome="withdrawn", submission=None),
     RunsReply(runs=(RUN_RECORD, QUEUED_RUN_RECORD), next_after_run_id=SUBMISSION),
@@ -658,6 +662,8 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "WaitSubmission": 45,
     "ReadSubmissions": 47,
     "Configure": 48,
+    "AbortConversation": 49,
+    "ConversationAborted": 49,
     "SubmissionsReply": 47,
     "Withdraw": 46,
     "Withdrawn": 46,
@@ -765,6 +771,11 @@ GOLDEN_HEX: dict[str, str] = {
     "WaitRun": (
         "83a474797065a8776169745f72756ea763616c6c5f696420a672756e5f6964d92430313839306135642d616339662d37"
         "3030302d383030302d303030303030303030303039"
+    ),
+    "AbortConversation": (
+        "84a474797065b261626f72745f636f6e766572736174696f6ea763616c6c5f696431af636f6e766572736174696f6e5f"
+        "6964d92430313839306135642d616339362d376233632d386632652d336334643565366637613830aa6261636b67726f"
+        "756e64c3"
     ),
     "Configure": (
         "85a474797065a9636f6e666967757265a763616c6c5f696430af636f6e766572736174696f6e5f6964d9243031383930"
@@ -971,6 +982,11 @@ GOLDEN_HEX: dict[str, str] = {
         "303030303030303030303039a77461736b5f6964d92430313839306135642d616339612d373030302d383030302d3030"
         "30303030303030303034a373657109ad637265617465645f61745f6d73cf0000018bcfe56809ad757064617465645f61"
         "745f6d73cf0000018bcfe5680a"
+    ),
+    "ConversationAborted": (
+        "85a474797065b4636f6e766572736174696f6e5f61626f72746564a763616c6c5f696431a977697468647261776e91d9"
+        "2430313839306135642d616339382d373030302d383030302d303030303030303030303032a372756ec0a57461736b73"
+        "91d92430313839306135642d616339612d373030302d383030302d303030303030303030303034"
     ),
     "SubmissionsReply": (
         "84a474797065ab7375626d697373696f6e73a763616c6c5f69642fab7375626d697373696f6e7390b86e6578745f6166"

@@ -14,10 +14,12 @@ from protocol import (
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
     USER_ENTRY,
+    AbortConversation,
     AppendEntry,
     CancelRun,
     Committed,
     Configure,
+    ConversationAborted,
     CreateTask,
     DocumentReply,
     ErrorCode,
@@ -450,3 +452,33 @@ def test_follow_ups_all_queue_together_in_one_run_and_settle_with_its_answer(sim
     answer(busy.worker, follow_task, busy.conversation_id, "both done")
     run = sim.run(first.run_id)
     assert {submission(sim, record).answer for record in (first, second)} == {run.answer}
+
+
+# ------------------------------------------------------------------------------------------------- abort
+
+
+def test_abort_conversation_withdraws_what_is_queued_keeps_writes_and_aborts_the_run(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    steer = submitted(sim, busy.conversation_id, "steer", when_busy="steer")
+    follow = submitted(sim, busy.conversation_id, "follow")
+    note = submitted(sim, busy.conversation_id, {"kind": "app.note", "data": 1}, kind="write")  # type: ignore[arg-type]
+    background = fresh_id()
+    expect(
+        sim.commit(CreateTask(task_id=background, kind="tool:lookup", conversation_id=busy.conversation_id)), Committed
+    )
+    reply = expect(
+        sim.request(sim.client, AbortConversation(conversation_id=busy.conversation_id, background=True)),
+        ConversationAborted,
+    )
+    assert set(reply.withdrawn) == {steer.submission_id, follow.submission_id}
+    assert reply.run is not None and reply.run.run_id == busy.run_id and reply.tasks == (background,)
+    assert (submission(sim, steer).reason, submission(sim, follow).reason) == ("withdrawn", "withdrawn")
+    assert sim.run(follow.submission_id).status == "cancelled"
+    assert submission(sim, note).status == "done"
+    assert sim.task(background).abort is not None and sim.task(tool_id).abort is not None
+    again = expect(
+        sim.request(sim.client, AbortConversation(conversation_id=busy.conversation_id)), ConversationAborted
+    )
+    assert again.withdrawn == () and again.tasks == ()
+    assert error_code(sim.request(sim.client, AbortConversation(conversation_id=fresh_id()))) == ErrorCode.NOT_FOUND

@@ -16,9 +16,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from protocol import (
     RUN_ACTIVE,
     RUN_TERMINAL,
+    AbortConversation,
     CancelRun,
     Committed,
     Configure,
+    ConversationAborted,
     CreateTask,
     DocumentReply,
     Error,
@@ -197,6 +199,15 @@ class InboxMachine(RuleBasedStateMachine):
     def cancel(self, which: int) -> None:
         reply = self.sim.request(self.sim.client, CancelRun(run_id=self.runs[which % len(self.runs)]))
         assert isinstance(reply, RunReply) or (isinstance(reply, Error) and reply.code == "conflict"), reply
+
+    @rule(conversation=picks, background=st.booleans())
+    def abort_conversation(self, conversation: int, background: bool) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        request = AbortConversation(conversation_id=conversation_id, background=background)
+        reply = self.sim.request(self.sim.client, request)
+        assert isinstance(reply, ConversationAborted), reply
+        assert not self.sim.core.inbox.queued.get(conversation_id)
+        assert not self.sim.core.runs.queued_run_ids(conversation_id)
 
     @rule()
     def owner_restarts(self) -> None:
