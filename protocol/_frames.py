@@ -290,13 +290,22 @@ BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_fa
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
 OutcomeReason: TypeAlias = Literal[
-    FaultReason, BlockedReason, "restart", "model_retries_exhausted", "max_turns", "model_error", "budget_exceeded"
+    FaultReason,
+    BlockedReason,
+    "restart",
+    "model_retries_exhausted",
+    "max_turns",
+    "model_error",
+    "budget_exceeded",
+    "nothing_to_answer",
 ]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
 model request was cut off past its last attempt; ``max_turns`` and ``model_error`` for a run that its worker failed
 (the agent's turn limit reached, a final model error or the last attempt's); ``budget_exceeded`` for a run's task
-that the owner ended instead of starting a model request past its conversation's or task tree's budget."""
+that the owner ended instead of starting a model request past its conversation's or task tree's budget;
+``nothing_to_answer`` for a run a ``continue`` started on a context with nothing to answer (empty, or ending in an
+answer)."""
 
 
 def phase_of(checkpoint: object) -> str | None:

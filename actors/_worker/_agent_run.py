@@ -43,7 +43,7 @@ from protocol.io import log_stderr
 from .._app._agents import AgentDefinition
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
 from .._app._tools import ToolDefinition
-from .._models._model import AssistantMessage, ModelError, StreamEvent, TextDelta, TurnBuilder, Usage
+from .._models._model import AssistantMessage, Message, ModelError, StreamEvent, TextDelta, TurnBuilder, Usage
 from .._models._retry import next_delay_ms
 from ._journal import (
     AGENT_PREFIX,
@@ -162,7 +162,12 @@ class AgentRun:
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
         fold = message_fold(rt.client, rt.conversation_id, entries)
-        request = agent.request(fold.messages(), attempt, turn)
+        messages = fold.messages()
+        if turn == 1 and op is None and not _answerable(messages):
+            # A continue on a context with nothing to answer (empty, or ending in an answer): no request is made.
+            await rt.fail("nothing to answer: the context is empty or ends in an answer", reason="nothing_to_answer")
+            return
+        request = agent.request(messages, attempt, turn)
         intent_digest = request_digest(request, fold)
         intent = StartOperation(
             operation_id=operation_id,
@@ -365,6 +370,15 @@ class AgentRun:
                 is_error=is_error,
             )
         return entries
+
+
+def _answerable(messages: Sequence[Message]) -> bool:
+    """Whether a model has something to answer: a context that is not empty and does not end in an answer (an
+    assistant message without tool calls; one with calls ends in their results, real or ``interrupted``)."""
+    if not messages:
+        return False
+    last = messages[-1]
+    return not (isinstance(last, AssistantMessage) and not last.tool_calls)
 
 
 def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:

@@ -77,6 +77,8 @@ SUBMISSION_QUEUED: Final = "queued"
 SUBMISSION_DONE: Final = "done"
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
+CONTINUE_KIND: Final = "continue"
+"""The submission kind that starts a run on the context as it is, with no new user message (never queued)."""
 WRITE_KIND: Final = "write"
 """The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
 _WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
@@ -284,6 +286,9 @@ class Conversations:
             else:
                 run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
                 run_id = run.run_id
+        elif request.kind == CONTINUE_KIND:
+            run = self._runs.new_continue(request, conversation, unit.seq, unit.now_ms)
+            run_id = run.run_id
         elif request.kind == WRITE_KIND:
             status = SUBMISSION_DONE
         else:

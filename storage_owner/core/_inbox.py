@@ -137,8 +137,9 @@ class Inbox:
         steers = [record for record in queue if record.run_id == run.run_id]
         for record in leftovers:
             self._place(record, run, seq, now_ms)
-        data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
-        self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
+        if text is not None:  # (a continue has no input of its own)
+            data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
+            self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
         own = self._store.submission_by_id(run.submission_id)
         if own is not None and own.status == QUEUED:
             self._move(own, "place", seq, placed_in=run)

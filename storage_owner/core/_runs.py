@@ -268,6 +268,25 @@ class Runs:
             raise Refusal(ErrorCode.CONFLICT, message)
         return active
 
+    def new_continue(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
+        """The run a ``continue`` starts: on the context as it is, with no user entry of its own (what a failed run
+        left queued is placed first, at its admission). Refused while a run of the conversation is live: whether
+        there is anything to continue depends on how that run ends, so a continue is never queued."""
+        if conversation.agent is None:
+            message = f"conversation {conversation.conversation_id} is not bound to an agent: nothing to continue"
+            raise Refusal(ErrorCode.INVALID, message)
+        if request.payload is not None:
+            raise Refusal(ErrorCode.INVALID, "a continue carries no payload (it runs on the context as it is)")
+        active = self.active_run(conversation.conversation_id)
+        if active is not None:
+            message = (
+                f"conversation {conversation.conversation_id} has a run going ({active.run_id}, {active.status}): a "
+                "continue is never queued (whether anything is left to answer depends on how that run ends); "
+                "nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
+        return self.new_run(request, conversation, seq, now_ms)
+
     def new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
         """The queued run an ``input`` submission admits (checked by :meth:`check_input`, stored by
         :meth:`created`). A run takes its submission's id (rule 4)."""

@@ -3,7 +3,9 @@ the user messages of every request it answers, so a test sees what the model was
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import actors
@@ -35,4 +37,23 @@ def build(turns: list[actors.ScriptedTurn]) -> tuple[actors.App, RecordingModel]
     app.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
     app.define_tool("track", lookup, description="Track an order.", parameters=ORDER, recovery="safe")
     app.define_agent("support", version=1, model=model, tools=["lookup"], instructions="Be helpful.")
+    return app, model
+
+
+class GatedModel(RecordingModel):
+    """A :class:`RecordingModel` whose every request fails finally (``bad_request``) while the gate file
+    (``TETHER_TEST_GATE``) does not exist: a run that fails, then answers once continued."""
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        if not Path(os.environ["TETHER_TEST_GATE"]).exists():
+            self.asked.append((request.turn, []))
+            raise actors.ModelError("refused until the gate opens", kind="bad_request")
+        async for event in super().stream(request):
+            yield event
+
+
+def build_gated(turns: list[actors.ScriptedTurn]) -> tuple[actors.App, GatedModel]:
+    model = GatedModel(turns)
+    app = actors.App("inbox-gated")
+    app.define_agent("support", version=1, model=model)
     return app, model

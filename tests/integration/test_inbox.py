@@ -13,7 +13,7 @@ import trio
 import actors
 from tests.conftest import OwnerProcess
 from tests.integration._agent_helpers import ledger, run_in, serving
-from tests.integration._inbox_apps import build
+from tests.integration._inbox_apps import build, build_gated
 from tests.integration._up_helpers import nonblank_lines, run_tether
 from tests.integration.test_agents import ledger_lines, transcript
 
@@ -199,3 +199,34 @@ async def test_a_conversations_configuration_applies_from_the_next_model_request
             assert (await client.wait_for_submission(own.submission_id)).reason == "turn_limit"
             shown = await run_tether("configure", "--db", db, conversation_id)
             assert b"max_turns 2; steering" not in shown.stdout and b"max_turns 2" in shown.stdout
+
+
+async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_nothing_to_answer(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build_gated([actors.ScriptedTurn(text="Now I can answer.")])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Hello?")
+            assert own.run_id is not None
+            failed = await client.wait_for_run(own.run_id)
+            assert (failed.status, failed.reason) == ("failed", "model_error")
+            (tmp_path / "gate").touch()
+            resumed = await client.submit(conversation_id, kind="continue")
+            assert resumed.run_id == resumed.submission_id
+            with pytest.raises(actors.Conflict, match="a continue is never queued"):
+                await client.submit(conversation_id, kind="continue")
+            done = await client.wait_for_submission(resumed.submission_id)
+            run = await client.wait_for_run(resumed.submission_id)
+            assert run.status == "completed" and done.answer == run.answer
+            assert [kind for kind, _ in transcript(await client.entries(conversation_id))] == [
+                "tether.user",
+                "tether.assistant",
+            ]  # the continue placed no message of its own
+            asked = len(model.asked)
+            nothing = await client.submit(conversation_id, kind="continue")
+            settled = await client.wait_for_submission(nothing.submission_id)
+            assert (settled.status, settled.reason) == ("unanswered", "nothing_to_answer")
+            assert (await client.run(nothing.submission_id)).reason == "nothing_to_answer"
+            assert len(model.asked) == asked  # no request was made
