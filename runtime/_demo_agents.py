@@ -3,8 +3,9 @@
 The agent ``support`` of :mod:`runtime.demo_app` (a scripted model) calls three tools in parallel against the fake
 support desk: ``look_up_order`` (safe), ``refund_order`` (idempotent, behind an approval) and ``ship_replacement``
 (manual). The demo answers the approval as a person would (printing the ``tether respond`` command it stands for),
-waits until the three tools did their effect and hold (the desk's hold file), SIGKILLs the worker, and releases the
-hold: the supervisor restarts the worker, the safe tool runs again, the idempotent one runs again under the same
+waits until the three tools did their effect and hold (the desk's hold file), SIGKILLs the worker, lets the customer
+add a message to the running agent (a steer: placed when the tool round ends, answered by the same run), and
+releases the hold: the supervisor restarts the worker, the safe tool runs again, the idempotent one runs again under the same
 operation id (the desk answers the repeated refund from its key), the manual one stops the run as
 ``needs_attention``; the demo checks the desk's ledger and resolves it with the shipment that was made (printing the
 ``tether resolve`` command), then waits for the answer. It ends by checking the ledger: no effect done twice.
@@ -32,6 +33,7 @@ from .demo_app import DESK_ENV, HOLD_ENV, Desk
 DEMO_TIMEOUT_S: Final = 60.0
 POLL_S: Final = 0.02
 QUESTION: Final = "My order A1 never arrived."
+STEER: Final = "Please send the replacement by express."
 
 
 async def run_agents_demo(db: str) -> int:
@@ -86,6 +88,9 @@ async def _scenario(client: actors.Client, show: _Show, desk: Desk, hold_path: s
     assert victim.pid is not None
     os.kill(victim.pid, signal.SIGKILL)
     show.note(f"SIGKILL {victim.peer_name} (pid {victim.pid}); tether up restarts it")
+    steer = await client.submit(conversation_id, kind="input", payload=STEER, when_busy="steer")
+    _say(f"the customer adds, while the tools run: $ tether submit --db {db} --conversation ... --when-busy steer")
+    _say(f"  {STEER!r}: {steer.status}, joins run {steer.run_id} when its tool round ends")
     os.remove(hold_path)  # the tools run through from now on
 
     _title("4. The manual tool stopped the run; the desk's ledger says what it did, a person resolves it")
@@ -107,7 +112,21 @@ async def _scenario(client: actors.Client, show: _Show, desk: Desk, hold_path: s
     if run.status != "completed" or run.answer is None:
         return [f"the run ended {run.status} ({run.reason}), not completed"]
     _say(f"support: {run.answer.text}")
-    return _check(desk, await client.operations(run_id))
+    problems = _check(desk, await client.operations(run_id))
+    steered = await client.wait_for_submission(steer.submission_id)
+    kinds = [entry.kind for entry in await client.entries(conversation_id)]
+    # The steer's entry follows the round's calls (a result written late, such as the one a person resolved, comes
+    # after it in the transcript; the model still sees the steer after every result of the round).
+    after_round = (
+        kinds.index("tether.assistant") < kinds.index("tether.user", 1) if kinds.count("tether.user") > 1 else False
+    )
+    if steered.status != "done" or steered.answer != run.answer or not after_round:
+        problem = f"the steer was not placed after the tool round and answered by the run: {steered}"
+        _say(f"FAILED: {problem}")
+        problems.append(problem)
+    else:
+        _say(f"the steer was placed when the tool round ended and is {steered.status}, with the run's answer")
+    return problems
 
 
 def _check(desk: Desk, operations: list[OperationRecord]) -> list[str]:
