@@ -298,6 +298,7 @@ OutcomeReason: TypeAlias = Literal[
     "model_error",
     "budget_exceeded",
     "nothing_to_answer",
+    "reset",
 ]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
@@ -305,7 +306,7 @@ model request was cut off past its last attempt; ``max_turns`` and ``model_error
 (the agent's turn limit reached, a final model error or the last attempt's); ``budget_exceeded`` for a run's task
 that the owner ended instead of starting a model request past its conversation's or task tree's budget;
 ``nothing_to_answer`` for a run a ``continue`` started on a context with nothing to answer (empty, or ending in an
-answer)."""
+answer); ``reset`` for a run that a reset placed at the end of its tool round ended there."""
 
 
 def phase_of(checkpoint: object) -> str | None:

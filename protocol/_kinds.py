@@ -19,6 +19,9 @@ ASSISTANT_ENTRY: Final = "tether.assistant"
 """The entry of a model turn: its text and tool calls."""
 TOOL_RESULT_ENTRY: Final = "tether.tool_result"
 """The entry of a tool call's result."""
+RESET_ENTRY: Final = "tether.reset"
+"""A reset (``client.reset``): the model's context starts again after it, from its ``handoff`` text (a user message)
+when it has one. Older entries stay in storage. Written by the owner."""
 CONFIG_DOCUMENT: Final = "tether.config"
 """A conversation's configuration (``configure``): a document the owner writes, versioned like any; documents named
 under ``tether.`` are the owner's (a ``put_document`` of one is refused ``invalid``)."""

@@ -43,7 +43,19 @@ from ._signals import replay_early_signals, restore_default_signals
 DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 """As ``storage_owner.core.DEFAULT_MAX_CONCURRENT_RUNS`` (not imported: the CLI loads the owner only to run it)."""
 RUNS_COMMANDS: Final = frozenset(
-    {"submit", "submissions", "withdraw", "configure", "runs", "resolve", "retry", "cancel", "respond", "interactions"}
+    {
+        "submit",
+        "submissions",
+        "withdraw",
+        "reset",
+        "configure",
+        "runs",
+        "resolve",
+        "retry",
+        "cancel",
+        "respond",
+        "interactions",
+    }
 )
 USAGE_COMMANDS: Final = frozenset({"usage", "prices", "budget"})
 SIGNAL_LISTENING_COMMANDS: Final = frozenset({"owner", "worker", "up"})
@@ -180,6 +192,19 @@ def _add_runs_commands(commands: Any) -> None:
     withdraw.add_argument("submission_id", metavar="SUBMISSION_ID", help="the submission")
     _add_db(withdraw)
     _add_json(withdraw, "print one JSON object: outcome, submission")
+
+    reset = commands.add_parser(
+        "reset",
+        help="start a conversation's model context again (optionally from a handoff note)",
+        description="Place a reset in the conversation: the model no longer sees older entries (they stay stored), "
+        "and starts from the --handoff text when given. Idle: placed at once. While a run works: placed at its next "
+        "boundary; at the end of a tool round it ends that run there (its inputs unanswered, reason reset), and what "
+        "is queued behind it runs in the new context.",
+    )
+    reset.add_argument("conversation_id", metavar="CONVERSATION_ID", help="the conversation")
+    _add_db(reset)
+    reset.add_argument("--handoff", metavar="TEXT", help="what the new context starts from (its first user message)")
+    _add_json(reset, "print the submission record")
 
     configure = commands.add_parser(
         "configure",
@@ -1043,6 +1068,19 @@ def _runs_command(args: argparse.Namespace) -> int:
             print(json.dumps(document), flush=True)
         else:
             print(_runs.format_submissions(submitted), flush=True)
+        return EXIT_OK
+    if args.command == "reset":
+        submission = trio.run(_runs.reset, db, args.conversation_id, args.handoff)
+        if args.json:
+            print(json.dumps(_runs.record_json(submission)), flush=True)
+        elif submission.status == "done":
+            print(f"conversation {args.conversation_id}: reset placed at once (the next run starts there)", flush=True)
+        else:
+            print(
+                f"conversation {args.conversation_id}: reset queued (submission {submission.submission_id}); placed "
+                f"at run {submission.run_id}'s next boundary",
+                flush=True,
+            )
         return EXIT_OK
     if args.command == "configure":
         document = trio.run(

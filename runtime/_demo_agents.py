@@ -5,8 +5,8 @@ support desk: ``look_up_order`` (safe), ``refund_order`` (idempotent, behind an 
 (manual). The demo answers the approval as a person would (printing the ``tether respond`` command it stands for),
 waits until the three tools did their effect and hold (the desk's hold file), SIGKILLs the worker, lets the customer
 add a message to the running agent (a steer: placed when the tool round ends, answered by the same run), and
-releases the hold: the supervisor restarts the worker, the safe tool runs again, the idempotent one runs again under the same
-operation id (the desk answers the repeated refund from its key), the manual one stops the run as
+releases the hold: the supervisor restarts the worker, the safe tool runs again, the idempotent one runs again under
+the same operation id (the desk answers the repeated refund from its key), the manual one stops the run as
 ``needs_attention``; the demo checks the desk's ledger and resolves it with the shipment that was made (printing the
 ``tether resolve`` command), then waits for the answer. It ends by checking the ledger: no effect done twice.
 Everything the owner commits about the run (its status, the operation journal, the approval) is printed live, from

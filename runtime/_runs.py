@@ -205,6 +205,11 @@ def describe_withdrawal(submission_id: str, outcome: str, record: actors.Submiss
     return f"submission {submission_id}: no such submission in this database; nothing was withdrawn"
 
 
+async def reset(db: str, conversation_id: str, handoff: str | None) -> actors.SubmissionRecord:
+    async with connect(db, "tether-reset") as client:
+        return await client.reset(conversation_id, handoff)
+
+
 async def configure(db: str, conversation_id: str, *, clear: Sequence[str], **fields: Any) -> Any:
     """Apply the fields given (``None``: left as is) and ``clear``; without any, read the configuration."""
     async with connect(db, "tether-configure") as client:

@@ -202,6 +202,20 @@ class ConversationCalls(BaseClient):
         reply = await self.connection.call(request, DocumentReply)
         return reply.document
 
+    async def reset(
+        self, conversation_id: str, handoff: str | None = None, *, request_id: str | None = None
+    ) -> SubmissionRecord:
+        """Start the model's context again: a reset entry after which the model no longer sees older entries (they
+        stay stored), its ``handoff`` text the first user message when given. Idle: placed at once (``done``). While a
+        run works: queued, placed at its next boundary; placed when a tool round ends, it ends that run there (its
+        inputs ``unanswered``, reason ``reset``), and what is queued behind it runs in the new context."""
+        return await self.submit(
+            conversation_id,
+            kind="reset",
+            payload=None if handoff is None else {"handoff": handoff},
+            request_id=request_id,
+        )
+
     async def abort_conversation(self, conversation_id: str, *, background: bool = False) -> ConversationAborted:
         """Withdraw the conversation's queued inputs (steers and follow-ups; their queued runs are cancelled) and abort
         its active run bottom-up (it ends ``cancelled`` once its work has stopped: follow it with

@@ -27,6 +27,7 @@ import attrs
 from protocol import (
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
+    RESET_ENTRY,
     TOOL_RESULT_ENTRY,
     EntryRecord,
     FinishOperation,
@@ -161,6 +162,10 @@ class AgentRun:
         attempt = 1 if op is None else op.attempt + 1
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
+        if turn > 1 and op is None and _reset_since_answer(entries, run_id):
+            # A reset was placed when this run's tool round ended: the run ends there, unanswered.
+            await rt.fail("a reset was placed at the end of the run's tool round: the run ends there", reason="reset")
+            return
         fold = message_fold(rt.client, rt.conversation_id, entries)
         messages = fold.messages()
         if turn == 1 and op is None and not _answerable(messages):
@@ -370,6 +375,16 @@ class AgentRun:
                 is_error=is_error,
             )
         return entries
+
+
+def _reset_since_answer(entries: Sequence[EntryRecord], run_id: str) -> bool:
+    """Whether a reset entry follows the run's last assistant entry (its last tool round's calls)."""
+    for entry in reversed(entries):
+        if entry.kind == RESET_ENTRY:
+            return True
+        if entry.kind == ASSISTANT_ENTRY and isinstance(entry.data, dict) and entry.data.get("run_id") == run_id:
+            return False
+    return False
 
 
 def _answerable(messages: Sequence[Message]) -> bool:

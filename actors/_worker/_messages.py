@@ -1,6 +1,7 @@
-"""A conversation's transcript as a model's messages: the ``tether.*`` entries folded into user, assistant and tool
-messages (a call without a result gets an ``interrupted`` error result), folded a part at a time beside the
-worker's transcript cache, and the digest of a model request that its intent records."""
+"""A conversation's transcript as a model's messages: the ``tether.*`` entries from the last reset on (its handoff
+text the first user message) folded into user, assistant and tool messages (a call without a result gets an
+``interrupted`` error result), folded a part at a time beside the worker's transcript cache, and the digest of a model
+request that its intent records."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, digest_json
+from protocol import ASSISTANT_ENTRY, RESET_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, digest_json
 
 from .._models._model import AssistantMessage, Message, ModelRequest, ToolCallRequest, ToolMessage, UserMessage
 from ._transcript import transcript_cache
@@ -89,6 +90,13 @@ class MessageFold:
                 message = _assistant_message(data)
                 self._final(message)
                 self._open_calls = message.tool_calls
+            elif entry.kind == RESET_ENTRY:
+                # The context starts again here, from the handoff text when there is one.
+                self.final, self.final_json, self.json_bytes = [], [], 0
+                self._open_calls, self._results, self._steers = (), {}, []
+                handoff = data.get("handoff")
+                if isinstance(handoff, str) and handoff:
+                    self._final(UserMessage(text=handoff))
             elif entry.kind == TOOL_RESULT_ENTRY:
                 call_id = str(data.get("call_id"))
                 if any(call.call_id == call_id for call in self._open_calls) and call_id not in self._results:

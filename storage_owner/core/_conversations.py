@@ -79,9 +79,26 @@ INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent."""
 CONTINUE_KIND: Final = "continue"
 """The submission kind that starts a run on the context as it is, with no new user message (never queued)."""
+RESET_KIND: Final = "reset"
+"""The submission kind that starts the model's context again (placed at once, or at the live run's boundary)."""
+MAX_HANDOFF_BYTES: Final = 1 << 20
 WRITE_KIND: Final = "write"
 """The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
 _WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
+
+
+def _check_reset(request: Submit) -> None:
+    """A reset's payload: nothing, or ``{"handoff": TEXT}`` (the first user message of the new context)."""
+    payload = request.payload
+    if payload is None:
+        return
+    handoff = payload.get("handoff") if isinstance(payload, dict) and set(payload) <= {"handoff"} else False
+    if handoff is not None and (not isinstance(handoff, str) or not 1 <= len(handoff.encode()) <= MAX_HANDOFF_BYTES):
+        message = (
+            f'a reset\'s payload is null or {{"handoff": TEXT}}, TEXT 1 byte to {MAX_HANDOFF_BYTES} bytes; nothing '
+            "was written"
+        )
+        raise Refusal(ErrorCode.INVALID, message)
 
 
 def _write_of(request: Submit) -> tuple[str, JsonValue]:
@@ -269,7 +286,7 @@ class Conversations:
         if conversation is None:
             raise missing_conversation(request.conversation_id)
         run = None
-        status, run_id, when_busy, joins = SUBMISSION_QUEUED, None, "follow_up", False
+        status, run_id, when_busy, joins, waits = SUBMISSION_QUEUED, None, "follow_up", False, False
         if request.kind == INPUT_KIND:
             active = self._runs.check_input(request, conversation)
             tail = None
@@ -289,8 +306,18 @@ class Conversations:
         elif request.kind == CONTINUE_KIND:
             run = self._runs.new_continue(request, conversation, unit.seq, unit.now_ms)
             run_id = run.run_id
+        elif request.kind == RESET_KIND:
+            _check_reset(request)
+            active = self._runs.active_run(request.conversation_id)
+            if active is not None and active.status != "queued":  # a run is working: it waits for its boundary
+                run_id, waits = active.run_id, True
+            else:
+                status = SUBMISSION_DONE  # placed at once (a run still queued then runs in the new context)
         elif request.kind == WRITE_KIND:
-            status = SUBMISSION_DONE
+            if self._inbox.reset_queued(request.conversation_id):
+                waits = True  # behind the queued reset, so that the reset does not hide it
+            else:
+                status = SUBMISSION_DONE
         else:
             status = SUBMISSION_DONE  # the application's own kind: stored for it, nothing of the runtime answers it
         submission = SubmissionRecord(
@@ -305,7 +332,9 @@ class Conversations:
             run_id=run_id,
             when_busy=when_busy,
         )
-        write = _write_of(request) if request.kind == WRITE_KIND else None
+        write = _write_of(request) if request.kind == WRITE_KIND and not waits else None
+        if request.kind == WRITE_KIND and waits:
+            _write_of(request)  # checked now, placed with the reset
         try:
             store.insert_submission(submission)  # the first fallible write: no savepoint before it
         except StoreConflict as exc:
@@ -317,8 +346,11 @@ class Conversations:
             unit.records.append(
                 self._entries.place(request.conversation_id, entry_id, kind, data, unit.seq, unit.now_ms)
             )
-        if when_busy == "steer" or joins:
+        if when_busy == "steer" or joins or waits:
             self._inbox.queue(submission)
+        elif request.kind == RESET_KIND:
+            self._inbox.place_reset(submission, unit.seq, unit.now_ms)
+            self._inbox.flush(unit)
         if run is not None:
             # Cannot clash: a run is named after its submission, whose id the insert above found unused.
             self._runs.created(run, request.payload)
@@ -332,11 +364,13 @@ class Conversations:
         check_id(request.conversation_id, "conversation_id")
         if self._store.conversation(request.conversation_id) is None:
             raise missing_conversation(request.conversation_id)
-        withdrawn = [record.submission_id for record in self._inbox.queued.get(request.conversation_id, [])]
-        for submission_id in withdrawn:
-            record = self._store.submission_by_id(submission_id)
-            assert record is not None
-            self._inbox.withdraw(record, unit.seq)
+        withdrawn: list[str] = []
+        for record in list(self._inbox.queued.get(request.conversation_id, [])):
+            if record.kind == WRITE_KIND:  # kept: appended now (the reset it waited behind is withdrawn)
+                self._inbox.apply_write(record, unit.seq, unit.now_ms)
+            else:
+                self._inbox.withdraw(record, unit.seq)
+                withdrawn.append(record.submission_id)
         for run_id in self._runs.queued_run_ids(request.conversation_id):
             own = self._store.submission_by_id(run_id)
             if own is not None and own.status == SUBMISSION_QUEUED:

@@ -33,6 +33,7 @@ from typing import Final, Literal
 import attrs
 
 from protocol import (
+    RESET_ENTRY,
     USER_ENTRY,
     EntryRecord,
     ErrorCode,
@@ -54,12 +55,13 @@ from ._ports import ConversationStore
 from ._unit import Journal, UnitOfWork
 
 SubmissionStatus = Literal["queued", "placed", "done", "unanswered"]
-SubmissionEvent = Literal["place", "answer", "unanswer", "withdraw", "retry"]
+SubmissionEvent = Literal["place", "apply", "answer", "unanswer", "withdraw", "retry"]
 QUEUED: Final = "queued"
 PLACED: Final = "placed"
 SETTLED: Final = frozenset({"done", "unanswered"})
 SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     ("queued", "place"): frozenset({"placed"}),  # 3
+    ("queued", "apply"): frozenset({"done"}),  # 3 (a reset, or a write behind it, placed at a boundary)
     ("queued", "withdraw"): frozenset({"unanswered"}),  # 5 (withdrawn, or its queued run cancelled)
     ("placed", "answer"): frozenset({"done"}),  # 4
     ("placed", "unanswer"): frozenset({"unanswered"}),  # 4
@@ -75,6 +77,18 @@ UNANSWERED_REASONS: Final = {"max_turns": "turn_limit"}
 def steer_entry_id(submission_id: str) -> str:
     """The user entry a steer is placed as (an input that starts its own run is placed as its run's)."""
     return str(uuid.uuid5(_ENTRY_IDS, f"{submission_id}/user"))
+
+
+RESET_KIND: Final = "reset"
+WRITE_KIND: Final = "write"
+
+
+def entry_of(record: SubmissionRecord) -> tuple[str, JsonValue]:
+    """The entry a reset or a write submission is placed as (the write's payload was checked at admission)."""
+    payload = record.payload if isinstance(record.payload, dict) else {}
+    if record.kind == RESET_KIND:
+        return RESET_ENTRY, JsonValue({"handoff": payload.get("handoff"), "submission_id": record.submission_id})
+    return str(payload["kind"]), JsonValue(payload.get("data"))
 
 
 def unanswered_reason(run: RunRecord) -> str:
@@ -113,7 +127,7 @@ class Inbox:
         for record in store.open_submissions():
             if record.status == PLACED and record.run_id is not None:
                 self._placed.setdefault(record.run_id, []).append(record.submission_id)
-            elif record.status == QUEUED and record.kind == "input" and record.run_id != record.submission_id:
+            elif record.status == QUEUED and record.run_id != record.submission_id:  # steers, joiners, resets, writes
                 self.queued.setdefault(record.conversation_id, []).append(record)
 
     # ------------------------------------------------------------------------------------------- admission
@@ -136,7 +150,13 @@ class Inbox:
         leftovers = [record for record in queue if record.run_id != run.run_id]
         steers = [record for record in queue if record.run_id == run.run_id]
         for record in leftovers:
-            self._place(record, run, seq, now_ms)
+            if record.kind == "input":
+                self._place(record, run, seq, now_ms)
+            elif record.status == QUEUED:  # a reset (and the writes behind it) a run before left queued
+                if record.kind == RESET_KIND:
+                    self.place_reset(record, seq, now_ms)
+                else:
+                    self._apply(record, seq, now_ms)
         if text is not None:  # (a continue has no input of its own)
             data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
             self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
@@ -150,17 +170,49 @@ class Inbox:
         return placed
 
     def boundary(self, run: RunRecord, seq: int, now_ms: int) -> bool:
-        """A boundary of ``run``, its conversation's active run (rule 3): its oldest queued steer is placed in it, or
-        every one with ``steering="all"``. Returns whether any was."""
-        queue = self.queued.get(run.conversation_id)
-        steers = [record for record in queue or () if record.when_busy == "steer"]
-        if not steers:
-            return False
-        if self.config.mode(run.conversation_id, "steering") == "first":
-            steers = steers[:1]
-        for record in steers:
+        """A boundary of ``run``, its conversation's active run (rule 3): what waits for it, in admission order: its
+        oldest queued steer (every one with ``steering="all"``), up to a queued reset, which is placed too (with the
+        writes that waited behind it) and ends the group: what follows a reset waits for the new context's run.
+        Returns whether a steer was placed (the run answers it)."""
+        first = self.config.mode(run.conversation_id, "steering") == "first"
+        steered = False
+        for record in list(self.queued.get(run.conversation_id, ())):
+            if record.kind == RESET_KIND:
+                if not steered:  # a steer before it is answered first; the reset waits for the next boundary
+                    self.place_reset(record, seq, now_ms)
+                break
+            if record.when_busy != "steer" or (steered and first):
+                continue  # a follow-up joining a queued run, or a second steer of a "first" boundary
             self._place(record, run, seq, now_ms)
-        return True
+            steered = True
+        return steered
+
+    def reset_queued(self, conversation_id: str) -> bool:
+        """Whether a reset waits in the conversation's inbox (a write then waits behind it)."""
+        return any(record.kind == RESET_KIND for record in self.queued.get(conversation_id, ()))
+
+    def place_reset(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:
+        """The reset entry (its handoff text in it), ``done``, then each write that waited behind it, ``done``."""
+        self._apply(record, seq, now_ms)
+        for waiting in list(self.queued.get(record.conversation_id, ())):
+            if waiting.kind == WRITE_KIND:
+                self._apply(waiting, seq, now_ms)
+
+    def apply_write(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:
+        """A queued write, appended now and ``done`` (``abort_conversation`` keeps writes)."""
+        self._apply(record, seq, now_ms)
+
+    def _apply(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:
+        """Place a reset's or a write's entry now, and settle it ``done``."""
+        if record.status == QUEUED:
+            self._drop(record)
+            self._journal.undo(lambda: self._restore(record))
+        kind, data = entry_of(record)
+        self._note(
+            self._place_entry(record.conversation_id, steer_entry_id(record.submission_id), kind, data, seq, now_ms)
+        )
+        if record.status == QUEUED:
+            self._move(record, "apply", seq)
 
     def _place(self, record: SubmissionRecord, run: RunRecord, seq: int, now_ms: int) -> None:
         self._drop(record)
@@ -219,7 +271,7 @@ class Inbox:
         answer: RunAnswer | None = None,
     ) -> SubmissionRecord:
         """Store ``record``'s next state (checked against :data:`SUBMISSION_TRANSITIONS`) and note it changed."""
-        status = {"place": PLACED, "retry": PLACED, "answer": "done"}.get(event, "unanswered")
+        status = {"place": PLACED, "retry": PLACED, "answer": "done", "apply": "done"}.get(event, "unanswered")
         new = attrs.evolve(
             record,
             status=status,

@@ -230,3 +230,35 @@ async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_not
             assert (settled.status, settled.reason) == ("unanswered", "nothing_to_answer")
             assert (await client.run(nothing.submission_id)).reason == "nothing_to_answer"
             assert len(model.asked) == asked  # no request was made
+
+
+async def test_a_reset_during_a_tool_round_ends_the_run_and_the_next_runs_in_the_new_context(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})]),
+        actors.ScriptedTurn(text="answered"),
+    ]
+    app, model = build(turns)
+    db = owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            reset = await run_tether("reset", "--db", db, conversation_id, "--handoff", "We looked A1 up already.")
+            assert reset.returncode == 0 and b"queued" in reset.stdout, reset.stderr
+            follow = await client.submit(conversation_id, kind="input", payload="What next?")
+            (tmp_path / "gate").touch()
+            assert own.run_id is not None and follow.run_id is not None
+            ended = await client.wait_for_run(own.run_id)
+            assert (ended.status, ended.reason) == ("failed", "reset")
+            assert (await client.wait_for_submission(own.submission_id)).reason == "reset"
+            after = await client.wait_for_run(follow.run_id)
+            assert after.status == "completed"
+            # The follow-up's requests (its tool round, then its answer) saw the new context only: the handoff, then
+            # its own message.
+            new_context = ["We looked A1 up already.", "What next?"]
+            assert model.asked[-2:] == [(1, new_context), (2, new_context)]
+            idle = await run_tether("reset", "--db", db, conversation_id)
+            assert idle.returncode == 0 and b"placed at once" in idle.stdout, idle.stdout

@@ -13,6 +13,7 @@ import pytest
 from protocol import (
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
+    RESET_ENTRY,
     USER_ENTRY,
     AbortConversation,
     AppendEntry,
@@ -482,3 +483,59 @@ def test_abort_conversation_withdraws_what_is_queued_keeps_writes_and_aborts_the
     )
     assert again.withdrawn == () and again.tasks == ()
     assert error_code(sim.request(sim.client, AbortConversation(conversation_id=fresh_id()))) == ErrorCode.NOT_FOUND
+
+
+# ------------------------------------------------------------------------------------------------- reset
+
+
+def reset(sim: RunSim, conversation_id: str, handoff: str | None = None) -> SubmissionRecord:
+    payload = None if handoff is None else {"handoff": handoff}
+    return submitted(sim, conversation_id, payload, kind="reset")  # type: ignore[arg-type]
+
+
+def test_a_reset_while_idle_is_placed_at_once_and_a_bad_one_writes_nothing(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    for bad in ({"handoff": ""}, {"handoff": 1}, {"other": "x"}, "text"):
+        assert error_code(sim.submit(conversation_id, bad, kind="reset")) == ErrorCode.INVALID, bad
+    assert sim.core.head_seq == head
+    record = reset(sim, conversation_id, "We were fixing the login test.")
+    assert record.status == "done"
+    assert sim.entries(conversation_id) == [
+        (RESET_ENTRY, {"handoff": "We were fixing the login test.", "submission_id": record.submission_id})
+    ]
+
+
+def test_a_reset_queued_during_a_tool_round_is_placed_when_it_ends_and_writes_wait_behind_it(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    record = reset(sim, busy.conversation_id, "start over")
+    assert (record.status, record.run_id) == ("queued", busy.run_id)
+    note = submitted(sim, busy.conversation_id, {"kind": "app.note", "data": 1}, kind="write")  # type: ignore[arg-type]
+    assert note.status == "queued"  # behind the reset, so that the reset does not hide it
+    follow = submitted(sim, busy.conversation_id, "then this")
+    busy.finish_tool(tool_id)
+    assert [kind for kind, _ in sim.entries(busy.conversation_id)][-3:] == [
+        "tether.tool_result",
+        RESET_ENTRY,
+        "app.note",
+    ]
+    assert (submission(sim, record).status, submission(sim, note).status) == ("done", "done")
+    # The worker sees the reset after its round and ends the run there (the run loop's reason).
+    outcome = TaskOutcome(status="failed", error="a reset was placed", reason="reset")
+    busy.worker.ok(busy.task_id, SetTaskState(task_id=busy.task_id, status="terminal", outcome=outcome))
+    run = sim.run(busy.run_id)
+    assert (run.status, run.reason) == ("failed", "reset")
+    assert (submission(sim, busy.own).status, submission(sim, busy.own).reason) == ("unanswered", "reset")
+    assert sim.run(follow.submission_id).status in ("pending", "running")  # the follow-up, in the new context
+
+
+def test_a_reset_behind_a_steer_waits_for_the_next_boundary(sim: RunSim) -> None:
+    busy = Busy(sim)
+    steer = submitted(sim, busy.conversation_id, "one more thing", when_busy="steer")
+    record = reset(sim, busy.conversation_id)
+    answer(busy.worker, busy.task_id, busy.conversation_id, "first")  # places the steer; the reset waits
+    assert (submission(sim, steer).status, submission(sim, record).status) == ("placed", "queued")
+    answer(busy.worker, busy.task_id, busy.conversation_id, "second")  # places the reset; the run completes
+    assert submission(sim, record).status == "done" and sim.run(busy.run_id).status == "completed"
+    assert [kind for kind, _ in sim.entries(busy.conversation_id)][-1] == RESET_ENTRY

@@ -55,8 +55,10 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
     for submission_id in submissions:
         record = store.submission_by_id(submission_id)
         assert record is not None
-        if record.kind == "write":
-            assert record.status == "done"
+        if record.kind in ("write", "reset"):
+            assert record.status in ("queued", "done") or record.reason == "withdrawn", record
+            if record.status == "queued":
+                queued.setdefault(record.conversation_id, []).append(submission_id)
             continue
         run = runs.get(record.run_id or "")
         assert run is not None and run.conversation_id == record.conversation_id, (record, run)
@@ -138,8 +140,17 @@ class InboxMachine(RuleBasedStateMachine):
     @rule(conversation=picks)
     def write(self, conversation: int) -> None:
         conversation_id = self.conversations[conversation % CONVERSATIONS]
+        waits = self.sim.core.inbox.reset_queued(conversation_id)
         reply = self.sim.submit(conversation_id, {"kind": "app.note", "data": 1}, kind="write")
-        assert isinstance(reply, Submitted) and reply.submission.status == "done", reply
+        assert isinstance(reply, Submitted) and reply.submission.status == ("queued" if waits else "done"), reply
+        self.submissions.append(reply.submission.submission_id)
+
+    @rule(conversation=picks, handoff=st.sampled_from([None, "from here"]))
+    def reset(self, conversation: int, handoff: str | None) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        payload = None if handoff is None else {"handoff": handoff}
+        reply = self.sim.submit(conversation_id, payload, kind="reset")
+        assert isinstance(reply, Submitted), reply
         self.submissions.append(reply.submission.submission_id)
 
     @precondition(lambda self: self.submissions)
