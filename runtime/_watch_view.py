@@ -23,6 +23,7 @@ import attrs
 import actors
 from protocol import (
     ASSISTANT_ENTRY,
+    RESET_ENTRY,
     TOOL_RESULT_ENTRY,
     USER_ENTRY,
     ConversationRecord,
@@ -257,6 +258,9 @@ class WatchView:
             for call in data.get("tool_calls") or ():
                 lines.append(f"assistant calls {call.get('name')} {preview(call.get('arguments'))}")
             return lines
+        if entry.kind == RESET_ENTRY:
+            handoff = data.get("handoff")
+            return ["reset: the context starts again" + (f" from: {preview(handoff)}" if handoff else "")]
         if entry.kind == TOOL_RESULT_ENTRY:
             self._results.put((str(data.get("run_id")), str(data.get("call_id"))), entry)
             failed = " (error)" if data.get("is_error") else ""

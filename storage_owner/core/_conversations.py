@@ -332,6 +332,8 @@ class Conversations:
             run_id=run_id,
             when_busy=when_busy,
         )
+        if when_busy == "steer" or joins or waits:
+            self._inbox.check_room(request.conversation_id)
         write = _write_of(request) if request.kind == WRITE_KIND and not waits else None
         if request.kind == WRITE_KIND and waits:
             _write_of(request)  # checked now, placed with the reset
@@ -347,7 +349,7 @@ class Conversations:
                 self._entries.place(request.conversation_id, entry_id, kind, data, unit.seq, unit.now_ms)
             )
         if when_busy == "steer" or joins or waits:
-            self._inbox.queue(submission)
+            self._inbox.queue(submission)  # (room was checked before the insert)
         elif request.kind == RESET_KIND:
             self._inbox.place_reset(submission, unit.seq, unit.now_ms)
             self._inbox.flush(unit)

@@ -70,6 +70,10 @@ SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
 """The submission state machine: from a status, on an event, the statuses a submission may take; see the module
 docstring for the rule each row follows. Nothing leaves ``done``."""
 _ENTRY_IDS: Final = uuid.UUID("3d0f2b0e-7c55-4a3e-8f0e-6b1d2a9c4e71")
+MAX_QUEUED_PER_CONVERSATION: Final = 1000
+"""Submissions one conversation's inbox holds waiting (steers, follow-ups joining a queued run, resets, writes behind
+a reset; kept in the owner's memory): one more is refused ``conflict`` (not ``overloaded``: a client would retry it
+for a minute), nothing written."""
 UNANSWERED_REASONS: Final = {"max_turns": "turn_limit"}
 """A run's reason as its inputs' (the reference's names), where they differ."""
 
@@ -138,6 +142,15 @@ class Inbox:
         queue = self.queued.setdefault(record.conversation_id, [])
         queue.append(record)
         self._journal.undo(lambda: self._drop(record))
+
+    def check_room(self, conversation_id: str) -> None:
+        """Refuse (``conflict``, before anything is written) one more waiting submission past the bound."""
+        if len(self.queued.get(conversation_id, ())) >= MAX_QUEUED_PER_CONVERSATION:
+            message = (
+                f"conversation {conversation_id} has {MAX_QUEUED_PER_CONVERSATION} submissions waiting in its inbox, "
+                "its bound; nothing was written: wait for its run to place some, or withdraw some"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
 
     # ------------------------------------------------------------------------------------------- placement
 

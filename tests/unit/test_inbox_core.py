@@ -39,6 +39,7 @@ from protocol import (
     Withdrawn,
 )
 from storage_owner.core import Output
+from storage_owner.core._inbox import MAX_QUEUED_PER_CONVERSATION
 from storage_owner.core._runs import run_task_id
 from tests.unit._stores import open_store
 from tests.unit.test_runs_core import RunSim
@@ -539,3 +540,13 @@ def test_a_reset_behind_a_steer_waits_for_the_next_boundary(sim: RunSim) -> None
     answer(busy.worker, busy.task_id, busy.conversation_id, "second")  # places the reset; the run completes
     assert submission(sim, record).status == "done" and sim.run(busy.run_id).status == "completed"
     assert [kind for kind, _ in sim.entries(busy.conversation_id)][-1] == RESET_ENTRY
+
+
+def test_an_inbox_holds_at_most_its_bound_waiting(sim: RunSim) -> None:
+    busy = Busy(sim)
+    for n in range(MAX_QUEUED_PER_CONVERSATION):
+        submitted(sim, busy.conversation_id, f"steer {n}", when_busy="steer")
+    head = sim.core.head_seq
+    assert error_code(sim.submit(busy.conversation_id, "one more", when_busy="steer")) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head and len(sim.core.inbox.queued[busy.conversation_id]) == MAX_QUEUED_PER_CONVERSATION
+    assert submitted(sim, busy.conversation_id, "a follow-up still queues its own run").status == "queued"
