@@ -1,27 +1,32 @@
 """The inbox, sans-IO: what becomes of each submission to a conversation (docs/runs.md, "The inbox").
 
-1. **Statuses.** A submission is created ``queued`` (an input), or ``done`` (a write: appended at once). An input is
-   ``placed`` once its user entry is in the transcript, in a run; it settles with that run: ``done`` with the run's
-   answer, or ``unanswered`` with why the run ended without one. A queued input may settle ``unanswered`` without
-   being placed: withdrawn, or its queued run cancelled. :data:`SUBMISSION_TRANSITIONS` holds every change, checked
-   on each (:func:`~._checks.check_move`).
+1. **Statuses.** A submission is created ``queued`` (an input, a reset or a write that must wait) or ``done`` (a
+   write, or a reset of an idle conversation: appended at once). An input is ``placed`` once its user entry is in the
+   transcript, in a run; it settles with that run: ``done`` with the run's answer, or ``unanswered`` with why the run
+   ended without one. A queued submission may settle ``unanswered`` without being placed: withdrawn, or its queued
+   run cancelled. A queued reset or write is ``done`` once placed. :data:`SUBMISSION_TRANSITIONS` holds every change,
+   checked on each (:func:`~._checks.check_move`).
 2. **Admission** (``Conversations.on_submit``): an input to a conversation with no live run starts one (run id =
    submission id), unless it asked ``when_idle="reject"``. While a run is live, ``follow_up`` queues a run of its own
-   behind it (``_runs``), ``steer`` queues the input here, naming the live run it will join, and ``reject`` refuses.
-3. **Placement.** A run's own input is placed when the run is admitted, after any input a run before it left queued
-   (older first) and before the steers that named it while it was queued. A steer is placed at a boundary of its
-   conversation's active run, one per boundary (``steering="first"``): when a tool round ends (the run's task stops
-   waiting on its tool calls), or when the run answers (its task completes naming a ``steer_checkpoint``: the owner
-   places the steer after the answer and the task goes on at that checkpoint instead, so the same run answers it).
-   A steer the run never reached (it failed or was cancelled first) stays queued, and the next run admitted in the
-   conversation places it first.
+   behind it (``_runs``; with ``follow_ups="all"`` it joins the conversation's queued run instead, and waits here),
+   ``steer`` waits here naming the live run it will join, and ``reject`` refuses. A reset waits here while a run
+   works; a write waits here while a reset does. At most :data:`MAX_QUEUED_PER_CONVERSATION` wait.
+3. **Placement.** A run's own input is placed when the run is admitted (a ``continue`` has none), after what a run
+   before it left waiting (older first) and before what named it while it was queued. At a boundary of the
+   conversation's active run (a tool round ends: its task stops waiting on its tool calls; or it answers: its task
+   completes naming a ``steer_checkpoint``), what waits is placed in admission order: the oldest steer (every one
+   with ``steering="all"``), up to a reset, which is placed too unless a steer went first (with the writes behind
+   it), and ends the group. A steer placed at the answer turns the completion into another turn at that checkpoint,
+   so the same run answers it. What a run never reached (it failed or was cancelled first) keeps waiting, and the
+   next run admitted in the conversation places it first.
 4. **Settlement.** When a run ends, every input placed in it settles: ``done`` with the run's answer, or
    ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's own input is ``placed``
    again.
 5. **Withdrawal.** A queued submission settles ``unanswered`` (``withdrawn``); an input's queued run is cancelled
    with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes.
 
-Entry ids and statuses are derived from the submission ids, so a settle run again after a crash writes the same.
+Entry ids are derived from the submission ids, and placement happens in the commit that takes an item out of the
+queue, so a settle run again after a crash places nothing twice.
 """
 
 from __future__ import annotations
@@ -122,7 +127,7 @@ class Inbox:
         self._waits = waits
         self._outbox = outbox
         self.queued: dict[str, list[SubmissionRecord]] = {}
-        """Each conversation's queued steers, oldest first (rule 3)."""
+        """What waits in each conversation's inbox, oldest first (rules 2 and 3)."""
         self._placed: dict[str, list[str]] = {}
         """The inputs placed in each live run, in placement order (rule 4)."""
         self._records: list[Record] = []
