@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 from _common import bench_env
@@ -34,6 +34,9 @@ from _inbox_app import HELD, app
 import actors
 from protocol import EntryRecord, SubmissionRecord
 from runtime import stop_gracefully, tether_command, wait_for_owner
+
+STEERS_PER_CONVERSATION: Final = 500
+"""Steers measured per held conversation: under the inbox's bound of 1000 waiting."""
 
 
 def cpu_ns(pid: int) -> int:
@@ -57,9 +60,12 @@ async def owner_us_per(pid: int, count: int, one: Callable[[int], Awaitable[Any]
 
 async def request_costs(client: actors.Client, pid: int, count: int) -> dict[str, float]:
     plain = await client.create_conversation()
-    busy = await client.create_conversation(agent="steerable")
-    await client.submit(busy, kind="input", payload="hold on")
-    await HELD.started(busy)
+    busy: list[str] = []  # a conversation whose run holds, for every STEERS_PER_CONVERSATION steers (its inbox bound)
+    for _ in range(-(-count // STEERS_PER_CONVERSATION)):
+        conversation_id = await client.create_conversation(agent="steerable")
+        await client.submit(conversation_id, kind="input", payload="hold on")
+        await HELD.started(conversation_id)
+        busy.append(conversation_id)
 
     async def append(n: int) -> Any:
         return await client.append(plain, kind="app.note", data={"n": n})
@@ -72,7 +78,8 @@ async def request_costs(client: actors.Client, pid: int, count: int) -> dict[str
         return conversation_id
 
     async def steer(n: int) -> Any:
-        return await client.submit(busy, kind="input", payload=f"steer {n}", when_busy="steer")
+        conversation_id = busy[n // STEERS_PER_CONVERSATION]
+        return await client.submit(conversation_id, kind="input", payload=f"steer {n}", when_busy="steer")
 
     costs = {"append_us": await owner_us_per(pid, count, append)}
     costs["write_us"] = await owner_us_per(pid, count, write)
@@ -87,7 +94,8 @@ async def request_costs(client: actors.Client, pid: int, count: int) -> dict[str
         await client.cancel_run(run_id)
     costs["create_conversation_us"] = created_us
     costs["steer_us"] = await owner_us_per(pid, count, steer)
-    HELD.release(busy)
+    for conversation_id in busy:
+        HELD.release(conversation_id)
     return costs
 
 
