@@ -266,7 +266,9 @@ class Conversations:
 
     def on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
         """Rule 4, then what becomes of the submission (``_inbox``): an input starts a run, queues one, steers the
-        live run or is refused; a write is appended at once; another kind is stored, ``done``."""
+        live run or is refused; a continue starts a run with no input of its own; a reset is placed at once, or waits
+        for the working run's boundary; a write is appended at once (or waits behind a queued reset); another kind is
+        stored, ``done``."""
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
             if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
@@ -362,7 +364,7 @@ class Conversations:
     def on_abort_conversation(self, unit: UnitOfWork, request: AbortConversation) -> Frame:
         """Withdraw every queued input (steers, follow-ups and their queued runs), abort the active run; with
         ``background``, abort the live tasks the conversation owns outside its runs (each bottom-up, by the task
-        engine). Writes are never queued, so none is touched."""
+        engine). A queued reset is withdrawn too; the writes that waited behind it are kept, appended now."""
         check_id(request.conversation_id, "conversation_id")
         if self._store.conversation(request.conversation_id) is None:
             raise missing_conversation(request.conversation_id)
