@@ -505,6 +505,22 @@ class SetTaskState:
 
 
 @attrs.frozen(kw_only=True)
+class SubmitWrite:
+    """A ``submit`` inside a commit (``tx.submit``): admitted by the same rules as the ``submit`` request, atomically
+    with the commit's other writes (a refusal refuses the whole commit). Its result is 1 if it was admitted now, 0 if
+    its ``request_id`` had been (the original stands)."""
+
+    OP: ClassVar[str] = "submit"
+    conversation_id: str
+    submission_id: str
+    request_id: str
+    kind: str
+    payload: JsonValue = JsonValue(None)
+    when_busy: Literal["follow_up", "steer", "reject"] = "follow_up"
+    when_idle: Literal["start", "reject"] = "start"
+
+
+@attrs.frozen(kw_only=True)
 class StartOperation:
     """Commit an operation's intent (attempt ``attempt``), under the lease of the run's task (a model request) or of
     a tool task of the run (a tool call). The policy and retry of the first intent are kept."""
@@ -579,6 +595,7 @@ Write: TypeAlias = (
     | FinishOperation
     | CreateInteraction
     | AppendPartial
+    | SubmitWrite
 )
 """One write of a ``Commit``; tagged by ``op`` on the wire."""
 
@@ -1482,6 +1499,7 @@ WRITE_TYPES: tuple[type[Any], ...] = (
     FinishOperation,
     CreateInteraction,
     AppendPartial,
+    SubmitWrite,
 )
 RECORD_TYPES: tuple[type[Any], ...] = (
     ConversationRecord,

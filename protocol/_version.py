@@ -14,7 +14,7 @@ run failed, in words) and ``tool`` on interaction records (the tool whose call a
 ``when_busy="steer"`` and ``when_idle`` on ``submit``, ``reason``, ``answer`` and ``when_busy`` on submission
 records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdraw`` and ``withdrawn``,
 ``steer_checkpoint`` on ``set_task_state``, ``configure``, ``abort_conversation`` and
-``conversation_aborted``."""
+``conversation_aborted``, the ``submit`` write of a commit."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (6,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

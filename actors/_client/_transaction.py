@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
-from protocol import AbortTask, AppendEntry, CreateConversation, CreateTask, PutDocument, Write, json_value, new_id
+from protocol import (
+    AbortTask,
+    AppendEntry,
+    CreateConversation,
+    CreateTask,
+    PutDocument,
+    SubmitWrite,
+    Write,
+    json_value,
+    new_id,
+)
 
 
 @attrs.define
@@ -89,3 +99,32 @@ class Transaction:
                 expected_version=expected_version,
             )
         )
+
+    def submit(
+        self,
+        conversation_id: str,
+        *,
+        kind: str,
+        payload: Any = None,
+        request_id: str | None = None,
+        submission_id: str | None = None,
+        when_busy: Literal["follow_up", "steer", "reject"] = "follow_up",
+        when_idle: Literal["start", "reject"] = "start",
+    ) -> str:
+        """Admit a submission in this commit, by the rules of :meth:`Client.submit`, atomically with the other
+        writes: a refusal (busy, idle, a bad payload) refuses the whole commit, and nothing of it is written. Returns
+        the submission's id (read its record with :meth:`Client.wait_for_submission`); a repeated ``request_id``
+        admits nothing (its result is 0, 1 when admitted)."""
+        submission_id = submission_id or new_id()
+        self.writes.append(
+            SubmitWrite(
+                conversation_id=conversation_id,
+                submission_id=submission_id,
+                request_id=request_id or new_id(),
+                kind=kind,
+                payload=json_value(payload, "payload"),
+                when_busy=when_busy,
+                when_idle=when_idle,
+            )
+        )
+        return submission_id

@@ -33,6 +33,7 @@ from protocol import (
     PutDocument,
     SetTaskState,
     StartOperation,
+    SubmitWrite,
     Write,
 )
 
@@ -85,6 +86,7 @@ class Commits:
             FinishOperation: self._finish_operation,
             CreateInteraction: operations.apply_interaction,
             AppendPartial: partials.apply_append,
+            SubmitWrite: conversations.apply_submit,
         }
         """Who applies each kind of write (rule 3)."""
 

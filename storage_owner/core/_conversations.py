@@ -49,6 +49,7 @@ from protocol import (
     SubmissionsReply,
     Submit,
     Submitted,
+    SubmitWrite,
     Withdraw,
     Withdrawn,
 )
@@ -263,6 +264,22 @@ class Conversations:
         return document.version
 
     # ---------------------------------------------------------------------------------------------- submit
+
+    def apply_submit(self, unit: UnitOfWork, write: SubmitWrite, where: str, lease: LeaseRef | None) -> int:
+        """A ``submit`` inside a commit (``tx.submit``): the same rules as the request, atomically with the commit's
+        other writes; 1 if it was admitted now, 0 for a repeated request id."""
+        request = Submit(
+            conversation_id=write.conversation_id,
+            submission_id=write.submission_id,
+            request_id=write.request_id,
+            kind=write.kind,
+            payload=write.payload,
+            when_busy=write.when_busy,
+            when_idle=write.when_idle,
+        )
+        reply = self.on_submit(unit, request)
+        assert isinstance(reply, Submitted)
+        return int(reply.created)
 
     def on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
         """Rule 4, then what becomes of the submission (``_inbox``): an input starts a run, queues one, steers the

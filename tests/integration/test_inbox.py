@@ -262,3 +262,27 @@ async def test_a_reset_during_a_tool_round_ends_the_run_and_the_next_runs_in_the
             assert model.asked[-2:] == [(1, new_context), (2, new_context)]
             idle = await run_tether("reset", "--db", db, conversation_id)
             assert idle.returncode == 0 and b"placed at once" in idle.stdout, idle.stdout
+
+
+async def test_tx_submit_admits_a_steer_with_the_commits_own_writes(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build(BLOCKING_TURNS)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            async with client.commit() as tx:
+                tx.put_document("chat.sent", {"by": "ann"}, conversation_id=conversation_id)
+                steer_id = tx.submit(conversation_id, kind="input", payload="Use pnpm", when_busy="steer")
+            with pytest.raises(actors.Conflict):
+                async with client.commit() as tx:
+                    tx.put_document("chat.sent", {"by": "bob"}, conversation_id=conversation_id)
+                    tx.submit(conversation_id, kind="input", payload="only if idle", when_busy="reject")
+            document = await client.document("chat.sent", conversation_id=conversation_id)
+            assert document is not None and document.value == {"by": "ann"}  # the refused commit wrote nothing
+            (tmp_path / "gate").touch()
+            done = await client.wait_for_submission(steer_id)
+            assert own.run_id is not None and done.answer == (await client.wait_for_run(own.run_id)).answer
+            assert model.asked[-1] == (2, ["Where is A1?", "Use pnpm"])

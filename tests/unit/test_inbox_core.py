@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from protocol import (
@@ -33,6 +34,7 @@ from protocol import (
     SubmissionRecord,
     SubmissionReply,
     Submitted,
+    SubmitWrite,
     TaskOutcome,
     WaitSubmission,
     Withdraw,
@@ -550,3 +552,31 @@ def test_an_inbox_holds_at_most_its_bound_waiting(sim: RunSim) -> None:
     assert error_code(sim.submit(busy.conversation_id, "one more", when_busy="steer")) == ErrorCode.CONFLICT
     assert sim.core.head_seq == head and len(sim.core.inbox.queued[busy.conversation_id]) == MAX_QUEUED_PER_CONVERSATION
     assert submitted(sim, busy.conversation_id, "a follow-up still queues its own run").status == "queued"
+
+
+# ------------------------------------------------------------------------------------------------ tx.submit
+
+
+def test_a_submit_inside_a_commit_is_admitted_with_its_writes_or_not_at_all(sim: RunSim) -> None:
+    busy = Busy(sim)
+    note = AppendEntry(conversation_id=busy.conversation_id, entry_id=fresh_id(), kind="app.sent", data=JsonValue(1))
+    steer = SubmitWrite(
+        conversation_id=busy.conversation_id,
+        submission_id=fresh_id(),
+        request_id="tx-1",
+        kind="input",
+        payload=JsonValue("from a commit"),
+        when_busy="steer",
+    )
+    committed = expect(sim.commit(steer, note), Committed)
+    assert committed.results[0] == 1  # admitted now (the entry's result is its position)
+    record = sim.store.submission_by_id(steer.submission_id)
+    assert record is not None and (record.status, record.when_busy, record.run_id) == ("queued", "steer", busy.run_id)
+    again = expect(sim.commit(attrs.evolve(steer, submission_id=fresh_id())), Committed)
+    assert again.results == (0,)  # the request id was used: the original stands
+    head = sim.core.head_seq
+    refused = attrs.evolve(steer, submission_id=fresh_id(), request_id="tx-2", when_busy="reject")
+    other = AppendEntry(conversation_id=busy.conversation_id, entry_id=fresh_id(), kind="app.sent", data=JsonValue(2))
+    assert error_code(sim.commit(other, refused)) == ErrorCode.CONFLICT  # busy: the whole commit is refused
+    assert sim.core.head_seq == head and sim.store.submission_by_id(refused.submission_id) is None
+    assert [kind for kind, _ in sim.entries(busy.conversation_id)].count("app.sent") == 1
