@@ -169,6 +169,13 @@ def _add_runs_commands(commands: Any) -> None:
         help="append an entry of this kind (yours, not under tether.) at once instead of an input; never a run",
     )
     submit.add_argument("--data", type=_json_text, metavar="JSON", help="the data of the --write entry (default null)")
+    submit.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="instead of TEXT: a run on the context as it is (the model answers what a stopped run left); refused "
+        "while a run is going",
+    )
     submit.add_argument("--wait", action="store_true", help="follow the run until it settles, then print its answer")
     _add_json(submit, "print one JSON object: conversation_id, submission, run")
 
@@ -1030,8 +1037,10 @@ def _runs_command(args: argparse.Namespace) -> int:
 
     db = check_db(args.db)
     if args.command == "submit":
-        if (args.text is None) == (args.write is None):
-            message = "give TEXT to say, or --write KIND (with --data JSON) to append an entry: one of the two"
+        if (args.text is not None) + (args.write is not None) + args.resume != 1:
+            message = (
+                "give TEXT to say, --write KIND (with --data JSON) to append an entry, or --continue: one of the three"
+            )
             return _fail(message, EXIT_USAGE)
         if args.data is not None and args.write is None:
             return _fail("--data is the data of a --write entry; an input's text is TEXT", EXIT_USAGE)
@@ -1046,6 +1055,7 @@ def _runs_command(args: argparse.Namespace) -> int:
                 when_busy=args.when_busy,
                 when_idle=args.when_idle,
                 write=None if args.write is None else (args.write, args.data),
+                resume=args.resume,
                 wait=args.wait,
                 say=None if args.json else partial(print, flush=True),
                 warn=partial(print, file=sys.stderr, flush=True),

@@ -84,6 +84,7 @@ async def submit(
     wait: bool,
     when_idle: actors.WhenIdle = "start",
     write: tuple[str, Any] | None = None,
+    resume: bool = False,
     say: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> tuple[str, actors.SubmissionRecord, RunRecord | None]:
@@ -108,14 +109,17 @@ async def submit(
             )
             show(f"submission {submission.submission_id}: entry {kind} appended (request {submission.request_id})")
             return conversation_id, submission, None
-        submission = await client.submit(
-            conversation_id,
-            kind="input",
-            payload=text,
-            request_id=request_id,
-            when_busy=when_busy,
-            when_idle=when_idle,
-        )
+        if resume:
+            submission = await client.submit(conversation_id, kind="continue", request_id=request_id)
+        else:
+            submission = await client.submit(
+                conversation_id,
+                kind="input",
+                payload=text,
+                request_id=request_id,
+                when_busy=when_busy,
+                when_idle=when_idle,
+            )
         if submission.run_id is None:
             show(f"submission {submission.submission_id} (request {submission.request_id})")
             return conversation_id, submission, None

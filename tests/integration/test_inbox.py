@@ -140,7 +140,7 @@ async def test_the_command_line_steers_writes_lists_and_withdraws(
             again = await run_tether("withdraw", "--db", db, follow["submission_id"])
             assert again.returncode == 1 and b"already settled (unanswered)" in again.stdout
             neither = await run_tether("submit", *base)
-            assert neither.returncode == 2 and b"give TEXT to say, or --write KIND" in neither.stderr
+            assert neither.returncode == 2 and b"give TEXT to say, --write KIND" in neither.stderr
             (tmp_path / "gate").touch()
             assert own.run_id is not None
             await client.wait_for_run(own.run_id)
@@ -230,6 +230,10 @@ async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_not
             assert (settled.status, settled.reason) == ("unanswered", "nothing_to_answer")
             assert (await client.run(nothing.submission_id)).reason == "nothing_to_answer"
             assert len(model.asked) == asked  # no request was made
+            by_hand = await run_tether(
+                "submit", "--db", owner.db, "--conversation", conversation_id, "--continue", "--wait"
+            )
+            assert by_hand.returncode == 1 and b"nothing_to_answer" in by_hand.stdout, (by_hand.stdout, by_hand.stderr)
 
 
 async def test_a_reset_during_a_tool_round_ends_the_run_and_the_next_runs_in_the_new_context(
