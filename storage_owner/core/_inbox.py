@@ -168,13 +168,14 @@ class Inbox:
         leftovers = [record for record in queue if record.run_id != run.run_id]
         steers = [record for record in queue if record.run_id == run.run_id]
         for record in leftovers:
+            if not self._waiting(record):
+                continue  # a write placed with the reset before it, a moment ago
             if record.kind == "input":
                 self._place(record, run, seq, now_ms)
-            elif record.status == QUEUED:  # a reset (and the writes behind it) a run before left queued
-                if record.kind == RESET_KIND:
-                    self.place_reset(record, seq, now_ms)
-                else:
-                    self._apply(record, seq, now_ms)
+            elif record.kind == RESET_KIND:  # a reset (and the writes behind it) a run before left waiting
+                self.place_reset(record, seq, now_ms)
+            else:
+                self._apply(record, seq, now_ms)
         if text is not None:  # (a continue has no input of its own)
             data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
             self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
@@ -205,15 +206,26 @@ class Inbox:
             steered = True
         return steered
 
+    def _waiting(self, record: SubmissionRecord) -> bool:
+        """Whether ``record`` still waits in its conversation's inbox."""
+        queue = self.queued.get(record.conversation_id, ())
+        return any(one.submission_id == record.submission_id for one in queue)
+
     def reset_queued(self, conversation_id: str) -> bool:
         """Whether a reset waits in the conversation's inbox (a write then waits behind it)."""
         return any(record.kind == RESET_KIND for record in self.queued.get(conversation_id, ()))
 
     def place_reset(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:
         """The reset entry (its handoff text in it), ``done``, then each write that waited behind it, ``done``."""
+        queue = list(self.queued.get(record.conversation_id, ()))
         self._apply(record, seq, now_ms)
-        for waiting in list(self.queued.get(record.conversation_id, ())):
-            if waiting.kind == WRITE_KIND:
+        behind = False
+        for waiting in queue:
+            if waiting.submission_id == record.submission_id:
+                behind = True
+            elif behind and waiting.kind == RESET_KIND:
+                break  # the writes behind the next reset wait for it
+            elif behind and waiting.kind == WRITE_KIND:
                 self._apply(waiting, seq, now_ms)
 
     def apply_write(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:

@@ -580,3 +580,22 @@ def test_a_submit_inside_a_commit_is_admitted_with_its_writes_or_not_at_all(sim:
     assert error_code(sim.commit(other, refused)) == ErrorCode.CONFLICT  # busy: the whole commit is refused
     assert sim.core.head_seq == head and sim.store.submission_by_id(refused.submission_id) is None
     assert [kind for kind, _ in sim.entries(busy.conversation_id)].count("app.sent") == 1
+
+
+def test_a_reset_left_waiting_by_a_cancelled_run_is_placed_once_with_its_writes_by_the_next_run(sim: RunSim) -> None:
+    """Found by the inbox's state machine: the next run's admission placed the reset with the writes behind it,
+    then placed those writes again (an entry id conflict that broke the owner's batch)."""
+    busy = Busy(sim)
+    first_reset = reset(sim, busy.conversation_id)
+    note = submitted(sim, busy.conversation_id, {"kind": "app.note", "data": 1}, kind="write")  # type: ignore[arg-type]
+    second_reset = reset(sim, busy.conversation_id, "again")
+    late = submitted(sim, busy.conversation_id, {"kind": "app.late", "data": 2}, kind="write")  # type: ignore[arg-type]
+    expect(sim.request(sim.client, CancelRun(run_id=busy.run_id)), RunReply)
+    expect(busy.worker.release(busy.task_id), Ok)
+    busy.worker.ok(busy.task_id, aborted(busy.task_id))
+    assert sim.run(busy.run_id).status == "cancelled"
+    assert all(submission(sim, one).status == "queued" for one in (first_reset, note, second_reset, late))
+    submitted(sim, busy.conversation_id, "a new question")
+    kinds = [kind for kind, _ in sim.entries(busy.conversation_id)]
+    assert kinds[-5:] == [RESET_ENTRY, "app.note", RESET_ENTRY, "app.late", USER_ENTRY]
+    assert all(submission(sim, one).status == "done" for one in (first_reset, note, second_reset, late))
