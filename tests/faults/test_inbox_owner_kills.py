@@ -44,7 +44,7 @@ ROUND_TURNS: Final = [
     actors.ScriptedTurn(text="A1 shipped; pnpm it is."),
 ]
 ANSWER_TURNS: Final = [
-    actors.ScriptedTurn(text="A slow first answer.", delay_s=0.15, chunk_chars=4),
+    actors.ScriptedTurn(text="A slow first answer.", delay_s=0.4, chunk_chars=4),
     actors.ScriptedTurn(text="And B is fine too."),
 ]
 
@@ -66,7 +66,7 @@ async def test_a_steer_is_placed_once_whatever_commit_the_owner_dies_around(
                 if at_round:
                     await ledger_lines(ledger, 1)  # the tool call runs, held at its gate
                 else:
-                    await run_in(client, own.run_id, "running")  # the first answer streams (about 0.75 s)
+                    await run_in(client, own.run_id, "running")  # the answer streams 2 s: the steer comes first
                 steer = await client.submit(conversation_id, kind="input", payload="And B?", when_busy="steer")
                 assert steer.status == "queued"
                 (tmp_path / "gate").touch()

@@ -60,7 +60,7 @@ async def test_a_steer_after_the_last_tool_round_gets_one_more_request_of_the_sa
     owner: OwnerProcess, ledger: Path
 ) -> None:
     turns = [
-        actors.ScriptedTurn(text="A slow first answer.", delay_s=0.2, chunk_chars=4),
+        actors.ScriptedTurn(text="A slow first answer.", delay_s=0.4, chunk_chars=4),
         actors.ScriptedTurn(text="And B is fine too."),
     ]
     app, model = build(turns)
