@@ -59,7 +59,6 @@ from ._peers import Waits
 from ._ports import ConversationStore
 from ._unit import Journal, UnitOfWork
 
-SubmissionStatus = Literal["queued", "placed", "done", "unanswered"]
 SubmissionEvent = Literal["place", "apply", "answer", "unanswer", "withdraw", "retry"]
 QUEUED: Final = "queued"
 PLACED: Final = "placed"

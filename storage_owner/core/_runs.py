@@ -42,7 +42,6 @@ from protocol import (
     RUN_ACTIVE,
     RUN_TERMINAL,
     TOOL_TASK_PREFIX,
-    USER_ENTRY,
     AbortTask,
     CancelRun,
     ConversationRecord,
@@ -80,7 +79,6 @@ MAX_INPUT_BYTES: Final = 1 << 20
 AGENT_KIND_PREFIX: Final = AGENT_TASK_PREFIX
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 EXTERNAL_KIND_PREFIX: Final = "tether."
-USER_ENTRY_KIND: Final = USER_ENTRY
 BUSY: Final = frozenset({"pending", "running", "retry_wait"})
 """Statuses that take global capacity (``max_concurrent_runs``)."""
 ACTIVE: Final = frozenset(RUN_ACTIVE)
