@@ -64,7 +64,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
-from ._inbox import Inbox
+from ._inbox import INPUT_KIND, RESET_KIND, WRITE_KIND, Inbox
 from ._output import READ_BUDGET_BYTES, PeerId, fit_page
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
@@ -76,15 +76,9 @@ MAX_CACHED_POSITIONS: Final = 100_000
 MAX_REQUEST_ID_CHARS: Final = 200
 SUBMISSION_QUEUED: Final = "queued"
 SUBMISSION_DONE: Final = "done"
-INPUT_KIND: Final = "input"
-"""The submission kind that starts a run in a conversation bound to an agent."""
 CONTINUE_KIND: Final = "continue"
 """The submission kind that starts a run on the context as it is, with no new user message (never queued)."""
-RESET_KIND: Final = "reset"
-"""The submission kind that starts the model's context again (placed at once, or at the live run's boundary)."""
 MAX_HANDOFF_BYTES: Final = 1 << 20
-WRITE_KIND: Final = "write"
-"""The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
 _WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
 
 

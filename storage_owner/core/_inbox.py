@@ -87,8 +87,12 @@ def steer_entry_id(submission_id: str) -> str:
     return str(uuid.uuid5(_ENTRY_IDS, f"{submission_id}/user"))
 
 
+INPUT_KIND: Final = "input"
+"""The submission kind that starts a run in a conversation bound to an agent (or joins one)."""
 RESET_KIND: Final = "reset"
+"""The submission kind that starts the model's context again (placed at once, or at the live run's boundary)."""
 WRITE_KIND: Final = "write"
+"""The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
 
 
 def entry_of(record: SubmissionRecord) -> tuple[str, JsonValue]:
@@ -169,7 +173,7 @@ class Inbox:
         for record in leftovers:
             if not self._waiting(record):
                 continue  # a write placed with the reset before it, a moment ago
-            if record.kind == "input":
+            if record.kind == INPUT_KIND:
                 self._place(record, run, seq, now_ms)
             elif record.kind == RESET_KIND:  # a reset (and the writes behind it) a run before left waiting
                 self.place_reset(record, seq, now_ms)
