@@ -9,8 +9,9 @@
 3. What the owner reads of it: the inbox's modes (``steering``: ``first`` or ``all`` steers per boundary;
    ``follow_ups``: ``first`` (a run per follow-up) or ``all`` (follow-ups queued together share one run)). Workers
    read the rest (``tools``, ``instructions``, ``max_turns``) when they prepare each model request, so a change
-   applies from the next one. Not built yet, and refused saying so: ``model`` (a model the app defines) and
-   ``after_failed_run`` other than ``continue``.
+   applies from the next one; and ``after_failed_run`` (``wait``, ``continue`` or ``withdraw``: what becomes of the
+   runs queued behind one that fails, ``_runs`` rule 7), read when a run ends. Not built yet, and refused saying so:
+   ``model`` (a model the app defines).
 """
 
 from __future__ import annotations
@@ -36,16 +37,11 @@ from ._unit import UnitOfWork
 MODES: Final[Mapping[str, tuple[str, ...]]] = {
     "steering": ("first", "all"),
     "follow_ups": ("first", "all"),
-    "after_failed_run": ("continue",),
+    "after_failed_run": ("wait", "continue", "withdraw"),
 }
-"""The inbox's modes and their values; the first is the default. ``after_failed_run``: only ``continue`` (the
-follow-ups a failed run leaves start at once) is built; ``wait`` and ``withdraw`` are refused until they are."""
+"""The inbox's modes and their values; the first is the default."""
 NOT_BUILT: Final[Mapping[str, str]] = {
     "model": "configure(model=...) is not built yet (a conversation runs its agent's model); nothing was changed",
-    "after_failed_run": (
-        "after_failed_run is 'continue' (a failed run's follow-ups start at once); 'wait' and 'withdraw' are not "
-        "built yet; nothing was changed"
-    ),
 }
 MAX_INSTRUCTIONS_CHARS: Final = 64 << 10
 MAX_TOOLS: Final = 256
@@ -61,7 +57,7 @@ def _check_name(value: Any, where: str) -> str:
 def check_field(name: str, value: Any) -> JsonValue:
     """``value`` if it is what configuration field ``name`` takes; refused ``invalid`` (naming it) otherwise."""
     where = f"configure: {name}"
-    if name == "model" or (name == "after_failed_run" and value not in MODES[name]):
+    if name in NOT_BUILT:
         raise Refusal(ErrorCode.INVALID, f"configure: {NOT_BUILT[name]}")
     if name in MODES:
         if value not in MODES[name]:

@@ -64,7 +64,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
-from ._inbox import INPUT_KIND, RESET_KIND, WRITE_KIND, Inbox
+from ._inbox import CONTINUE_KIND, INPUT_KIND, RESET_KIND, WRITE_KIND, Inbox
 from ._output import READ_BUDGET_BYTES, PeerId, fit_page
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
@@ -76,8 +76,6 @@ MAX_CACHED_POSITIONS: Final = 100_000
 MAX_REQUEST_ID_CHARS: Final = 200
 SUBMISSION_QUEUED: Final = "queued"
 SUBMISSION_DONE: Final = "done"
-CONTINUE_KIND: Final = "continue"
-"""The submission kind that starts a run on the context as it is, with no new user message (never queued)."""
 MAX_HANDOFF_BYTES: Final = 1 << 20
 _WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
 
@@ -300,16 +298,19 @@ class Conversations:
             raise missing_conversation(request.conversation_id)
         run = None
         status, run_id, when_busy, joins, waits = SUBMISSION_QUEUED, None, "follow_up", False, False
+        held = None
         if request.kind == INPUT_KIND:
             active = self._runs.check_input(request, conversation)
+            held = self._runs.held(request.conversation_id)  # released below: this input queues behind
+            steer = request.when_busy == "steer" and held is None
             tail = None
             if (  # the mode is read only when it decides something
                 active is not None
-                and request.when_busy == "follow_up"
+                and not steer
                 and self._inbox.config.mode(request.conversation_id, "follow_ups") == "all"
             ):
                 tail = self._runs.queued_tail(request.conversation_id)
-            if active is not None and request.when_busy == "steer":
+            if active is not None and steer:
                 run_id, when_busy = active.run_id, "steer"  # queued here, placed in it at its next boundary
             elif tail is not None:
                 run_id, joins = tail.run_id, True  # follow_ups="all": placed with that queued run's own input
@@ -317,8 +318,13 @@ class Conversations:
                 run = self._runs.new_run(request, conversation, unit.seq, unit.now_ms)
                 run_id = run.run_id
         elif request.kind == CONTINUE_KIND:
-            run = self._runs.new_continue(request, conversation, unit.seq, unit.now_ms)
-            run_id = run.run_id
+            held = self._runs.held(request.conversation_id)
+            if held is not None:
+                self._runs.check_continue(request, conversation)
+                run_id, joins = held.run_id, True  # the oldest held run answers it (``_inbox`` rule 6)
+            else:
+                run = self._runs.new_continue(request, conversation, unit.seq, unit.now_ms)
+                run_id = run.run_id
         elif request.kind == RESET_KIND:
             _check_reset(request)
             active = self._runs.active_run(request.conversation_id)
@@ -355,6 +361,8 @@ class Conversations:
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"submission id {exc.key} already exists") from exc
         unit.records.append(submission)
+        if held is not None:
+            unit.records += self._runs.release_held(request.conversation_id, unit.seq, unit.now_ms)
         if write is not None:
             entry_id = str(uuid.uuid5(_WRITE_IDS, request.submission_id))
             kind, data = write

@@ -23,7 +23,11 @@
    ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's own input is ``placed``
    again.
 5. **Withdrawal.** A queued submission settles ``unanswered`` (``withdrawn``); an input's queued run is cancelled
-   with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes.
+   with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes. After a failed run, with
+   ``after_failed_run="withdraw"``, the inputs queued behind it settle so too, with the reason ``run_failed``
+   (``_runs`` rule 7).
+6. **Continue.** A ``continue`` places no entry of its own: its run answers the context as it is. One submitted
+   while runs wait held after a failed run joins the oldest of them (rule 3 places it with that run's input).
 
 Entry ids are derived from the submission ids, and placement happens in the commit that takes an item out of the
 queue, so a settle run again after a crash places nothing twice.
@@ -89,6 +93,9 @@ def steer_entry_id(submission_id: str) -> str:
 
 INPUT_KIND: Final = "input"
 """The submission kind that starts a run in a conversation bound to an agent (or joins one)."""
+CONTINUE_KIND: Final = "continue"
+"""The submission kind that starts a run on the context as it is, with no new user message (never queued behind a
+working run)."""
 RESET_KIND: Final = "reset"
 """The submission kind that starts the model's context again (placed at once, or at the live run's boundary)."""
 WRITE_KIND: Final = "write"
@@ -250,6 +257,9 @@ class Inbox:
     def _place(self, record: SubmissionRecord, run: RunRecord, seq: int, now_ms: int) -> None:
         self._drop(record)
         self._journal.undo(lambda: self._restore(record))
+        if record.kind == CONTINUE_KIND:  # rule 6: nothing of its own to place
+            self._move(record, "place", seq, placed_in=run)
+            return
         data = JsonValue({"text": record.payload, "run_id": run.run_id, "submission_id": record.submission_id})
         entry_id = steer_entry_id(record.submission_id)
         self._note(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
@@ -285,11 +295,17 @@ class Inbox:
 
     # ------------------------------------------------------------------------------------------ withdrawal
 
-    def withdraw(self, record: SubmissionRecord, seq: int) -> SubmissionRecord:
-        """Rule 5 for a queued steer (a queued run's own input: :meth:`run_ended`, once the run is cancelled)."""
+    def withdraw(self, record: SubmissionRecord, seq: int, reason: str = "withdrawn") -> SubmissionRecord:
+        """Rule 5 for a queued submission (``reason``: ``withdrawn``, or ``run_failed`` after a failed run)."""
         self._drop(record)
         self._journal.undo(lambda: self._restore(record))
-        return self._move(record, "withdraw", seq, reason="withdrawn")
+        return self._move(record, "withdraw", seq, reason=reason)
+
+    def withdraw_own(self, run: RunRecord, seq: int, reason: str) -> None:
+        """Rule 5 for a queued run's own input, if it is still queued (the caller cancels the run)."""
+        own = self._store.submission_by_id(run.submission_id)
+        if own is not None and own.status == QUEUED:
+            self.withdraw(own, seq, reason)
 
     # ------------------------------------------------------------------------------------------ the records
 

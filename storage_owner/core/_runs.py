@@ -22,6 +22,15 @@ tasks it owns, unchanged. This module adds what the engine does not know:
    ``cancelled`` when it is derived from that task once terminal (rule 3).
 6. **Retry.** A ``failed`` run is ``queued`` again, at the head of its conversation's queue (a later run admitted
    first refuses it); the attempts of its unfinished model requests start over (``_operations``).
+7. **After a failed run.** A run that ran and ended ``failed`` (any reason but ``reset``: a reset's follow-ups run in
+   the new context) or ``cancelled`` leaves what was queued behind it as its conversation's ``after_failed_run``
+   says, in the commit that ended it. ``wait`` (the default): its queued runs stay ``queued`` with the reason
+   ``held`` and are not admitted, until the conversation's next input, continue or retry releases them (in that
+   request's commit, the oldest first: the new input queues behind them, whatever its ``when_busy`` or
+   ``when_idle``; a continue joins the oldest). ``continue``: they are admitted as after an answer (inputs that
+   waited to steer it, with no run queued behind, get a run of their own). ``withdraw``: their inputs, and the
+   inputs that waited to steer it, settle ``unanswered`` with the reason ``run_failed``, and the queued runs end
+   ``cancelled``; resets and writes keep waiting for the next run.
 
 A run is created ``queued``; its status changes only as :data:`RUN_TRANSITIONS` allows, checked on every
 :meth:`Runs.put` (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug, never bad input).
@@ -65,7 +74,7 @@ from protocol import (
 )
 
 from ._checks import Refusal, check_limit, check_move
-from ._inbox import Inbox
+from ._inbox import INPUT_KIND, Inbox
 from ._output import Outbox, PeerId, fit_page
 from ._peers import Waits
 from ._ports import RunStore, TaskReads
@@ -85,9 +94,13 @@ ACTIVE: Final = frozenset(RUN_ACTIVE)
 TERMINAL: Final = frozenset(RUN_TERMINAL)
 SETTLED: Final = frozenset({*RUN_TERMINAL, "needs_attention"})
 """Statuses that answer ``wait_run``."""
+HELD: Final = "held"
+"""The reason of a queued run held after the run before it failed (rule 7: ``after_failed_run="wait"``)."""
+RUN_FAILED: Final = "run_failed"
+"""Why an input queued behind a failed run settled ``unanswered`` (rule 7: ``after_failed_run="withdraw"``)."""
 _RUN_IDS: Final = uuid.UUID("9f1c3c1e-5a0e-4c43-9a53-0e5f2f1d7a10")
 
-RunEvent = Literal["admit", "refuse", "cancel", "derive", "account", "retry"]
+RunEvent = Literal["admit", "refuse", "cancel", "derive", "account", "retry", "hold", "release"]
 DERIVED: Final[frozenset[RunStatus]] = frozenset(
     {"pending", "retry_wait", "running", "waiting", "needs_attention", "completed", "failed", "cancelled"}
 )
@@ -97,6 +110,8 @@ RUN_TRANSITIONS: Final[Mapping[tuple[RunStatus, RunEvent], frozenset[RunStatus]]
     ("queued", "admit"): frozenset({"pending"}),  # 2
     ("queued", "refuse"): frozenset({"failed"}),  # 2 (not_admitted)
     ("queued", "cancel"): frozenset({"cancelled"}),  # 5
+    ("queued", "hold"): frozenset({"queued"}),  # 7 (reason held)
+    ("queued", "release"): frozenset({"queued"}),  # 7
     ("pending", "derive"): DERIVED,  # 3
     ("retry_wait", "derive"): DERIVED,  # 3
     ("running", "derive"): DERIVED,  # 3
@@ -111,6 +126,25 @@ RUN_TRANSITIONS: Final[Mapping[tuple[RunStatus, RunEvent], frozenset[RunStatus]]
 }
 """The run state machine: from a status, on an event, the statuses a run may take; see the module docstring for the
 rules each row follows. Nothing else leaves ``completed``, ``failed`` or ``cancelled``."""
+
+
+def _queued_run(submission_id: str, conversation_id: str, agent: str, seq: int, now_ms: int) -> RunRecord:
+    return RunRecord(
+        run_id=submission_id,
+        conversation_id=conversation_id,
+        agent=agent,
+        version=0,
+        status="queued",
+        submission_id=submission_id,
+        seq=seq,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
+
+
+def _admissible(run: RunRecord) -> bool:
+    """Whether ``run``, at the head of its conversation's queue, may be admitted (rule 7: not held)."""
+    return run.status == "queued" and run.reason != HELD
 
 
 def run_task_id(run_id: str, attempt: int) -> str:
@@ -186,12 +220,17 @@ class Runs:
             return True
         if not self._admit_due or not self._has_capacity():
             return False
-        return any(self.live[queue[0]].status == "queued" for queue in self._queues.values())
+        return any(_admissible(self.live[queue[0]]) for queue in self._queues.values())
 
     def active_run(self, conversation_id: str) -> RunRecord | None:
         """The conversation's run that is not terminal and first in its queue, if any (queued included)."""
         queue = self._queues.get(conversation_id)
         return None if not queue else self.live[queue[0]]
+
+    def held(self, conversation_id: str) -> RunRecord | None:
+        """The conversation's oldest run, if it is held after a failed run (rule 7)."""
+        run = self.active_run(conversation_id)
+        return run if run is not None and run.status == "queued" and run.reason == HELD else None
 
     def queued_run_ids(self, conversation_id: str) -> list[str]:
         """The conversation's runs still ``queued``, oldest first."""
@@ -251,6 +290,8 @@ class Runs:
             message = f"when_idle must be start or reject, not {request.when_idle!r}; nothing was written"
             raise Refusal(ErrorCode.INVALID, message)
         active = self.active_run(conversation.conversation_id)
+        if active is not None and active.reason == HELD and active.status == "queued":
+            return active  # rule 7: not busy, yet it queues behind the held runs whatever it asked
         if request.when_busy == "reject" and active is not None:
             message = (
                 f"conversation {conversation.conversation_id} has an active run ({active.run_id}, {active.status}) "
@@ -270,13 +311,9 @@ class Runs:
         """The run a ``continue`` starts: on the context as it is, with no user entry of its own (what a failed run
         left queued is placed first, at its admission). Refused while a run of the conversation is live: whether
         there is anything to continue depends on how that run ends, so a continue is never queued."""
-        if conversation.agent is None:
-            message = f"conversation {conversation.conversation_id} is not bound to an agent: nothing to continue"
-            raise Refusal(ErrorCode.INVALID, message)
-        if request.payload is not None:
-            raise Refusal(ErrorCode.INVALID, "a continue carries no payload (it runs on the context as it is)")
+        self.check_continue(request, conversation)
         active = self.active_run(conversation.conversation_id)
-        if active is not None:
+        if active is not None and not (active.status == "queued" and active.reason == HELD):
             message = (
                 f"conversation {conversation.conversation_id} has a run going ({active.run_id}, {active.status}): a "
                 "continue is never queued (whether anything is left to answer depends on how that run ends); "
@@ -285,21 +322,62 @@ class Runs:
             raise Refusal(ErrorCode.CONFLICT, message)
         return self.new_run(request, conversation, seq, now_ms)
 
+    def check_continue(self, request: Submit, conversation: ConversationRecord) -> None:
+        if conversation.agent is None:
+            message = f"conversation {conversation.conversation_id} is not bound to an agent: nothing to continue"
+            raise Refusal(ErrorCode.INVALID, message)
+        if request.payload is not None:
+            raise Refusal(ErrorCode.INVALID, "a continue carries no payload (it runs on the context as it is)")
+
+    def release_held(self, conversation_id: str, seq: int, now_ms: int) -> list[RunRecord]:
+        """Rule 7: the runs held in the conversation are admissible again (oldest first, as they were queued); their
+        records, for the request's commit."""
+        released = []
+        for run_id in self.queued_run_ids(conversation_id):
+            run = self.live[run_id]
+            if run.reason == HELD:
+                new = attrs.evolve(run, reason=None, seq=seq, updated_at_ms=now_ms)
+                self.put(run, new, "release")
+                released.append(new)
+        if released:
+            self._admit_due = True
+        return released
+
+    def _after_failed(self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
+        """Rule 7, in the commit that ended ``run``."""
+        if run.status == "failed" and run.reason == "reset":
+            return
+        conversation_id = run.conversation_id
+        mode = self._inbox.config.mode(conversation_id, "after_failed_run")
+        queued = self.queued_run_ids(conversation_id)
+        if mode == "wait":
+            for run_id in queued:
+                old = self.live[run_id]
+                held = attrs.evolve(old, reason=HELD, seq=seq, updated_at_ms=now_ms)
+                self.put(old, held, "hold")
+                changed[run_id] = held
+        elif mode == "withdraw":
+            for record in list(self._inbox.queued.get(conversation_id, ())):
+                if record.kind == INPUT_KIND:
+                    self._inbox.withdraw(record, seq, RUN_FAILED)
+            for run_id in queued:
+                old = self.live[run_id]
+                self._inbox.withdraw_own(old, seq, RUN_FAILED)
+                cancelled = attrs.evolve(old, status="cancelled", reason=RUN_FAILED, seq=seq, updated_at_ms=now_ms)
+                self.put(old, cancelled, "cancel")
+                changed[run_id] = cancelled
+        elif not queued:
+            waiting = [r for r in self._inbox.queued.get(conversation_id, ()) if r.kind == INPUT_KIND]
+            if waiting:  # steers of the failed run, with no run behind to place them: a run of their own
+                new = _queued_run(waiting[0].submission_id, conversation_id, run.agent, seq, now_ms)
+                self.created(new, JsonValue(None))  # its input is placed as what the run left (``_inbox`` rule 3)
+                changed[new.run_id] = new
+
     def new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
         """The queued run an ``input`` submission admits (checked by :meth:`check_input`, stored by
         :meth:`created`). A run takes its submission's id (rule 4)."""
         assert conversation.agent is not None, "check_input() first"
-        return RunRecord(
-            run_id=request.submission_id,
-            conversation_id=conversation.conversation_id,
-            agent=conversation.agent,
-            version=0,
-            status="queued",
-            submission_id=request.submission_id,
-            seq=seq,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-        )
+        return _queued_run(request.submission_id, conversation.conversation_id, conversation.agent, seq, now_ms)
 
     def tasks_changed(self, records: Iterable[Record]) -> None:
         """Task records a commit or a settle changed: their runs' statuses are derived again."""
@@ -426,6 +504,8 @@ class Runs:
                 new = attrs.evolve(new, seq=seq, updated_at_ms=now_ms)
                 self.put(run, new, "derive")
                 changed[run_id] = new
+                if new.status in ("failed", "cancelled"):
+                    self._after_failed(new, seq, now_ms, changed)
 
     def _has_capacity(self) -> bool:
         return self._busy < self.max_concurrent_runs
@@ -438,8 +518,8 @@ class Runs:
         self._admit_due = False
         busy = self._busy
         heads = [self.live[queue[0]] for queue in self._queues.values()]
-        # A queued run's seq is its creating commit's (nothing changes a queued run but its end).
-        heads = sorted((run for run in heads if run.status == "queued"), key=lambda run: (run.seq, run.run_id))
+        # A queued run's seq is its creating commit's, or its release's (rule 7): it waits from then on.
+        heads = sorted((run for run in heads if _admissible(run)), key=lambda run: (run.seq, run.run_id))
         for run in heads:
             if busy >= self.max_concurrent_runs:
                 self._admit_due = True  # capacity frees later: a run leaving a busy status sets it again
@@ -554,6 +634,7 @@ class Runs:
             seq=seq,
             updated_at_ms=now_ms,
         )
+        records += self.release_held(run.conversation_id, seq, now_ms)  # rule 7: they follow it again
         self.put(run, new, "retry")  # journals the queue below with the rest
         self._inbox.run_retried(new, seq)
         self._queues.setdefault(run.conversation_id, []).insert(0, run_id)

@@ -28,6 +28,7 @@ from protocol import (
     JsonValue,
     Ok,
     PutDocument,
+    RetryRun,
     RunAnswer,
     RunReply,
     SetTaskState,
@@ -91,15 +92,16 @@ def answer(worker: Worker, task_id: str, conversation_id: str, text: str, *, ste
 class Busy:
     """A conversation whose run is leased to an agent worker: its task, and a tool round to start."""
 
-    def __init__(self, sim: RunSim, text: str = "first") -> None:
+    def __init__(self, sim: RunSim, text: str = "first", *, workers: Busy | None = None) -> None:
+        """``workers``: another conversation's, to run this one's too (a sim's first workers take every lease)."""
         self.sim = sim
         self.conversation_id = sim.agent_conversation()
         self.own = submitted(sim, self.conversation_id, text)
         assert self.own.run_id is not None
         self.run_id = self.own.run_id
         self.task_id = run_task_id(self.run_id, 1)
-        self.worker = sim.agent_worker()
-        self.tools = sim.worker(kinds=("tool:lookup",))
+        self.worker = sim.agent_worker() if workers is None else workers.worker
+        self.tools = sim.worker(kinds=("tool:lookup",)) if workers is None else workers.tools
         assert self.worker.holds(self.task_id)
 
     def call_tool(self) -> str:
@@ -270,6 +272,120 @@ def test_a_cancelled_run_settles_its_inputs_aborted(sim: RunSim) -> None:
     assert sim.run(busy.run_id).status == "cancelled"
     settled = submission(sim, busy.own)
     assert (settled.status, settled.reason) == ("unanswered", "aborted")
+
+
+# ------------------------------------------------------------------------------------- after a failed run
+
+
+def fail(busy: Busy) -> None:
+    busy.worker.ok(busy.task_id, ended(busy.task_id, "failed", error="the model failed", reason="model_error"))
+    assert sim_status(busy.sim, busy.run_id) == ("failed", "model_error")
+
+
+def sim_status(sim: RunSim, run_id: str) -> tuple[str, str | None]:
+    run = sim.run(run_id)
+    return run.status, run.reason
+
+
+def test_by_default_a_failed_run_holds_the_runs_queued_behind_it_until_the_next_input(sim: RunSim) -> None:
+    busy = Busy(sim)
+    first = submitted(sim, busy.conversation_id, "follow one")
+    second = submitted(sim, busy.conversation_id, "follow two")
+    left = submitted(sim, busy.conversation_id, "a steer it never reached", when_busy="steer")
+    fail(busy)
+    assert [sim_status(sim, one.submission_id) for one in (first, second)] == [("queued", "held")] * 2
+    assert not busy.worker.leases or list(busy.worker.leases) == [busy.task_id]
+    # Held across a restart too: nothing runs on a context nobody looked at.
+    sim.restart()
+    worker = sim.agent_worker()
+    assert not worker.leases and sim_status(sim, first.submission_id) == ("queued", "held")
+    # A plain write does not release them; the next input does, and queues behind them (even one asking reject).
+    submitted(sim, busy.conversation_id, {"kind": "app.note"}, kind="write")
+    assert sim_status(sim, first.submission_id) == ("queued", "held")
+    head = sim.core.head_seq
+    later = submitted(sim, busy.conversation_id, "and now?", when_busy="reject", when_idle="reject")
+    assert later.run_id == later.submission_id and later.status == "queued"
+    assert sim.core.head_seq == head + 2  # the submission (with the release), then the settle that admitted the first
+    assert sim.statuses(first.submission_id, second.submission_id, later.submission_id) == [
+        "running",
+        "queued",
+        "queued",
+    ]
+    assert sim.run(second.submission_id).reason is None
+    # The first run places what the failed run left (the steer), then its own input.
+    texts = [text for kind, text in busy.kinds() if kind == USER_ENTRY]
+    assert texts[-2:] == ["a steer it never reached", "follow one"]
+    assert submission(sim, left).status == "placed" and submission(sim, left).run_id == first.submission_id
+
+
+def test_a_continue_joins_the_oldest_held_run_and_a_retry_releases_them(sim: RunSim) -> None:
+    busy = Busy(sim)
+    follow = submitted(sim, busy.conversation_id, "follow")
+    fail(busy)
+    assert sim_status(sim, follow.submission_id) == ("queued", "held")
+    resumed = submitted(sim, busy.conversation_id, None, kind="continue")
+    assert (resumed.status, resumed.run_id) == ("queued", follow.submission_id)
+    assert sim.run(follow.submission_id).status == "running"
+    assert submission(sim, resumed).status == "placed"
+    task_id = run_task_id(follow.submission_id, 1)
+    answer(busy.worker, task_id, busy.conversation_id, "done")
+    for record in (follow, resumed):
+        assert submission(sim, record).status == "done"
+    # A retry of a failed run releases the runs held behind it: they follow it again.
+    other = Busy(sim, workers=busy)
+    behind = submitted(sim, other.conversation_id, "behind")
+    fail(other)
+    assert sim_status(sim, behind.submission_id) == ("queued", "held")
+    sim.request(sim.client, RetryRun(run_id=other.run_id))
+    assert sim.statuses(other.run_id, behind.submission_id) == ["running", "queued"]
+    assert sim.run(behind.submission_id).reason is None
+
+
+def test_after_failed_run_continue_admits_the_next_and_gives_lone_steers_a_run(sim: RunSim) -> None:
+    busy = Busy(sim)
+    sim.configure(busy.conversation_id, after_failed_run="continue")
+    follow = submitted(sim, busy.conversation_id, "follow")
+    fail(busy)
+    assert sim.statuses(follow.submission_id) == ["running"]
+    lone = Busy(sim, workers=busy)
+    sim.configure(lone.conversation_id, after_failed_run="continue")
+    steer = submitted(sim, lone.conversation_id, "steer it", when_busy="steer")
+    fail(lone)
+    # The steer the failed run never reached gets a run of its own, named after it, and is placed once in it.
+    assert sim.run(steer.submission_id).status == "running"
+    placed = submission(sim, steer)
+    assert (placed.status, placed.run_id) == ("placed", steer.submission_id)
+    assert [text for kind, text in lone.kinds() if kind == USER_ENTRY].count("steer it") == 1
+
+
+def test_after_failed_run_withdraw_settles_what_waited_run_failed_and_keeps_resets_and_writes(sim: RunSim) -> None:
+    busy = Busy(sim)
+    sim.configure(busy.conversation_id, after_failed_run="withdraw")
+    follow = submitted(sim, busy.conversation_id, "follow")
+    steer = submitted(sim, busy.conversation_id, "steer", when_busy="steer")
+    reset = submitted(sim, busy.conversation_id, None, kind="reset")
+    write = submitted(sim, busy.conversation_id, {"kind": "app.note"}, kind="write")
+    assert write.status == "queued"
+    fail(busy)
+    for record in (follow, steer):
+        settled = submission(sim, record)
+        assert (settled.status, settled.reason) == ("unanswered", "run_failed")
+    assert sim_status(sim, follow.submission_id) == ("cancelled", "run_failed")
+    assert [submission(sim, one).status for one in (reset, write)] == ["queued", "queued"]
+    # The next run places them first.
+    after = submitted(sim, busy.conversation_id, "again")
+    assert [submission(sim, one).status for one in (reset, write, after)] == ["done", "done", "placed"]
+    assert [kind for kind, _ in busy.kinds()][-3:] == [RESET_ENTRY, "app.note", USER_ENTRY]
+
+
+def test_a_run_ended_by_a_reset_holds_nothing(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    follow = submitted(sim, busy.conversation_id, "follow")
+    submitted(sim, busy.conversation_id, None, kind="reset")
+    busy.finish_tool(tool_id)
+    busy.worker.ok(busy.task_id, ended(busy.task_id, "failed", error="reset", reason="reset"))
+    assert sim.statuses(follow.submission_id) == ["running"]
 
 
 # ------------------------------------------------------------------------------------------------ writes

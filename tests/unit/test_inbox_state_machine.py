@@ -26,6 +26,7 @@ from protocol import (
     Error,
     JsonValue,
     Ok,
+    RetryRun,
     RunRecord,
     RunReply,
     SetTaskState,
@@ -63,7 +64,9 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
         run = runs.get(record.run_id or "")
         assert run is not None and run.conversation_id == record.conversation_id, (record, run)
         count = placed.get(submission_id, 0)
-        if record.status == "queued" or record.reason == "withdrawn":
+        if record.kind == "continue":
+            assert count == 0, record  # a continue places nothing of its own
+        elif record.status == "queued" or record.reason in ("withdrawn", "run_failed"):
             assert count == 0, record
         elif record.status == "unanswered":
             assert count <= 1, (record, count)  # a queued run cancelled settles its input unplaced
@@ -77,6 +80,11 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
             assert run.status not in RUN_TERMINAL, (record, run)  # a run settles its inputs as it ends
         elif record.status == "unanswered" and record.reason != "withdrawn":
             assert run.status in ("failed", "cancelled"), (record, run)
+    for conversation_id in conversations:
+        # Runs held after a failed run are the whole of their conversation's queue, admitted by nothing but a release.
+        live = [run for run in runs.values() if run.conversation_id == conversation_id and run.status in RUN_ACTIVE]
+        if any(run.reason == "held" for run in live):
+            assert all(run.status == "queued" and run.reason == "held" for run in live), live
     memory = {
         conversation_id: [record.submission_id for record in records]
         for conversation_id, records in sim.core.inbox.queued.items()
@@ -114,22 +122,53 @@ class InboxMachine(RuleBasedStateMachine):
     def submit(self, conversation: int, when_busy: str, when_idle: str) -> None:
         conversation_id = self.conversations[conversation % CONVERSATIONS]
         busy = self.sim.core.runs.active_run(conversation_id) is not None
+        held = self.sim.core.runs.held(conversation_id) is not None
         reply = self.sim.submit(conversation_id, fresh_id(), when_busy=when_busy, when_idle=when_idle)
         if isinstance(reply, Error):
+            assert not held, reply  # an input to a held conversation queues behind, whatever it asked
             assert reply.code == "conflict" and (when_busy == "reject" if busy else when_idle == "reject"), reply
             return
+        if held:
+            assert self.sim.core.runs.held(conversation_id) is None  # released
         record = reply.submission
         self.submissions.append(record.submission_id)
         assert record.run_id is not None
         if record.run_id == record.submission_id and record.run_id not in self.runs:  # a run of its own
             self.runs.append(record.run_id)
 
+    @rule(conversation=picks)
+    def continue_(self, conversation: int) -> None:
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        active = self.sim.core.runs.active_run(conversation_id)
+        held = self.sim.core.runs.held(conversation_id)
+        reply = self.sim.submit(conversation_id, None, kind="continue")
+        if isinstance(reply, Error):
+            assert reply.code == "conflict" and active is not None and held is None, reply
+            return
+        record = reply.submission
+        self.submissions.append(record.submission_id)
+        if held is not None:
+            assert record.run_id == held.run_id, (record, held)
+        else:
+            assert active is None and record.run_id == record.submission_id, record
+            self.runs.append(record.submission_id)
+
     @rule(
         conversation=picks,
-        field=st.sampled_from(["steering", "follow_ups"]),
-        value=st.sampled_from(["first", "all"]),
+        setting=st.sampled_from(
+            [
+                ("steering", "first"),
+                ("steering", "all"),
+                ("follow_ups", "first"),
+                ("follow_ups", "all"),
+                ("after_failed_run", "wait"),
+                ("after_failed_run", "continue"),
+                ("after_failed_run", "withdraw"),
+            ]
+        ),
     )
-    def configure(self, conversation: int, field: str, value: str) -> None:
+    def configure(self, conversation: int, setting: tuple[str, str]) -> None:
+        field, value = setting
         conversation_id = self.conversations[conversation % CONVERSATIONS]
         reply = self.sim.request(
             self.sim.client, Configure(conversation_id=conversation_id, changes=JsonValue({field: value}))
@@ -164,7 +203,7 @@ class InboxMachine(RuleBasedStateMachine):
         assert reply.outcome == {"queued": "withdrawn", "placed": "already_placed"}.get(before.status, "settled")
 
     @precondition(lambda self: self.leased("agent:"))
-    @rule(which=picks, step=st.sampled_from(["tools", "answer", "answer", "complete", "fail"]))
+    @rule(which=picks, step=st.sampled_from(["tools", "answer", "answer", "complete", "fail", "fail"]))
     def run_phase(self, which: int, step: str) -> None:
         leased = self.leased("agent:")
         worker, task_id = leased[which % len(leased)]
@@ -209,6 +248,12 @@ class InboxMachine(RuleBasedStateMachine):
     @rule(which=picks)
     def cancel(self, which: int) -> None:
         reply = self.sim.request(self.sim.client, CancelRun(run_id=self.runs[which % len(self.runs)]))
+        assert isinstance(reply, RunReply) or (isinstance(reply, Error) and reply.code == "conflict"), reply
+
+    @precondition(lambda self: self.runs)
+    @rule(which=picks)
+    def retry(self, which: int) -> None:
+        reply = self.sim.request(self.sim.client, RetryRun(run_id=self.runs[which % len(self.runs)]))
         assert isinstance(reply, RunReply) or (isinstance(reply, Error) and reply.code == "conflict"), reply
 
     @rule(conversation=picks, background=st.booleans())

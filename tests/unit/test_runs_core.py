@@ -27,9 +27,11 @@ from protocol import (
     Capability,
     Commit,
     Committed,
+    Configure,
     CreateConversation,
     CreateInteraction,
     CreateTask,
+    DocumentReply,
     EntriesReply,
     Error,
     ErrorCode,
@@ -151,6 +153,10 @@ class RunSim(OwnerSim):
         request = ReadEntries(conversation_id=conversation_id, order="asc", cursor=None, limit=100)
         reply = expect(self.request(self.client, request), EntriesReply)
         return [(entry.kind, entry.data) for entry in reply.entries]
+
+    def configure(self, conversation_id: str, **changes: Any) -> None:
+        request = Configure(conversation_id=conversation_id, changes=JsonValue(changes))
+        expect(self.request(self.client, request), DocumentReply)
 
     def statuses(self, *run_ids: str) -> list[str]:
         return [self.run(run_id).status for run_id in run_ids]
@@ -437,6 +443,7 @@ def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
 
 def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
+    sim.configure(conversation_id, after_failed_run="continue")  # (the default holds the next run: test_inbox_core)
     first = sim.start_run(conversation_id)
     second = sim.start_run(conversation_id)
     worker = sim.agent_worker()
@@ -1149,6 +1156,7 @@ def test_retry_run_gives_a_failed_run_a_new_task_and_blocks_its_conversation_aga
 
 def test_retry_run_is_refused_once_a_later_run_has_started(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
+    sim.configure(conversation_id, after_failed_run="continue")
     first = sim.start_run(conversation_id)
     second = sim.start_run(conversation_id)
     worker = sim.agent_worker()
