@@ -12,6 +12,9 @@
    applies from the next one; and ``after_failed_run`` (``wait``, ``continue`` or ``withdraw``: what becomes of the
    runs queued behind one that fails, ``_runs`` rule 7), read when a run ends. Not built yet, and refused saying so:
    ``model`` (a model the app defines).
+4. A conversation created owned by a task starts with the configuration of that task's conversation (a subagent's
+   transcript runs as its caller's does), copied in the creating commit as its version 1; later changes to either
+   are the conversation's own.
 """
 
 from __future__ import annotations
@@ -98,6 +101,12 @@ class Configurations:
         value = self.current(conversation_id).get(name)
         return value if isinstance(value, str) and value in MODES[name] else MODES[name][0]
 
+    def inherit(self, unit: UnitOfWork, conversation_id: str, from_conversation_id: str) -> None:
+        """Rule 4, in the commit that creates ``conversation_id``."""
+        value = self.current(from_conversation_id)
+        if value:
+            self._put(unit, conversation_id, value, None)
+
     def on_configure(self, unit: UnitOfWork, request: Configure) -> Frame:
         """Rules 1 and 2."""
         check_id(request.conversation_id, "conversation_id")
@@ -120,14 +129,19 @@ class Configurations:
         if after == before:
             return DocumentReply(document=self._store.document(request.conversation_id, CONFIG_DOCUMENT))
         stored = self._store.document(request.conversation_id, CONFIG_DOCUMENT)
+        return DocumentReply(document=self._put(unit, request.conversation_id, after, stored))
+
+    def _put(
+        self, unit: UnitOfWork, conversation_id: str, value: dict[str, Any], stored: DocumentRecord | None
+    ) -> DocumentRecord:
         document = DocumentRecord(
-            conversation_id=request.conversation_id,
+            conversation_id=conversation_id,
             name=CONFIG_DOCUMENT,
             version=1 if stored is None else stored.version + 1,
-            value=JsonValue(after),
+            value=JsonValue(value),
             seq=unit.seq,
             updated_at_ms=unit.now_ms,
         )
         self._store.put_document(document)
         unit.records.append(document)
-        return DocumentReply(document=document)
+        return document

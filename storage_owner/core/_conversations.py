@@ -2,7 +2,8 @@
 them (docs/runs.md, "Conversations and submissions").
 
 1. A conversation is created by a commit, owned by nobody or by a live task that may still own new work (a
-   subagent's transcript); its id is unique, and its agent binding never changes.
+   subagent's transcript: it starts with the configuration of its owner's conversation, ``_config`` rule 4); its id
+   is unique, and its agent binding never changes.
 2. An entry takes its conversation's next position in the commit that appends it; an entry id is unique. Kinds
    under ``tether.`` are the runtime's: only a run's own tasks write them (``_runs``).
 3. A document (per conversation, or global) is versioned: each put is the next version; a put naming another
@@ -186,9 +187,12 @@ class Conversations:
             self._store.insert_conversation(conversation)
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"{where}: conversation {exc.key} already exists") from exc
+        unit.records.append(conversation)
         if write.owner_task_id is not None:
             self._tasks.conversation_created(write.conversation_id, write.owner_task_id)
-        unit.records.append(conversation)
+            owner = self._tasks.record(write.owner_task_id)
+            assert owner is not None, "check_conversation_owner() found it live"
+            self._inbox.config.inherit(unit, write.conversation_id, owner.conversation_id)
         return 0
 
     def apply_append(self, unit: UnitOfWork, write: AppendEntry, where: str, lease: LeaseRef | None) -> int:

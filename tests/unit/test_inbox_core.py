@@ -22,6 +22,7 @@ from protocol import (
     Committed,
     Configure,
     ConversationAborted,
+    CreateConversation,
     CreateTask,
     DocumentReply,
     ErrorCode,
@@ -542,6 +543,27 @@ def test_configure_checks_every_field_before_it_writes_and_versions_each_change(
     assert second.document.value == {"steering": "all", "instructions": "Be brief."}
     forged = PutDocument(conversation_id=conversation_id, name=CONFIG_DOCUMENT, value=JsonValue({}))
     assert error_code(sim.commit(forged)) == ErrorCode.INVALID  # the owner's document
+
+
+def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_conversation(sim: RunSim) -> None:
+    busy = Busy(sim)
+    expect(configure(sim, busy.conversation_id, instructions="Be brief.", max_turns=4), DocumentReply)
+    child = fresh_id()
+    busy.worker.ok(busy.task_id, CreateConversation(conversation_id=child, agent="helper", owner_task_id=busy.task_id))
+    inherited = sim.store.document(child, CONFIG_DOCUMENT)
+    assert inherited is not None and (inherited.version, inherited.value) == (
+        1,
+        {"instructions": "Be brief.", "max_turns": 4},
+    )
+    # From then on each is its own.
+    expect(configure(sim, busy.conversation_id, max_turns=9), DocumentReply)
+    stored = sim.store.document(child, CONFIG_DOCUMENT)
+    assert stored is not None and stored.value == {"instructions": "Be brief.", "max_turns": 4}
+    # A conversation owned by a task of an unconfigured conversation has no document.
+    other = Busy(sim, workers=busy)
+    unowned = fresh_id()
+    other.worker.ok(other.task_id, CreateConversation(conversation_id=unowned, owner_task_id=other.task_id))
+    assert sim.store.document(unowned, CONFIG_DOCUMENT) is None
 
 
 def test_steering_all_places_every_queued_steer_at_one_boundary(sim: RunSim) -> None:
