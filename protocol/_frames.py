@@ -285,7 +285,7 @@ class PartialRecord:
 TaskStatus: TypeAlias = Literal["pending", "running", "waiting", "sleeping", "completing", "terminal"]
 OutcomeStatus: TypeAlias = Literal["completed", "failed", "aborted", "faulted", "orphaned"]
 WaitPolicy: TypeAlias = Literal["all_settled", "fail_fast"]
-BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_failed"]
+BlockedReason: TypeAlias = Literal["missing_task", "task_too_old", "migration_failed", "missing_model"]
 """Why no attached worker can run a task (derived from the attached workers, never stored)."""
 FaultReason: TypeAlias = Literal["restart_limit", "phase_error", "no_progress", "unknown_phase"]
 """Why a task ended ``faulted``."""
@@ -394,13 +394,14 @@ Record: TypeAlias = (
 
 @attrs.frozen(kw_only=True)
 class Capability:
-    """Something a worker can run: a task kind, a tool or an agent, at one version.
+    """Something a worker can run: a task kind, a tool or an agent, at one version; or a model its app names (kind
+    ``model``, version 1), which a conversation configured to use it needs of the worker that runs its runs.
 
     ``migrates`` says the definition upgrades tasks stored under older versions; ``restart_limit`` is how many
     cut-off phases a task of this kind survives.
     """
 
-    kind: Literal["task", "tool", "agent"]
+    kind: Literal["task", "tool", "agent", "model"]
     name: str
     version: int
     migrates: bool = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """Bumped with every incompatible change of a frame; checked at ``Hello``. Version 2 added the task engine's frames
 and fields (a version 1 peer would refuse the new fields this build always sends); version 3 the agents' runs
 (``agent`` on conversations, ``when_busy`` on submissions, ``run_id`` on submission records, run records in
@@ -14,9 +14,10 @@ run failed, in words) and ``tool`` on interaction records (the tool whose call a
 ``when_busy="steer"`` and ``when_idle`` on ``submit``, ``reason``, ``answer`` and ``when_busy`` on submission
 records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdraw`` and ``withdrawn``,
 ``steer_checkpoint`` on ``set_task_state``, ``configure``, ``abort_conversation`` and
-``conversation_aborted``, the ``submit`` write of a commit."""
+``conversation_aborted``, the ``submit`` write of a commit; version 7 models a conversation may be configured to
+use: capabilities of kind ``model``, the blocked reason ``missing_model``."""
 
-SUPPORTED_VERSIONS: tuple[int, ...] = (6,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (7,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
 
 MAX_MESSAGE_BYTES = 1 << 20

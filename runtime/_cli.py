@@ -215,25 +215,34 @@ def _add_runs_commands(commands: Any) -> None:
 
     configure = commands.add_parser(
         "configure",
-        help="show or change what one conversation runs with (tools, instructions, turn limit, inbox modes)",
-        description="Change a conversation's configuration in one commit, or print it without options. --tools, "
-        "--instructions and --max-turns replace its agent's from the run's next model request; --steering all "
-        "places every queued steer at a boundary (first: one per boundary), --follow-ups all queues follow-ups "
-        "together in one run; --clear FIELD puts a field back to the agent's definition. A bad value exits 1 with "
-        "the owner's reason and changes nothing.",
+        help="show or change what one conversation runs with (model, tools, instructions, turn limit, inbox modes)",
+        description="Change a conversation's configuration in one commit, or print it without options. --model (a "
+        "name the app gives a model with app.define_model), --tools, --instructions and --max-turns replace its "
+        "agent's from the run's next model request (only workers whose app names the model run its runs; with none "
+        "attached, the run needs attention: no_model); --steering all places every queued steer at a boundary "
+        "(first: one per boundary), --follow-ups all queues follow-ups together in one run; --after-failed-run says "
+        "what becomes of the runs queued behind one that fails (wait, the default: held until the next input; "
+        "continue; withdraw); --clear FIELD puts a field back to the agent's definition (or the default). A bad "
+        "value exits 1 with the owner's reason and changes nothing.",
     )
     configure.add_argument("conversation_id", metavar="CONVERSATION_ID", help="the conversation")
     _add_db(configure)
+    configure.add_argument("--model", metavar="NAME", help="a model the app names (app.define_model)")
     configure.add_argument("--tools", metavar="A,B", help="exactly these of the app's tools (comma separated)")
     configure.add_argument("--instructions", metavar="TEXT", help="the instructions (system prompt)")
     configure.add_argument("--max-turns", type=positive, metavar="N", help="model turns a run takes at most")
     configure.add_argument("--steering", choices=("first", "all"), help="steers placed per boundary")
     configure.add_argument("--follow-ups", choices=("first", "all"), help="follow-ups per run")
     configure.add_argument(
+        "--after-failed-run",
+        choices=("wait", "continue", "withdraw"),
+        help="what becomes of the runs queued behind one that fails",
+    )
+    configure.add_argument(
         "--clear",
         action="append",
         default=[],
-        choices=("tools", "instructions", "max_turns", "steering", "follow_ups"),
+        choices=("model", "tools", "instructions", "max_turns", "steering", "follow_ups", "after_failed_run"),
         metavar="FIELD",
         help="put FIELD back to the agent's definition (repeat for several)",
     )
@@ -1098,11 +1107,13 @@ def _runs_command(args: argparse.Namespace) -> int:
                 _runs.configure,
                 db,
                 args.conversation_id,
+                model=args.model,
                 tools=None if args.tools is None else [name for name in args.tools.split(",") if name],
                 instructions=args.instructions,
                 max_turns=args.max_turns,
                 steering=args.steering,
                 follow_ups=args.follow_ups,
+                after_failed_run=args.after_failed_run,
                 clear=args.clear,
             )
         )

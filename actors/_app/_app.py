@@ -21,6 +21,8 @@ from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, de
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
 DEFAULT_RESTART_LIMIT: Final = 5
+MAX_MODEL_NAME_CHARS: Final = 128
+"""A model's name in :meth:`App.define_model` (the owner's limit on a configured name)."""
 
 PhaseFunction = Callable[[Any], Awaitable[None]]
 """``async def phase(rt: actors.Phase) -> None``."""
@@ -61,6 +63,7 @@ class App:
         self._tasks: dict[str, TaskDefinition] = {}
         self._tools: dict[str, ToolDefinition] = {}
         self._agents: dict[str, AgentDefinition] = {}
+        self._models: dict[str, Model] = {}
 
     def define_task(
         self,
@@ -104,7 +107,8 @@ class App:
     def capabilities(self) -> tuple[Capability, ...]:
         """What a worker serving this app announces: its task kinds, then its agents (whose runs it runs, tasks of
         kind ``agent:<name>``) and its tools (whose calls it runs, tasks of kind ``tool:<name>``), each at its
-        version."""
+        version; then the models it names (:meth:`define_model`), which the owner matches with the conversations
+        configured to use one."""
         tasks = tuple(
             Capability(
                 kind="task",
@@ -123,7 +127,8 @@ class App:
             Capability(kind="tool", name=tool.name, version=tool.version, restart_limit=DEFAULT_RESTART_LIMIT)
             for tool in sorted(self._tools.values(), key=lambda tool: tool.name)
         )
-        return tasks + agents + tools
+        models = tuple(Capability(kind="model", name=name, version=1) for name in sorted(self._models))
+        return tasks + agents + tools + models
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, tasks={sorted(self._tasks)})"
@@ -213,6 +218,25 @@ class App:
         )
         self._agents[name] = definition
         return definition
+
+    def define_model(self, name: str, model: Model) -> Model:
+        """Name a model that conversations may be configured to use (``client.configure(cid, model=name)``): from
+        their next model request, their runs use it instead of their agent's. Only workers whose app names it run
+        such a conversation's runs; with none attached, its run needs attention (``no_model``). Raises
+        :class:`~protocol.UsageError` (and registers nothing) for a name used twice, or that is not a name."""
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_MODEL_NAME_CHARS or not name.isprintable():
+            raise UsageError(f"a model's name is 1 to {MAX_MODEL_NAME_CHARS} printable characters, not {name!r}")
+        if name in self._models:
+            raise UsageError(f"model {name!r} is already defined in app {self.name!r}")
+        if not callable(getattr(model, "stream", None)):
+            raise UsageError(f"model {name!r}: {model!r} is not a model (it has no stream(request) method)")
+        self._models[name] = model
+        return model
+
+    @property
+    def models(self) -> Mapping[str, Model]:
+        """The models :meth:`define_model` named, by name."""
+        return dict(self._models)
 
     @property
     def tools(self) -> Mapping[str, ToolDefinition]:

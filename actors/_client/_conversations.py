@@ -177,17 +177,19 @@ class ConversationCalls(BaseClient):
         max_turns: int | None = None,
         steering: Literal["first", "all"] | None = None,
         follow_ups: Literal["first", "all"] | None = None,
-        after_failed_run: Literal["continue"] | None = None,
+        after_failed_run: Literal["wait", "continue", "withdraw"] | None = None,
         model: str | None = None,
         clear: Sequence[str] = (),
     ) -> DocumentRecord | None:
         """Change the conversation's configuration in one commit and return it (its ``tether.config`` document: a new
         version per change). ``None`` leaves a field as it is; ``clear`` names fields that go back to the agent's
-        definition. ``tools`` (names of the app's tools), ``instructions`` and ``max_turns`` apply from the run's next
-        model request; ``steering="all"`` places every queued steer at a boundary (``"first"``: one per boundary),
-        ``follow_ups="all"`` queues follow-ups together in one run. A bad value raises :class:`~protocol.InvalidRequest`
-        naming it, and nothing changes. ``model`` and ``after_failed_run`` other than ``"continue"`` are not built
-        yet (refused, saying so)."""
+        definition. ``model`` (a name the app gives a model with ``app.define_model``), ``tools`` (names of the app's
+        tools), ``instructions`` and ``max_turns`` apply from the run's next model request (only workers whose app
+        names the model run the conversation's runs; with none attached the run needs attention, ``no_model``);
+        ``steering="all"`` places every queued steer at a boundary (``"first"``: one per boundary), ``follow_ups="all"``
+        queues follow-ups together in one run; ``after_failed_run`` says what becomes of the runs queued behind one
+        that fails: ``"wait"`` (the default: held until the next input, continue or retry), ``"continue"`` or
+        ``"withdraw"``. A bad value raises :class:`~protocol.InvalidRequest` naming it, and nothing changes."""
         fields = {
             "tools": None if tools is None else list(tools),
             "instructions": instructions,

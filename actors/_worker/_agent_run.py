@@ -31,6 +31,8 @@ from protocol import (
     TOOL_RESULT_ENTRY,
     EntryRecord,
     FinishOperation,
+    JsonValue,
+    OperationRecord,
     RunUsage,
     StartOperation,
     TaskOutcome,
@@ -44,7 +46,16 @@ from protocol.io import log_stderr
 from .._app._agents import AgentDefinition
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
 from .._app._tools import ToolDefinition
-from .._models._model import AssistantMessage, Message, ModelError, StreamEvent, TextDelta, TurnBuilder, Usage
+from .._models._model import (
+    AssistantMessage,
+    Message,
+    Model,
+    ModelError,
+    StreamEvent,
+    TextDelta,
+    TurnBuilder,
+    Usage,
+)
 from .._models._retry import next_delay_ms
 from ._journal import (
     AGENT_PREFIX,
@@ -92,6 +103,44 @@ def _run_usage(usage: Usage | None) -> RunUsage | None:
     )
 
 
+class ModelUnavailable(Exception):
+    """The conversation is configured to use a model this worker's app does not name: the phase gives its lease back
+    unrun, and the owner leases the task to a worker that names it (or shows the run ``no_model``)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"the conversation is configured to use the model {model!r}, which this app does not define")
+        self.model = model
+
+
+@attrs.frozen
+class Configuration:
+    """A conversation's configuration at one version (its ``tether.config`` document, written by ``configure``)."""
+
+    version: int
+    value: Mapping[str, Any]
+
+    @staticmethod
+    async def read(rt: Phase) -> Configuration | None:
+        """The conversation's configuration now (``None``: never configured). One read per model request."""
+        document = await rt.client.document(CONFIG_DOCUMENT, conversation_id=rt.conversation_id)
+        if document is None or not isinstance(document.value, dict):
+            return None
+        return Configuration(document.version, dict(document.value))
+
+    def to_arguments(self) -> JsonValue:
+        """What a model request's intent records of it (its ``arguments``): the version and the fields."""
+        return JsonValue({"configuration": {"version": self.version, "value": dict(self.value)}})
+
+    @staticmethod
+    def recorded(arguments: JsonValue) -> Configuration | None:
+        """The configuration a model request's intent recorded, if any."""
+        found = arguments.get("configuration") if isinstance(arguments, dict) else None
+        if not isinstance(found, dict) or not isinstance(found.get("value"), dict):
+            return None
+        version = found.get("version")
+        return Configuration(version if isinstance(version, int) else 0, dict(found["value"]))
+
+
 class AgentRun:
     """The phases of an agent's run task (``agent:<name>``) for one :class:`AgentDefinition`. ``log`` is the
     worker's log: a failed model attempt is one line of it (what failed, and what comes of it)."""
@@ -101,19 +150,26 @@ class AgentRun:
         agent: AgentDefinition,
         log: Callable[[str], None] = log_stderr,
         app_tools: Mapping[str, ToolDefinition] | None = None,
+        app_models: Mapping[str, Model] | None = None,
     ) -> None:
         self.agent = agent
         self._log = log
         self._app_tools = app_tools or {tool.name: tool for tool in agent.tools}
         """The tools a conversation's configuration may select (the app's), by name."""
+        self._app_models = app_models or {}
+        """The models a conversation's configuration may select (``app.define_model``), by name."""
 
-    async def configured(self, rt: Phase) -> AgentDefinition:
-        """The agent as the conversation's configuration (``configure``) has it now: its ``instructions``,
-        ``max_turns`` and ``tools`` (names of the app's tools; one the app does not define is left out) replace the
-        definition's; read before each model request, so a change applies from the next one."""
-        document = await rt.client.document(CONFIG_DOCUMENT, conversation_id=rt.conversation_id)
-        config = document.value if document is not None and isinstance(document.value, dict) else {}
+    def configured(self, configuration: Configuration | None) -> AgentDefinition:
+        """The agent as a configuration (``configure``) has it: its ``model`` (a name of the app's models),
+        ``instructions``, ``max_turns`` and ``tools`` (names of the app's tools; one the app does not define is left
+        out) replace the definition's. Raises :class:`ModelUnavailable` for a model this app does not name."""
+        config = {} if configuration is None else configuration.value
         changes: dict[str, Any] = {}
+        if isinstance(config.get("model"), str):
+            model = self._app_models.get(config["model"])
+            if model is None:
+                raise ModelUnavailable(config["model"])
+            changes["model"] = model
         if isinstance(config.get("instructions"), str):
             changes["instructions"] = config["instructions"]
         if "max_turns" in config:
@@ -121,6 +177,17 @@ class AgentRun:
         if isinstance(config.get("tools"), list):
             changes["tools"] = tuple(self._app_tools[name] for name in config["tools"] if name in self._app_tools)
         return attrs.evolve(self.agent, **changes) if changes else self.agent
+
+    def _replayed(self, op: OperationRecord | None, current: Configuration | None) -> Configuration | None:
+        """The configuration a model request runs with: the one its first attempt recorded in its intent (none, if
+        the conversation had none then), so a later attempt of the same turn repeats the same request; unless this
+        worker cannot honour it (its model is not named here: the conversation moved to another since), then the
+        current one, as a new turn would. The first attempt runs with the current one."""
+        if op is None:
+            return current
+        recorded = Configuration.recorded(op.arguments)
+        model = None if recorded is None else recorded.value.get("model")
+        return current if isinstance(model, str) and model not in self._app_models else recorded
 
     def definition(self) -> TaskDefinition:
         return TaskDefinition(
@@ -140,15 +207,17 @@ class AgentRun:
     ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
         the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
-        agent = await self.configured(rt)
         run_id = str(rt.input["run_id"])
-        if agent.max_turns is not None and turn > agent.max_turns:
+        operation_id = model_operation_id(run_id, turn)
+        current = await Configuration.read(rt)
+        guessed = guess and _fresh(rt)
+        op = None if guessed else await journaled(rt, operation_id)
+        configuration = self._replayed(op, current)
+        agent = self.configured(configuration)  # (a model not named here: the lease goes back, unrun)
+        if op is None and agent.max_turns is not None and turn > agent.max_turns:
             limit = f"the run reached its agent's limit of {agent.max_turns} model turns"
             await rt.fail(limit, reason="max_turns")
             return
-        operation_id = model_operation_id(run_id, turn)
-        guessed = guess and _fresh(rt)
-        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and op.status == "completed":
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
@@ -184,6 +253,7 @@ class AgentRun:
             attempt=attempt,
             digest=intent_digest,
             retry=retry,
+            arguments=JsonValue(None) if configuration is None else configuration.to_arguments(),
         )
         if not await _start(rt, intent, guessed):
             await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it

@@ -31,7 +31,7 @@ from protocol.io import log_stderr
 
 from .._app._app import App, TaskDefinition
 from .._client._client import Client
-from ._agent_run import AgentRun
+from ._agent_run import AgentRun, ModelUnavailable
 from ._journal import AGENT_PREFIX, TOOL_PREFIX
 from ._phase import Phase
 from ._tool_run import ToolRun
@@ -154,6 +154,11 @@ class Worker:
             self._log(f"tether worker: task {task_id}: stopped by its budget, as asked: {exc}")
         except StaleLease as exc:
             self._log(f"tether worker: task {task_id}: {exc}")
+        except ModelUnavailable as exc:
+            # Not a fault: the conversation moved to a model this app does not name. Given back unrun (no state
+            # committed, no restart counted); the owner leases it to a worker that names it.
+            self._log(f"tether worker: task {task_id}: {exc}: given back to the owner")
+            await self._release(lease)
         except (TetherError, OSError) as exc:
             self._log(f"tether worker: task {task_id}: gave the lease up: {type(exc).__name__}: {exc}")
         finally:
@@ -194,7 +199,7 @@ class Worker:
                 return
         try:
             await function(rt)
-        except StaleLease:
+        except (StaleLease, ModelUnavailable):
             raise
         except BaseExceptionGroup as group:
             # Before ``except Exception`` (an ExceptionGroup is an Exception): a phase whose own nursery raised
@@ -263,7 +268,7 @@ def run_definition(app: App, kind: str, *, log: Callable[[str], None] = log_stde
     ``log`` is the worker's log."""
     if kind.startswith(AGENT_PREFIX):
         agent = app.agents.get(kind.removeprefix(AGENT_PREFIX))
-        return None if agent is None else AgentRun(agent, log, app.tools).definition()
+        return None if agent is None else AgentRun(agent, log, app.tools, app.models).definition()
     if kind.startswith(TOOL_PREFIX):
         tool = app.tools.get(kind.removeprefix(TOOL_PREFIX))
         return None if tool is None else ToolRun(tool).definition()

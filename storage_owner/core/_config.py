@@ -8,11 +8,15 @@
    or the default, applies again); a change that changes nothing writes nothing and answers the current document.
 3. What the owner reads of it: the inbox's modes (``steering``: ``first`` or ``all`` steers per boundary;
    ``follow_ups``: ``first`` (a run per follow-up) or ``all`` (follow-ups queued together share one run)). Workers
-   read the rest (``tools``, ``instructions``, ``max_turns``) when they prepare each model request, so a change
-   applies from the next one; and ``after_failed_run`` (``wait``, ``continue`` or ``withdraw``: what becomes of the
-   runs queued behind one that fails, ``_runs`` rule 7), read when a run ends. Not built yet, and refused saying so:
-   ``model`` (a model the app defines).
-4. A conversation created owned by a task starts with the configuration of that task's conversation (a subagent's
+   read the rest (``model``, ``tools``, ``instructions``, ``max_turns``) when they prepare each model request, so a
+   change applies from the next one; and ``after_failed_run`` (``wait``, ``continue`` or ``withdraw``: what becomes
+   of the runs queued behind one that fails, ``_runs`` rule 7), read when a run ends.
+4. ``model`` names a model the app defines (``app.define_model``); workers announce the names theirs define. A run's
+   task in a conversation configured to use one is leased only to a worker naming it (:meth:`requirement`); with
+   none attached among those that run the agent, it is blocked ``missing_model`` (the run ``needs_attention``,
+   ``no_model``), until one attaches or the configuration changes. A worker that finds, at a model request, a model
+   its app does not name gives the lease back unrun (the owner leases it again by the new requirement).
+5. A conversation created owned by a task starts with the configuration of that task's conversation (a subagent's
    transcript runs as its caller's does), copied in the creating commit as its version 1; later changes to either
    are the conversation's own.
 """
@@ -23,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from protocol import (
+    AGENT_TASK_PREFIX,
     CONFIG_DOCUMENT,
     CONFIG_FIELDS,
     Configure,
@@ -31,11 +36,12 @@ from protocol import (
     ErrorCode,
     Frame,
     JsonValue,
+    TaskRecord,
 )
 
 from ._checks import Refusal, check_id, missing_conversation
 from ._ports import ConversationStore
-from ._unit import UnitOfWork
+from ._unit import Journal, UnitOfWork
 
 MODES: Final[Mapping[str, tuple[str, ...]]] = {
     "steering": ("first", "all"),
@@ -43,9 +49,10 @@ MODES: Final[Mapping[str, tuple[str, ...]]] = {
     "after_failed_run": ("wait", "continue", "withdraw"),
 }
 """The inbox's modes and their values; the first is the default."""
-NOT_BUILT: Final[Mapping[str, str]] = {
-    "model": "configure(model=...) is not built yet (a conversation runs its agent's model); nothing was changed",
-}
+MAX_CACHED_MODELS: Final = 100_000
+"""Conversations whose configured model the owner remembers (the cache is dropped whole past this)."""
+MODEL_CAPABILITY_PREFIX: Final = "model:"
+"""A worker's capability key for a model its app names (``_task_placement.task_kind``)."""
 MAX_INSTRUCTIONS_CHARS: Final = 64 << 10
 MAX_TOOLS: Final = 256
 MAX_NAME_CHARS: Final = 128
@@ -60,8 +67,6 @@ def _check_name(value: Any, where: str) -> str:
 def check_field(name: str, value: Any) -> JsonValue:
     """``value`` if it is what configuration field ``name`` takes; refused ``invalid`` (naming it) otherwise."""
     where = f"configure: {name}"
-    if name in NOT_BUILT:
-        raise Refusal(ErrorCode.INVALID, f"configure: {NOT_BUILT[name]}")
     if name in MODES:
         if value not in MODES[name]:
             raise Refusal(ErrorCode.INVALID, f"{where} is one of {', '.join(MODES[name])}, not {value!r}")
@@ -89,8 +94,32 @@ def check_field(name: str, value: Any) -> JsonValue:
 class Configurations:
     """The conversations' configurations. See the module docstring."""
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: ConversationStore, journal: Journal) -> None:
         self._store = store
+        self._models: dict[str, str | None] = {}
+        """The model each conversation is configured to use (``None``: its agent's), cached as it is read."""
+        journal.cache(self._models.clear)
+
+    def model_of(self, conversation_id: str) -> str | None:
+        """The model the conversation is configured to use, if any (read once, then cached: placement asks for every
+        run task it places)."""
+        try:
+            return self._models[conversation_id]
+        except KeyError:
+            pass
+        if len(self._models) >= MAX_CACHED_MODELS:
+            self._models.clear()
+        model = self.current(conversation_id).get("model")
+        self._models[conversation_id] = model if isinstance(model, str) else None
+        return self._models[conversation_id]
+
+    def requirement(self, record: TaskRecord) -> str | None:
+        """What a task needs of its worker (placement's ``requires``): a run's task, unless it is being aborted (its
+        abort handler asks no model), in a conversation configured to use a model needs a worker naming it."""
+        if record.abort is not None or not record.kind.startswith(AGENT_TASK_PREFIX):
+            return None
+        model = self.model_of(record.conversation_id)
+        return None if model is None else MODEL_CAPABILITY_PREFIX + model
 
     def current(self, conversation_id: str) -> dict[str, Any]:
         document = self._store.document(conversation_id, CONFIG_DOCUMENT)
@@ -102,7 +131,7 @@ class Configurations:
         return value if isinstance(value, str) and value in MODES[name] else MODES[name][0]
 
     def inherit(self, unit: UnitOfWork, conversation_id: str, from_conversation_id: str) -> None:
-        """Rule 4, in the commit that creates ``conversation_id``."""
+        """Rule 5, in the commit that creates ``conversation_id``."""
         value = self.current(from_conversation_id)
         if value:
             self._put(unit, conversation_id, value, None)
@@ -143,5 +172,6 @@ class Configurations:
             updated_at_ms=unit.now_ms,
         )
         self._store.put_document(document)
+        self._models.pop(conversation_id, None)
         unit.records.append(document)
         return document

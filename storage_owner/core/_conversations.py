@@ -27,6 +27,7 @@ from protocol import (
     AbortConversation,
     AbortTask,
     AppendEntry,
+    Configure,
     ConversationAborted,
     ConversationRecord,
     ConversationReply,
@@ -432,6 +433,15 @@ class Conversations:
             self._runs.cancel_queued(record.run_id, unit)
         self._inbox.flush(unit)
         return Withdrawn(outcome="withdrawn", submission=withdrawn)
+
+    def on_configure(self, unit: UnitOfWork, request: Configure) -> Frame:
+        """``_config`` rules 1 and 2; a changed model makes placement look again at the conversation's run (rule 4)."""
+        config = self._inbox.config
+        before = config.model_of(request.conversation_id) if self._store.conversation(request.conversation_id) else None
+        reply = config.on_configure(unit, request)
+        if config.model_of(request.conversation_id) != before:
+            self._runs.requirement_changed(request.conversation_id)
+        return reply
 
     # ----------------------------------------------------------------------------------------------- reads
 

@@ -167,6 +167,7 @@ class OwnerCore:
         )
         self._attached = self.peers.attached
         operation_records = OperationRecords(store)
+        self.config = Configurations(store, journal)
         self.tasks = TaskEngine(
             store,
             outbox,
@@ -178,9 +179,9 @@ class OwnerCore:
             orphan_grace_ms=orphan_grace_ms,
             # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
+            requires=self.config.requirement,  # a run's task in a conversation configured to use a model
         )
         entries = Entries(store, journal)
-        self.config = Configurations(store)
         self.inbox = Inbox(store, journal, entries.place, self.waits, outbox, self.config)
         self.runs = Runs(
             store,
@@ -232,7 +233,7 @@ class OwnerCore:
             Commit: self.commits.on_commit,
             Submit: self.conversations.on_submit,
             Withdraw: self.conversations.on_withdraw,
-            Configure: self.config.on_configure,
+            Configure: self.conversations.on_configure,
             AbortConversation: self.conversations.on_abort_conversation,
             CancelRun: self.runs.on_cancel_run,
             RetryRun: self.runs.on_retry_run,

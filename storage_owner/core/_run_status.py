@@ -64,6 +64,8 @@ def run_status(
     ``pending``                           blocked ``task_too_old`` or                ``needs_attention``
                                           ``migration_failed``                       (``agent_version_missing``)
     ``pending``                           blocked ``missing_task``                   ``pending`` (``agent_missing``)
+    ``pending``                           blocked ``missing_model``                  ``needs_attention``
+                                                                                     (``no_model``)
     ``pending``                           otherwise                                  ``pending``
     ``waiting``                           a live ``tether.attention`` it owns        ``needs_attention``
                                                                                      (``tool_interrupted``, its op)
@@ -105,6 +107,8 @@ def run_status(
             return Derived("needs_attention", "agent_version_missing")
         if blocked == "missing_task":
             return Derived("pending", "agent_missing")
+        if blocked == "missing_model":
+            return Derived("needs_attention", "no_model")
         return Derived("pending")
     if attention is not None:
         return Derived("needs_attention", "tool_interrupted", attention)

@@ -387,6 +387,14 @@ class Runs:
                 if run_id is not None:
                     self._dirty[run_id] = None
 
+    def requirement_changed(self, conversation_id: str) -> None:
+        """The conversation's configured model changed: its active run's task may be placed again (``_config`` rule
+        4), and its status derived again (``no_model``)."""
+        run = self.active_run(conversation_id)
+        if run is not None and run.task_id is not None:
+            self._tasks.requirement_changed(run.task_id)
+            self._dirty[run.run_id] = None
+
     def workers_changed(self) -> None:
         """Workers came or went: a pending run's blocked reason may have changed, and whether the tool calls of a
         run whose task waits can run (``tool_missing``, which ranks above an approval: a ``waiting`` run too).

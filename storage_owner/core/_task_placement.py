@@ -4,6 +4,10 @@ queues of tasks ready to be leased and of tasks no attached worker can run, and 
 Placement never changes a task's record: granting a lease is a transition (:mod:`._tasks`), which asks placement
 whom to grant it to and then records the lease here. Whether a task is blocked is derived from the attached
 workers, never stored.
+
+A task may also need something of its worker beyond its kind and version (:attr:`Placement.requires`): a run's task
+in a conversation configured to use a model needs a worker whose app names that model (a capability of kind
+``model``). None able to run the kind has it: the task is blocked ``missing_model``.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class Placement:
         self.migration_failed: dict[tuple[str, int], str] = {}
         self.place = True
         """Whether settling should try to grant leases (something became ready, or a worker has room)."""
+        self.requires: Callable[[TaskRecord], str | None] = lambda record: None
+        """What else a task needs of its worker: a capability key (``model:<name>``) it must have announced."""
 
     # ---------------------------------------------------------------------------------------------- workers
 
@@ -218,9 +224,12 @@ class Placement:
         best: tuple[PeerId, Capability] | None = None
         best_load = 0
         able = False
+        required = self.requires(record)
         for peer, worker in self.workers.items():
             capability = worker.capabilities.get(record.kind)
             if capability is None or not self._can_run(record, capability):
+                continue
+            if required is not None and required not in worker.capabilities:
                 continue
             able = True
             load = len(worker.leases)
@@ -245,12 +254,24 @@ class Placement:
     def blocked_reason(self, record: TaskRecord) -> Blocked | None:
         """Why no attached worker can run ``record`` (busy workers do not count as blocking), or ``None``."""
         versions = []
+        required = self.requires(record)
+        lacking = False
         for worker in self.workers.values():
             capability = worker.capabilities.get(record.kind)
             if capability is not None:
                 if self._can_run(record, capability):
-                    return None
+                    if required is None or required in worker.capabilities:
+                        return None
+                    lacking = True
                 versions.append(capability)
+        if lacking:
+            assert required is not None
+            what = required.partition(":")[2]
+            return Blocked(
+                "missing_model",
+                f"no attached worker that runs {record.kind} names the model {what!r} its conversation is "
+                "configured to use (define it with app.define_model, or configure another)",
+            )
         stored = record.version
         if not versions:
             return Blocked("missing_task", f"no attached worker has task kind {record.kind}")

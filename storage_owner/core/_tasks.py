@@ -18,7 +18,7 @@ Two kinds of change reach the engine:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -78,6 +78,7 @@ class TaskEngine:
         stored_conversations: ConversationReads,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         cut_off_hooks: Mapping[str, CutOffHook] = MappingProxyType({}),
+        requires: Callable[[TaskRecord], str | None] | None = None,
     ) -> None:
         self._store = store
         self._stored_conversations = stored_conversations
@@ -90,6 +91,8 @@ class TaskEngine:
         self._records = TaskRecords(store, journal)
         self._tasks = self._records.tasks
         self._placement = Placement(self._records)
+        if requires is not None:
+            self._placement.requires = requires
         self._settling = Settling(
             store,
             self._records,
@@ -205,6 +208,13 @@ class TaskEngine:
         )
         self._records.save(record, changed, "end")
         return changed
+
+    def requirement_changed(self, task_id: str) -> None:
+        """What a live task needs of its worker changed (its conversation's model): if it was blocked, placement
+        looks again."""
+        record = self._records.get(task_id)
+        if record is not None and self._placement.is_blocked(record):
+            self._placement.make_ready(record)
 
     def blocked_reason_of(self, record: TaskRecord) -> str | None:
         """Why no attached worker can run a runnable task now (``None``: one can, or it is not runnable)."""

@@ -57,3 +57,16 @@ def build_gated(turns: list[actors.ScriptedTurn]) -> tuple[actors.App, GatedMode
     app = actors.App("inbox-gated")
     app.define_agent("support", version=1, model=model)
     return app, model
+
+
+def build_with_models(
+    turns: list[actors.ScriptedTurn], fast_turns: list[actors.ScriptedTurn]
+) -> tuple[actors.App, actors.App, RecordingModel]:
+    """Two apps of the same agent: ``plain`` with the agent's model only, and ``fast``, which also names a model
+    ``fast`` (returned) that a conversation may be configured to use."""
+    plain, _ = build(turns)
+    fast, _ = build(turns)
+    fast_model = RecordingModel(fast_turns)
+    fast_model.name = "fast-model"
+    fast.define_model("fast", fast_model)
+    return plain, fast, fast_model

@@ -12,8 +12,8 @@ import trio
 
 import actors
 from tests.conftest import OwnerProcess
-from tests.integration._agent_helpers import ledger, run_in, serving
-from tests.integration._inbox_apps import build, build_gated
+from tests.integration._agent_helpers import ledger, run_in, served, serving
+from tests.integration._inbox_apps import build, build_gated, build_with_models
 from tests.integration._up_helpers import nonblank_lines, run_tether
 from tests.integration.test_agents import ledger_lines, transcript
 
@@ -199,6 +199,38 @@ async def test_a_conversations_configuration_applies_from_the_next_model_request
             assert (await client.wait_for_submission(own.submission_id)).reason == "turn_limit"
             shown = await run_tether("configure", "--db", db, conversation_id)
             assert b"max_turns 2; steering" not in shown.stdout and b"max_turns 2" in shown.stdout
+
+
+async def test_a_conversation_moved_to_a_model_mid_run_waits_for_a_worker_naming_it_and_records_it(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    turns = [actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})])]
+    # (A scripted model answers a run's turn n with its n-th turn: the fast model is first asked turn 2.)
+    fast_turns = [actors.ScriptedTurn(text="never asked"), actors.ScriptedTurn(text="Fast answer.")]
+    plain, fast, fast_model = build_with_models(turns, fast_turns)
+    db = owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, plain, name="plain") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            assert own.run_id is not None
+            await ledger_lines(ledger, 1)  # the first turn ran with the agent's model, its tool blocks
+            document = await client.configure(conversation_id, model="fast")
+            assert document is not None and document.value == {"model": "fast"}
+            (tmp_path / "gate").touch()
+            # The plain worker, at the next model request, gives the lease back: no attached worker names "fast".
+            stuck = await client.wait_for_run(own.run_id)
+            assert (stuck.status, stuck.reason) == ("needs_attention", "no_model")
+            shown = await run_tether("runs", "--db", db, "--conversation", conversation_id)
+            assert b"no_model" in shown.stdout, shown.stdout
+            async with served(db, fast, name="fast"):
+                run = await client.wait_for_run(own.run_id)
+                assert run.status == "completed" and run.answer is not None and run.answer.text == "Fast answer."
+            assert [turn for turn, _ in fast_model.asked] == [2]
+            operations = [op for op in await client.operations(own.run_id) if op.kind == "model"]
+            assert [(op.turn, op.name) for op in operations] == [(1, "recording"), (2, "fast-model")]
+            assert operations[0].arguments is None  # no configuration then
+            assert operations[1].arguments == {"configuration": {"version": 1, "value": {"model": "fast"}}}
 
 
 async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_nothing_to_answer(

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 
 import actors
 from actors import ModelRequest, Retry, ScriptedModel, ScriptedTurn, ToolMessage, UserMessage
+from actors._worker._agent_run import AgentRun, Configuration, ModelUnavailable
+from protocol import JsonValue, OperationRecord
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
 
@@ -130,3 +133,58 @@ def test_the_apps_registries_are_read_only_views() -> None:
     app.tools.pop("refund")  # type: ignore[attr-defined]
     assert "refund" in app.tools
     assert app.tasks == {}
+
+
+def test_define_model_names_a_model_once_and_workers_announce_it() -> None:
+    app = support_app()
+    fast = ScriptedModel([ScriptedTurn(text="fast")], name="fast-model")
+    assert app.define_model("fast", fast) is fast
+    for name, model, fragment in (
+        ("fast", fast, "already defined in app 'support'"),
+        ("", fast, "1 to 128 printable characters"),
+        ("x" * 129, fast, "1 to 128 printable characters"),
+        ("slow", object(), "is not a model"),
+    ):
+        with pytest.raises(actors.UsageError, match=fragment):
+            app.define_model(name, model)  # type: ignore[arg-type]
+    assert app.models == {"fast": fast}
+    assert [(one.kind, one.name) for one in app.capabilities() if one.kind == "model"] == [("model", "fast")]
+
+
+def test_a_configuration_picks_the_apps_model_and_a_replay_the_one_its_first_attempt_recorded() -> None:
+    app = support_app()
+    fast = app.define_model("fast", ScriptedModel([ScriptedTurn(text="fast")], name="fast-model"))
+    agent = app.define_agent("support", version=1, model=SCRIPT, tools=["lookup"])
+    run = AgentRun(agent, app_tools=app.tools, app_models=app.models)
+    assert run.configured(None) is agent
+    configured = run.configured(Configuration(3, {"model": "fast", "tools": ["refund", "gone"], "max_turns": 2}))
+    assert configured.model is fast and [tool.name for tool in configured.tools] == ["refund"]
+    assert configured.max_turns == 2
+    with pytest.raises(ModelUnavailable, match="'slow', which this app does not define"):
+        run.configured(Configuration(4, {"model": "slow"}))
+    # A later attempt of a turn runs with what its first attempt recorded, none included...
+    current = Configuration(5, {"instructions": "now"})
+    recorded = Configuration(3, {"model": "fast"})
+    op = OperationRecord(
+        operation_id="op",
+        run_id="run",
+        conversation_id="c",
+        task_id="t",
+        kind="model",
+        name="fast-model",
+        version=1,
+        turn=1,
+        attempt=1,
+        arguments=recorded.to_arguments(),
+        digest="d",
+        status="started",
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+    assert run._replayed(None, current) == current
+    assert run._replayed(op, current) == recorded
+    assert run._replayed(attrs.evolve(op, arguments=JsonValue(None)), current) is None
+    # ... unless its model is not named here any more: then the current one, as a new turn would.
+    gone = attrs.evolve(op, arguments=Configuration(3, {"model": "retired"}).to_arguments())
+    assert run._replayed(gone, current) == current

@@ -42,7 +42,7 @@ from protocol import (
     Withdraw,
     Withdrawn,
 )
-from storage_owner.core import Output
+from storage_owner.core import Output, _config
 from storage_owner.core._inbox import MAX_QUEUED_PER_CONVERSATION
 from storage_owner.core._runs import run_task_id
 from tests.unit._stores import open_store
@@ -564,6 +564,59 @@ def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_c
     unowned = fresh_id()
     other.worker.ok(other.task_id, CreateConversation(conversation_id=unowned, owner_task_id=other.task_id))
     assert sim.store.document(unowned, CONFIG_DOCUMENT) is None
+
+
+def test_a_run_configured_to_use_a_model_is_leased_only_to_a_worker_naming_it(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    expect(configure(sim, conversation_id, model="fast"), DocumentReply)
+    plain = sim.agent_worker()
+    run_id = submitted(sim, conversation_id, "hi").submission_id
+    task_id = run_task_id(run_id, 1)
+    assert not plain.holds(task_id)
+    # Workers run the agent, none names the model: the run needs attention, and says which model.
+    assert sim_status(sim, run_id) == ("needs_attention", "no_model")
+    graph = sim.core.tasks.blocked_reason_of(sim.core.tasks.record(task_id))  # type: ignore[arg-type]
+    assert graph == "missing_model"
+    named = sim.agent_worker(models=("fast",))
+    assert named.holds(task_id) and not plain.holds(task_id)
+    assert sim_status(sim, run_id) == ("running", None)
+
+
+def test_a_model_configured_away_mid_run_is_placed_again_when_the_worker_gives_the_lease_back(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    fast = sim.agent_worker(models=("fast",))
+    run_id = submitted(sim, conversation_id, "hi").submission_id
+    task_id = run_task_id(run_id, 1)
+    assert fast.holds(task_id)
+    expect(configure(sim, conversation_id, model="slow"), DocumentReply)
+    # The worker finds, at its next model request, a model its app does not name: it gives the lease back unrun.
+    expect(fast.release(task_id), Ok)
+    assert not fast.holds(task_id)
+    assert sim_status(sim, run_id) == ("needs_attention", "no_model")
+    assert sim.core.tasks.record(task_id).restarts == 0  # type: ignore[union-attr]  # not a cut-off
+    # Configured back to a model a worker names: placed again at once, no worker attaching needed.
+    expect(configure(sim, conversation_id, model="fast"), DocumentReply)
+    assert fast.holds(task_id) and sim_status(sim, run_id) == ("running", None)
+    # Clearing the model: any worker running the agent will do.
+    expect(configure(sim, conversation_id, clear=("model",)), DocumentReply)
+    # A run being cancelled needs no model: its abort handler runs on any worker of the agent.
+    expect(configure(sim, conversation_id, model="slow"), DocumentReply)
+    expect(fast.release(task_id), Ok)
+    assert sim_status(sim, run_id) == ("needs_attention", "no_model")
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    assert fast.lease(task_id).mode == "abort"
+
+
+def test_the_owner_keeps_at_most_its_bound_of_configured_models_in_memory(
+    sim: RunSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_config, "MAX_CACHED_MODELS", 3)
+    conversations = [sim.agent_conversation() for _ in range(7)]
+    for index, conversation_id in enumerate(conversations):
+        expect(configure(sim, conversation_id, model=f"m{index}"), DocumentReply)
+    for index, conversation_id in enumerate(conversations * 2):
+        assert sim.core.config.model_of(conversation_id) == f"m{index % 7}"  # right, whatever was dropped
+        assert len(sim.core.config._models) <= 3
 
 
 def test_steering_all_places_every_queued_steer_at_one_boundary(sim: RunSim) -> None:

@@ -114,10 +114,16 @@ class RunSim(OwnerSim):
         self.core.runs.max_concurrent_runs = self.max_concurrent_runs
         self.batch()
 
-    def agent_worker(self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64) -> Worker:
+    def agent_worker(
+        self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64, models: tuple[str, ...] = ()
+    ) -> Worker:
+        """Attach a worker that runs ``agent`` and names ``models`` (``app.define_model``)."""
         worker = self.attach_worker()
-        capability = Capability(kind="agent", name=agent, version=version)
-        announce = Announce(pid=1000, host="test", app="tests", capabilities=(capability,), max_leases=max_leases)
+        capabilities = (
+            Capability(kind="agent", name=agent, version=version),
+            *(Capability(kind="model", name=model, version=1) for model in models),
+        )
+        announce = Announce(pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=max_leases)
         expect(self.request(worker.peer, announce), Ok)
         return worker
 
