@@ -234,13 +234,24 @@ class WatchView:
         return []
 
     def _submission(self, submission: SubmissionRecord) -> list[str]:
-        """What a person follows of the inbox: a steer queued, an input that went unanswered (withdrawn, its run
-        ended without an answer). Placement shows as its user entry, an answer as the run's."""
+        """What a person follows of the inbox: what waits in it (a steer, a follow-up joining a queued run, a reset
+        for the working run's boundary, a write behind a reset) and an input that went unanswered (withdrawn, its run
+        ended without an answer). Placement shows as its entry, an answer as the run's; a follow-up with a run of its
+        own shows as that run."""
         text = preview(submission.payload)
-        if submission.status == "queued" and submission.when_busy == "steer":
+        queued = submission.status == "queued"
+        if queued and submission.kind == "input" and submission.when_busy == "steer":
             return [f"steer queued for run {submission.run_id}: {text}"]
+        if queued and submission.kind == "input" and submission.run_id != submission.submission_id:
+            return [f"follow-up queued to join run {submission.run_id}: {text}"]
+        if queued and submission.kind == "reset":
+            return [f"reset queued for run {submission.run_id}'s next boundary"]
+        if queued and submission.kind == "write":
+            return [f"write {text} waits behind a queued reset"]
         if submission.status == "unanswered" and submission.kind == "input":
             return [f"input {text} unanswered ({submission.reason})"]
+        if submission.status == "unanswered" and submission.kind == "continue":
+            return [f"continue unanswered ({submission.reason})"]
         return []
 
     def _entry(self, entry: EntryRecord) -> list[str]:

@@ -1,6 +1,7 @@
 """Agent apps for ``tests/faults/test_run_owner_kills.py`` (served in the test's process with ``actors.serve``) and
 ``tests/faults/test_run_worker_kills.py`` (``tether worker --app tests.faults._run_apps:ATTR``: the ``*_dies_*`` apps
-SIGKILL their own worker process once at a chosen point).
+SIGKILL their own worker process once at a chosen point; ``configured_dies_mid_request`` once its first model
+request's intent is committed, in a conversation configured to use the model ``fast``).
 
 The tool apps are ``tests.integration._agent_apps``'s (a ``lookup`` tool that appends a line per execution to the
 ledger ``TETHER_TEST_LEDGER`` and blocks while the file ``TETHER_TEST_GATE`` does not exist). ``streaming`` is an
@@ -124,3 +125,36 @@ idempotent_dies_before_intent = dies_before_intent("idempotent")
 manual_dies_after_tool_result = dies_after_tool_result("manual")
 safe_dies_after_tool_result = dies_after_tool_result("safe")
 idempotent_dies_after_tool_result = dies_after_tool_result("idempotent")
+
+
+class NotingModel:
+    """The script, except that each request's model name, instructions and attempt go to the ledger first; the
+    worker dies at its first request, once (its intent, with the configuration it recorded, is committed)."""
+
+    def __init__(self, name: str, turns: list[actors.ScriptedTurn]) -> None:
+        self.name = name
+        self.inner = actors.ScriptedModel(turns)
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        line = {"tool": "model", "model": self.name, "instructions": request.instructions, "attempt": request.attempt}
+        with open(os.environ["TETHER_TEST_LEDGER"], "a", encoding="utf-8") as file:
+            file.write(json.dumps(line, sort_keys=True) + "\n")
+        die_once("mid-request")
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def configured_dies_mid_request() -> actors.App:
+    app = actors.App("configured")
+    answers = [actors.ScriptedTurn(text="Answered.")]
+    app.define_agent(
+        "support",
+        version=1,
+        model=NotingModel("agent-model", answers),
+        model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+    )
+    app.define_model("fast", NotingModel("fast-model", answers))
+    return app
+
+
+configured = configured_dies_mid_request()

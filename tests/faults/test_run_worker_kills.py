@@ -1,6 +1,7 @@
 """SIGKILL of a WORKER at the points of a run's journal that tests/integration/test_agents.py does not cover (it
 kills a worker mid-tool and mid-stream): before a tool call's intent, and after a tool's result is committed, when
-the run's next model request starts. The worker process kills itself there once (``tests/faults/_run_apps.py``);
+the run's next model request starts; and mid-request in a configured conversation whose configuration changes
+before the request is tried again (the retry runs with what the intent recorded). The worker process kills itself there once (``tests/faults/_run_apps.py``);
 a worker served in this process then takes the run over.
 """
 
@@ -94,3 +95,33 @@ async def test_worker_killed_after_a_tool_result_never_runs_it_again(
         "tether.tool_result",
         "tether.assistant",
     ]
+
+
+async def test_worker_killed_mid_request_the_retry_runs_with_the_configuration_its_intent_recorded(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.configure(conversation_id, model="fast", instructions="First.")
+            async with worker_process(db, "configured", ledger, module=RUN_APPS) as process:
+                own = await client.submit(conversation_id, kind="input", payload="Hi?")
+                assert await process.wait() == -signal.SIGKILL
+            assert own.run_id is not None
+            await run_in(client, own.run_id, "retry_wait")
+            # Changed while the turn's request waits to be tried again: the retry must not see it...
+            await client.configure(conversation_id, instructions="Second.")
+            async with served(db, _run_apps.configured_dies_mid_request(), name="second"):
+                await client.advance_clock(1000)
+                run = await client.wait_for_run(own.run_id)
+                assert run.status == "completed"
+                # ... the next turn boundary does (here: the next run's first request).
+                later = await client.submit(conversation_id, kind="input", payload="And now?")
+                assert later.run_id is not None
+                assert (await client.wait_for_run(later.run_id)).status == "completed"
+            [request] = await client.operations(own.run_id)  # one model request: attempt 1 cut off, 2 answered
+    asked = [(line["model"], line["instructions"], line["attempt"]) for line in read_ledger(ledger)]
+    assert asked == [("fast-model", "First.", 1), ("fast-model", "First.", 2), ("fast-model", "Second.", 1)]
+    assert request.arguments == {"configuration": {"version": 1, "value": {"model": "fast", "instructions": "First."}}}
+    assert (request.kind, request.status, request.attempt) == ("model", "completed", 2)

@@ -20,6 +20,7 @@ from protocol import (
     Retry,
     RunRecord,
     RunUsage,
+    SubmissionRecord,
     TaskOutcome,
     TaskRecord,
 )
@@ -545,3 +546,42 @@ def test_a_failed_attempt_is_cut_off_once_whatever_the_order_of_its_commits_reco
         assert len(lines) == 1 and lines[0].startswith("(cut off: attempt 1")
         [stream] = view.streams()
         assert (stream.text, stream.status) == ("Half an answ", "aborted")
+
+
+def test_the_view_says_what_waits_in_the_inbox_and_what_went_unanswered() -> None:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+
+    def submission(kind: str, status: str, payload: Any, **fields: Any) -> SubmissionRecord:
+        fields.setdefault("submission_id", "s1")
+        return SubmissionRecord(
+            conversation_id=CONVERSATION,
+            request_id="r",
+            kind=kind,
+            payload=JsonValue(payload),
+            status=status,
+            seq=2,
+            created_at_ms=0,
+            **fields,
+        )
+
+    lines = view.apply(
+        2,
+        [
+            submission("input", "queued", "check B too", run_id=RUN, when_busy="steer"),
+            submission("input", "queued", "and C", run_id=RUN),
+            submission("input", "queued", "own run", submission_id=RUN, run_id=RUN),
+            submission("reset", "queued", None, run_id=RUN),
+            submission("write", "queued", {"kind": "app.note"}, run_id=RUN),
+            submission("input", "unanswered", "late", run_id=RUN, reason="run_failed"),
+            submission("continue", "unanswered", None, run_id=RUN, reason="nothing_to_answer"),
+            submission("app.vote", "done", 1),
+        ],
+    )
+    assert lines == [
+        f"steer queued for run {RUN}: check B too",
+        f"follow-up queued to join run {RUN}: and C",
+        f"reset queued for run {RUN}'s next boundary",
+        'write {"kind":"app.note"} waits behind a queued reset',
+        "input late unanswered (run_failed)",
+        "continue unanswered (nothing_to_answer)",
+    ]
