@@ -244,6 +244,11 @@ class TurnBuilder:
         """The text so far (for showing partial output)."""
         return "".join(self._text)
 
+    @property
+    def usage(self) -> Usage | None:
+        """The usage the stream reported so far, if it did (a failed attempt's is counted too)."""
+        return self._usage
+
     def feed(self, event: StreamEvent) -> None:
         if self._finish is not None:
             raise _invalid(f"{event!r} came after the stream finished")

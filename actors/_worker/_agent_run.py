@@ -271,7 +271,9 @@ class AgentRun:
             except ModelError as exc:
                 failure = exc
         if failure is not None:
-            await self._model_failed(rt, operation_id, turn, attempt, retry, failure, partial.final_writes())
+            await self._model_failed(
+                rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage
+            )
             return
         message = result.message
         async with rt.commit() as tx:
@@ -301,15 +303,19 @@ class AgentRun:
         retry: ProtocolRetry,
         exc: ModelError,
         pieces: Sequence[Write] = (),
+        usage: Usage | None = None,
     ) -> None:
-        """One commit: the attempt's failure and the task's next state. A retryable error with attempts left sleeps
-        until the back-off's deadline (``retry_wait``); a final one, or the policy's last attempt, fails the run at
-        once: no wait is taken for a try that never comes."""
+        """One commit: the attempt's failure (with the usage the provider reported before it failed, if it did: a
+        failed attempt's tokens are spent too, and count in every total) and the task's next state. A retryable error
+        with attempts left sleeps until the back-off's deadline (``retry_wait``); a final one, or the policy's last
+        attempt, fails the run at once: no wait is taken for a try that never comes."""
         error = f"{exc.kind}: {exc}"
         delay = next_delay_ms(retry, attempt, exc.retry_after_ms) if exc.retryable else None
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
-            tx.finish_operation(FinishOperation(operation_id=operation_id, status="failed", error=error))
+            tx.finish_operation(
+                FinishOperation(operation_id=operation_id, status="failed", error=error, usage=_run_usage(usage))
+            )
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
             else:

@@ -240,3 +240,31 @@ async def test_usage_of_a_conversation_shows_its_first_limit_runs_and_how_many_m
         everything = await tether_json("usage", "--db", db, "--conversation", conversation_id)
         assert [r["key"] for r in everything["totals"] if r["scope"] == "run"] == run_ids
         assert everything["not_shown"] == {}
+
+
+class FailsAfterUsage(CountingModel):
+    """Reports the usage of its first turn, then fails finally (a provider that charged for a request it then
+    refused to finish)."""
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        self.calls += 1
+        yield actors.TextDelta(text="Half an ans")
+        yield actors.UsageReport(input_tokens=1_000_000, output_tokens=200_000, cached_tokens=400_000)
+        raise actors.ModelError("the provider gave up", kind="bad_request")
+
+
+async def test_the_usage_a_failed_attempt_reported_is_counted(manual_owner: OwnerProcess) -> None:
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app_with(FailsAfterUsage(script()))) as client:
+            await client.set_prices([PRICE])
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="hi")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            [request] = await client.operations(submission.run_id)
+    assert (run.status, run.reason) == ("failed", "model_error")
+    assert (request.status, request.usage) == ("failed", run.usage)
+    assert (run.usage.input_tokens, run.usage.output_tokens, run.usage.cost) == (1_000_000, 200_000, 3.0)
+    shown = await tether_json("usage", "--db", db, "--conversation", conversation_id)
+    assert row(shown, "conversation", conversation_id)["cost"] == 3.0
