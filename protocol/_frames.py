@@ -56,6 +56,12 @@ class EntryRecord:
     kind: str
     data: JsonValue
     created_at_ms: int
+    model: JsonValue = JsonValue(None)
+    """What a model sees of an entry of the application's kind, in its place: messages ``[{"role": "user" |
+    "assistant", "text": ...}]`` (an input placed as its own ``entry``, a write the model sees); null: nothing."""
+    head: str | None = None
+    """The entry the model's context starts at from this one on (a summary's first kept entry): its ``model``
+    messages first, then the entries from the head on; set only by a write naming a head."""
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +100,8 @@ class SubmissionRecord:
     when_busy: str = "follow_up"
     """How an ``input`` was admitted while its conversation was busy: ``follow_up`` (a run of its own after the
     active one) or ``steer`` (placed in the active run at its next boundary)."""
+    entry: JsonValue = JsonValue(None)
+    """An ``input``'s own entry (``{"kind", "data"}``), placed instead of ``tether.user``; null otherwise."""
 
 
 RunStatus: TypeAlias = Literal[
@@ -519,6 +527,7 @@ class SubmitWrite:
     payload: JsonValue = JsonValue(None)
     when_busy: Literal["follow_up", "steer", "reject"] = "follow_up"
     when_idle: Literal["start", "reject"] = "start"
+    entry: JsonValue = JsonValue(None)
 
 
 @attrs.frozen(kw_only=True)
@@ -674,6 +683,9 @@ class Submit:
     when_idle: Literal["start", "reject"] = "start"
     """For an ``input`` to a conversation with no live run: start a run (``start``), or refuse (``reject``: the input
     may only join or follow a run already going)."""
+    entry: JsonValue = JsonValue(None)
+    """For an ``input``: ``{"kind", "data"}``, the entry it is placed as instead of ``tether.user`` (the model still
+    sees its text as the user message)."""
 
 
 @attrs.frozen(kw_only=True)

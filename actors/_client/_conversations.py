@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -143,6 +143,7 @@ class ConversationCalls(BaseClient):
         submission_id: str | None = None,
         when_busy: WhenBusy = "follow_up",
         when_idle: WhenIdle = "start",
+        entry: Mapping[str, Any] | None = None,
     ) -> SubmissionRecord:
         """Admit a submission, deduplicated by ``(conversation_id, request_id)`` (a fresh request id when omitted:
         pass your own to make a retry of yours safe).
@@ -152,9 +153,13 @@ class ConversationCalls(BaseClient):
         bound to an agent starts a run (``record.run_id``) when none is going (with ``when_idle="reject"``: refused
         with :class:`~protocol.Conflict` instead). While one is: ``when_busy="follow_up"`` queues a run of its own
         behind it, ``"steer"`` joins it (placed after its current tool round, or after its answer with one more model
-        request, and answered by it), ``"reject"`` refuses it (:class:`~protocol.Conflict`). A ``write`` (payload
-        ``{"kind": KIND, "data": VALUE}``) appends that entry at once and never starts a run (``done``). Follow the
-        record with :meth:`wait_for_submission`.
+        request, and answered by it), ``"reject"`` refuses it (:class:`~protocol.Conflict`). An input's ``entry``
+        (``{"kind": KIND, "data": VALUE}``) is placed instead of ``tether.user``; the model still sees its text as the
+        user message. A ``write`` (payload ``{"kind": KIND, "data": VALUE}``) appends that entry at once and never
+        starts a run (``done``); with ``"model": [{"role": "user" | "assistant", "text": ...}]`` the model sees it,
+        and with ``"head": ENTRY_ID`` the model's context starts at that entry from it on, its messages first (a
+        summary): such a write waits for the working run's next boundary, and one whose head has left the context
+        by then settles ``unanswered`` (``stale``). Follow the record with :meth:`wait_for_submission`.
         """
         request = Submit(
             conversation_id=conversation_id,
@@ -164,6 +169,7 @@ class ConversationCalls(BaseClient):
             payload=json_value(payload, "payload"),
             when_busy=when_busy,
             when_idle=when_idle,
+            entry=json_value(entry, "entry"),
         )
         reply = await self.connection.call(request, Submitted)
         return reply.submission

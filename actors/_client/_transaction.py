@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
@@ -110,6 +111,7 @@ class Transaction:
         submission_id: str | None = None,
         when_busy: Literal["follow_up", "steer", "reject"] = "follow_up",
         when_idle: Literal["start", "reject"] = "start",
+        entry: Mapping[str, Any] | None = None,
     ) -> str:
         """Admit a submission in this commit, by the rules of :meth:`Client.submit`, atomically with the other
         writes: a refusal (busy, idle, a bad payload) refuses the whole commit, and nothing of it is written. Returns
@@ -125,6 +127,7 @@ class Transaction:
                 payload=json_value(payload, "payload"),
                 when_busy=when_busy,
                 when_idle=when_idle,
+                entry=json_value(entry, "entry"),
             )
         )
         return submission_id

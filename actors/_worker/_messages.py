@@ -1,7 +1,9 @@
-"""A conversation's transcript as a model's messages: the ``tether.*`` entries from the last reset on (its handoff
-text the first user message) folded into user, assistant and tool messages (a call without a result gets an
-``interrupted`` error result), folded a part at a time beside the worker's transcript cache, and the digest of a model
-request that its intent records."""
+"""A conversation's transcript as a model's messages: the entries of its current context (from the last reset on,
+its handoff text the first user message; or from the head the last entry naming one names, that entry's messages
+first) folded into user, assistant and tool messages: the ``tether.*`` entries, and what an entry of the application's
+kind carries for the model (``model``: an input placed as its own entry, a write the model sees). A call without a
+result gets an ``interrupted`` error result. Folded a part at a time beside the worker's transcript cache, with the
+digest of a model request that its intent records."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from protocol import ASSISTANT_ENTRY, RESET_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, digest_json
+from protocol import (
+    ASSISTANT_ENTRY,
+    RESERVED_ENTRY_PREFIX,
+    RESET_ENTRY,
+    TOOL_RESULT_ENTRY,
+    USER_ENTRY,
+    EntryRecord,
+    digest_json,
+)
 
 from .._models._model import AssistantMessage, Message, ModelRequest, ToolCallRequest, ToolMessage, UserMessage
 from ._transcript import transcript_cache
@@ -46,9 +56,26 @@ def transcript_messages(entries: Iterable[Any]) -> list[Message]:
     """The transcript's ``tether.*`` entries as a model's messages, oldest first. Each assistant message is followed
     by the results of its calls in call order; a call without a result entry gets a synthesized error result
     (``interrupted``), so a provider never sees a dangling call. Other entry kinds are not the model's."""
-    fold = MessageFold()
-    fold.feed(entries)
-    return fold.messages()
+    return context_fold(list(entries), MessageFold()).messages()
+
+
+def context_fold(entries: Sequence[Any], fold: MessageFold) -> MessageFold:
+    """``fold`` (of ``entries[:fold.fed]``) fed the rest of ``entries``; a new fold from a head instead, when an entry
+    naming one came after what ``fold`` had read (and after the last reset among them): its messages first, then the
+    entries from the head on. Only the entries ``fold`` has not read are looked at."""
+    for index in range(len(entries) - 1, fold.fed - 1, -1):
+        entry = entries[index]
+        if entry.kind == RESET_ENTRY:
+            break  # a reset after it starts the context again anyway
+        head = getattr(entry, "head", None)
+        if head is not None:
+            start = next((i for i in range(index - 1, -1, -1) if entries[i].entry_id == head), None)
+            if start is not None:  # (the owner places no head outside the context: stale)
+                fold = MessageFold(summary=entry)
+                fold.fed = start
+            break
+    fold.feed(entries[fold.fed :])
+    return fold
 
 
 class MessageFold:
@@ -58,9 +85,9 @@ class MessageFold:
     keeps one per conversation beside the worker's transcript cache, so a turn folds only the new entries, and
     keeps each final message's canonical JSON for the request's digest."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: Any = None) -> None:
         self.fed = 0
-        """Entries fed so far."""
+        """Entries fed so far (from the first: a fold from a head starts with it at the head's index)."""
         self.final: list[Message] = []
         self.final_json: list[str] = []
         """The canonical JSON of each final message (:func:`request_digest`), computed once."""
@@ -73,18 +100,17 @@ class MessageFold:
         """User messages that came while the last calls had results missing (a steer placed when the tool round
         ended, before the run wrote the result of a call that was cut off or resolved by a person): the model sees
         them after those results, where the round ended."""
+        self._skip = None if summary is None else summary.entry_id
+        """The entry naming the head this fold starts at: its messages came first, not in its place."""
+        if summary is not None:
+            self._visible(summary.model)
 
     def feed(self, entries: Iterable[Any]) -> None:
         for entry in entries:
             self.fed += 1
             data = entry.data if isinstance(entry.data, dict) else {}
             if entry.kind == USER_ENTRY:
-                user = UserMessage(text=str(data.get("text") or ""))
-                if self._open_calls and len(self._results) < len(self._open_calls):
-                    self._steers.append(user)
-                else:
-                    self._close()
-                    self._final(user)
+                self._user(UserMessage(text=str(data.get("text") or "")))
             elif entry.kind == ASSISTANT_ENTRY:
                 self._close()
                 message = _assistant_message(data)
@@ -103,6 +129,26 @@ class MessageFold:
                     self._results[call_id] = ToolMessage(
                         call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
                     )
+            elif not entry.kind.startswith(RESERVED_ENTRY_PREFIX) and entry.entry_id != self._skip:
+                self._visible(getattr(entry, "model", None))
+
+    def _user(self, user: UserMessage) -> None:
+        """A user message: after the last calls' results, or waiting for them (a steer placed mid-round)."""
+        if self._open_calls and len(self._results) < len(self._open_calls):
+            self._steers.append(user)
+        else:
+            self._close()
+            self._final(user)
+
+    def _visible(self, model: Any) -> None:
+        """What the model sees of an entry of the application's kind (checked by the owner as it placed it)."""
+        for message in model if isinstance(model, list) else ():
+            text = str(message.get("text") or "") if isinstance(message, dict) else ""
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                self._close()
+                self._final(AssistantMessage(text=text))
+            else:
+                self._user(UserMessage(text=text))
 
     def messages(self) -> list[Message]:
         """The messages of every entry fed so far, the last calls' results settled (or ``interrupted``), then the
@@ -156,7 +202,7 @@ def message_fold(client: Any, conversation_id: str, entries: Sequence[EntryRecor
     fold = memo.get("fold")
     if not isinstance(fold, MessageFold) or fold.fed > len(entries):
         fold = MessageFold()
-    fold.feed(entries[fold.fed :])
+    fold = context_fold(entries, fold)
     memo["fold"] = fold
     cache.charge(conversation_id, fold.json_bytes)
     return fold

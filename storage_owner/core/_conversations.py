@@ -66,7 +66,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
-from ._inbox import CONTINUE_KIND, INPUT_KIND, RESET_KIND, WRITE_KIND, Inbox
+from ._inbox import CONTINUE_KIND, INPUT_KIND, RESET_KIND, VISIBLE_KEYS, WRITE_KIND, EntrySpec, Inbox
 from ._output import READ_BUDGET_BYTES, PeerId, fit_page
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
@@ -79,6 +79,10 @@ MAX_REQUEST_ID_CHARS: Final = 200
 SUBMISSION_QUEUED: Final = "queued"
 SUBMISSION_DONE: Final = "done"
 MAX_HANDOFF_BYTES: Final = 1 << 20
+MAX_MODEL_MESSAGES: Final = 64
+MAX_MODEL_TEXT_BYTES: Final = 1 << 20
+WRITE_KEYS: Final = frozenset({"kind", "data", *VISIBLE_KEYS})
+ENTRY_KEYS: Final = frozenset({"kind", "data"})
 _WRITE_IDS: Final = uuid.UUID("6a2e9f4c-1b7d-4e0a-9c3f-5d8b2e1a7f60")
 
 
@@ -96,25 +100,48 @@ def _check_reset(request: Submit) -> None:
         raise Refusal(ErrorCode.INVALID, message)
 
 
-def _write_of(request: Submit) -> tuple[str, JsonValue]:
-    """A write's entry: its payload's ``kind`` and ``data``; refused (nothing written) unless that is all it holds
-    and the kind is the application's."""
-    payload = request.payload
-    if not isinstance(payload, dict) or set(payload) - {"kind", "data"} or not isinstance(payload.get("kind"), str):
+def _check_entry(value: JsonValue, where: str, keys: frozenset[str]) -> dict[str, JsonValue]:
+    """An entry the application asks for (a write's payload, an input's ``entry``): an object of ``keys`` with a
+    ``kind`` of the application's; refused (nothing written) otherwise."""
+    if not isinstance(value, dict) or set(value) - keys or not isinstance(value.get("kind"), str):
+        shape = ", ".join(sorted(keys - {"kind"}))
         message = (
-            'a write\'s payload is {"kind": KIND, "data": VALUE} (data optional), not '
-            f"{type(payload).__name__ if not isinstance(payload, dict) else sorted(payload)}; nothing was written"
+            f'{where} is {{"kind": KIND, ...}} with at most {shape} besides, not '
+            f"{type(value).__name__ if not isinstance(value, dict) else sorted(value)}; nothing was written"
         )
         raise Refusal(ErrorCode.INVALID, message)
-    kind = payload["kind"]
-    check_name(kind, "payload.kind")
+    kind = value["kind"]
+    check_name(kind, f"{where}.kind")
     if kind.startswith(RESERVED_ENTRY_PREFIX):
         message = (
-            f"payload.kind {kind!r}: entry kinds under {RESERVED_ENTRY_PREFIX!r} are the runtime's; give the entry a "
+            f"{where}.kind {kind!r}: entry kinds under {RESERVED_ENTRY_PREFIX!r} are the runtime's; give the entry a "
             "kind of your own (such as 'app.note'); nothing was written"
         )
         raise Refusal(ErrorCode.INVALID, message)
-    return kind, JsonValue(payload.get("data"))
+    return value
+
+
+def _check_model(value: JsonValue, where: str) -> None:
+    """What a model sees of an entry: 1 to :data:`MAX_MODEL_MESSAGES` messages ``{"role": "user" | "assistant",
+    "text": TEXT}``, each text 1 byte to :data:`MAX_MODEL_TEXT_BYTES`."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_MODEL_MESSAGES:
+        raise Refusal(
+            ErrorCode.INVALID, f"{where} is a list of 1 to {MAX_MODEL_MESSAGES} messages; nothing was written"
+        )
+    for index, message in enumerate(value):
+        text = message.get("text") if isinstance(message, dict) else None
+        if (
+            not isinstance(message, dict)
+            or set(message) != {"role", "text"}
+            or message["role"] not in ("user", "assistant")
+            or not isinstance(text, str)
+            or not 1 <= len(text.encode()) <= MAX_MODEL_TEXT_BYTES
+        ):
+            message_text = (
+                f'{where}[{index}] is {{"role": "user" | "assistant", "text": TEXT}}, TEXT 1 byte to '
+                f"{MAX_MODEL_TEXT_BYTES} bytes; nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message_text)
 
 
 class Entries:
@@ -134,10 +161,9 @@ class Entries:
             self.next.clear()
         return position
 
-    def place(
-        self, conversation_id: str, entry_id: str, kind: str, data: JsonValue, seq: int, now_ms: int
-    ) -> EntryRecord:
-        """Append an entry the owner writes itself (a run's user entry, at admission) at the next position."""
+    def place(self, conversation_id: str, entry_id: str, spec: EntrySpec, seq: int, now_ms: int) -> EntryRecord:
+        """Append an entry the owner writes itself (a submission's: an input's, a reset's, a write's) at the next
+        position."""
         position = self.next.get(conversation_id)
         if position is None:
             position = self.stored_position(conversation_id)
@@ -147,9 +173,11 @@ class Entries:
             conversation_id=conversation_id,
             position=position,
             seq=seq,
-            kind=kind,
-            data=data,
+            kind=spec.kind,
+            data=spec.data,
             created_at_ms=now_ms,
+            model=spec.model,
+            head=spec.head,
         )
         self._store.insert_entry(entry)
         self.next[conversation_id] = position + 1
@@ -273,6 +301,7 @@ class Conversations:
             payload=write.payload,
             when_busy=write.when_busy,
             when_idle=write.when_idle,
+            entry=write.entry,
         )
         reply = self.on_submit(unit, request)
         assert isinstance(reply, Submitted)
@@ -281,11 +310,12 @@ class Conversations:
     def on_submit(self, unit: UnitOfWork, request: Submit) -> Frame:
         """Rule 4, then what becomes of the submission (``_inbox``): an input starts a run, queues one, steers the
         live run or is refused; a continue starts a run with no input of its own; a reset is placed at once, or waits
-        for the working run's boundary; a write is appended at once (or waits behind a queued reset); another kind is
-        stored, ``done``."""
+        for the working run's boundary; a write is appended at once (or waits: behind a queued reset, and for the
+        working run's boundary if the model sees it); another kind is stored, ``done``."""
         existing = self._store.submission(request.conversation_id, request.request_id)
         if existing is not None:
-            if not (existing.kind == request.kind and same_json(existing.payload, request.payload)):
+            same = same_json(existing.payload, request.payload) and same_json(existing.entry, request.entry)
+            if not (existing.kind == request.kind and same):
                 message = (
                     f"request id {request.request_id!r} was already used in this conversation for a different "
                     f"submission ({existing.submission_id}, kind {existing.kind!r}); nothing was written"
@@ -301,7 +331,14 @@ class Conversations:
         conversation = store.conversation(request.conversation_id)
         if conversation is None:
             raise missing_conversation(request.conversation_id)
+        if request.entry is not None:
+            if request.kind != INPUT_KIND:
+                message = f"entry is an input's own entry; a {request.kind!r} takes none; nothing was written"
+                raise Refusal(ErrorCode.INVALID, message)
+            _check_entry(request.entry, "entry", ENTRY_KEYS)
         run = None
+        reason = None
+        spec = None
         status, run_id, when_busy, joins, waits = SUBMISSION_QUEUED, None, "follow_up", False, False
         held = None
         if request.kind == INPUT_KIND:
@@ -338,8 +375,16 @@ class Conversations:
             else:
                 status = SUBMISSION_DONE  # placed at once (a run still queued then runs in the new context)
         elif request.kind == WRITE_KIND:
+            spec = self._check_write(request)
+            active = self._runs.active_run(request.conversation_id)
+            working = active is not None and active.status != "queued"
             if self._inbox.reset_queued(request.conversation_id):
                 waits = True  # behind the queued reset, so that the reset does not hide it
+            elif working and (spec.model is not None or spec.head is not None):
+                assert active is not None
+                run_id, waits = active.run_id, True  # the model sees it: at the working run's next boundary
+            elif spec.head is not None and self._inbox.stale(request.conversation_id, spec.head):
+                status, reason = "unanswered", "stale"  # its head left the model's context: nothing placed
             else:
                 status = SUBMISSION_DONE
         else:
@@ -355,12 +400,11 @@ class Conversations:
             created_at_ms=unit.now_ms,
             run_id=run_id,
             when_busy=when_busy,
+            reason=reason,
+            entry=request.entry,
         )
         if when_busy == "steer" or joins or waits:
             self._inbox.check_room(request.conversation_id)
-        write = _write_of(request) if request.kind == WRITE_KIND and not waits else None
-        if request.kind == WRITE_KIND and waits:
-            _write_of(request)  # checked now, placed with the reset
         try:
             store.insert_submission(submission)  # the first fallible write: no savepoint before it
         except StoreConflict as exc:
@@ -368,12 +412,9 @@ class Conversations:
         unit.records.append(submission)
         if held is not None:
             unit.records += self._runs.release_held(request.conversation_id, unit.seq, unit.now_ms)
-        if write is not None:
+        if spec is not None and status == SUBMISSION_DONE:
             entry_id = str(uuid.uuid5(_WRITE_IDS, request.submission_id))
-            kind, data = write
-            unit.records.append(
-                self._entries.place(request.conversation_id, entry_id, kind, data, unit.seq, unit.now_ms)
-            )
+            unit.records.append(self._entries.place(request.conversation_id, entry_id, spec, unit.seq, unit.now_ms))
         if when_busy == "steer" or joins or waits:
             self._inbox.queue(submission)  # (room was checked before the insert)
         elif request.kind == RESET_KIND:
@@ -384,6 +425,25 @@ class Conversations:
             self._runs.created(run, request.payload)
             unit.records.append(run)
         return Submitted(submission=submission, created=True)
+
+    def _check_write(self, request: Submit) -> EntrySpec:
+        """A write's entry, from its payload ``{"kind", "data", "model", "head"}`` (all but the kind optional): the
+        kind is the application's, ``model`` what the model sees of it, ``head`` an entry of this conversation the
+        model's context starts at from it on; refused (nothing written) otherwise."""
+        payload = _check_entry(request.payload, "a write's payload", WRITE_KEYS)
+        model = payload.get("model")
+        if model is not None:
+            _check_model(model, "payload.model")
+        head = payload.get("head")
+        if head is not None and (
+            not isinstance(head, str) or self._store.entry_position(request.conversation_id, head) is None
+        ):
+            message = (
+                f"payload.head {head!r} names no entry of conversation {request.conversation_id} (a head is "
+                "the id of the entry the model's context starts at from this write on); nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        return EntrySpec(str(payload["kind"]), JsonValue(payload.get("data")), JsonValue(model), head)
 
     def on_abort_conversation(self, unit: UnitOfWork, request: AbortConversation) -> Frame:
         """Withdraw every queued input (steers, follow-ups and their queued runs), abort the active run; with

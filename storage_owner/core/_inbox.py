@@ -18,7 +18,11 @@
    with ``steering="all"``), up to a reset, which is placed too unless a steer went first (with the writes behind
    it), and ends the group. A steer placed at the answer turns the completion into another turn at that checkpoint,
    so the same run answers it. What a run never reached (it failed or was cancelled first) keeps waiting, and the
-   next run admitted in the conversation places it first.
+   next run admitted in the conversation places it first. A write the model sees (it carries ``model`` messages or
+   names a ``head``) waits, while a run works, for that run's next boundary, where every such write queued before
+   the first reset is placed before the steers (writes, then user items; each in admission order). A write naming a
+   head no longer in the model's context when it is placed (before the last reset, or before a later head's cut:
+   ``context_start``) settles ``unanswered`` (``stale``) and places nothing.
 4. **Settlement.** When a run ends, every input placed in it settles: ``done`` with the run's answer, or
    ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's own input is ``placed``
    again.
@@ -36,8 +40,8 @@ queue, so a settle run again after a crash places nothing twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Final, Literal
+from collections.abc import Mapping
+from typing import Final, Literal, Protocol
 
 import attrs
 
@@ -63,7 +67,7 @@ from ._peers import Waits
 from ._ports import ConversationStore
 from ._unit import Journal, UnitOfWork
 
-SubmissionEvent = Literal["place", "apply", "answer", "unanswer", "withdraw", "retry"]
+SubmissionEvent = Literal["place", "apply", "answer", "unanswer", "withdraw", "retry", "stale"]
 QUEUED: Final = "queued"
 PLACED: Final = "placed"
 SETTLED: Final = frozenset({"done", "unanswered"})
@@ -71,6 +75,7 @@ SUBMISSION_TRANSITIONS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     ("queued", "place"): frozenset({"placed"}),  # 3
     ("queued", "apply"): frozenset({"done"}),  # 3 (a reset, or a write behind it, placed at a boundary)
     ("queued", "withdraw"): frozenset({"unanswered"}),  # 5 (withdrawn, or its queued run cancelled)
+    ("queued", "stale"): frozenset({"unanswered"}),  # 3 (a write whose head left the context)
     ("placed", "answer"): frozenset({"done"}),  # 4
     ("placed", "unanswer"): frozenset({"unanswered"}),  # 4
     ("unanswered", "retry"): frozenset({"placed"}),  # 4 (a retried run's own input)
@@ -102,12 +107,54 @@ WRITE_KIND: Final = "write"
 """The submission kind that appends an entry at once and never starts a run: payload ``{"kind", "data"}``."""
 
 
-def entry_of(record: SubmissionRecord) -> tuple[str, JsonValue]:
+@attrs.frozen
+class EntrySpec:
+    """An entry the owner places for a submission: its kind and data, what the model sees of it (``model``
+    messages, for an entry of the application's kind), and the head the model's context starts at from it on."""
+
+    kind: str
+    data: JsonValue
+    model: JsonValue = attrs.field(default=None, converter=JsonValue)
+    head: str | None = None
+
+
+class PlaceEntry(Protocol):
+    """Append an entry at the conversation's next position, in the commit (``_conversations.Entries.place``)."""
+
+    def __call__(self, conversation_id: str, entry_id: str, spec: EntrySpec, seq: int, now_ms: int) -> EntryRecord: ...
+
+
+VISIBLE_KEYS: Final = frozenset({"model", "head"})
+"""The keys of a write's payload that make the model see it."""
+
+
+def entry_of(record: SubmissionRecord) -> EntrySpec:
     """The entry a reset or a write submission is placed as (the write's payload was checked at admission)."""
     payload = record.payload if isinstance(record.payload, dict) else {}
     if record.kind == RESET_KIND:
-        return RESET_ENTRY, JsonValue({"handoff": payload.get("handoff"), "submission_id": record.submission_id})
-    return str(payload["kind"]), JsonValue(payload.get("data"))
+        data = JsonValue({"handoff": payload.get("handoff"), "submission_id": record.submission_id})
+        return EntrySpec(RESET_ENTRY, data)
+    head = payload.get("head")
+    return EntrySpec(
+        str(payload["kind"]),
+        JsonValue(payload.get("data")),
+        JsonValue(payload.get("model")),
+        head if isinstance(head, str) else None,
+    )
+
+
+def input_entry(own_entry: JsonValue, text: JsonValue, run_id: str, submission_id: str) -> EntrySpec:
+    """The entry an input is placed as: ``tether.user`` with its text, or the input's own entry (``{"kind",
+    "data"}``, checked at admission) whose model message is its text, as the user's."""
+    if isinstance(own_entry, dict):
+        model = JsonValue([{"role": "user", "text": text}])
+        return EntrySpec(str(own_entry["kind"]), JsonValue(own_entry.get("data")), model)
+    return EntrySpec(USER_ENTRY, JsonValue({"text": text, "run_id": run_id, "submission_id": submission_id}))
+
+
+def visible(record: SubmissionRecord) -> bool:
+    """Whether a write changes what the model sees (``model`` messages, or a ``head``): it waits for a boundary."""
+    return record.kind == WRITE_KIND and isinstance(record.payload, dict) and bool(set(record.payload) & VISIBLE_KEYS)
 
 
 def unanswered_reason(run: RunRecord) -> str:
@@ -125,7 +172,7 @@ class Inbox:
         self,
         store: ConversationStore,
         journal: Journal,
-        place_entry: Callable[[str, str, str, JsonValue, int, int], EntryRecord],
+        place_entry: PlaceEntry,
         waits: Waits,
         outbox: Outbox,
         config: Configurations,
@@ -186,10 +233,10 @@ class Inbox:
                 self.place_reset(record, seq, now_ms)
             else:
                 self._apply(record, seq, now_ms)
-        if text is not None:  # (a continue has no input of its own)
-            data = JsonValue({"text": text, "run_id": run.run_id, "submission_id": run.submission_id})
-            self._records.append(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
         own = self._store.submission_by_id(run.submission_id)
+        if text is not None:  # (a continue has no input of its own)
+            spec = input_entry(JsonValue(None) if own is None else own.entry, text, run.run_id, run.submission_id)
+            self._records.append(self._place_entry(run.conversation_id, entry_id, spec, seq, now_ms))
         if own is not None and own.status == QUEUED:
             self._move(own, "place", seq, placed_in=run)
         for record in steers:
@@ -205,12 +252,17 @@ class Inbox:
         Returns whether a steer was placed (the run answers it)."""
         first = self.config.mode(run.conversation_id, "steering") == "first"
         steered = False
+        for record in list(self.queued.get(run.conversation_id, ())):  # writes the model sees first
+            if record.kind == RESET_KIND:
+                break
+            if visible(record):
+                self._apply(record, seq, now_ms)
         for record in list(self.queued.get(run.conversation_id, ())):
             if record.kind == RESET_KIND:
                 if not steered:  # a steer before it is answered first; the reset waits for the next boundary
                     self.place_reset(record, seq, now_ms)
                 break
-            if record.when_busy != "steer" or (steered and first):
+            if record.kind != INPUT_KIND or record.when_busy != "steer" or (steered and first):
                 continue  # a follow-up joining a queued run, or a second steer of a "first" boundary
             self._place(record, run, seq, now_ms)
             steered = True
@@ -243,16 +295,23 @@ class Inbox:
         self._apply(record, seq, now_ms)
 
     def _apply(self, record: SubmissionRecord, seq: int, now_ms: int) -> None:
-        """Place a reset's or a write's entry now, and settle it ``done``."""
+        """Place a reset's or a write's entry now, and settle it ``done`` (a write whose head left the model's
+        context: ``unanswered``, ``stale``, nothing placed)."""
         if record.status == QUEUED:
             self._drop(record)
             self._journal.undo(lambda: self._restore(record))
-        kind, data = entry_of(record)
-        self._note(
-            self._place_entry(record.conversation_id, steer_entry_id(record.submission_id), kind, data, seq, now_ms)
-        )
+        spec = entry_of(record)
+        if spec.head is not None and self.stale(record.conversation_id, spec.head):
+            self._move(record, "stale", seq, reason="stale")
+            return
+        self._note(self._place_entry(record.conversation_id, steer_entry_id(record.submission_id), spec, seq, now_ms))
         if record.status == QUEUED:
             self._move(record, "apply", seq)
+
+    def stale(self, conversation_id: str, head: str) -> bool:
+        """Whether the entry ``head`` is no longer in the model's context (before where it starts now)."""
+        position = self._store.entry_position(conversation_id, head)
+        return position is None or position < self._store.context_start(conversation_id)
 
     def _place(self, record: SubmissionRecord, run: RunRecord, seq: int, now_ms: int) -> None:
         self._drop(record)
@@ -260,9 +319,9 @@ class Inbox:
         if record.kind == CONTINUE_KIND:  # rule 6: nothing of its own to place
             self._move(record, "place", seq, placed_in=run)
             return
-        data = JsonValue({"text": record.payload, "run_id": run.run_id, "submission_id": record.submission_id})
+        spec = input_entry(record.entry, record.payload, run.run_id, record.submission_id)
         entry_id = steer_entry_id(record.submission_id)
-        self._note(self._place_entry(run.conversation_id, entry_id, USER_ENTRY, data, seq, now_ms))
+        self._note(self._place_entry(run.conversation_id, entry_id, spec, seq, now_ms))
         self._move(record, "place", seq, placed_in=run)
 
     # ------------------------------------------------------------------------------------------ settlement

@@ -149,6 +149,16 @@ class ConversationStore(ConversationReads, Protocol):
         (msgpack) past that many bytes; it always holds at least one entry."""
         ...
 
+    def entry_position(self, conversation_id: str, entry_id: str) -> int | None:
+        """The position of the conversation's entry ``entry_id``; ``None`` if it has none by that id."""
+        ...
+
+    def context_start(self, conversation_id: str) -> int:
+        """The position the model's context of the conversation starts at: just after its last ``tether.reset`` entry
+        or at the head its last entry naming one names, whichever is later (0: its first entry). Reads the
+        conversation's entries: for the rare write naming a head, not the hot path."""
+        ...
+
     def document(self, conversation_id: str | None, name: str) -> DocumentRecord | None: ...
 
     def put_document(self, record: DocumentRecord) -> None:

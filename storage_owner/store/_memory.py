@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 
 from protocol import (
+    RESET_ENTRY,
     RUN_TERMINAL,
     Budget,
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
     InteractionRecord,
+    JsonValue,
     ModelPrice,
     OperationRecord,
     Order,
@@ -85,6 +87,8 @@ class _Entry:
     kind: str
     data: bytes
     created_at_ms: int
+    model: bytes | None = None
+    head: str | None = None
 
 
 @attrs.frozen
@@ -378,7 +382,10 @@ class MemoryStore:
             self._put(t.entries, record.conversation_id, {})
             self._put(t.positions, record.conversation_id, [])
             entries = t.entries[record.conversation_id]
-        entry = _Entry(record.entry_id, record.seq, record.kind, pack(record.data), record.created_at_ms)
+        model = None if record.model is None else pack(record.model)
+        entry = _Entry(
+            record.entry_id, record.seq, record.kind, pack(record.data), record.created_at_ms, model, record.head
+        )
         self._put(entries, record.position, entry)
         self._insert_sorted(t.positions[record.conversation_id], record.position)
         self._put(t.entry_ids, record.entry_id, record.conversation_id)
@@ -398,7 +405,7 @@ class MemoryStore:
         for index in chosen:  # no copy of the transcript's positions
             position = positions[index]
             entry = entries[position]
-            total_bytes += len(entry.data)
+            total_bytes += len(entry.data) + (0 if entry.model is None else len(entry.model))
             if len(page) == limit or (page and max_data_bytes is not None and total_bytes > max_data_bytes):
                 return page, True
             page.append(
@@ -410,9 +417,28 @@ class MemoryStore:
                     kind=entry.kind,
                     data=unpack(entry.data),
                     created_at_ms=entry.created_at_ms,
+                    model=JsonValue(None if entry.model is None else unpack(entry.model)),
+                    head=entry.head,
                 )
             )
         return page, False
+
+    def entry_position(self, conversation_id: str, entry_id: str) -> int | None:
+        if self._t.entry_ids.get(entry_id) != conversation_id:
+            return None
+        for position, entry in self._t.entries[conversation_id].items():
+            if entry.entry_id == entry_id:
+                return position
+        return None
+
+    def context_start(self, conversation_id: str) -> int:
+        start = 0
+        for position, entry in self._t.entries.get(conversation_id, {}).items():
+            if entry.kind == RESET_ENTRY:
+                start = max(start, position + 1)
+            elif entry.head is not None:
+                start = max(start, self.entry_position(conversation_id, entry.head) or 0)
+        return start
 
     def entry_count(self) -> int:
         return len(self._t.entry_ids)

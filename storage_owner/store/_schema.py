@@ -237,6 +237,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX submissions_open ON submissions (created_seq) WHERE status IN ('queued', 'placed');
     CREATE INDEX submissions_by_conversation ON submissions (conversation_id, created_seq, submission_id);
     """,
+    # 8: what a model sees of an entry of the application's kind (`entries.model`, msgpack messages; NULL: nothing)
+    # and the entry its context starts at from it on (`entries.head`, an entry id; set by a write naming a head), and
+    # an input's own entry (`submissions.entry`, msgpack `{kind, data}`). NULL for every row stored before.
+    """
+    ALTER TABLE entries ADD COLUMN model BLOB;
+    ALTER TABLE entries ADD COLUMN head TEXT;
+    ALTER TABLE submissions ADD COLUMN entry BLOB;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -23,12 +23,14 @@ import apsw
 import attrs
 
 from protocol import (
+    RESET_ENTRY,
     TOOL_TASK_PREFIX,
     Budget,
     ConversationRecord,
     DocumentRecord,
     EntryRecord,
     InteractionRecord,
+    JsonValue,
     ModelPrice,
     OperationRecord,
     Order,
@@ -328,8 +330,9 @@ class SqliteStore(PartialsSql):
     def insert_entry(self, record: EntryRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO entries (conversation_id, position, entry_id, seq, kind, data, created_at_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO entries "
+                "(conversation_id, position, entry_id, seq, kind, data, created_at_ms, model, head) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.conversation_id,
                     record.position,
@@ -338,6 +341,8 @@ class SqliteStore(PartialsSql):
                     record.kind,
                     pack(record.data),
                     record.created_at_ms,
+                    None if record.model is None else pack(record.model),
+                    record.head,
                 ),
             )
         except apsw.ConstraintError as exc:
@@ -352,7 +357,7 @@ class SqliteStore(PartialsSql):
         """Up to ``limit`` entries after (``asc``) or before (``desc``) the exclusive ``cursor``, and whether more
         follow. With ``max_data_bytes`` the page also ends before the entry that would take the stored data past
         that many bytes (it always holds at least one entry)."""
-        columns = "position, entry_id, seq, kind, data, created_at_ms"
+        columns = "position, entry_id, seq, kind, data, created_at_ms, model, head"
         if order == "asc":
             rows = self._db.execute(
                 f"SELECT {columns} FROM entries WHERE conversation_id = ? AND position > ? ORDER BY position LIMIT ?",
@@ -366,8 +371,8 @@ class SqliteStore(PartialsSql):
             )
         page: list[EntryRecord] = []
         total_bytes = 0
-        for position, entry_id, seq, kind, data, created_at_ms in rows:
-            total_bytes += len(data)
+        for position, entry_id, seq, kind, data, created_at_ms, model, head in rows:
+            total_bytes += len(data) + (0 if model is None else len(model))
             if len(page) == limit or (page and max_data_bytes is not None and total_bytes > max_data_bytes):
                 return page, True
             page.append(
@@ -379,9 +384,29 @@ class SqliteStore(PartialsSql):
                     kind=kind,
                     data=unpack(data),
                     created_at_ms=created_at_ms,
+                    model=JsonValue(None if model is None else unpack(model)),
+                    head=head,
                 )
             )
         return page, False
+
+    def entry_position(self, conversation_id: str, entry_id: str) -> int | None:
+        row = self._db.execute(
+            "SELECT position FROM entries WHERE entry_id = ? AND conversation_id = ?", (entry_id, conversation_id)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def context_start(self, conversation_id: str) -> int:
+        """Where the model's context of the conversation starts: after its last reset entry, or at the head its last
+        entry naming one named, whichever is later (0: at its first entry)."""
+        row = self._db.execute(
+            "SELECT MAX(start) FROM ("
+            f"SELECT position + 1 AS start FROM entries WHERE conversation_id = ?1 AND kind = '{RESET_ENTRY}' "
+            "UNION ALL SELECT h.position FROM entries AS e JOIN entries AS h ON h.entry_id = e.head "
+            "WHERE e.conversation_id = ?1 AND e.head IS NOT NULL)",
+            (conversation_id,),
+        ).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
     def entry_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])  # type: ignore[index]
@@ -794,8 +819,8 @@ def _submission_row(record: SubmissionRecord) -> tuple[object, ...]:
     values: list[object] = []
     for name in _SUBMISSION_FIELDS:
         value = getattr(record, name)
-        if name == "payload":
-            value = pack(value)
+        if name in ("payload", "entry"):
+            value = None if name == "entry" and value is None else pack(value)
         elif name == "answer":
             value = None if value is None else pack(attrs.asdict(value))
         values.append(value)
@@ -805,6 +830,7 @@ def _submission_row(record: SubmissionRecord) -> tuple[object, ...]:
 def _submission_record(row: Any) -> SubmissionRecord:
     values = dict(zip(_SUBMISSION_FIELDS, row, strict=True))
     values["payload"] = unpack(values["payload"])
+    values["entry"] = None if values["entry"] is None else unpack(values["entry"])
     answer = values["answer"]
     values["answer"] = None if answer is None else RunAnswer(**unpack(answer))
     return SubmissionRecord(**values)

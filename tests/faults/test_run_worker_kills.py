@@ -1,8 +1,8 @@
 """SIGKILL of a WORKER at the points of a run's journal that tests/integration/test_agents.py does not cover (it
 kills a worker mid-tool and mid-stream): before a tool call's intent, and after a tool's result is committed, when
 the run's next model request starts; and mid-request in a configured conversation whose configuration changes
-before the request is tried again (the retry runs with what the intent recorded). The worker process kills itself there once (``tests/faults/_run_apps.py``);
-a worker served in this process then takes the run over.
+before the request is tried again (the retry runs with what the intent recorded). The worker process kills itself
+there once (``tests/faults/_run_apps.py``); a worker served in this process then takes the run over.
 """
 
 from __future__ import annotations

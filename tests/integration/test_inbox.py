@@ -56,6 +56,46 @@ async def test_a_steer_during_a_tool_round_joins_the_run_after_its_results(
             assert model.asked == [(1, ["Where is A1?"]), (2, ["Where is A1?", "Use pnpm"])]
 
 
+async def test_what_the_model_sees_of_writes_entries_and_summaries_and_a_stale_summary(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build(BLOCKING_TURNS)
+    mention = {"kind": "chat.mention", "data": {"author": "ann"}}
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)  # the tool call runs, held at its gate
+            seen = {"kind": "ci.status", "data": {"red": True}, "model": [{"role": "user", "text": "CI is red."}]}
+            write = await client.submit(conversation_id, kind="write", payload=seen)
+            steer = await client.submit(
+                conversation_id, kind="input", payload="ann: and B?", when_busy="steer", entry=mention
+            )
+            assert (write.status, steer.entry) == ("queued", mention)
+            (tmp_path / "gate").touch()
+            assert own.run_id is not None
+            assert (await client.wait_for_run(own.run_id)).status == "completed"
+            # The run's next request saw the write, then the steer (placed as the app's entry), after the results.
+            assert model.asked[1] == (2, ["Where is A1?", "CI is red.", "ann: and B?"])
+            entries = await client.entries(conversation_id)
+            assert [entry.kind for entry in entries][2:5] == ["tether.tool_result", "ci.status", "chat.mention"]
+            # A summary: the context starts at the run's last answer, the summary's message first.
+            last = entries[-1]
+            summary = {"kind": "app.summary", "model": [{"role": "user", "text": "Summary: A1 shipped."}]}
+            placed = await client.submit(conversation_id, kind="write", payload={**summary, "head": last.entry_id})
+            assert placed.status == "done"
+            follow = await client.submit(conversation_id, kind="input", payload="And B?")
+            assert follow.run_id is not None
+            assert (await client.wait_for_run(follow.run_id)).status == "completed"
+            assert model.asked[-1][1] == ["Summary: A1 shipped.", "And B?"]  # (its script's tool round again)
+            # After a reset, a summary naming an entry before it is stale: nothing placed.
+            await client.reset(conversation_id)
+            count = len(await client.entries(conversation_id))
+            stale = await client.submit(conversation_id, kind="write", payload={**summary, "head": last.entry_id})
+            assert (stale.status, stale.reason) == ("unanswered", "stale")
+            assert len(await client.entries(conversation_id)) == count
+
+
 async def test_a_steer_after_the_last_tool_round_gets_one_more_request_of_the_same_run(
     owner: OwnerProcess, ledger: Path
 ) -> None:

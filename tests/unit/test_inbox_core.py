@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pytest
@@ -398,6 +398,124 @@ def test_a_write_is_appended_at_once_mid_run_and_done(sim: RunSim) -> None:
     record = submitted(sim, busy.conversation_id, {"kind": "app.note", "data": {"n": 1}}, kind="write")  # type: ignore[arg-type]
     assert (record.status, record.run_id) == ("done", None)
     assert sim.entries(busy.conversation_id)[-1] == ("app.note", {"n": 1})
+
+
+def entry_rows(sim: RunSim, conversation_id: str) -> list[tuple[str, Any, Any]]:
+    """Each entry's kind, data and what the model sees of it."""
+    return [(one.kind, one.data, one.model) for one in sim.store.entry_page(conversation_id, "asc", None, 100)[0]]
+
+
+SEEN: Final = [{"role": "user", "text": "the build is red"}]
+
+
+def test_a_write_the_model_sees_waits_for_the_working_runs_boundary_and_goes_before_the_steers(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    steer = submitted(sim, busy.conversation_id, "and check B", when_busy="steer")
+    seen = submitted(
+        sim, busy.conversation_id, {"kind": "ci.status", "data": {"red": True}, "model": SEEN}, kind="write"
+    )  # type: ignore[arg-type]
+    assert (seen.status, seen.run_id) == ("queued", busy.run_id)
+    plain = submitted(sim, busy.conversation_id, {"kind": "app.note"}, kind="write")  # type: ignore[arg-type]
+    assert plain.status == "done"  # the model does not see it: at once
+    busy.finish_tool(tool_id)
+    rows = entry_rows(sim, busy.conversation_id)
+    assert [kind for kind, _, _ in rows][-4:] == ["app.note", "tether.tool_result", "ci.status", USER_ENTRY]
+    assert rows[-2][1:] == ({"red": True}, SEEN)
+    assert [submission(sim, one).status for one in (seen, steer)] == ["done", "placed"]
+
+
+def test_a_write_the_model_sees_to_an_idle_conversation_is_appended_at_once(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    record = submitted(sim, conversation_id, {"kind": "ci.status", "model": SEEN}, kind="write")  # type: ignore[arg-type]
+    assert record.status == "done"
+    assert entry_rows(sim, conversation_id) == [("ci.status", None, SEEN)]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"kind": "app.s", "model": []},
+        {"kind": "app.s", "model": [{"role": "system", "text": "x"}]},
+        {"kind": "app.s", "model": [{"role": "user", "text": ""}]},
+        {"kind": "app.s", "model": [{"role": "user", "text": "x", "extra": 1}]},
+        {"kind": "app.s", "model": "text"},
+        {"kind": "app.s", "head": "no-such-entry"},
+        {"kind": "app.s", "head": 3},
+    ],
+)
+def test_a_write_with_a_bad_model_or_head_is_refused_writing_nothing(sim: RunSim, payload: Any) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    assert error_code(sim.submit(conversation_id, payload, kind="write")) == ErrorCode.INVALID
+    assert sim.core.head_seq == head
+
+
+def test_a_write_whose_head_left_the_context_is_stale_and_places_nothing(sim: RunSim) -> None:
+    busy = Busy(sim)
+    first = sim.store.entry_page(busy.conversation_id, "asc", None, 1)[0][0]  # the run's user entry
+    summary = {"kind": "app.summary", "model": [{"role": "user", "text": "so far"}], "head": first.entry_id}
+    # Idle conversation, head in the context: placed at once, naming its head.
+    answer(busy.worker, busy.task_id, busy.conversation_id, "done", steer=False)
+    placed = submitted(sim, busy.conversation_id, summary, kind="write")  # type: ignore[arg-type]
+    assert placed.status == "done"
+    assert sim.store.entry_page(busy.conversation_id, "desc", None, 1)[0][0].head == first.entry_id
+    # After a reset, the same head is before the context: stale at once, nothing placed.
+    reset(sim, busy.conversation_id)
+    count = len(entry_rows(sim, busy.conversation_id))
+    stale = submitted(sim, busy.conversation_id, summary, kind="write")  # type: ignore[arg-type]
+    assert (stale.status, stale.reason) == ("unanswered", "stale")
+    assert len(entry_rows(sim, busy.conversation_id)) == count
+    # Queued behind a reset while a run works: the reset is placed first, so the write is stale when its turn comes.
+    other = Busy(sim, workers=busy)
+    own = sim.store.entry_page(other.conversation_id, "asc", None, 1)[0][0]
+    reset(sim, other.conversation_id)
+    waiting = submitted(sim, other.conversation_id, {**summary, "head": own.entry_id}, kind="write")  # type: ignore[arg-type]
+    assert waiting.status == "queued"
+    answer(other.worker, other.task_id, other.conversation_id, "done")
+    settled = submission(sim, waiting)
+    assert (settled.status, settled.reason) == ("unanswered", "stale")
+    assert [kind for kind, _, _ in entry_rows(sim, other.conversation_id)][-1] == RESET_ENTRY
+
+
+def test_an_input_with_its_own_entry_is_placed_as_it_and_the_model_sees_its_text(sim: RunSim) -> None:
+    busy = Busy(sim)
+    mention = {"kind": "chat.mention", "data": {"author": "ann"}}
+    steer = submitted(sim, busy.conversation_id, "ann: and B?", when_busy="steer", entry=mention, request_id="m1")
+    assert steer.entry == mention
+    again = expect(
+        sim.submit(busy.conversation_id, "ann: and B?", when_busy="steer", entry=mention, request_id="m1"), Submitted
+    )
+    assert not again.created and again.submission == steer
+    other = {"kind": "chat.mention", "data": {"author": "bob"}}
+    conflict = sim.submit(busy.conversation_id, "ann: and B?", when_busy="steer", entry=other, request_id="m1")
+    assert error_code(conflict) == ErrorCode.CONFLICT  # the same request id for other content
+    answer(busy.worker, busy.task_id, busy.conversation_id, "first answer")
+    kind, data, model = entry_rows(sim, busy.conversation_id)[-1]
+    assert (kind, data, model) == ("chat.mention", {"author": "ann"}, [{"role": "user", "text": "ann: and B?"}])
+    # A run's own input too.
+    conversation_id = sim.agent_conversation()
+    submitted(sim, conversation_id, "bob: hi", entry={"kind": "chat.mention", "data": {"author": "bob"}})
+    assert entry_rows(sim, conversation_id) == [
+        ("chat.mention", {"author": "bob"}, [{"role": "user", "text": "bob: hi"}])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry"),
+    [
+        ("input", {"kind": "tether.user", "data": 1}),
+        ("input", {"kind": "chat.x", "model": []}),
+        ("input", "text"),
+        ("write", {"kind": "chat.x"}),
+    ],
+)
+def test_an_entry_that_is_not_an_inputs_of_the_applications_kind_is_refused(sim: RunSim, kind: str, entry: Any) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+    payload = "hi" if kind == "input" else {"kind": "app.note"}
+    assert error_code(sim.submit(conversation_id, payload, kind=kind, entry=entry)) == ErrorCode.INVALID
+    assert sim.core.head_seq == head
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
         record = store.submission_by_id(submission_id)
         assert record is not None
         if record.kind in ("write", "reset"):
-            assert record.status in ("queued", "done") or record.reason == "withdrawn", record
+            assert record.status in ("queued", "done") or record.reason in ("withdrawn", "stale"), record
             if record.status == "queued":
                 queued.setdefault(record.conversation_id, []).append(submission_id)
             continue
@@ -183,6 +183,24 @@ class InboxMachine(RuleBasedStateMachine):
         reply = self.sim.submit(conversation_id, {"kind": "app.note", "data": 1}, kind="write")
         assert isinstance(reply, Submitted) and reply.submission.status == ("queued" if waits else "done"), reply
         self.submissions.append(reply.submission.submission_id)
+
+    @rule(conversation=picks, head=st.sampled_from(["none", "first", "last"]))
+    def visible_write(self, conversation: int, head: str) -> None:
+        """A write the model sees (it waits for the working run's boundary), naming a head or not (then, placed
+        after a reset that cut it off, stale)."""
+        conversation_id = self.conversations[conversation % CONVERSATIONS]
+        payload: dict[str, Any] = {"kind": "app.seen", "model": [{"role": "user", "text": "seen"}]}
+        if head != "none":
+            order = "asc" if head == "first" else "desc"
+            entries = self.sim.store.entry_page(conversation_id, order, None, 1)[0]
+            if not entries:
+                return
+            payload["head"] = entries[0].entry_id
+        reply = self.sim.submit(conversation_id, payload, kind="write")
+        assert isinstance(reply, Submitted), reply
+        record = reply.submission
+        assert record.status in ("queued", "done") or record.reason == "stale", record
+        self.submissions.append(record.submission_id)
 
     @rule(conversation=picks, handoff=st.sampled_from([None, "from here"]))
     def reset(self, conversation: int, handoff: str | None) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 import actors
 import protocol
 from actors._models._retry import backoff_ms, next_delay_ms
 from actors._worker._journal import model_operation_id, tool_operation_id
-from actors._worker._messages import INTERRUPTED, transcript_messages
+from actors._worker._messages import INTERRUPTED, MessageFold, context_fold, transcript_messages
 from protocol import Capability, EntryRecord, JsonValue
 
 
@@ -55,6 +57,57 @@ def test_transcript_pairs_results_in_call_order_and_synthesizes_orphans() -> Non
         ),
         actors.ToolMessage(call_id="call_1_1", content=INTERRUPTED, is_error=True),
     ]
+
+
+def visible(position: int, kind: str, model: Any, head: str | None = None) -> EntryRecord:
+    return attrs.evolve(entry(position, kind, {"app": position}), model=JsonValue(model), head=head)
+
+
+def test_an_entry_of_the_applications_kind_shows_the_model_what_it_carries_in_its_place() -> None:
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"text": "", "tool_calls": [call("c1")]}),
+        visible(2, "chat.mention", [{"role": "user", "text": "ann: and B?"}]),  # a steer placed mid-round
+        entry(3, "tether.tool_result", {"call_id": "c1", "content": "one", "is_error": False}),
+        visible(4, "app.context", [{"role": "user", "text": "note"}, {"role": "assistant", "text": "noted"}]),
+        entry(5, "app.plain", {"n": 1}),  # nothing for the model
+    ]
+    assert transcript_messages(entries) == [
+        actors.UserMessage(text="hi"),
+        actors.AssistantMessage(
+            tool_calls=(actors.ToolCallRequest(call_id="c1", name="lookup", arguments={"order_id": "A1"}),)
+        ),
+        actors.ToolMessage(call_id="c1", content="one"),
+        actors.UserMessage(text="ann: and B?"),  # after the round's result, where the round ended
+        actors.UserMessage(text="note"),
+        actors.AssistantMessage(text="noted"),
+    ]
+
+
+def test_an_entry_naming_a_head_starts_the_context_there_with_its_messages_first() -> None:
+    entries = [
+        entry(0, "tether.user", {"text": "old question"}),
+        entry(1, "tether.assistant", {"text": "old answer", "tool_calls": []}),
+        entry(2, "tether.user", {"text": "kept question"}),
+        entry(3, "tether.assistant", {"text": "kept answer", "tool_calls": []}),
+    ]
+    summary = visible(4, "app.summary", [{"role": "user", "text": "Summary: an old question was answered."}])
+    entries.append(attrs.evolve(summary, head=entries[2].entry_id))
+    entries.append(entry(5, "tether.user", {"text": "new question"}))
+    expected = [
+        actors.UserMessage(text="Summary: an old question was answered."),
+        actors.UserMessage(text="kept question"),
+        actors.AssistantMessage(text="kept answer"),
+        actors.UserMessage(text="new question"),
+    ]
+    assert transcript_messages(entries) == expected
+    # Fed in parts (the run loop's fold, beside the worker's transcript cache): the same, whatever the cut.
+    for cut in range(len(entries) + 1):
+        fold = context_fold(entries[:cut], MessageFold())
+        assert context_fold(entries, fold).messages() == expected, cut
+    # A reset after it starts the context again; a head before the reset is not looked for.
+    entries.append(entry(6, "tether.reset", {"handoff": "From here."}))
+    assert transcript_messages(entries) == [actors.UserMessage(text="From here.")]
 
 
 def test_invalid_arguments_survive_the_transcript() -> None:

@@ -239,8 +239,9 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
 
     store = SqliteStore.open(path)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 7
-        assert "created_seq" in _columns(path, "submissions")
+        assert store.schema_version() == SCHEMA_VERSION == 8
+        assert "created_seq" in _columns(path, "submissions") and "entry" in _columns(path, "submissions")
+        assert {"model", "head"} <= set(_columns(path, "entries"))
         assert "char_offset" in _columns(path, "partial_pieces")
         assert "error" in _columns(path, "runs")
         assert store.integrity_check() == "ok"

@@ -820,6 +820,53 @@ def test_duplicate_conversation_id_is_a_store_conflict(store: StoreUnderTest) ->
     assert store.conversation_count() == 1
 
 
+def test_an_entry_keeps_what_the_model_sees_and_its_head_and_the_context_start_follows_resets_and_heads(
+    store: StoreUnderTest,
+) -> None:
+    conversation_id = with_conversation(store)
+    other = with_conversation(store)
+    _, second, _ = _append(store, conversation_id, 3)
+    assert store.context_start(conversation_id) == 0
+    assert store.entry_position(conversation_id, second.entry_id) == 1
+    assert store.entry_position(other, second.entry_id) is None  # another conversation's
+    assert store.entry_position(conversation_id, new_id()) is None
+    reset = attrs.evolve(entry_record(conversation_id, 3), kind="tether.reset", data=JsonValue({"handoff": None}))
+    store.insert_entry(reset)
+    assert store.context_start(conversation_id) == 4  # just after the reset
+    summary = attrs.evolve(
+        entry_record(conversation_id, 5),
+        kind="app.summary",
+        model=JsonValue([{"role": "user", "text": "so far"}]),
+        head=reset.entry_id,
+    )
+    store.insert_entry(attrs.evolve(entry_record(conversation_id, 4), kind="app.note"))
+    store.insert_entry(summary)
+    [read] = store.entry_page(conversation_id, "asc", 4, 10)[0]
+    assert read == summary
+    assert store.context_start(conversation_id) == 4  # a head at the reset itself cuts no further
+    later = attrs.evolve(entry_record(conversation_id, 6), head=summary.entry_id)
+    store.insert_entry(later)
+    assert store.context_start(conversation_id) == 5
+    assert store.context_start(other) == 0
+
+
+def test_a_submission_keeps_its_inputs_entry(store: StoreUnderTest) -> None:
+    conversation_id = with_conversation(store)
+    record = SubmissionRecord(
+        submission_id=new_id(),
+        conversation_id=conversation_id,
+        request_id="r",
+        kind="input",
+        payload=JsonValue("ann: is the build green?"),
+        status="queued",
+        seq=1,
+        created_at_ms=1,
+        entry=JsonValue({"kind": "chat.mention", "data": {"author": "ann"}}),
+    )
+    store.insert_submission(record)
+    assert store.submission_by_id(record.submission_id) == record
+
+
 def test_duplicate_entry_id_is_a_store_conflict(store: StoreUnderTest) -> None:
     first, second = with_conversation(store), with_conversation(store)
     [entry] = _append(store, first, 1)

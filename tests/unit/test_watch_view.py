@@ -498,7 +498,8 @@ def test_a_json_line_has_the_records_fields_its_kind_and_its_commits_seq() -> No
     line = json_line(entry(0, "tether.user", {"text": "hi"}), 42)
     assert line == (
         '{"entry_id": "e0", "conversation_id": "' + CONVERSATION + '", "position": 0, "seq": 42, '
-        '"kind": "tether.user", "data": {"text": "hi"}, "created_at_ms": 0, "record": "entry"}'
+        '"kind": "tether.user", "data": {"text": "hi"}, "created_at_ms": 0, "model": null, "head": null, '
+        '"record": "entry"}'
     )
 
 
