@@ -12,6 +12,9 @@ The points, for a steer queued while the run works:
 - ``answer_kept``: killed right after the answer's commit, which placed the steer and turned the completion into
   another turn (``--fault-kill-after-result 1``).
 
+The same two points around the tool result for a reset queued during the round: it is placed once, after the
+round's result, the run ends there (``reset``), and the follow-up queued behind it runs in the new context only.
+
 The worker runs in this process (it reconnects to the next owner); every process is reaped.
 """
 
@@ -90,6 +93,47 @@ async def test_a_steer_is_placed_once_whatever_commit_the_owner_dies_around(
             if at_round:
                 runs_of_tool = len([line for line in ledger.read_text().splitlines() if line.strip()])
                 assert runs_of_tool == (2 if point == "round_result_lost" else 1)
+    finally:
+        await faulty.close()
+        await healthy.close()
+
+
+@pytest.mark.parametrize("point", ["round_result_lost", "round_result_kept"])
+async def test_a_reset_at_a_tool_rounds_end_is_placed_once_whatever_commit_the_owner_dies_around(
+    db_path: str, ledger: Path, tmp_path: Path, point: str
+) -> None:
+    app, model = build(ROUND_TURNS)
+    faulty, healthy = OwnerProcess(db_path, *KILL_FLAGS[point]), OwnerProcess(db_path)
+    try:
+        with trio.fail_after(TIMEOUT_S):
+            await faulty.start()
+            async with served(db_path, app, name="survivor"), actors.connect(db_path) as client:
+                conversation_id = await client.create_conversation(agent="support")
+                own = await client.submit(conversation_id, kind="input", payload="Is A fine?")
+                assert own.run_id is not None
+                await ledger_lines(ledger, 1)  # the tool call runs, held at its gate
+                reset = await client.reset(conversation_id, "From here.")
+                follow = await client.submit(conversation_id, kind="input", payload="Then B?")
+                assert (reset.status, follow.status) == ("queued", "queued")
+                (tmp_path / "gate").touch()
+                assert await faulty.wait() == -signal.SIGKILL
+                await healthy.start()
+                ended = await client.wait_for_run(own.run_id)
+                assert follow.run_id is not None
+                answered = await client.wait_for_run(follow.run_id)
+            assert (ended.status, ended.reason) == ("failed", "reset")
+            assert answered.status == "completed"
+            async with actors.connect(db_path, role="reader") as reader:
+                entries = await reader.entries(conversation_id)
+                assert (await reader.wait_for_submission(reset.submission_id)).status == "done"
+                settled = await reader.wait_for_submission(own.submission_id)
+            assert (settled.status, settled.reason) == ("unanswered", "reset")
+            kinds = [entry.kind for entry in entries]
+            assert kinds.count("tether.reset") == 1
+            # The reset follows the round's result; the follow-up's run saw only the new context.
+            assert kinds[kinds.index("tether.reset") - 1] == "tether.tool_result"
+            assert model.asked[-1][1] == ["From here.", "Then B?"]
+            assert all("Is A fine?" not in asked for _, asked in model.asked[1:])  # no request of the first run after
     finally:
         await faulty.close()
         await healthy.close()
