@@ -127,16 +127,19 @@ def _add_runs_commands(commands: Any) -> None:
         "submit",
         help="submit TEXT to an agent's conversation (a run, a steer), or write an entry beside it",
         description=(
-            "Submit TEXT as an input to a conversation bound to an agent, which starts a run; while the "
-            "conversation has a run going, --when-busy says what it does: queue a run of its own behind it "
-            "(follow_up, the default), join it (steer: placed after its current tool round, or after its answer "
-            "with one more model request, and answered by that run), or be refused (reject). --when-idle reject "
-            "refuses it when no run is going. With --write KIND (and --data JSON) instead of TEXT, append that "
-            "entry at once: it never starts a run. With --agent, first create a conversation bound to that agent "
-            "and print its id. Prints the run as read back once the submission is committed (a steer: the run it "
-            "will join), and says on stderr when no attached worker announces its agent (the run waits for one); "
-            "with --wait, follows it (each new status, each approval it waits for with the command that answers "
-            "it) until it settles, then prints its answer, or its status, reason and error (exit 1 if it failed)."
+            "Submit TEXT as an input to a conversation bound to an agent, which starts a run; while the conversation "
+            "has a run going, --when-busy says what it does: queue a run of its own behind it (follow_up, the "
+            "default), join it (steer: placed after its current tool round, or after its answer with one more model "
+            "request, and answered by that run), or be refused (reject). --when-idle reject refuses it when no run is"
+            " going; --entry KIND (and --data JSON) places it as an entry of that kind instead of tether.user (the "
+            "model still sees TEXT). With --write KIND (and --data JSON) instead of TEXT, append that entry at once: "
+            "it never starts a run; with --seen TEXT the model sees it as that user message, and with --head ENTRY_ID"
+            " its context starts at that entry from then on (a summary): such a write waits for the working run's "
+            "next boundary. With --agent, first create a conversation bound to that agent and print its id. Prints "
+            "the run as read back once the submission is committed (a steer: the run it will join), and says on "
+            "stderr when no attached worker announces its agent (the run waits for one); with --wait, follows it "
+            "(each new status, each approval it waits for with the command that answers it) until it settles, then "
+            "prints its answer, or its status, reason and error (exit 1 if it failed)."
         ),
     )
     submit.add_argument("text", metavar="TEXT", nargs="?", help="what to say (not with --write)")
@@ -168,7 +171,20 @@ def _add_runs_commands(commands: Any) -> None:
         metavar="KIND",
         help="append an entry of this kind (yours, not under tether.) at once instead of an input; never a run",
     )
-    submit.add_argument("--data", type=_json_text, metavar="JSON", help="the data of the --write entry (default null)")
+    submit.add_argument(
+        "--data", type=_json_text, metavar="JSON", help="the data of the --write or --entry entry (default null)"
+    )
+    submit.add_argument(
+        "--entry", metavar="KIND", help="place TEXT as an entry of this kind (yours) instead of tether.user"
+    )
+    submit.add_argument(
+        "--seen", metavar="TEXT", help="with --write: what the model sees of the entry (a user message)"
+    )
+    submit.add_argument(
+        "--head",
+        metavar="ENTRY_ID",
+        help="with --write: the model's context starts at this entry from the write on, the write's --seen first",
+    )
     submit.add_argument(
         "--continue",
         dest="resume",
@@ -1051,8 +1067,19 @@ def _runs_command(args: argparse.Namespace) -> int:
                 "give TEXT to say, --write KIND (with --data JSON) to append an entry, or --continue: one of the three"
             )
             return _fail(message, EXIT_USAGE)
-        if args.data is not None and args.write is None:
-            return _fail("--data is the data of a --write entry; an input's text is TEXT", EXIT_USAGE)
+        if args.data is not None and args.write is None and args.entry is None:
+            return _fail("--data is the data of a --write or --entry entry; an input's text is TEXT", EXIT_USAGE)
+        if (args.seen is not None or args.head is not None) and args.write is None:
+            return _fail("--seen and --head are a --write entry's (what the model sees of it)", EXIT_USAGE)
+        if args.entry is not None and args.text is None:
+            return _fail("--entry KIND places TEXT as an entry of KIND: give TEXT", EXIT_USAGE)
+        write = None
+        if args.write is not None:
+            write = {"kind": args.write, "data": args.data}
+            if args.seen is not None:
+                write["model"] = [{"role": "user", "text": args.seen}]
+            if args.head is not None:
+                write["head"] = args.head
         conversation_id, submission, run = trio.run(
             partial(
                 _runs.submit,
@@ -1063,7 +1090,8 @@ def _runs_command(args: argparse.Namespace) -> int:
                 request_id=args.request_id,
                 when_busy=args.when_busy,
                 when_idle=args.when_idle,
-                write=None if args.write is None else (args.write, args.data),
+                write=write,
+                entry=None if args.entry is None else {"kind": args.entry, "data": args.data},
                 resume=args.resume,
                 wait=args.wait,
                 say=None if args.json else partial(print, flush=True),
@@ -1079,6 +1107,8 @@ def _runs_command(args: argparse.Namespace) -> int:
             print(json.dumps(document), flush=True)
         if run is not None and run.status == "failed":
             return _fail(_runs.failure(run), EXIT_FAILED)
+        if submission.status == "unanswered":  # a write whose head left the model's context
+            return EXIT_FAILED
         return EXIT_OK
     if args.command == "submissions":
         submitted = trio.run(_runs.list_submissions, db, args.conversation)

@@ -83,7 +83,8 @@ async def submit(
     when_busy: actors.WhenBusy,
     wait: bool,
     when_idle: actors.WhenIdle = "start",
-    write: tuple[str, Any] | None = None,
+    write: dict[str, Any] | None = None,
+    entry: dict[str, Any] | None = None,
     resume: bool = False,
     say: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
@@ -103,11 +104,8 @@ async def submit(
         assert conversation_id is not None
         request_id = request_id or actors.new_id()
         if write is not None:
-            kind, data = write
-            submission = await client.submit(
-                conversation_id, kind="write", payload={"kind": kind, "data": data}, request_id=request_id
-            )
-            show(f"submission {submission.submission_id}: entry {kind} appended (request {submission.request_id})")
+            submission = await client.submit(conversation_id, kind="write", payload=write, request_id=request_id)
+            show(f"submission {submission.submission_id}: {describe_write(submission)}")
             return conversation_id, submission, None
         if resume:
             submission = await client.submit(conversation_id, kind="continue", request_id=request_id)
@@ -119,6 +117,7 @@ async def submit(
                 request_id=request_id,
                 when_busy=when_busy,
                 when_idle=when_idle,
+                entry=entry,
             )
         if submission.run_id is None:
             show(f"submission {submission.submission_id} (request {submission.request_id})")
@@ -207,6 +206,20 @@ def describe_withdrawal(submission_id: str, outcome: str, record: actors.Submiss
         assert record is not None
         return f"submission {submission_id}: already settled ({record.status}), so nothing was withdrawn"
     return f"submission {submission_id}: no such submission in this database; nothing was withdrawn"
+
+
+def describe_write(submission: actors.SubmissionRecord) -> str:
+    """What became of a write, for a person."""
+    kind = submission.payload.get("kind") if isinstance(submission.payload, dict) else None
+    request = f"(request {submission.request_id})"
+    if submission.status == "done":
+        return f"entry {kind} appended {request}"
+    if submission.status == "queued":
+        return f"entry {kind} waits for run {submission.run_id}'s next boundary, or behind a queued reset {request}"
+    return (
+        f"entry {kind} not placed: {submission.status} ({submission.reason}: its head is no longer in the model's "
+        f"context) {request}"
+    )
 
 
 async def reset(db: str, conversation_id: str, handoff: str | None) -> actors.SubmissionRecord:

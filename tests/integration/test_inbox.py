@@ -202,6 +202,38 @@ async def test_the_command_line_steers_writes_lists_and_withdraws(
             ]
 
 
+async def test_the_command_line_writes_what_the_model_sees_and_places_an_input_as_an_entry(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build([actors.ScriptedTurn(text="Hello, ann.")])
+    db = owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            base = ("--db", db, "--conversation", conversation_id)
+            seen = await run_tether("submit", *base, "--write", "ci.status", "--seen", "CI is red.")
+            assert seen.returncode == 0 and b"entry ci.status appended" in seen.stdout, seen.stderr
+            said = await run_tether(
+                "submit", *base, "--entry", "chat.mention", "--data", '{"author": "ann"}', "--wait", "ann: hi"
+            )
+            assert said.returncode == 0 and b"Hello, ann." in said.stdout, said.stderr
+            assert model.asked == [(1, ["CI is red.", "ann: hi"])]
+            entries = await client.entries(conversation_id)
+            assert [(entry.kind, entry.data) for entry in entries][:2] == [
+                ("ci.status", None),
+                ("chat.mention", {"author": "ann"}),
+            ]
+            await client.reset(conversation_id)
+            stale = await run_tether(
+                "submit", *base, "--write", "app.summary", "--seen", "S", "--head", entries[0].entry_id
+            )
+            assert stale.returncode == 1 and b"not placed: unanswered (stale" in stale.stdout, stale.stdout
+            unknown = await run_tether("submit", *base, "--write", "app.summary", "--head", "no-such-entry")
+            assert unknown.returncode == 1 and b"names no entry of conversation" in unknown.stderr, unknown.stderr
+            misplaced = await run_tether("submit", *base, "--seen", "S", "hi")
+            assert misplaced.returncode == 2 and b"--seen and --head are a --write entry's" in misplaced.stderr
+
+
 async def test_a_conversations_configuration_applies_from_the_next_model_request(
     owner: OwnerProcess, ledger: Path, tmp_path: Path
 ) -> None:
