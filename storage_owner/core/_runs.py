@@ -142,6 +142,11 @@ def _queued_run(submission_id: str, conversation_id: str, agent: str, seq: int, 
     )
 
 
+def _is_held(run: RunRecord) -> bool:
+    """Whether ``run`` waits held after a failed run (rule 7)."""
+    return run.status == "queued" and run.reason == HELD
+
+
 def _admissible(run: RunRecord) -> bool:
     """Whether ``run``, at the head of its conversation's queue, may be admitted (rule 7: not held)."""
     return run.status == "queued" and run.reason != HELD
@@ -230,7 +235,7 @@ class Runs:
     def held(self, conversation_id: str) -> RunRecord | None:
         """The conversation's oldest run, if it is held after a failed run (rule 7)."""
         run = self.active_run(conversation_id)
-        return run if run is not None and run.status == "queued" and run.reason == HELD else None
+        return run if run is not None and _is_held(run) else None
 
     def queued_run_ids(self, conversation_id: str) -> list[str]:
         """The conversation's runs still ``queued``, oldest first."""
@@ -290,7 +295,7 @@ class Runs:
             message = f"when_idle must be start or reject, not {request.when_idle!r}; nothing was written"
             raise Refusal(ErrorCode.INVALID, message)
         active = self.active_run(conversation.conversation_id)
-        if active is not None and active.reason == HELD and active.status == "queued":
+        if active is not None and _is_held(active):
             return active  # rule 7: not busy, yet it queues behind the held runs whatever it asked
         if request.when_busy == "reject" and active is not None:
             message = (
@@ -313,7 +318,7 @@ class Runs:
         there is anything to continue depends on how that run ends, so a continue is never queued."""
         self.check_continue(request, conversation)
         active = self.active_run(conversation.conversation_id)
-        if active is not None and not (active.status == "queued" and active.reason == HELD):
+        if active is not None and not _is_held(active):
             message = (
                 f"conversation {conversation.conversation_id} has a run going ({active.run_id}, {active.status}): a "
                 "continue is never queued (whether anything is left to answer depends on how that run ends); "
