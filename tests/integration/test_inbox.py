@@ -157,6 +157,67 @@ async def test_inputs_that_may_only_join_a_run_writes_and_withdrawal(
             assert texts == ["Where is A1?"]
 
 
+async def test_a_cancelled_run_holds_its_follow_up_until_the_next_input_and_steering_all_places_both_steers(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    app, model = build(BLOCKING_TURNS)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            follow = await client.submit(conversation_id, kind="input", payload="And A2?")
+            assert own.run_id is not None and follow.run_id is not None
+            await client.cancel_run(own.run_id)
+            assert (await client.wait_for_run(own.run_id)).status == "cancelled"
+            held = await client.run(follow.run_id)
+            assert (held.status, held.reason) == ("queued", "held")  # after_failed_run="wait": nobody looked yet
+            await client.configure(conversation_id, steering="all")
+            later = await client.submit(conversation_id, kind="input", payload="And A3?", when_idle="reject")
+            assert later.status == "queued" and later.run_id is not None  # behind the held run, which it released
+            await ledger_lines(ledger, 2)  # the released run's tool call blocks at the gate
+            first = await client.submit(conversation_id, kind="input", payload="use pnpm", when_busy="steer")
+            second = await client.submit(conversation_id, kind="input", payload="and be brief", when_busy="steer")
+            (tmp_path / "gate").touch()
+            assert (await client.wait_for_run(later.run_id)).status == "completed"
+            answered = await client.wait_for_run(follow.run_id)
+            for steer in (first, second):
+                assert (await client.wait_for_submission(steer.submission_id)).answer == answered.answer
+            # The released run answered first, both steers placed at its one boundary; then the later input's run.
+            asked = [users for _, users in model.asked]
+            assert asked[1:] == [
+                ["Where is A1?", "And A2?"],
+                ["Where is A1?", "And A2?", "use pnpm", "and be brief"],
+                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
+                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
+            ]
+
+
+async def test_abort_conversation_withdraws_what_waits_keeps_writes_and_cancels_the_run(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    app, _ = build(BLOCKING_TURNS)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
+            await ledger_lines(ledger, 1)
+            follow = await client.submit(conversation_id, kind="input", payload="And A2?")
+            steer = await client.submit(conversation_id, kind="input", payload="use pnpm", when_busy="steer")
+            reset = await client.reset(conversation_id)
+            note = await client.submit(conversation_id, kind="write", payload={"kind": "app.note", "data": 1})
+            assert note.status == "queued"  # behind the reset
+            aborted = await client.abort_conversation(conversation_id)
+            assert sorted(aborted.withdrawn) == sorted([follow.submission_id, steer.submission_id, reset.submission_id])
+            assert own.run_id is not None and (await client.wait_for_run(own.run_id)).status == "cancelled"
+            for record in (follow, steer, reset):
+                settled = await client.wait_for_submission(record.submission_id)
+                assert (settled.status, settled.reason) == ("unanswered", "withdrawn")
+            assert (await client.wait_for_submission(note.submission_id)).status == "done"
+            kinds = [entry.kind for entry in await client.entries(conversation_id)]
+            assert "app.note" in kinds and "tether.reset" not in kinds
+
+
 async def test_the_command_line_steers_writes_lists_and_withdraws(
     owner: OwnerProcess, ledger: Path, tmp_path: Path
 ) -> None:
