@@ -224,12 +224,14 @@ class Placement:
         best: tuple[PeerId, Capability] | None = None
         best_load = 0
         able = False
-        required = self.requires(record)
+        required: str | None | bool = False  # asked once a worker that runs the kind is found
         for peer, worker in self.workers.items():
             capability = worker.capabilities.get(record.kind)
             if capability is None or not self._can_run(record, capability):
                 continue
-            if required is not None and required not in worker.capabilities:
+            if required is False:
+                required = self.requires(record)
+            if isinstance(required, str) and required not in worker.capabilities:
                 continue
             able = True
             load = len(worker.leases)
@@ -254,18 +256,17 @@ class Placement:
     def blocked_reason(self, record: TaskRecord) -> Blocked | None:
         """Why no attached worker can run ``record`` (busy workers do not count as blocking), or ``None``."""
         versions = []
-        required = self.requires(record)
-        lacking = False
+        required: str | None | bool = False  # asked once a worker that can run it is found
         for worker in self.workers.values():
             capability = worker.capabilities.get(record.kind)
             if capability is not None:
                 if self._can_run(record, capability):
-                    if required is None or required in worker.capabilities:
+                    if required is False:
+                        required = self.requires(record)
+                    if not isinstance(required, str) or required in worker.capabilities:
                         return None
-                    lacking = True
                 versions.append(capability)
-        if lacking:
-            assert required is not None
+        if isinstance(required, str):  # workers can run it, none names what it requires
             what = required.partition(":")[2]
             return Blocked(
                 "missing_model",
