@@ -87,8 +87,14 @@ MAX_QUEUED_PER_CONVERSATION: Final = 1000
 """Submissions one conversation's inbox holds waiting (steers, follow-ups joining a queued run, resets, writes behind
 a reset; kept in the owner's memory): one more is refused ``conflict`` (not ``overloaded``: a client would retry it
 for a minute), nothing written."""
-UNANSWERED_REASONS: Final = {"max_turns": "turn_limit"}
-"""A run's reason as its inputs' (the reference's names), where they differ."""
+UNANSWERED_REASONS: Final = {
+    "max_turns": "turn_limit",
+    "model_retries_exhausted": "interrupted",
+    "phase_error": "faulted",
+    "no_progress": "faulted",
+    "unknown_phase": "faulted",
+}
+"""A run's reason as its inputs' (the reference's names: the run keeps the precise one), where they differ."""
 
 
 def steer_entry_id(submission_id: str) -> str:

@@ -264,6 +264,26 @@ def test_a_failed_run_settles_its_inputs_unanswered_and_leaves_its_queued_steers
     assert submission(sim, left).status == "queued"
 
 
+@pytest.mark.parametrize(
+    ("status", "reason", "settled"),
+    [
+        ("failed", "model_retries_exhausted", "interrupted"),
+        ("faulted", "phase_error", "faulted"),
+        ("faulted", "no_progress", "faulted"),
+        ("failed", "max_turns", "turn_limit"),
+        ("failed", "budget_exceeded", "budget_exceeded"),
+    ],
+)
+def test_an_inputs_reason_is_the_references_name_for_its_runs(
+    sim: RunSim, status: str, reason: str, settled: str
+) -> None:
+    busy = Busy(sim)
+    busy.worker.ok(busy.task_id, ended(busy.task_id, status, error="ended", reason=reason))
+    assert sim_status(sim, busy.run_id) == ("failed", reason)  # the run keeps the precise one
+    record = submission(sim, busy.own)
+    assert (record.status, record.reason) == ("unanswered", settled)
+
+
 def test_a_cancelled_run_settles_its_inputs_aborted(sim: RunSim) -> None:
     busy = Busy(sim)
     expect(sim.request(sim.client, CancelRun(run_id=busy.run_id)), RunReply)
