@@ -52,7 +52,7 @@ from protocol import (
 
 from ._app._agents import AgentDefinition
 from ._app._app import App, AppLoadError, TaskDefinition, load_app
-from ._app._tools import Recovery, ToolCall, ToolDefinition
+from ._app._tools import Recovery, ToolCall, ToolDefinition, ToolResult
 from ._client._client import Client, check_target, connect
 from ._client._conversations import EntryPage, WhenBusy, WhenIdle, WithdrawOutcome
 from ._client._partials import PartialOutput, PartialText
@@ -173,6 +173,7 @@ __all__ = [
     "ToolCallStart",
     "ToolDefinition",
     "ToolMessage",
+    "ToolResult",
     "ToolSpec",
     "Transaction",
     "TurnBuilder",

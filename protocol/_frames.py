@@ -948,11 +948,11 @@ class Budget:
 
 @attrs.frozen(kw_only=True)
 class ReadUsageTotals:
-    """A page of usage totals of one scope in key order: every model's, conversation's or task tree's, or the one
-    ``key`` names (for ``tree``, any task id: the total is its tree's, keyed by the root task id)."""
+    """A page of usage totals of one scope in key order: every model's, tool's, conversation's or task tree's, or the
+    one ``key`` names (for ``tree``, any task id: the total is its tree's, keyed by the root task id)."""
 
     TYPE: ClassVar[str] = "read_usage_totals"
-    scope: Literal["model", "conversation", "tree"]
+    scope: Literal["model", "tool", "conversation", "tree"]
     key: str | None = None
     after_key: str | None = None
     limit: int = 1000
@@ -1228,9 +1228,10 @@ class PartialsReply:
 
 @attrs.frozen(kw_only=True)
 class UsageTotal:
-    """Usage accounted to one conversation, one model or one task tree (``key``: its root task)."""
+    """Usage accounted to one conversation, one model, one tool (the usage its results reported) or one task tree
+    (``key``: its root task)."""
 
-    scope: Literal["conversation", "model", "tree"]
+    scope: Literal["conversation", "model", "tool", "tree"]
     key: str
     usage: RunUsage
 

@@ -34,13 +34,14 @@ def add_usage_commands(commands: Any) -> None:
     """``tether usage``, ``tether prices`` and ``tether budget``."""
     usage = commands.add_parser(
         "usage",
-        help="token usage and cost per model, conversation, run and task tree",
+        help="token usage and cost per model, tool, conversation, run and task tree",
         description=(
-            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price, "
-            "'>= X' when some tokens had none) and the budgets set on them. Without a filter: the first --limit "
-            "models and conversations. With --conversation: that conversation, its first --limit runs, and the task "
-            "tree it belongs to if a task owns it (a subagent's). With --run: the run, its conversation and its task "
-            "tree (a subagent's usage counts toward the tree of the task above it). Asks the running owner."
+            "Print usage totals (input, output, cached and reasoning tokens; cost where the model has a price, '>= X'"
+            " when some tokens had none) and the budgets set on them. Without a filter: the first --limit models, "
+            "tools (the usage their results reported) and conversations. With --conversation: that conversation, its "
+            "first --limit runs, and the task tree it belongs to if a task owns it (a subagent's). With --run: the "
+            "run, its conversation and its task tree (a subagent's usage counts toward the tree of the task above "
+            "it). Asks the running owner."
         ),
     )
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
@@ -52,8 +53,8 @@ def add_usage_commands(commands: Any) -> None:
         type=positive,
         default=DEFAULT_LIMIT,
         metavar="N",
-        help=f"without a filter: the first N models and N conversations, by key; with --conversation: its first N "
-        f"runs, in submission order (default {DEFAULT_LIMIT}); how many more there are is said",
+        help=f"without a filter: the first N models, N tools and N conversations, by key; with --conversation: its "
+        f"first N runs, in submission order (default {DEFAULT_LIMIT}); how many more there are is said",
     )
     usage.add_argument(
         "--json",
@@ -196,7 +197,7 @@ async def read_usage(
             rows.append(Row("run", run.run_id, run.usage, note=f"{run.agent} {run.status}"))
             conversation_id = run.conversation_id
         if conversation_id is None:
-            for scope in ("model", "conversation"):
+            for scope in ("model", "tool", "conversation"):
                 totals, budgets, count = await client.usage_listing(scope, limit=limit)
                 rows += _rows(scope, totals, budgets)
                 left_out[scope] = count - len(totals)

@@ -143,6 +143,7 @@ class App:
         recovery: Recovery = "manual",
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> ToolDefinition:
         """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (a
         ``ValueError``; and registers nothing) if the definition is unusable, such as a ``parameters`` that is not a
@@ -157,6 +158,7 @@ class App:
             recovery=recovery,
             version=version,
             needs_approval=needs_approval,
+            output_schema=output_schema,
         )
         self._tools[name] = definition
         return definition
@@ -170,6 +172,7 @@ class App:
         recovery: Recovery = "manual",
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> Callable[[ToolHandler], ToolHandler]:
         """``@app.tool(description=..., parameters=...)`` on an ``async def``: :meth:`define_tool` with the
         function's name (unless ``name`` is given) and its docstring as the description (unless given). Returns
@@ -184,6 +187,7 @@ class App:
                 recovery=recovery,
                 version=version,
                 needs_approval=needs_approval,
+                output_schema=output_schema,
             )
             return handler
 

@@ -19,7 +19,7 @@ from jsonschema.exceptions import SchemaError
 
 from protocol import UsageError, check_json
 
-from .._models._model import ToolSpec
+from .._models._model import ToolSpec, Usage
 
 Recovery: TypeAlias = Literal["manual", "safe", "idempotent"]
 """What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
@@ -52,8 +52,41 @@ class ToolCall:
     version: int
 
 
+@attrs.frozen(kw_only=True)
+class ToolResult:
+    """What a tool's handler may return instead of a plain JSON value (which is its ``output``).
+
+    ``output`` is what the model sees (a text as is, anything else as JSON); ``structured`` is a JSON value for
+    programs, checked against the tool's ``output_schema`` when it declares one (a violation is an error result naming
+    the path); ``details`` are stored for programs and people and never shown to the model (both in the call's
+    ``tether.tool_result`` entry); ``usage`` is what the call cost (a service's tokens or money): counted under the
+    tool's name and in the run's, the conversation's and the task tree's totals, budgets included; ``terminate=True``
+    ends the run without another model request when every call of the round asks for it (its answer is the last
+    call's output, in call order). ``handoff`` is not built yet: giving one raises :class:`~protocol.UsageError`.
+    """
+
+    output: Any = None
+    structured: Any = None
+    details: Any = None
+    usage: Usage | None = None
+    terminate: bool = False
+    handoff: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.handoff is not None:
+            raise UsageError("ToolResult(handoff=...) is not built yet (the run goes on in its context)")
+        if type(self.terminate) is not bool:
+            raise UsageError(f"ToolResult(terminate=...) is True or False, not {self.terminate!r}")
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise UsageError(f"ToolResult(usage=...) is an actors.Usage, not {type(self.usage).__name__}")
+
+
 def _build_validator(definition: ToolDefinition) -> Draft202012Validator:
     return Draft202012Validator(definition.parameters)
+
+
+def _build_output_validator(definition: ToolDefinition) -> Draft202012Validator | None:
+    return None if definition.output_schema is None else Draft202012Validator(definition.output_schema)
 
 
 @attrs.frozen(kw_only=True)
@@ -71,15 +104,23 @@ class ToolDefinition:
     recovery: Recovery = "manual"
     version: int = 1
     needs_approval: ApprovalPredicate | None = attrs.field(default=None, repr=False)
+    output_schema: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+    """The JSON Schema (draft 2020-12) a :class:`ToolResult`'s ``structured`` value is checked against."""
     _validator: Draft202012Validator = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_build_validator, takes_self=True)
+    )
+    _output_validator: Draft202012Validator | None = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_build_output_validator, takes_self=True)
     )
 
     def validate(self, args: object) -> tuple[str, ...]:
         """The ways ``args`` breaks the tool's schema, one line each naming the JSON path (``$.order_id: 42 is
         not of type 'string'``), in a stable order; empty when ``args`` is valid."""
-        errors = sorted(self._validator.iter_errors(args), key=lambda error: (error.json_path, error.message))
-        return tuple(f"{error.json_path}: {error.message}" for error in errors)
+        return _errors(self._validator, args)
+
+    def validate_output(self, structured: object) -> tuple[str, ...]:
+        """The ways a result's ``structured`` value breaks the tool's ``output_schema`` (none without one)."""
+        return () if self._output_validator is None else _errors(self._output_validator, structured)
 
     def approval_required(self, args: dict[str, Any]) -> bool:
         """Whether a call with ``args`` waits for a person's approval (never, without a ``needs_approval``)."""
@@ -104,6 +145,7 @@ def define_tool(
     recovery: Recovery = "manual",
     version: int = 1,
     needs_approval: ApprovalPredicate | None = None,
+    output_schema: Mapping[str, Any] | None = None,
 ) -> ToolDefinition:
     """Check a tool's definition and build it. Raises :class:`UsageError` saying what is wrong; nothing is
     registered anywhere. ``description`` and ``parameters`` are required: their ``None`` defaults exist so that
@@ -124,6 +166,7 @@ def define_tool(
     if needs_approval is not None and not callable(needs_approval):
         raise UsageError(f"tool {name!r}: needs_approval must be None or a function (args) -> bool")
     schema = _checked_schema(name, parameters)
+    output = None if output_schema is None else _checked_output_schema(name, output_schema)
     return ToolDefinition(
         name=name,
         handler=handler,
@@ -132,7 +175,30 @@ def define_tool(
         recovery=recovery,
         version=version,
         needs_approval=needs_approval,
+        output_schema=output,
     )
+
+
+def _errors(validator: Draft202012Validator, value: object) -> tuple[str, ...]:
+    errors = sorted(validator.iter_errors(value), key=lambda error: (error.json_path, error.message))
+    return tuple(f"{error.json_path}: {error.message}" for error in errors)
+
+
+def _checked_output_schema(name: str, schema: object) -> dict[str, Any]:
+    """A private copy of ``output_schema`` once it is a JSON-like draft 2020-12 schema (of any type)."""
+    if not isinstance(schema, Mapping):
+        raise UsageError(f"tool {name!r}: output_schema must be a JSON Schema object, not {type(schema).__name__}")
+    copied = copy.deepcopy(dict(schema))
+    try:
+        check_json(copied, "$")
+        Draft202012Validator.check_schema(copied)
+    except ValueError as exc:
+        raise UsageError(f"tool {name!r}: output_schema is not JSON-like: {exc}") from None
+    except SchemaError as exc:
+        raise UsageError(
+            f"tool {name!r}: output_schema is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: {exc.message}"
+        ) from None
+    return copied
 
 
 def _checked_schema(name: str, parameters: object) -> dict[str, Any]:

@@ -39,17 +39,25 @@ class UsageCalls(BaseClient):
         return {total.key: total.usage for total in reply.totals}
 
     async def usage_totals(
-        self, scope: Literal["model", "conversation", "tree"], key: str | None = None, *, limit: int | None = None
+        self,
+        scope: Literal["model", "tool", "conversation", "tree"],
+        key: str | None = None,
+        *,
+        limit: int | None = None,
     ) -> tuple[list[UsageTotal], list[Budget]]:
-        """Usage totals of ``scope`` (every model's, conversation's or task tree's; or the one ``key`` names, zero when
-        it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the budgets set on
-        them. Reads page by page: all of them, or the first ``limit`` (1 or more) in key order (see
+        """Usage totals of ``scope`` (every model's, tool's, conversation's or task tree's; or the one ``key`` names,
+        zero when it used nothing: for ``tree`` any task of the tree, the total keyed by its root task) and the
+        budgets set on them. Reads page by page: all of them, or the first ``limit`` (1 or more) in key order (see
         :meth:`usage_listing` for how many there are). A checkpoint."""
         totals, budgets, _ = await self.usage_listing(scope, key, limit=limit)
         return totals, budgets
 
     async def usage_listing(
-        self, scope: Literal["model", "conversation", "tree"], key: str | None = None, *, limit: int | None = None
+        self,
+        scope: Literal["model", "tool", "conversation", "tree"],
+        key: str | None = None,
+        *,
+        limit: int | None = None,
     ) -> tuple[list[UsageTotal], list[Budget], int]:
         """As :meth:`usage_totals`, and how many totals there are in all (``limit`` may leave some out). A
         checkpoint."""

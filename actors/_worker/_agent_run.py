@@ -29,11 +29,11 @@ from protocol import (
     CONFIG_DOCUMENT,
     RESET_ENTRY,
     TOOL_RESULT_ENTRY,
+    USER_ENTRY,
     EntryRecord,
     FinishOperation,
     JsonValue,
     OperationRecord,
-    RunUsage,
     StartOperation,
     TaskOutcome,
     Write,
@@ -69,6 +69,7 @@ from ._journal import (
     content_text,
     journaled,
     model_operation_id,
+    run_usage,
     tool_operation_id,
 )
 from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
@@ -89,18 +90,6 @@ async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIte
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
-
-
-def _run_usage(usage: Usage | None) -> RunUsage | None:
-    if usage is None:
-        return None
-    return RunUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cached_tokens=usage.cached_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        cost=usage.cost,
-    )
 
 
 class ModelUnavailable(Exception):
@@ -283,7 +272,7 @@ class AgentRun:
                     operation_id=operation_id,
                     status="completed",
                     result=json_value(assistant_data(message)),
-                    usage=_run_usage(result.usage),
+                    usage=run_usage(result.usage),
                 )
             )
             tx.append(
@@ -314,7 +303,7 @@ class AgentRun:
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # what streamed before the failure, aborted with it
             tx.finish_operation(
-                FinishOperation(operation_id=operation_id, status="failed", error=error, usage=_run_usage(usage))
+                FinishOperation(operation_id=operation_id, status="failed", error=error, usage=run_usage(usage))
             )
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
@@ -413,6 +402,13 @@ class AgentRun:
                 tx.advance({"phase": "turn", "turn": turn + 1})
         if rt.ended:
             return
+        answer = None if tx.writes else _terminated(entries, rt.checkpoint["calls"], str(rt.input["run_id"]))
+        if answer is not None:
+            # Every call of the round asked to end the run: no other model request; its answer is the last call's
+            # output (a steer queued meanwhile still gets one more request of this run: the owner decides).
+            async with rt.commit() as ending:
+                ending.answer(answer, {"phase": "turn", "turn": turn + 1})
+            return
         await self._turn(rt, turn + 1, None if tx.writes else entries)
 
     async def abort(self, rt: Phase) -> None:
@@ -451,6 +447,27 @@ class AgentRun:
                 is_error=is_error,
             )
         return entries
+
+
+def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
+    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
+    after the round that the model must see first (a steer or a reset placed when it ended): the last call's output,
+    in call order. ``None``: the run goes on."""
+    results: dict[str, Mapping[str, Any]] = {}
+    for entry in reversed(entries):
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.kind == ASSISTANT_ENTRY and data.get("run_id") == run_id:
+            break
+        if entry.kind == TOOL_RESULT_ENTRY:
+            results[str(data.get("operation_id"))] = data
+        elif entry.kind in (USER_ENTRY, RESET_ENTRY) or entry.model is not None:
+            return None  # placed at the round's end: the model answers it
+    found = [results.get(str(call["operation_id"])) for call in calls]
+    if not found or any(data is None or data.get("terminate") is not True or data.get("is_error") for data in found):
+        return None
+    last = found[-1]
+    assert last is not None
+    return str(last.get("content", ""))
 
 
 def _reset_since_answer(entries: Sequence[EntryRecord], run_id: str) -> bool:

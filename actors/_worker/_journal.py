@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any, Final
 
 from protocol import (
@@ -22,12 +23,14 @@ from protocol import (
     JsonValue,
     NotFound,
     OperationRecord,
+    RunUsage,
     StartOperation,
     digest_json,
     json_value,
 )
 
 from .._app._tools import ToolDefinition
+from .._models._model import Usage
 from ._phase import Phase, PhaseTransaction
 
 AGENT_PREFIX: Final = AGENT_TASK_PREFIX
@@ -53,6 +56,19 @@ def tool_operation_id(run_id: str, turn: int, call_id: str) -> str:
 def digest(value: Any) -> str:
     """The sha256 of ``value`` as canonical JSON (:func:`protocol.digest_json`)."""
     return hashlib.sha256(digest_json(value).encode()).hexdigest()
+
+
+def run_usage(usage: Usage | None) -> RunUsage | None:
+    """A model's or a tool's usage as the journal records it."""
+    if usage is None:
+        return None
+    return RunUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        cost=usage.cost,
+    )
 
 
 def content_text(value: Any) -> str:
@@ -113,7 +129,10 @@ def _result_entry(
     name: str,
     content: str,
     is_error: bool,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
+    """The call's ``tether.tool_result`` entry: what the model reads (``content``), and what a :class:`ToolResult`
+    adds for programs (``extra``: ``structured``, ``details``, ``terminate``; only what it gave)."""
     tx.append(
         conversation_id,
         kind=TOOL_RESULT_ENTRY,
@@ -125,6 +144,7 @@ def _result_entry(
             "name": name,
             "content": content,
             "is_error": is_error,
+            **(extra or {}),
         },
     )
 

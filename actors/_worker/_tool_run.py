@@ -20,7 +20,8 @@ from protocol import (
 )
 
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
-from .._app._tools import ToolCall, ToolDefinition
+from .._app._tools import ToolCall, ToolDefinition, ToolResult
+from .._models._model import Usage
 from ._journal import (
     TOOL_PREFIX,
     _derived,
@@ -31,6 +32,7 @@ from ._journal import (
     content_text,
     digest,
     journaled,
+    run_usage,
 )
 from ._phase import Phase
 
@@ -134,15 +136,39 @@ class ToolRun:
             version=tool.version,
         )
         try:
-            value = json_value(await tool.handler(call, dict(args)))
+            returned = await tool.handler(call, dict(args))
+            result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
+            output = json_value(result.output, "output")
+            extra = {
+                name: json_value(value, name)
+                for name, value in (("structured", result.structured), ("details", result.details))
+                if value is not None
+            }
         except Exception as exc:  # the handler's failure is the model's to read
             await self._finish(rt, operation_id, f"error: {type(exc).__name__}: {exc}", is_error=True)
             return
-        await self._finish(rt, operation_id, value, is_error=False)
+        errors = tool.validate_output(result.structured) if tool.output_schema is not None else ()
+        if errors:
+            content = "error: the tool's structured output does not match its output_schema: " + "; ".join(errors)
+            await self._finish(rt, operation_id, content, is_error=True, usage=result.usage)
+            return
+        if result.terminate:
+            extra["terminate"] = JsonValue(True)
+        await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage)
 
-    async def _finish(self, rt: Phase, operation_id: str | None, result: Any, *, is_error: bool) -> None:
-        """ONE commit: the operation's result, the result entry and the task's completion. A call that ran nothing
-        (``operation_id`` ``None``: invalid arguments, a denial) is journaled by :func:`_refused_call`."""
+    async def _finish(
+        self,
+        rt: Phase,
+        operation_id: str | None,
+        result: Any,
+        *,
+        is_error: bool,
+        extra: dict[str, JsonValue] | None = None,
+        usage: Usage | None = None,
+    ) -> None:
+        """ONE commit: the operation's result (with what the call reported it cost), the result entry and the task's
+        completion. A call that ran nothing (``operation_id`` ``None``: invalid arguments, a denial) is journaled by
+        :func:`_refused_call`."""
         inp = rt.input
         async with rt.commit() as tx:
             if operation_id is None:
@@ -164,6 +190,7 @@ class ToolRun:
                         result=JsonValue(result),
                         is_error=is_error,
                         error=result if is_error else None,
+                        usage=run_usage(usage),
                     )
                 )
             _result_entry(
@@ -175,5 +202,6 @@ class ToolRun:
                 name=str(inp["name"]),
                 content=content_text(result),
                 is_error=is_error,
+                extra=extra,
             )
             tx.complete(result)

@@ -224,7 +224,7 @@ class Placement:
         best: tuple[PeerId, Capability] | None = None
         best_load = 0
         able = False
-        required: str | None | bool = False  # asked once a worker that runs the kind is found
+        required: str | bool | None = False  # asked once a worker that runs the kind is found
         for peer, worker in self.workers.items():
             capability = worker.capabilities.get(record.kind)
             if capability is None or not self._can_run(record, capability):
@@ -256,7 +256,7 @@ class Placement:
     def blocked_reason(self, record: TaskRecord) -> Blocked | None:
         """Why no attached worker can run ``record`` (busy workers do not count as blocking), or ``None``."""
         versions = []
-        required: str | None | bool = False  # asked once a worker that can run it is found
+        required: str | bool | None = False  # asked once a worker that can run it is found
         for worker in self.workers.values():
             capability = worker.capabilities.get(record.kind)
             if capability is not None:

@@ -6,8 +6,8 @@
    price has cost ``None`` (unknown), unless the worker reported one. Tokens of unknown cost are counted as
    ``unpriced_tokens``, which totals sum: a total with some has an incomplete cost (a lower bound).
 2. **Roll-ups, exactly once.** A result's usage is added, in the commit that writes it, to its operation, its run,
-   its conversation, its model (model requests) and its **task tree**; a second result of the same attempt is
-   refused, so a replay never counts twice.
+   its conversation, its model (model requests) or its tool (tool calls), and its **task tree**; a second result of
+   the same attempt is refused, so a replay never counts twice.
 3. **Task tree.** Every task is owned by a task or by a conversation, and a conversation may be owned by a task (a
    subagent's). The root of a task's tree is found by walking up: to the owner task, or, for a task owned by a
    conversation, to the task owning that conversation; the root is the first task owned by a conversation that no
@@ -207,11 +207,11 @@ class Usage:
         return attrs.evolve(usage, cost=cost, unpriced_tokens=total_tokens(usage) if cost is None else 0)
 
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
-        """Add a committed result's usage to its conversation, model (model requests) and task tree (rule 2)."""
+        """Add a committed result's usage to its conversation, model (model requests) or tool (tool calls: the usage
+        its handler reported) and task tree (rule 2)."""
         store = self._store
         store.add_usage("conversation", run.conversation_id, usage)
-        if kind == "model":
-            store.add_usage("model", model, usage)
+        store.add_usage("model" if kind == "model" else "tool", model, usage)
         store.add_usage("tree", self.tree_root(task.task_id), usage)
 
     def check_budget(self, run: RunRecord, task: TaskRecord, model: str, lease: LeaseRef | None) -> None:
@@ -364,8 +364,8 @@ class Usage:
         if not 1 <= request.limit <= max_limit:
             raise Refusal(ErrorCode.INVALID, f"limit must be between 1 and {max_limit}, not {request.limit}")
         scope = request.scope
-        if scope not in ("model", "conversation", "tree"):
-            raise Refusal(ErrorCode.INVALID, f"scope must be model, conversation or tree, not {scope!r}")
+        if scope not in ("model", "tool", "conversation", "tree"):
+            raise Refusal(ErrorCode.INVALID, f"scope must be model, tool, conversation or tree, not {scope!r}")
         store = self._store
         more = False
         count = None
@@ -375,7 +375,9 @@ class Usage:
             if request.after_key is None:  # once per listing: what a reader of the first page shows beyond it
                 count = len(found) if not more else store.usage_count(scope)
         else:
-            key = request.key if scope == "model" else self.budget_key(scope, request.key, "read_usage_totals")
+            key = (
+                request.key if scope in ("model", "tool") else self.budget_key(scope, request.key, "read_usage_totals")
+            )
             found = store.usage(scope, key) or [(key, RunUsage())]
             keys = [key]
         totals = tuple(UsageTotal(scope=scope, key=key, usage=usage) for key, usage in found)

@@ -210,12 +210,12 @@ async def test_usage_without_a_filter_shows_up_to_limit_totals_a_scope_and_how_m
             ("model", MODEL),
             ("conversation", sorted(conversations)[0]),
         ]
-        assert shown["not_shown"] == {"model": 0, "conversation": 2}
+        assert shown["not_shown"] == {"model": 0, "tool": 0, "conversation": 2}
         table = await run_tether("usage", "--db", db, "--limit", "1")
         assert table.returncode == 0, table.stderr
         assert nonblank_lines(table.stdout)[-1].startswith("2 more conversation totals not shown")
         everything = await tether_json("usage", "--db", db)
-        assert len(everything["totals"]) == 4 and everything["not_shown"] == {"model": 0, "conversation": 0}
+        assert len(everything["totals"]) == 4 and everything["not_shown"] == {"model": 0, "tool": 0, "conversation": 0}
         refused = await run_tether("usage", "--db", db, "--limit", "0")
         assert refused.returncode == 2
 

@@ -36,7 +36,7 @@ from actors._models._openai_wire import (
     classify_error,
     parse_retry_after,
 )
-from actors._worker._agent_run import _run_usage
+from actors._worker._journal import run_usage
 from protocol import UsageError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openai"
@@ -221,7 +221,7 @@ def test_a_cost_the_server_reports_is_carried_to_the_turn(reported: object, cost
     turn = assemble(events + decoder.end())
     assert turn.usage == Usage(input_tokens=10, output_tokens=2, cost=cost)
     # and on to the result the worker commits (the owner keeps it when its price table does not price the model).
-    reported_usage = _run_usage(turn.usage)
+    reported_usage = run_usage(turn.usage)
     assert reported_usage is not None and reported_usage.cost == cost
 
 

@@ -197,3 +197,40 @@ def test_a_tool_without_parameters_or_description_is_a_usage_error_not_a_type_er
     with pytest.raises(actors.UsageError, match="give parameters"):
         app.tool()(lookup)
     assert app.tools == {}
+
+
+def test_an_output_schema_checks_structured_output_naming_its_path() -> None:
+    app = actors.App("support")
+    schema = {"type": "object", "properties": {"refund_id": {"type": "string"}}, "required": ["refund_id"]}
+    tool = define(app, output_schema=schema)
+    assert tool.validate_output({"refund_id": "r1"}) == ()
+    assert tool.validate_output({"refund_id": 1}) == ("$.refund_id: 1 is not of type 'string'",)
+    assert tool.validate_output(None) == ("$: None is not of type 'object'",)  # a tool that declares one owes it
+    assert define(app, "plain").validate_output({"anything": 1}) == ()  # none declared: nothing checked
+    schema["required"] = []  # the tool keeps its own copy
+    assert tool.validate_output({}) == ("$: 'refund_id' is a required property",)
+
+
+@pytest.mark.parametrize(
+    ("output_schema", "fragment"),
+    [
+        ({"type": "nonsense"}, "output_schema is not a valid JSON Schema"),
+        ("string", "output_schema must be a JSON Schema object"),
+        ({"type": "object", "default": float("nan")}, "output_schema is not JSON-like"),
+    ],
+)
+def test_an_unusable_output_schema_is_refused(output_schema: Any, fragment: str) -> None:
+    app = actors.App("support")
+    with pytest.raises(actors.UsageError, match=fragment):
+        define(app, output_schema=output_schema)
+    assert app.tools == {}
+
+
+def test_a_tool_result_refuses_what_it_cannot_carry() -> None:
+    assert actors.ToolResult(output="ok").terminate is False
+    with pytest.raises(actors.UsageError, match=r"ToolResult\(handoff=\.\.\.\) is not built yet"):
+        actors.ToolResult(output="ok", handoff="from here")
+    with pytest.raises(actors.UsageError, match=r"ToolResult\(terminate=\.\.\.\) is True or False"):
+        actors.ToolResult(terminate="yes")  # type: ignore[arg-type]
+    with pytest.raises(actors.UsageError, match=r"is an actors\.Usage"):
+        actors.ToolResult(usage={"input_tokens": 1})  # type: ignore[arg-type]
