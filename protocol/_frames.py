@@ -129,10 +129,12 @@ class RunUsage:
 
 @attrs.frozen(kw_only=True)
 class RunAnswer:
-    """A completed run's answer: the final assistant entry's ``seq`` and its text."""
+    """A completed run's answer: the final assistant entry's ``seq`` and its text; ``value``, the text parsed as the
+    JSON its agent's ``output_schema`` asked for (null for an agent without one)."""
 
     seq: int
     text: str
+    value: JsonValue = JsonValue(None)
 
 
 @attrs.frozen(kw_only=True)
@@ -307,6 +309,7 @@ OutcomeReason: TypeAlias = Literal[
     "budget_exceeded",
     "nothing_to_answer",
     "reset",
+    "invalid_output",
 ]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
@@ -314,7 +317,8 @@ model request was cut off past its last attempt; ``max_turns`` and ``model_error
 (the agent's turn limit reached, a final model error or the last attempt's); ``budget_exceeded`` for a run's task
 that the owner ended instead of starting a model request past its conversation's or task tree's budget;
 ``nothing_to_answer`` for a run a ``continue`` started on a context with nothing to answer (empty, or ending in an
-answer); ``reset`` for a run that a reset placed at the end of its tool round ended there."""
+answer); ``reset`` for a run that a reset placed at the end of its tool round ended there; ``invalid_output`` for a
+run whose agent has an ``output_schema`` and whose final answer is not JSON that matches it."""
 
 
 def phase_of(checkpoint: object) -> str | None:

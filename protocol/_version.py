@@ -15,7 +15,9 @@ run failed, in words) and ``tool`` on interaction records (the tool whose call a
 records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdraw`` and ``withdrawn``,
 ``steer_checkpoint`` on ``set_task_state``, ``configure``, ``abort_conversation`` and
 ``conversation_aborted``, the ``submit`` write of a commit; version 7 models a conversation may be configured to
-use: capabilities of kind ``model``, the blocked reason ``missing_model``."""
+use: capabilities of kind ``model``, the blocked reason ``missing_model``; what the model sees of an entry
+(``model``, ``head`` on entry records; ``entry`` on ``submit``, the ``submit`` write and submission records), the
+``tool`` scope of usage totals, ``value`` on a run's answer and the outcome reason ``invalid_output``."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (7,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

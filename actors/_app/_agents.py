@@ -3,16 +3,18 @@ one)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
+from jsonschema import Draft202012Validator
 
 from protocol import UsageError
 
 from .._models._model import Message, Model, ModelRequest, ToolSpec
 from .._models._retry import DEFAULT_RETRY, Retry
-from ._tools import TOOL_NAME_PATTERN, ToolDefinition
+from ._tools import TOOL_NAME_PATTERN, ToolDefinition, checked_output_schema, schema_errors
 
 DEFAULT_PARTIAL_INTERVAL_MS: Final = 100
 MAX_PARTIAL_INTERVAL_MS: Final = 60_000
@@ -22,6 +24,10 @@ AGENT_NAME_PATTERN = TOOL_NAME_PATTERN
 
 def _specs(agent: AgentDefinition) -> tuple[ToolSpec, ...]:
     return tuple(tool.spec() for tool in agent.tools)
+
+
+def _answer_validator(agent: AgentDefinition) -> Draft202012Validator | None:
+    return None if agent.output_schema is None else Draft202012Validator(agent.output_schema)
 
 
 @attrs.frozen(kw_only=True)
@@ -38,9 +44,28 @@ class AgentDefinition:
     model_retry: Retry = DEFAULT_RETRY
     partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS
     """How often, at most, the text a model streams is sent to the owner while it streams (0: only at the end)."""
+    output_schema: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
+    """The JSON Schema the final answer follows: its text is that JSON, parsed into ``run.answer.value``."""
     _specs: tuple[ToolSpec, ...] = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_specs, takes_self=True)
     )
+    _answer_validator: Draft202012Validator | None = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_answer_validator, takes_self=True)
+    )
+
+    def parse_answer(self, text: str) -> tuple[Any, str | None]:
+        """A final answer's value (``None`` without an ``output_schema``), or why the text is not JSON that matches
+        the schema."""
+        if self._answer_validator is None:
+            return None, None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return None, f"the answer is not JSON ({exc})"
+        errors = schema_errors(self._answer_validator, value)
+        if errors:
+            return None, "the answer does not match the agent's output_schema: " + "; ".join(errors)
+        return value, None
 
     def tool(self, name: str) -> ToolDefinition | None:
         """This agent's tool ``name``, or ``None`` when the agent has none by that name."""
@@ -59,6 +84,7 @@ class AgentDefinition:
             tools=self._specs,
             attempt=attempt,
             turn=turn,
+            output_schema=self.output_schema,
         )
 
 
@@ -72,6 +98,7 @@ def define_agent(
     max_turns: int | None = None,
     model_retry: Retry = DEFAULT_RETRY,
     partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
+    output_schema: Mapping[str, Any] | None = None,
     known_tools: Mapping[str, ToolDefinition],
 ) -> AgentDefinition:
     """Check an agent's definition against the tools defined so far (``known_tools``) and build it. Raises
@@ -121,4 +148,5 @@ def define_agent(
         max_turns=max_turns,
         model_retry=model_retry,
         partial_interval_ms=partial_interval_ms,
+        output_schema=None if output_schema is None else checked_output_schema(name, output_schema, "agent"),
     )

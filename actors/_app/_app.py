@@ -204,6 +204,7 @@ class App:
         max_turns: int | None = None,
         model_retry: Retry = DEFAULT_RETRY,
         partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> AgentDefinition:
         """Register an agent; its ``tools`` must already be defined in this app. Raises
         :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
@@ -218,6 +219,7 @@ class App:
             max_turns=max_turns,
             model_retry=model_retry,
             partial_interval_ms=partial_interval_ms,
+            output_schema=output_schema,
             known_tools=self._tools,
         )
         self._agents[name] = definition

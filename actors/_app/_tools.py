@@ -116,11 +116,11 @@ class ToolDefinition:
     def validate(self, args: object) -> tuple[str, ...]:
         """The ways ``args`` breaks the tool's schema, one line each naming the JSON path (``$.order_id: 42 is
         not of type 'string'``), in a stable order; empty when ``args`` is valid."""
-        return _errors(self._validator, args)
+        return schema_errors(self._validator, args)
 
     def validate_output(self, structured: object) -> tuple[str, ...]:
         """The ways a result's ``structured`` value breaks the tool's ``output_schema`` (none without one)."""
-        return () if self._output_validator is None else _errors(self._output_validator, structured)
+        return () if self._output_validator is None else schema_errors(self._output_validator, structured)
 
     def approval_required(self, args: dict[str, Any]) -> bool:
         """Whether a call with ``args`` waits for a person's approval (never, without a ``needs_approval``)."""
@@ -166,7 +166,7 @@ def define_tool(
     if needs_approval is not None and not callable(needs_approval):
         raise UsageError(f"tool {name!r}: needs_approval must be None or a function (args) -> bool")
     schema = _checked_schema(name, parameters)
-    output = None if output_schema is None else _checked_output_schema(name, output_schema)
+    output = None if output_schema is None else checked_output_schema(name, output_schema)
     return ToolDefinition(
         name=name,
         handler=handler,
@@ -179,26 +179,29 @@ def define_tool(
     )
 
 
-def _errors(validator: Draft202012Validator, value: object) -> tuple[str, ...]:
-    errors = sorted(validator.iter_errors(value), key=lambda error: (error.json_path, error.message))
-    return tuple(f"{error.json_path}: {error.message}" for error in errors)
-
-
-def _checked_output_schema(name: str, schema: object) -> dict[str, Any]:
-    """A private copy of ``output_schema`` once it is a JSON-like draft 2020-12 schema (of any type)."""
+def checked_output_schema(name: str, schema: object, what: str = "tool") -> dict[str, Any]:
+    """A private copy of an ``output_schema`` (a tool's, or an agent's: ``what``) once it is a JSON-like draft 2020-12
+    schema, of any type."""
     if not isinstance(schema, Mapping):
-        raise UsageError(f"tool {name!r}: output_schema must be a JSON Schema object, not {type(schema).__name__}")
+        raise UsageError(f"{what} {name!r}: output_schema must be a JSON Schema object, not {type(schema).__name__}")
     copied = copy.deepcopy(dict(schema))
     try:
         check_json(copied, "$")
         Draft202012Validator.check_schema(copied)
     except ValueError as exc:
-        raise UsageError(f"tool {name!r}: output_schema is not JSON-like: {exc}") from None
+        raise UsageError(f"{what} {name!r}: output_schema is not JSON-like: {exc}") from None
     except SchemaError as exc:
         raise UsageError(
-            f"tool {name!r}: output_schema is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: {exc.message}"
+            f"{what} {name!r}: output_schema is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: "
+            f"{exc.message}"
         ) from None
     return copied
+
+
+def schema_errors(validator: Draft202012Validator, value: object) -> tuple[str, ...]:
+    """The ways ``value`` breaks the validator's schema, one line each naming the JSON path, in a stable order."""
+    errors = sorted(validator.iter_errors(value), key=lambda error: (error.json_path, error.message))
+    return tuple(f"{error.json_path}: {error.message}" for error in errors)
 
 
 def _checked_schema(name: str, parameters: object) -> dict[str, Any]:

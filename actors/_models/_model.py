@@ -88,6 +88,9 @@ class ModelRequest:
     turn: int | None = None
     """Which model request of its run this is (1 for the first), as the run loop counts them; ``None`` for a
     request made outside a run."""
+    output_schema: Mapping[str, Any] | None = None
+    """The JSON Schema a final answer (one without tool calls) is asked to follow (its agent's ``output_schema``):
+    an OpenAI-compatible server gets it as ``response_format``."""
 
     def __attrs_post_init__(self) -> None:
         if type(self.attempt) is not int or self.attempt < 1:

@@ -171,6 +171,11 @@ class OpenAIChat:
                 }
                 for tool in request.tools
             ]
+        if request.output_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": dict(request.output_schema)},
+            }
         return body
 
     def _request_headers(self) -> dict[str, str]:

@@ -330,9 +330,13 @@ class AgentRun:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
         if not message.tool_calls:
+            value, problem = agent.parse_answer(message.text)
+            if problem is not None:  # an agent with an output_schema, answered otherwise
+                tx.fail(problem, reason="invalid_output")
+                return
             # A steer that came after the last tool round is placed after this answer, and answered by one more
             # request of this run (the owner decides, in this commit: nothing can slip between).
-            tx.answer(message.text, {"phase": "turn", "turn": turn + 1})
+            tx.answer(message.text, {"phase": "turn", "turn": turn + 1}, value)
             return
         calls: list[dict[str, Any]] = []
         run_attempt = _run_attempt(rt.input, "attempt")

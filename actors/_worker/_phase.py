@@ -87,10 +87,12 @@ class PhaseTransaction(Transaction):
     def complete(self, result: Any = None) -> None:
         self._end(TaskOutcome(status="completed", result=json_value(result)))
 
-    def answer(self, text: str, steer_checkpoint: Any) -> None:
-        """End a run's task with its answer, unless its conversation has a steer queued: the owner then places it
-        after the answer and the task goes on at ``steer_checkpoint`` (the same run answers it)."""
-        outcome = TaskOutcome(status="completed", result=json_value({"text": text}))
+    def answer(self, text: str, steer_checkpoint: Any, value: Any = None) -> None:
+        """End a run's task with its answer (``value``: the text parsed, for an agent with an ``output_schema``),
+        unless its conversation has a steer queued: the owner then places it after the answer and the task goes on
+        at ``steer_checkpoint`` (the same run answers it)."""
+        result = {"text": text} if value is None else {"text": text, "value": value}
+        outcome = TaskOutcome(status="completed", result=json_value(result))
         write = SetTaskState(
             task_id=self._phase.task_id,
             status="terminal",

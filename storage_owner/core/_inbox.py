@@ -24,8 +24,8 @@
    head no longer in the model's context when it is placed (before the last reset, or before a later head's cut:
    ``context_start``) settles ``unanswered`` (``stale``) and places nothing.
 4. **Settlement.** When a run ends, every input placed in it settles: ``done`` with the run's answer, or
-   ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's own input is ``placed``
-   again.
+   ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's inputs (its own, and the
+   steers placed in it) are ``placed`` again.
 5. **Withdrawal.** A queued submission settles ``unanswered`` (``withdrawn``); an input's queued run is cancelled
    with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes. After a failed run, with
    ``after_failed_run="withdraw"``, the inputs queued behind it settle so too, with the reason ``run_failed``
@@ -87,6 +87,8 @@ MAX_QUEUED_PER_CONVERSATION: Final = 1000
 """Submissions one conversation's inbox holds waiting (steers, follow-ups joining a queued run, resets, writes behind
 a reset; kept in the owner's memory): one more is refused ``conflict`` (not ``overloaded``: a client would retry it
 for a minute), nothing written."""
+NEVER_PLACED: Final = frozenset({"withdrawn", "run_failed"})
+"""The reasons of submissions that settled ``unanswered`` without being placed in their run."""
 UNANSWERED_REASONS: Final = {
     "max_turns": "turn_limit",
     "model_retries_exhausted": "interrupted",
@@ -353,10 +355,11 @@ class Inbox:
                 self._move(record, "unanswer", seq, reason=unanswered_reason(run))
 
     def run_retried(self, run: RunRecord, seq: int) -> None:
-        """A failed run is queued again: its own input is ``placed`` in it again (rule 4)."""
-        own = self._store.submission_by_id(run.submission_id)
-        if own is not None and own.status == "unanswered":
-            self._move(own, "retry", seq, placed_in=run)
+        """A failed run is queued again: the inputs placed in it (its own, and steers it took) are ``placed`` in it
+        again, the retry answers them (rule 4); what never reached it (withdrawn) stays settled."""
+        for record in self._store.unanswered_of_run(run.conversation_id, run.run_id):
+            if record.reason not in NEVER_PLACED:
+                self._move(record, "retry", seq, placed_in=run)
 
     # ------------------------------------------------------------------------------------------ withdrawal
 

@@ -173,6 +173,10 @@ class ConversationStore(ConversationReads, Protocol):
         """The ``queued`` and ``placed`` submissions, oldest first (what an owner reads at start)."""
         ...
 
+    def unanswered_of_run(self, conversation_id: str, run_id: str) -> list[SubmissionRecord]:
+        """The conversation's ``unanswered`` submissions naming ``run_id``, oldest first (a retried run's inputs)."""
+        ...
+
     def submission_page(
         self, conversation_id: str, after_submission_id: str | None, limit: int
     ) -> tuple[list[SubmissionRecord], bool]:

@@ -8,7 +8,7 @@ from typing import Final
 
 import attrs
 
-from protocol import MAX_RUN_ERROR_CHARS, TOOL_TASK_PREFIX, RunAnswer, RunStatus, TaskRecord
+from protocol import MAX_RUN_ERROR_CHARS, TOOL_TASK_PREFIX, JsonValue, RunAnswer, RunStatus, TaskRecord
 
 from ._ports import TaskReads
 from ._tasks import TaskEngine
@@ -127,7 +127,7 @@ def answer_of(task: TaskRecord) -> RunAnswer | None:
         return None
     result = outcome.result
     if isinstance(result, dict) and isinstance(result.get("text"), str):
-        return RunAnswer(seq=task.seq, text=result["text"])
+        return RunAnswer(seq=task.seq, text=result["text"], value=JsonValue(result.get("value")))
     return None
 
 

@@ -486,6 +486,13 @@ class MemoryStore:
             if record.status in ("queued", "placed")
         ]
 
+    def unanswered_of_run(self, conversation_id: str, run_id: str) -> list[SubmissionRecord]:
+        return [
+            attrs.evolve(record, payload=unpack(payload))
+            for record, payload in self._t.submissions.values()
+            if record.conversation_id == conversation_id and record.run_id == run_id and record.status == "unanswered"
+        ]
+
     def submission_page(
         self, conversation_id: str, after_submission_id: str | None, limit: int
     ) -> tuple[list[SubmissionRecord], bool]:

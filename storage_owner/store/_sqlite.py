@@ -461,6 +461,14 @@ class SqliteStore(PartialsSql):
         ).fetchall()
         return [_submission_record(row) for row in rows]
 
+    def unanswered_of_run(self, conversation_id: str, run_id: str) -> list[SubmissionRecord]:
+        rows = self._db.execute(
+            f"SELECT {_SUBMISSION_COLUMNS} FROM submissions WHERE conversation_id = ? AND run_id = ? "
+            "AND status = 'unanswered' ORDER BY created_seq, submission_id",
+            (conversation_id, run_id),
+        ).fetchall()
+        return [_submission_record(row) for row in rows]
+
     def submission_page(
         self, conversation_id: str, after_submission_id: str | None, limit: int
     ) -> tuple[list[SubmissionRecord], bool]:

@@ -850,6 +850,34 @@ def test_an_entry_keeps_what_the_model_sees_and_its_head_and_the_context_start_f
     assert store.context_start(other) == 0
 
 
+def test_the_unanswered_submissions_of_a_run_are_found_oldest_first(store: StoreUnderTest) -> None:
+    conversation_id = with_conversation(store)
+    run_id = new_id()
+
+    def stored(status: str, run: str | None, seq: int) -> SubmissionRecord:
+        record = SubmissionRecord(
+            submission_id=new_id(),
+            conversation_id=conversation_id,
+            request_id=new_id(),
+            kind="input",
+            payload=JsonValue("hi"),
+            status=status,
+            seq=seq,
+            created_at_ms=1,
+            run_id=run,
+            reason="restart_limit" if status == "unanswered" else None,
+        )
+        store.insert_submission(record)
+        return record
+
+    first = stored("unanswered", run_id, 1)
+    stored("done", run_id, 2)
+    stored("unanswered", new_id(), 3)
+    second = stored("unanswered", run_id, 4)
+    assert store.unanswered_of_run(conversation_id, run_id) == [first, second]
+    assert store.unanswered_of_run(with_conversation(store), run_id) == []
+
+
 def test_a_submission_keeps_its_inputs_entry(store: StoreUnderTest) -> None:
     conversation_id = with_conversation(store)
     record = SubmissionRecord(
