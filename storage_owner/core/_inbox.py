@@ -358,7 +358,7 @@ class Inbox:
         """A failed run is queued again: the inputs placed in it (its own, and steers it took) are ``placed`` in it
         again, the retry answers them (rule 4); what never reached it (withdrawn) stays settled."""
         for record in self._store.unanswered_of_run(run.conversation_id, run.run_id):
-            if record.reason not in NEVER_PLACED:
+            if record.kind in (INPUT_KIND, CONTINUE_KIND) and record.reason not in NEVER_PLACED:
                 self._move(record, "retry", seq, placed_in=run)
 
     # ------------------------------------------------------------------------------------------ withdrawal

@@ -284,6 +284,24 @@ def test_an_inputs_reason_is_the_references_name_for_its_runs(
     assert (record.status, record.reason) == ("unanswered", settled)
 
 
+def test_a_retried_run_answers_the_steers_placed_in_it_again(sim: RunSim) -> None:
+    busy = Busy(sim)
+    tool_id = busy.call_tool()
+    steer = submitted(sim, busy.conversation_id, "and B", when_busy="steer")
+    withdrawn = submitted(sim, busy.conversation_id, "never mind", when_busy="steer")
+    expect(sim.request(sim.client, Withdraw(submission_id=withdrawn.submission_id)), Withdrawn)
+    busy.finish_tool(tool_id)
+    fail(busy)
+    assert [submission(sim, one).status for one in (busy.own, steer)] == ["unanswered", "unanswered"]
+    expect(sim.request(sim.client, RetryRun(run_id=busy.run_id)), RunReply)
+    assert [submission(sim, one).status for one in (busy.own, steer)] == ["placed", "placed"]
+    task_id = run_task_id(busy.run_id, 2)
+    answer(busy.worker, task_id, busy.conversation_id, "both answered", steer=False)
+    for record in (busy.own, steer):
+        assert submission(sim, record).status == "done"
+    assert (submission(sim, withdrawn).status, submission(sim, withdrawn).reason) == ("unanswered", "withdrawn")
+
+
 def test_a_cancelled_run_settles_its_inputs_aborted(sim: RunSim) -> None:
     busy = Busy(sim)
     expect(sim.request(sim.client, CancelRun(run_id=busy.run_id)), RunReply)
