@@ -89,3 +89,38 @@ async def test_a_tool_result_carries_structured_output_details_usage_and_can_end
     [total] = tools
     assert (total.usage.input_tokens, total.usage.output_tokens, total.usage.cost) == (10, 5, 0.25)
     assert run.usage.input_tokens >= 10 and (run.usage.cost or 0) >= 0.25
+
+
+async def test_an_agent_with_an_output_schema_answers_a_parsed_value_or_fails_invalid_output(
+    owner: OwnerProcess,
+) -> None:
+    schema = {"type": "object", "properties": {"refund": {"type": "boolean"}}, "required": ["refund"]}
+    built = actors.App("structured")
+    built.define_agent(
+        "judge",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text='{"refund": true}')]),
+        output_schema=schema,
+    )
+    built.define_agent(
+        "sloppy",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text="Yes, refund it.")]),
+        output_schema=schema,
+    )
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, built) as client:
+            runs = []
+            for agent in ("judge", "sloppy"):
+                conversation_id = await client.create_conversation(agent=agent)
+                submission = await client.submit(conversation_id, kind="input", payload="Refund A1?")
+                assert submission.run_id is not None
+                runs.append(await client.wait_for_run(submission.run_id))
+                if agent == "sloppy":
+                    settled = await client.wait_for_submission(submission.submission_id)
+    judged, sloppy = runs
+    assert judged.status == "completed" and judged.answer is not None
+    assert (judged.answer.text, judged.answer.value) == ('{"refund": true}', {"refund": True})
+    assert (sloppy.status, sloppy.reason) == ("failed", "invalid_output")
+    assert sloppy.error is not None and "the answer is not JSON" in sloppy.error
+    assert (settled.status, settled.reason) == ("unanswered", "invalid_output")

@@ -188,3 +188,21 @@ def test_a_configuration_picks_the_apps_model_and_a_replay_the_one_its_first_att
     # ... unless its model is not named here any more: then the current one, as a new turn would.
     gone = attrs.evolve(op, arguments=Configuration(3, {"model": "retired"}).to_arguments())
     assert run._replayed(gone, current) == current
+
+
+def test_an_agent_output_schema_parses_and_checks_the_final_answer() -> None:
+    app = support_app()
+    schema = {"type": "object", "properties": {"refund": {"type": "boolean"}}, "required": ["refund"]}
+    agent = app.define_agent("support", version=1, model=SCRIPT, output_schema=schema)
+    assert agent.request([UserMessage(text="hi")]).output_schema == schema
+    assert agent.parse_answer('{"refund": true}') == ({"refund": True}, None)
+    assert agent.parse_answer('{"refund": "yes"}') == (
+        None,
+        "the answer does not match the agent's output_schema: $.refund: 'yes' is not of type 'boolean'",
+    )
+    value, problem = agent.parse_answer("Sure, refunded.")
+    assert value is None and problem is not None and problem.startswith("the answer is not JSON")
+    plain = app.define_agent("plain", version=1, model=SCRIPT)
+    assert plain.parse_answer("anything") == (None, None) and plain.request([]).output_schema is None
+    with pytest.raises(actors.UsageError, match="agent 'bad': output_schema is not a valid JSON Schema"):
+        app.define_agent("bad", version=1, model=SCRIPT, output_schema={"type": "nonsense"})

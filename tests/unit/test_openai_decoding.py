@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
@@ -403,6 +404,15 @@ def test_no_instructions_no_tools_and_stream_options_merged() -> None:
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert "tools" not in body
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_an_output_schema_asks_for_a_json_schema_response_format() -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    request = ModelRequest(model="m", instructions="", messages=(UserMessage(text="hi"),), output_schema=schema)
+    body = OpenAIChat("m", base_url="http://x/v1").request_body(request)
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    plain = OpenAIChat("m", base_url="http://x/v1").request_body(attrs.evolve(request, output_schema=None))
+    assert "response_format" not in plain
 
 
 @pytest.mark.parametrize(
