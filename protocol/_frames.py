@@ -184,7 +184,7 @@ def retry_delay_ms(retry: Retry, attempt: int) -> int:
 
 
 OperationKind: TypeAlias = Literal["model", "tool"]
-RecoveryPolicy: TypeAlias = Literal["manual", "safe", "idempotent"]
+RecoveryPolicy: TypeAlias = Literal["manual", "safe", "idempotent", "report"]
 OperationStatus: TypeAlias = Literal["started", "completed", "failed", "interrupted", "resolved"]
 
 

@@ -21,9 +21,10 @@ from protocol import UsageError, check_json
 
 from .._models._model import ToolSpec, Usage
 
-Recovery: TypeAlias = Literal["manual", "safe", "idempotent"]
+Recovery: TypeAlias = Literal["manual", "safe", "idempotent", "report"]
 """What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
-reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``operation_id``."""
+reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``operation_id``, ``report`` does not run
+it again and gives the model an error result saying it was interrupted (the run goes on)."""
 
 RECOVERIES: Final[tuple[str, ...]] = get_args(Recovery)
 TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")

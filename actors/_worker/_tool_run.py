@@ -6,7 +6,7 @@ owner's to decide (docs/runs.md); the worker follows the journal.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from protocol import (
     CreateInteraction,
@@ -35,6 +35,10 @@ from ._journal import (
     run_usage,
 )
 from ._phase import Phase
+
+REPORTED: Final = (
+    "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
+)
 
 
 class ToolRun:
@@ -102,6 +106,10 @@ class ToolRun:
     async def _execute(self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False) -> None:
         tool = self.tool
         inp = rt.input
+        if op is not None and op.status == "interrupted" and op.policy == "report":
+            # Not run again: the model reads that it was cut off (it may have partially run) and decides.
+            await self._finish(rt, str(inp["operation_id"]), REPORTED, is_error=True)
+            return
         run_id = str(inp["run_id"])
         operation_id = str(inp["operation_id"])
         args = inp["arguments"]

@@ -9,10 +9,12 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    checked against the run's budgets first (``_usage`` rule 4).
 2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
    its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`protocol.has_result`).
+   An interrupted tool call under the ``report`` policy is not run again: its tool task, leased again, settles it
+   ``failed`` (the error the model reads says it was interrupted and may have partially run).
 3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
    cut off with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a
    model request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool
-   call) or restarts as usual (a safe or idempotent one).
+   call) or restarts as usual (a safe, idempotent or report one).
 4. **Interactions** (``create_interaction``, under a tool task's lease): the interaction and its ``tether.approval``
    task, once per operation (a replay gets the first; other arguments are a ``conflict``). ``respond`` answers it
    once; an approval task that ends unanswered (aborted, in a settling commit) closes its interaction ``cancelled``
@@ -82,7 +84,7 @@ from ._usage import Usage, add_usage, check_usage
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 InteractionStatus = Literal["open", "answered", "cancelled"]
 """An interaction record's ``status`` (its field's type on the wire)."""
-OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset"]
+OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report"]
 InteractionEvent = Literal["answer", "close"]
 
 OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], frozenset[OperationStatus]]] = {
@@ -91,6 +93,7 @@ OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], fro
     ("failed", "attempt"): frozenset({"started"}),  # 1 (a model request with attempts left)
     ("interrupted", "attempt"): frozenset({"started"}),  # 1 (a model request, a safe or idempotent tool call)
     ("interrupted", "resolve"): frozenset({"resolved"}),  # 5
+    ("interrupted", "report"): frozenset({"failed"}),  # 2 (a report tool call, not run again)
     ("started", "reset"): frozenset({"interrupted"}),  # 6
     ("interrupted", "reset"): frozenset({"interrupted"}),  # 6
     ("failed", "reset"): frozenset({"interrupted"}),  # 6
@@ -236,8 +239,8 @@ class Operations:
         if write.attempt < 1 or write.turn < 0 or write.version < 0:
             raise Refusal(ErrorCode.INVALID, f"{where}: attempt must be 1 or more, turn and version 0 or more")
         if write.kind == "tool":
-            if write.retry is not None or write.policy not in ("manual", "safe", "idempotent"):
-                message = f"{where}: a tool call names a policy (manual, safe or idempotent) and no retry"
+            if write.retry is not None or write.policy not in ("manual", "safe", "idempotent", "report"):
+                message = f"{where}: a tool call names a policy (manual, safe, idempotent or report) and no retry"
                 raise Refusal(ErrorCode.INVALID, message)
         elif write.policy is not None or write.tool_call_id is not None:
             raise Refusal(ErrorCode.INVALID, f"{where}: a model request names a retry, no policy nor tool_call_id")
@@ -321,7 +324,8 @@ class Operations:
         if op is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
         run, _ = self._writer(op.run_id, lease, where)
-        if op.status != "started":
+        reported = op.status == "interrupted" and op.policy == "report" and write.status == "failed"
+        if op.status != "started" and not reported:
             message = (
                 f"{where}: operation {op.operation_id} is {op.status}: its attempt {op.attempt} has no open intent"
             )
@@ -344,7 +348,7 @@ class Operations:
             seq=seq,
             updated_at_ms=now_ms,
         )
-        self._records.put(op, record, "finish")
+        self._records.put(op, record, "report" if reported else "finish")
         if usage is None:
             return record, None
         task = self._tasks.record(op.task_id)

@@ -105,6 +105,7 @@ BLOCKING_CALL = [
 manual = build(BLOCKING_CALL, recovery="manual")
 safe = build(BLOCKING_CALL, recovery="safe")
 idempotent = build(BLOCKING_CALL, recovery="idempotent")
+report = build(BLOCKING_CALL, recovery="report")
 approving = build(ONE_CALL, approval=True)
 version_2 = build(ONE_CALL, version=2)
 slow_model = build([actors.ScriptedTurn(text="A slow answer, streamed.", delay_s=0.3)])

@@ -437,7 +437,7 @@ async def test_a_client_cannot_forge_what_the_model_reads(owner: OwnerProcess, l
             await client.append(conversation_id, kind="app.note", data={"n": 2})  # other kinds stay the app's
 
 
-@pytest.mark.parametrize("policy", ["manual", "safe", "idempotent"])
+@pytest.mark.parametrize("policy", ["manual", "safe", "idempotent", "report"])
 async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy: str) -> None:
     gate = Path(os.environ["TETHER_TEST_GATE"])
     with trio.fail_after(TIMEOUT_S):
@@ -470,6 +470,11 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
             if policy == "manual":
                 assert len(executions) == 1
                 assert "checked by hand" in result.data["content"]  # type: ignore[index]
+            elif policy == "report":
+                assert len(executions) == 1  # not run again: the model read that it was cut off
+                assert result.data["is_error"] and "may have partially run" in result.data["content"]  # type: ignore[index]
+                [_, tool_op, _] = await client.operations(run_id)
+                assert (tool_op.status, tool_op.attempt, tool_op.policy) == ("failed", 1, "report")
             else:
                 assert [line["attempt"] for line in executions] == [1, 2]
                 assert {line["operation_id"] for line in executions} == {first["operation_id"]}

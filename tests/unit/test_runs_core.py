@@ -856,6 +856,27 @@ def test_a_waiting_run_whose_other_tool_no_attached_worker_can_run_needs_attenti
     assert (run.status, run.operation_id) == ("waiting", asked_op)
 
 
+def test_a_report_tool_cut_off_is_settled_failed_by_its_task_without_running_again(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "report"))
+    tools.leave()
+    again = sim.worker(kinds=("tool:lookup",))
+    assert again.holds(tool_id)  # restarted as usual: no attention, no person
+    head = sim.core.head_seq
+    # Only a failure settles it: a completed result would claim a run it never had.
+    completed_result = FinishOperation(operation_id=op, status="completed", result=JsonValue(7))
+    assert error_code(again.commit(tool_id, completed_result)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    error = "error: the tool call was interrupted and may have partially run"
+    failed = FinishOperation(operation_id=op, status="failed", result=JsonValue(error), is_error=True, error=error)
+    again.ok(tool_id, failed, completed(tool_id, error))
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.attempt, stored.policy) == ("failed", 1, "report")
+    assert worker.holds(task_id)  # the run goes on with the error result
+
+
 def test_a_manual_interrupted_tool_refuses_a_new_intent(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
