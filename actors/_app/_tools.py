@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import attrs
+import trio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -51,6 +52,17 @@ class ToolCall:
     attempt: int
     tool: str
     version: int
+    _progress: Callable[[str], None] | None = attrs.field(default=None, repr=False, eq=False, alias="progress")
+
+    async def output(self, text: str) -> None:
+        """Live progress of this call (``"checking the order...\n"``): shown at once (``tether watch``, a watch's
+        partial records) and stored in batches per attempt, as a model's streamed text is. If the call is cut off,
+        what was stored goes into the result the model (``recovery="report"``) or a person (``manual``) reads."""
+        if not isinstance(text, str):
+            raise UsageError(f"call.output(text) takes a str, not {type(text).__name__}")
+        if self._progress is not None:
+            self._progress(text)
+        await trio.lowlevel.checkpoint()
 
 
 @attrs.frozen(kw_only=True)

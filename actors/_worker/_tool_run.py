@@ -6,6 +6,7 @@ owner's to decide (docs/runs.md); the worker follows the journal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from protocol import (
@@ -14,6 +15,7 @@ from protocol import (
     JsonValue,
     OperationRecord,
     StartOperation,
+    Write,
     approval_task_id,
     has_result,
     json_value,
@@ -34,11 +36,21 @@ from ._journal import (
     journaled,
     run_usage,
 )
+from ._partials import partial_output
 from ._phase import Phase
 
 REPORTED: Final = (
     "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
 )
+PROGRESS_INTERVAL_MS: Final = 100
+"""How often, at most, a tool call's progress (``call.output``) goes to the owner while it runs."""
+
+
+async def _progress_of(rt: Phase, operation_id: str) -> str:
+    """What an interrupted call had stored of its progress, as a line for its error result (nothing: empty)."""
+    reply = await rt.client.partials(operation_id=operation_id)
+    text = "".join(record.text for record in reply.partials if record.status == "aborted")
+    return f"; its progress so far: {text}" if text else ""
 
 
 class ToolRun:
@@ -107,8 +119,9 @@ class ToolRun:
         tool = self.tool
         inp = rt.input
         if op is not None and op.status == "interrupted" and op.policy == "report":
-            # Not run again: the model reads that it was cut off (it may have partially run) and decides.
-            await self._finish(rt, str(inp["operation_id"]), REPORTED, is_error=True)
+            # Not run again: the model reads that it was cut off (it may have partially run), with the progress it
+            # had stored, and decides.
+            await self._finish(rt, op.operation_id, REPORTED + await _progress_of(rt, op.operation_id), is_error=True)
             return
         run_id = str(inp["run_id"])
         operation_id = str(inp["operation_id"])
@@ -135,34 +148,40 @@ class ToolRun:
                 return
             await self._execute(rt, op)
             return
-        call = ToolCall(
-            operation_id=operation_id,
-            run_id=run_id,
-            conversation_id=rt.conversation_id,
-            attempt=attempt,
-            tool=tool.name,
-            version=tool.version,
-        )
-        try:
-            returned = await tool.handler(call, dict(args))
-            result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
-            output = json_value(result.output, "output")
-            extra = {
-                name: json_value(value, name)
-                for name, value in (("structured", result.structured), ("details", result.details))
-                if value is not None
-            }
-        except Exception as exc:  # the handler's failure is the model's to read
-            await self._finish(rt, operation_id, f"error: {type(exc).__name__}: {exc}", is_error=True)
+        failure: str | None = None
+        async with partial_output(rt, operation_id, attempt, PROGRESS_INTERVAL_MS) as progress:
+            call = ToolCall(
+                operation_id=operation_id,
+                run_id=run_id,
+                conversation_id=rt.conversation_id,
+                attempt=attempt,
+                tool=tool.name,
+                version=tool.version,
+                progress=progress.feed,
+            )
+            try:
+                returned = await tool.handler(call, dict(args))
+                result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
+                output = json_value(result.output, "output")
+                extra = {
+                    name: json_value(value, name)
+                    for name, value in (("structured", result.structured), ("details", result.details))
+                    if value is not None
+                }
+            except Exception as exc:  # the handler's failure is the model's to read
+                failure = f"error: {type(exc).__name__}: {exc}"
+        pieces = progress.final_writes()  # the progress not stored yet, in the result's commit
+        if failure is not None:
+            await self._finish(rt, operation_id, failure, is_error=True, pieces=pieces)
             return
         errors = tool.validate_output(result.structured) if tool.output_schema is not None else ()
         if errors:
             content = "error: the tool's structured output does not match its output_schema: " + "; ".join(errors)
-            await self._finish(rt, operation_id, content, is_error=True, usage=result.usage)
+            await self._finish(rt, operation_id, content, is_error=True, usage=result.usage, pieces=pieces)
             return
         if result.terminate:
             extra["terminate"] = JsonValue(True)
-        await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage)
+        await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage, pieces=pieces)
 
     async def _finish(
         self,
@@ -173,12 +192,14 @@ class ToolRun:
         is_error: bool,
         extra: dict[str, JsonValue] | None = None,
         usage: Usage | None = None,
+        pieces: Sequence[Write] = (),
     ) -> None:
         """ONE commit: the operation's result (with what the call reported it cost), the result entry and the task's
         completion. A call that ran nothing (``operation_id`` ``None``: invalid arguments, a denial) is journaled by
         :func:`_refused_call`."""
         inp = rt.input
         async with rt.commit() as tx:
+            tx.writes.extend(pieces)  # the progress streamed before the result: stored, then ended by it
             if operation_id is None:
                 _refused_call(
                     tx,

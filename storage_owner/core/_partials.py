@@ -1,11 +1,11 @@
-"""Partial output of model requests, sans-IO: what the owner stores and pushes while a model streams (docs/runs.md,
-"Partial output").
+"""Partial output of model requests and tool calls, sans-IO: what the owner stores and pushes while a model streams
+or a tool reports its progress (``call.output``; docs/runs.md, "Partial output").
 
-A worker streaming a model request commits its text in pieces (``append_partial`` writes, under the run task's
-lease); each piece is stored and logged as a :class:`~protocol.PartialRecord` in its commit, so a watch of the
+A worker streaming a model request (or running a tool call) commits its text in pieces (``append_partial`` writes,
+under the lease of the task that started the operation); each piece is stored and logged as a :class:`~protocol.PartialRecord` in its commit, so a watch of the
 conversation sees it live, and a watch resumed from a seq (or catching up from the log) replays it exactly. Rules:
 
-1. **Keyed by (operation, attempt).** A piece is accepted only for the open attempt of a model operation, under the
+1. **Keyed by (operation, attempt).** A piece is accepted only for the open attempt of an operation, under the
    lease that started it. The first piece of an attempt replaces whatever an earlier attempt of the operation
    stored (its pieces are deleted): a reader never gets text twice.
 2. **Contiguous.** A piece may overlap what is stored (a piece resent after a lost reply; only the characters past
@@ -124,7 +124,8 @@ class Partials:
         """Store a piece (rules 1 to 3); ``None`` when it holds nothing new (an overlap resent). Every check runs
         before the first write."""
         if lease is None:
-            raise Refusal(ErrorCode.NOT_ALLOWED, f"{where}: partial output is written only under the run task's lease")
+            message = f"{where}: partial output is written only under the lease of the task that started its operation"
+            raise Refusal(ErrorCode.NOT_ALLOWED, message)
         check_id(write.operation_id, f"{where}.operation_id")
         if write.attempt < 1 or write.offset < 0 or not write.text:
             message = f"{where}: attempt 1 or more, offset 0 or more and a non-empty text; nothing was written"
@@ -139,8 +140,6 @@ class Partials:
         if op is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
         what = f"{where}: operation {op.operation_id}"
-        if op.kind != "model":
-            raise Refusal(ErrorCode.INVALID, f"{what} is a tool call: partial output is a model request's")
         if op.task_id != lease.task_id:
             message = f"{what} was started under task {op.task_id}'s lease, not this one; nothing was written"
             raise Refusal(ErrorCode.NOT_ALLOWED, message)
@@ -213,16 +212,14 @@ class Partials:
 
     def finished(self, op: OperationRecord, seq: int, now_ms: int) -> PartialRecord | None:
         """The operation's attempt got its result (``completed``: ``done``; ``failed``: ``aborted``), rule 4."""
-        if op.kind != "model":
-            return None
         return self._end(op, "done" if op.status == "completed" else "aborted", has_result(op), seq, now_ms)
 
     def settled(self, records: Iterable[Record], seq: int, now_ms: int) -> list[PartialRecord]:
-        """What a settling commit changed: model requests the owner decided were interrupted, and runs that ended,
-        abort their streaming output (rule 4)."""
+        """What a settling commit changed: operations the owner decided were interrupted, and runs that ended, abort
+        their streaming output (rule 4)."""
         out: list[PartialRecord] = []
         for record in records:
-            if isinstance(record, OperationRecord) and record.kind == "model" and record.status == "interrupted":
+            if isinstance(record, OperationRecord) and record.status == "interrupted":
                 ended = self._end(record, "aborted", has_result(record), seq, now_ms)
                 if ended is not None:
                     out.append(ended)

@@ -49,6 +49,12 @@ async def lookup(call: actors.ToolCall, args: dict[str, Any]) -> Any:
     return {"order": args["order_id"], "status": "shipped"}
 
 
+async def progressing_lookup(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    """``lookup``, saying what it does first (``call.output``): an interrupted call's progress is in its result."""
+    await call.output(f"looking up {args['order_id']}... ")
+    return await lookup(call, args)
+
+
 async def boom(call: actors.ToolCall, args: dict[str, Any]) -> Any:
     record(call, args)
     raise RuntimeError("the service is down")
@@ -71,11 +77,12 @@ def build(
     retry: actors.Retry | None = None,
     max_turns: int | None = None,
     tool_version: int = 1,
+    progress: bool = False,
 ) -> actors.App:
     app = actors.App("agents")
     app.define_tool(
         "lookup",
-        lookup,
+        progressing_lookup if progress else lookup,
         description="Look an order up.",
         parameters=ORDER,
         recovery=recovery,
@@ -105,7 +112,7 @@ BLOCKING_CALL = [
 manual = build(BLOCKING_CALL, recovery="manual")
 safe = build(BLOCKING_CALL, recovery="safe")
 idempotent = build(BLOCKING_CALL, recovery="idempotent")
-report = build(BLOCKING_CALL, recovery="report")
+report = build(BLOCKING_CALL, recovery="report", progress=True)
 approving = build(ONE_CALL, approval=True)
 version_2 = build(ONE_CALL, version=2)
 slow_model = build([actors.ScriptedTurn(text="A slow answer, streamed.", delay_s=0.3)])

@@ -445,6 +445,9 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
             async with worker_process(owner.db, policy, ledger) as process:
                 conversation_id, run_id = await start_run(client)
                 [first] = await ledger_lines(ledger, 1)  # the handler runs, blocked on the gate
+                if policy == "report":  # its progress is stored before it is cut off
+                    while not (await client.partials(operation_id=first["operation_id"])).partials:  # noqa: ASYNC110
+                        await trio.sleep(0.02)
                 process.kill()
                 await process.wait()
             gate.touch()
@@ -472,7 +475,9 @@ async def test_worker_killed_mid_tool(owner: OwnerProcess, ledger: Path, policy:
                 assert "checked by hand" in result.data["content"]  # type: ignore[index]
             elif policy == "report":
                 assert len(executions) == 1  # not run again: the model read that it was cut off
-                assert result.data["is_error"] and "may have partially run" in result.data["content"]  # type: ignore[index]
+                content = result.data["content"]  # type: ignore[index]
+                assert result.data["is_error"] and "may have partially run" in content  # type: ignore[index]
+                assert content.endswith("its progress so far: looking up A1... ")
                 [_, tool_op, _] = await client.operations(run_id)
                 assert (tool_op.status, tool_op.attempt, tool_op.policy) == ("failed", 1, "report")
             else:
