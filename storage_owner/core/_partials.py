@@ -2,8 +2,9 @@
 or a tool reports its progress (``call.output``; docs/runs.md, "Partial output").
 
 A worker streaming a model request (or running a tool call) commits its text in pieces (``append_partial`` writes,
-under the lease of the task that started the operation); each piece is stored and logged as a :class:`~protocol.PartialRecord` in its commit, so a watch of the
-conversation sees it live, and a watch resumed from a seq (or catching up from the log) replays it exactly. Rules:
+under the lease of the task that started the operation); each piece is stored and logged as a
+:class:`~protocol.PartialRecord` in its commit, so a watch of the conversation sees it live, and a watch resumed from
+a seq (or catching up from the log) replays it exactly. Rules:
 
 1. **Keyed by (operation, attempt).** A piece is accepted only for the open attempt of an operation, under the
    lease that started it. The first piece of an attempt replaces whatever an earlier attempt of the operation
