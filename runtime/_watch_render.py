@@ -167,7 +167,7 @@ def _transcript(view: WatchView, conversation_id: str | None, console: Console, 
             items.extend(_entry_lines(view, entry))
         for stream in view.streams(conversation_id=conversation_id):
             if view.run_id in (None, stream.run_id):
-                items.append(_stream_line(stream))
+                items.append(_stream_line(stream, view.stream_label(stream)))
     options = console.options.update(width=max(20, console.width - 4))
     shown: list[Text] = []
     used = 0
@@ -207,14 +207,15 @@ def _entry_lines(view: WatchView, entry: EntryRecord) -> list[Text]:
     return [Text(f"{entry.kind}: {preview(entry.data)}", style="dim")]
 
 
-def _stream_line(stream: PartialOutput) -> Text:
+def _stream_line(stream: PartialOutput, label: str = "assistant") -> Text:
     prefix = "…" if stream.start > 0 else ""
     if stream.status == "aborted":
-        line = Text(f"assistant (attempt {stream.attempt}, cut off): ", style="dim red")
+        line = Text(f"{label} (attempt {stream.attempt}, cut off): ", style="dim red")
         line.append(prefix + stream.text, style="dim strike")
         line.append("  ✂ cut off here: not an answer", style="red")
         return line
-    line = Text(f"assistant (streaming, attempt {stream.attempt}): ", style="bold green")
+    doing = "streaming" if label == "assistant" else "running"
+    line = Text(f"{label} ({doing}, attempt {stream.attempt}): ", style="bold green")
     line.append(prefix + stream.text, style="italic")
     line.append("▌", style="blink")
     return line

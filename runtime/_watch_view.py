@@ -293,7 +293,8 @@ class WatchView:
             self.partials.forget(piece.operation_id)
             return lines
         if now.added:
-            lines.append(f"streaming: {now.added}")
+            label = self.stream_label(now)
+            lines.append(f"streaming: {now.added}" if label == "assistant" else f"{label} progress: {now.added}")
         if now.status == "aborted" and not was_cut:
             lines.append(f"(cut off: attempt {now.attempt} stopped here; this is not an answer)")
         return lines
@@ -393,6 +394,11 @@ class WatchView:
         for stream in self.streams():
             seen[stream.conversation_id] = max(seen.get(stream.conversation_id, 0), stream.seq)
         return sorted(seen, key=lambda conversation_id: seen[conversation_id])
+
+    def stream_label(self, stream: actors.PartialOutput) -> str:
+        """Whose text a stream is: ``assistant`` (a model request's), or ``tool NAME`` (a tool call's progress)."""
+        operation = self.operations.get(stream.operation_id)
+        return f"tool {operation.name}" if operation is not None and operation.kind == "tool" else "assistant"
 
     def streams(self, *, conversation_id: str | None = None) -> list[actors.PartialOutput]:
         """The streamed texts held (streaming, or cut off), oldest piece first (of one conversation when given)."""

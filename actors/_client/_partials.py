@@ -139,12 +139,12 @@ class PartialText:
         )
 
     def settle(self, operation: OperationRecord) -> PartialOutput | None:
-        """Take a model operation's journal record (rule 4), unless it is older (by ``seq``) than the text held:
+        """Take an operation's journal record (rule 4), unless it is older (by ``seq``) than the text held:
         a result (``completed``, ``resolved``) marks the output ``done``, a failed or interrupted attempt marks it
         ``aborted``; its ``seq`` is then the record's (the ``aborted`` record of the same commit changes nothing
         more). Returns the output it changed (``None``: none)."""
         held = self._outputs.get(operation.operation_id)
-        if held is None or operation.kind != "model" or operation.seq < held.seq:
+        if held is None or operation.seq < held.seq:
             return None
         status: PartialStatus
         if operation.status in ("completed", "resolved"):

@@ -194,8 +194,7 @@ def test_partial_text_settles_from_the_operation_record_ordered_by_seq() -> None
     reader.feed(record(0, "abc", seq=5))
     assert reader.settle(operation_record("failed", seq=4)) is None  # older than the text held
     assert reader.settle(operation_record("started", seq=6)) is None
-    assert reader.settle(operation_record("failed", kind="tool", seq=6)) is None
-    cut = reader.settle(operation_record("failed", seq=6))
+    cut = reader.settle(operation_record("failed", seq=6))  # a tool call's record settles its progress the same way
     assert cut is not None and (cut.status, cut.text, cut.seq) == ("aborted", "abc", 6)
     assert reader.feed(record(3, "", status="aborted", seq=6)) == []  # the record of the same commit
     assert reader.settle(operation_record("interrupted", seq=7)) is None  # cut off already

@@ -586,3 +586,19 @@ def test_the_view_says_what_waits_in_the_inbox_and_what_went_unanswered() -> Non
         "input late unanswered (run_failed)",
         "continue unanswered (nothing_to_answer)",
     ]
+
+
+def test_a_tool_calls_progress_is_shown_as_the_tools_not_the_assistants() -> None:
+    tool_op = "o0000000-0000-7000-8000-000000000009"
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(2, [run("running", seq=2)])
+    view.apply(3, [operation("started", kind="tool", name="lookup", op=tool_op, seq=3)])
+    assert view.apply(4, [piece(0, "looking up A1... ", op=tool_op, seq=4)]) == [
+        "tool lookup progress: looking up A1... "
+    ]
+    assert "tool lookup (running, attempt 1): looking up A1..." in screen(view)
+    view.apply(5, [piece(0, "the model says", seq=5)])  # a model's stream is still the assistant's
+    assert "assistant (streaming, attempt 1): the model says" in screen(view)
+    # The call's result ends its progress: the result entry shows it instead.
+    view.apply(6, [operation("completed", kind="tool", name="lookup", op=tool_op, seq=6)])
+    assert "tool lookup (running" not in screen(view)
