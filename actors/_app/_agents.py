@@ -23,7 +23,8 @@ AGENT_NAME_PATTERN = TOOL_NAME_PATTERN
 
 
 def _specs(agent: AgentDefinition) -> tuple[ToolSpec, ...]:
-    return tuple(tool.spec() for tool in agent.tools)
+    """What the model is offered: the agent's tools that an agent may call (a tool only other tools call is not)."""
+    return tuple(tool.spec() for tool in agent.tools if tool.agent_callable)
 
 
 def _answer_validator(agent: AgentDefinition) -> Draft202012Validator | None:

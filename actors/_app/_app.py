@@ -7,7 +7,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -144,6 +144,7 @@ class App:
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        callers: Sequence[str] = ("agent",),
     ) -> ToolDefinition:
         """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (a
         ``ValueError``; and registers nothing) if the definition is unusable, such as a ``parameters`` that is not a
@@ -159,6 +160,7 @@ class App:
             version=version,
             needs_approval=needs_approval,
             output_schema=output_schema,
+            callers=callers,
         )
         self._tools[name] = definition
         return definition
@@ -173,6 +175,7 @@ class App:
         version: int = 1,
         needs_approval: ApprovalPredicate | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        callers: Sequence[str] = ("agent",),
     ) -> Callable[[ToolHandler], ToolHandler]:
         """``@app.tool(description=..., parameters=...)`` on an ``async def``: :meth:`define_tool` with the
         function's name (unless ``name`` is given) and its docstring as the description (unless given). Returns
@@ -188,6 +191,7 @@ class App:
                 version=version,
                 needs_approval=needs_approval,
                 output_schema=output_schema,
+                callers=callers,
             )
             return handler
 

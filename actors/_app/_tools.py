@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import attrs
@@ -28,6 +28,8 @@ reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``
 it again and gives the model an error result saying it was interrupted (the run goes on)."""
 
 RECOVERIES: Final[tuple[str, ...]] = get_args(Recovery)
+AGENT_CALLER: Final = "agent"
+"""In a tool's ``callers``: an agent's model may call it (the default)."""
 TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 """What every model provider accepts as a function name (OpenAI's rule is the narrowest)."""
 
@@ -119,6 +121,15 @@ class ToolDefinition:
     needs_approval: ApprovalPredicate | None = attrs.field(default=None, repr=False)
     output_schema: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
     """The JSON Schema (draft 2020-12) a :class:`ToolResult`'s ``structured`` value is checked against."""
+    callers: tuple[str, ...] = (AGENT_CALLER,)
+    """Who may call it: ``"agent"`` (an agent's model) and names of tools. A tool the agent may not call is not
+    offered to its model, and a model's call of it anyway is an error result."""
+
+    @property
+    def agent_callable(self) -> bool:
+        """Whether an agent's model may call it (``"agent"`` in :attr:`callers`)."""
+        return AGENT_CALLER in self.callers
+
     _validator: Draft202012Validator = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_build_validator, takes_self=True)
     )
@@ -159,6 +170,7 @@ def define_tool(
     version: int = 1,
     needs_approval: ApprovalPredicate | None = None,
     output_schema: Mapping[str, Any] | None = None,
+    callers: Sequence[str] = (AGENT_CALLER,),
 ) -> ToolDefinition:
     """Check a tool's definition and build it. Raises :class:`UsageError` saying what is wrong; nothing is
     registered anywhere. ``description`` and ``parameters`` are required: their ``None`` defaults exist so that
@@ -180,6 +192,11 @@ def define_tool(
         raise UsageError(f"tool {name!r}: needs_approval must be None or a function (args) -> bool")
     schema = _checked_schema(name, parameters)
     output = None if output_schema is None else checked_output_schema(name, output_schema)
+    if isinstance(callers, str) or not all(isinstance(one, str) for one in callers):
+        raise UsageError(f"tool {name!r}: callers is a list of 'agent' and tool names, such as ['agent']")
+    for caller in callers:
+        if caller != AGENT_CALLER and not TOOL_NAME_PATTERN.fullmatch(caller):
+            raise UsageError(f"tool {name!r}: a caller is 'agent' or a tool's name, not {caller!r}")
     return ToolDefinition(
         name=name,
         handler=handler,
@@ -189,6 +206,7 @@ def define_tool(
         version=version,
         needs_approval=needs_approval,
         output_schema=output,
+        callers=tuple(dict.fromkeys(callers)),
     )
 
 

@@ -343,6 +343,8 @@ class AgentRun:
         for call in message.tool_calls:
             operation_id = tool_operation_id(run_id, turn, call.call_id)
             tool = agent.tool(call.name)
+            if tool is not None and not tool.agent_callable:
+                tool = None  # only other tools call it: the model was not offered it
             if tool is None or call.invalid_arguments is not None:
                 content = (
                     f"error: the agent has no tool {call.name!r}"

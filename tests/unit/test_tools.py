@@ -234,3 +234,22 @@ def test_a_tool_result_refuses_what_it_cannot_carry() -> None:
         actors.ToolResult(terminate="yes")  # type: ignore[arg-type]
     with pytest.raises(actors.UsageError, match=r"is an actors\.Usage"):
         actors.ToolResult(usage={"input_tokens": 1})  # type: ignore[arg-type]
+
+
+def test_callers_say_who_may_call_a_tool_and_a_tool_only_tools_call_is_not_offered_to_the_model() -> None:
+    app = actors.App("support")
+    assert define(app).callers == ("agent",)
+    inner = define(app, "look_up_order", callers=["refund"])
+    both = define(app, "audit", callers=["agent", "refund", "agent"])
+    assert (inner.callers, inner.agent_callable) == (("refund",), False)
+    assert (both.callers, both.agent_callable) == (("agent", "refund"), True)  # each once, in order
+    agent = app.define_agent(
+        "support",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text="hi")]),
+        tools=["refund", "look_up_order", "audit"],
+    )
+    assert [spec.name for spec in agent.request([]).tools] == ["refund", "audit"]
+    for callers, fragment in (("agent", "callers is a list"), (["agent", "no spaces"], "is 'agent' or a tool's name")):
+        with pytest.raises(actors.UsageError, match=fragment):
+            define(actors.App("other"), callers=callers)
