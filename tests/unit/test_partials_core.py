@@ -1,7 +1,7 @@
-"""Partial output of model requests in the owner core, sans-IO (storage_owner/core/_partials.py): pieces stored
-and logged with their commit, a new attempt replaces the earlier one's, ``done`` on the result, ``aborted`` when an
-attempt fails or is cut off, stale leases and the bounds refused whole. Driven through ``OwnerCore.run_batch``, over
-the memory store."""
+"""Partial output of model requests (and a tool call's progress) in the owner core, sans-IO
+(storage_owner/core/_partials.py): pieces stored and logged with their commit, a new attempt replaces the earlier
+one's, ``done`` on the result, ``aborted`` when an attempt fails or is cut off, stale leases and the bounds refused
+whole. Driven through ``OwnerCore.run_batch``, over the memory store."""
 
 from __future__ import annotations
 
@@ -32,8 +32,16 @@ from protocol import (
 )
 from storage_owner.core._checks import IllegalTransition
 from storage_owner.core._partials import PARTIAL_TRANSITIONS
-from tests.unit.test_runs_core import RunSim, doc_table, leased_run, model_intent, model_requested
-from tests.unit.test_tasks_core import aborted, error_code, expect, fresh_id, sent
+from tests.unit.test_runs_core import (
+    RunSim,
+    doc_table,
+    leased_run,
+    model_intent,
+    model_requested,
+    tool_intent,
+    with_tool,
+)
+from tests.unit.test_tasks_core import aborted, completed, error_code, expect, fresh_id, sent
 
 
 @pytest.fixture
@@ -114,6 +122,24 @@ def test_pieces_are_stored_logged_in_order_and_done_with_the_result(sim: RunSim)
     changes = [frame for _, _, frame in sim.core.catch_up() if isinstance(frame, Change)]
     replayed = [(c.seq, r.offset, r.text, r.status) for c in changes for r in c.records if isinstance(r, PartialRecord)]
     assert replayed == [(seq, offset, text, status) for seq, _, offset, text, status in logged_partials(sim, head)]
+
+
+def test_a_tool_calls_progress_is_stored_under_its_tool_tasks_lease_and_kept_when_it_is_cut_off(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "report"))
+    tools.ok(tool_id, piece(op, 0, "checking the order... "))
+    assert stored(sim, operation_id=op) == [(1, 0, "checking the order... ", "streaming")]
+    tools.leave()  # cut off: the progress is aborted and kept for whoever settles the call
+    assert stored(sim, operation_id=op) == [(1, 0, "checking the order... ", "aborted")]
+    again = sim.worker(kinds=("tool:lookup",))
+    error = (
+        "error: the tool call was interrupted and may have partially run; its progress so far: checking the order..."
+    )
+    settled = FinishOperation(operation_id=op, status="failed", result=JsonValue(error), is_error=True, error=error)
+    again.ok(tool_id, settled, completed(tool_id, error))
+    assert sim.store.partial_piece_count() == 0  # its result holds what the model reads now
 
 
 def next_turn(task_id: str) -> SetTaskState:
