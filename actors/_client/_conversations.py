@@ -34,10 +34,10 @@ from protocol import (
     Withdraw,
     Withdrawn,
     json_value,
-    new_id,
 )
 
 from ._base import BaseClient
+from ._transaction import submit_write
 
 ENTRY_PAGE: Final = 500
 
@@ -161,16 +161,8 @@ class ConversationCalls(BaseClient):
         summary): such a write waits for the working run's next boundary, and one whose head has left the context
         by then settles ``unanswered`` (``stale``). Follow the record with :meth:`wait_for_submission`.
         """
-        request = Submit(
-            conversation_id=conversation_id,
-            submission_id=submission_id or new_id(),
-            request_id=request_id or new_id(),
-            kind=kind,
-            payload=json_value(payload, "payload"),
-            when_busy=when_busy,
-            when_idle=when_idle,
-            entry=json_value(entry, "entry"),
-        )
+        write = submit_write(conversation_id, kind, payload, request_id, submission_id, when_busy, when_idle, entry)
+        request = Submit(**attrs.asdict(write, recurse=False))
         reply = await self.connection.call(request, Submitted)
         return reply.submission
 

@@ -117,17 +117,30 @@ class Transaction:
         writes: a refusal (busy, idle, a bad payload) refuses the whole commit, and nothing of it is written. Returns
         the submission's id (read its record with :meth:`Client.wait_for_submission`); a repeated ``request_id``
         admits nothing (its result is 0, 1 when admitted)."""
-        submission_id = submission_id or new_id()
-        self.writes.append(
-            SubmitWrite(
-                conversation_id=conversation_id,
-                submission_id=submission_id,
-                request_id=request_id or new_id(),
-                kind=kind,
-                payload=json_value(payload, "payload"),
-                when_busy=when_busy,
-                when_idle=when_idle,
-                entry=json_value(entry, "entry"),
-            )
-        )
-        return submission_id
+        write = submit_write(conversation_id, kind, payload, request_id, submission_id, when_busy, when_idle, entry)
+        self.writes.append(write)
+        return write.submission_id
+
+
+def submit_write(
+    conversation_id: str,
+    kind: str,
+    payload: Any,
+    request_id: str | None,
+    submission_id: str | None,
+    when_busy: Literal["follow_up", "steer", "reject"],
+    when_idle: Literal["start", "reject"],
+    entry: Mapping[str, Any] | None,
+) -> SubmitWrite:
+    """A submission as a commit's write, fresh ids for those not given (``Client.submit`` sends the same fields as
+    its request)."""
+    return SubmitWrite(
+        conversation_id=conversation_id,
+        submission_id=submission_id or new_id(),
+        request_id=request_id or new_id(),
+        kind=kind,
+        payload=json_value(payload, "payload"),
+        when_busy=when_busy,
+        when_idle=when_idle,
+        entry=json_value(entry, "entry"),
+    )

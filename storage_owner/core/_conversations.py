@@ -21,6 +21,8 @@ from __future__ import annotations
 import uuid
 from typing import Final
 
+import attrs
+
 from protocol import (
     AGENT_TASK_PREFIX,
     RESERVED_ENTRY_PREFIX,
@@ -66,7 +68,7 @@ from ._checks import (
     no_conversation,
     same_json,
 )
-from ._inbox import CONTINUE_KIND, INPUT_KIND, RESET_KIND, VISIBLE_KEYS, WRITE_KIND, EntrySpec, Inbox
+from ._inbox import CONTINUE_KIND, INPUT_KIND, RESET_KIND, VISIBLE_KEYS, WRITE_KIND, EntrySpec, Inbox, write_entry
 from ._output import READ_BUDGET_BYTES, PeerId, fit_page
 from ._ports import ConversationStore, StoreConflict
 from ._runs import Runs
@@ -293,16 +295,7 @@ class Conversations:
     def apply_submit(self, unit: UnitOfWork, write: SubmitWrite, where: str, lease: LeaseRef | None) -> int:
         """A ``submit`` inside a commit (``tx.submit``): the same rules as the request, atomically with the commit's
         other writes; 1 if it was admitted now, 0 for a repeated request id."""
-        request = Submit(
-            conversation_id=write.conversation_id,
-            submission_id=write.submission_id,
-            request_id=write.request_id,
-            kind=write.kind,
-            payload=write.payload,
-            when_busy=write.when_busy,
-            when_idle=write.when_idle,
-            entry=write.entry,
-        )
+        request = Submit(**attrs.asdict(write, recurse=False))  # the same fields as the request
         reply = self.on_submit(unit, request)
         assert isinstance(reply, Submitted)
         return int(reply.created)
@@ -443,7 +436,7 @@ class Conversations:
                 "the id of the entry the model's context starts at from this write on); nothing was written"
             )
             raise Refusal(ErrorCode.INVALID, message)
-        return EntrySpec(str(payload["kind"]), JsonValue(payload.get("data")), JsonValue(model), head)
+        return write_entry(payload)
 
     def on_abort_conversation(self, unit: UnitOfWork, request: AbortConversation) -> Frame:
         """Withdraw every queued input (steers, follow-ups and their queued runs), abort the active run; with
@@ -497,7 +490,8 @@ class Conversations:
     def on_configure(self, unit: UnitOfWork, request: Configure) -> Frame:
         """``_config`` rules 1 and 2; a changed model makes placement look again at the conversation's run (rule 4)."""
         config = self._inbox.config
-        before = config.model_of(request.conversation_id) if self._store.conversation(request.conversation_id) else None
+        check_id(request.conversation_id, "conversation_id")
+        before = config.model_of(request.conversation_id)  # (on_configure refuses an unknown conversation)
         reply = config.on_configure(unit, request)
         if config.model_of(request.conversation_id) != before:
             self._runs.requirement_changed(request.conversation_id)

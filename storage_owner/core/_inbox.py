@@ -142,6 +142,11 @@ def entry_of(record: SubmissionRecord) -> EntrySpec:
     if record.kind == RESET_KIND:
         data = JsonValue({"handoff": payload.get("handoff"), "submission_id": record.submission_id})
         return EntrySpec(RESET_ENTRY, data)
+    return write_entry(payload)
+
+
+def write_entry(payload: Mapping[str, JsonValue]) -> EntrySpec:
+    """The entry a write's payload ``{"kind", "data", "model", "head"}`` asks for (checked at admission)."""
     head = payload.get("head")
     return EntrySpec(
         str(payload["kind"]),
