@@ -24,8 +24,8 @@ from ._ports import (
     TaskStore,
     UsageStore,
 )
+from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS
 from ._run_status import run_status
-from ._runs import DEFAULT_MAX_CONCURRENT_RUNS
 from ._task_settle import ORPHAN_GRACE_MS
 from ._tasks import TaskEngine
 from ._watches import CATCH_UP_PAGE

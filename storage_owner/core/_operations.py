@@ -74,8 +74,9 @@ from protocol import (
 from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit, check_move, check_name, same_json
 from ._output import PeerId, fit_page
 from ._ports import OperationStore, RunReads, StoreConflict, TaskReads
+from ._run_rules import attention_task_id
 from ._run_status import APPROVAL_KIND, ATTENTION_KIND
-from ._runs import Runs, attention_task_id
+from ._runs import Runs
 from ._task_settle import CutOffRule
 from ._tasks import TaskEngine
 from ._unit import UnitOfWork

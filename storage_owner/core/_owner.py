@@ -95,7 +95,8 @@ from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outb
 from ._partials import Partials
 from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
 from ._ports import Store
-from ._runs import DEFAULT_MAX_CONCURRENT_RUNS, Runs
+from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS
+from ._runs import Runs
 from ._task_settle import ORPHAN_GRACE_MS
 from ._tasks import TaskEngine
 from ._unit import CommitLog, Head, Journal, UnitOfWork, WriteHandler

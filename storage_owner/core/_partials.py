@@ -57,7 +57,7 @@ from protocol import (
 from ._checks import Refusal, check_id, check_move
 from ._output import READ_BUDGET_BYTES, PeerId
 from ._ports import OperationReads, PartialHead, PartialStore, RunReads
-from ._runs import TERMINAL
+from ._run_rules import TERMINAL
 from ._unit import Head, Journal, UnitOfWork
 
 STREAMING: Final = "streaming"

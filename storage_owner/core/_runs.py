@@ -39,18 +39,12 @@ A run is created ``queued``; its status changes only as :data:`RUN_TRANSITIONS` 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Literal
+from collections.abc import Callable, Iterable
 
 import attrs
 
 from protocol import (
-    AGENT_TASK_PREFIX,
     RESERVED_ENTRY_PREFIX,
-    RUN_ACTIVE,
-    RUN_TERMINAL,
-    TOOL_TASK_PREFIX,
     AbortTask,
     CancelRun,
     ConversationRecord,
@@ -66,7 +60,6 @@ from protocol import (
     RunRecord,
     RunReply,
     RunsReply,
-    RunStatus,
     SetTaskState,
     Submit,
     TaskRecord,
@@ -78,92 +71,27 @@ from ._inbox import INPUT_KIND, Inbox
 from ._output import Outbox, PeerId, fit_page
 from ._peers import Waits
 from ._ports import RunStore, TaskReads
+from ._run_rules import (
+    AGENT_KIND_PREFIX,
+    BUSY,
+    EXTERNAL_KIND_PREFIX,
+    HELD,
+    MAX_INPUT_BYTES,
+    RUN_FAILED,
+    RUN_TRANSITIONS,
+    SETTLED,
+    TERMINAL,
+    TOOL_KIND_PREFIX,
+    RunEvent,
+    admissible,
+    is_held,
+    queued_run,
+    run_task_id,
+    user_entry_id,
+)
 from ._run_status import answer_of, derive, run_error
 from ._tasks import TaskEngine
 from ._unit import Journal, UnitOfWork
-
-DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
-MAX_INPUT_BYTES: Final = 1 << 20
-"""An input's text: 1 byte to this many."""
-AGENT_KIND_PREFIX: Final = AGENT_TASK_PREFIX
-TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
-EXTERNAL_KIND_PREFIX: Final = "tether."
-BUSY: Final = frozenset({"pending", "running", "retry_wait"})
-"""Statuses that take global capacity (``max_concurrent_runs``)."""
-ACTIVE: Final = frozenset(RUN_ACTIVE)
-TERMINAL: Final = frozenset(RUN_TERMINAL)
-SETTLED: Final = frozenset({*RUN_TERMINAL, "needs_attention"})
-"""Statuses that answer ``wait_run``."""
-HELD: Final = "held"
-"""The reason of a queued run held after the run before it failed (rule 7: ``after_failed_run="wait"``)."""
-RUN_FAILED: Final = "run_failed"
-"""Why an input queued behind a failed run settled ``unanswered`` (rule 7: ``after_failed_run="withdraw"``)."""
-_RUN_IDS: Final = uuid.UUID("9f1c3c1e-5a0e-4c43-9a53-0e5f2f1d7a10")
-
-RunEvent = Literal["admit", "refuse", "cancel", "derive", "account", "retry", "hold", "release"]
-DERIVED: Final[frozenset[RunStatus]] = frozenset(
-    {"pending", "retry_wait", "running", "waiting", "needs_attention", "completed", "failed", "cancelled"}
-)
-"""What a status derived from a task may be: anything but ``queued`` (a run with a task is never queued)."""
-
-RUN_TRANSITIONS: Final[Mapping[tuple[RunStatus, RunEvent], frozenset[RunStatus]]] = {
-    ("queued", "admit"): frozenset({"pending"}),  # 2
-    ("queued", "refuse"): frozenset({"failed"}),  # 2 (not_admitted)
-    ("queued", "cancel"): frozenset({"cancelled"}),  # 5
-    ("queued", "hold"): frozenset({"queued"}),  # 7 (reason held)
-    ("queued", "release"): frozenset({"queued"}),  # 7
-    ("pending", "derive"): DERIVED,  # 3
-    ("retry_wait", "derive"): DERIVED,  # 3
-    ("running", "derive"): DERIVED,  # 3
-    ("waiting", "derive"): DERIVED,  # 3
-    ("needs_attention", "derive"): DERIVED,  # 3
-    ("pending", "account"): frozenset({"pending"}),  # 3 (a result's usage)
-    ("retry_wait", "account"): frozenset({"retry_wait"}),  # 3
-    ("running", "account"): frozenset({"running"}),  # 3
-    ("waiting", "account"): frozenset({"waiting"}),  # 3
-    ("needs_attention", "account"): frozenset({"needs_attention"}),  # 3
-    ("failed", "retry"): frozenset({"queued"}),  # 6
-}
-"""The run state machine: from a status, on an event, the statuses a run may take; see the module docstring for the
-rules each row follows. Nothing else leaves ``completed``, ``failed`` or ``cancelled``."""
-
-
-def _queued_run(submission_id: str, conversation_id: str, agent: str, seq: int, now_ms: int) -> RunRecord:
-    return RunRecord(
-        run_id=submission_id,
-        conversation_id=conversation_id,
-        agent=agent,
-        version=0,
-        status="queued",
-        submission_id=submission_id,
-        seq=seq,
-        created_at_ms=now_ms,
-        updated_at_ms=now_ms,
-    )
-
-
-def _is_held(run: RunRecord) -> bool:
-    """Whether ``run`` waits held after a failed run (rule 7)."""
-    return run.status == "queued" and run.reason == HELD
-
-
-def _admissible(run: RunRecord) -> bool:
-    """Whether ``run``, at the head of its conversation's queue, may be admitted (rule 7: not held)."""
-    return run.status == "queued" and run.reason != HELD
-
-
-def run_task_id(run_id: str, attempt: int) -> str:
-    """The id of a run's ``attempt``-th task (1 for its admission, more after ``retry_run``)."""
-    return str(uuid.uuid5(_RUN_IDS, f"{run_id}/task/{attempt}"))
-
-
-def user_entry_id(run_id: str) -> str:
-    return str(uuid.uuid5(_RUN_IDS, f"{run_id}/user"))
-
-
-def attention_task_id(operation_id: str, attempt: int) -> str:
-    """The ``tether.attention`` task the owner creates when attempt ``attempt`` of a manual tool call is cut off."""
-    return str(uuid.uuid5(_RUN_IDS, f"{operation_id}/attention/{attempt}"))
 
 
 class Runs:
@@ -225,7 +153,7 @@ class Runs:
             return True
         if not self._admit_due or not self._has_capacity():
             return False
-        return any(_admissible(self.live[queue[0]]) for queue in self._queues.values())
+        return any(admissible(self.live[queue[0]]) for queue in self._queues.values())
 
     def active_run(self, conversation_id: str) -> RunRecord | None:
         """The conversation's run that is not terminal and first in its queue, if any (queued included)."""
@@ -235,7 +163,7 @@ class Runs:
     def held(self, conversation_id: str) -> RunRecord | None:
         """The conversation's oldest run, if it is held after a failed run (rule 7)."""
         run = self.active_run(conversation_id)
-        return run if run is not None and _is_held(run) else None
+        return run if run is not None and is_held(run) else None
 
     def queued_run_ids(self, conversation_id: str) -> list[str]:
         """The conversation's runs still ``queued``, oldest first."""
@@ -295,7 +223,7 @@ class Runs:
             message = f"when_idle must be start or reject, not {request.when_idle!r}; nothing was written"
             raise Refusal(ErrorCode.INVALID, message)
         active = self.active_run(conversation.conversation_id)
-        if active is not None and _is_held(active):
+        if active is not None and is_held(active):
             return active  # rule 7: not busy, yet it queues behind the held runs whatever it asked
         if request.when_busy == "reject" and active is not None:
             message = (
@@ -318,7 +246,7 @@ class Runs:
         there is anything to continue depends on how that run ends, so a continue is never queued."""
         self.check_continue(request, conversation)
         active = self.active_run(conversation.conversation_id)
-        if active is not None and not _is_held(active):
+        if active is not None and not is_held(active):
             message = (
                 f"conversation {conversation.conversation_id} has a run going ({active.run_id}, {active.status}): a "
                 "continue is never queued (whether anything is left to answer depends on how that run ends); "
@@ -374,7 +302,7 @@ class Runs:
         elif not queued:
             waiting = [r for r in self._inbox.queued.get(conversation_id, ()) if r.kind == INPUT_KIND]
             if waiting:  # steers of the failed run, with no run behind to place them: a run of their own
-                new = _queued_run(waiting[0].submission_id, conversation_id, run.agent, seq, now_ms)
+                new = queued_run(waiting[0].submission_id, conversation_id, run.agent, seq, now_ms)
                 self.created(new, JsonValue(None))  # its input is placed as what the run left (``_inbox`` rule 3)
                 changed[new.run_id] = new
 
@@ -382,7 +310,7 @@ class Runs:
         """The queued run an ``input`` submission admits (checked by :meth:`check_input`, stored by
         :meth:`created`). A run takes its submission's id (rule 4)."""
         assert conversation.agent is not None, "check_input() first"
-        return _queued_run(request.submission_id, conversation.conversation_id, conversation.agent, seq, now_ms)
+        return queued_run(request.submission_id, conversation.conversation_id, conversation.agent, seq, now_ms)
 
     def tasks_changed(self, records: Iterable[Record]) -> None:
         """Task records a commit or a settle changed: their runs' statuses are derived again."""
@@ -532,7 +460,7 @@ class Runs:
         busy = self._busy
         heads = [self.live[queue[0]] for queue in self._queues.values()]
         # A queued run's seq is its creating commit's, or its release's (rule 7): it waits from then on.
-        heads = sorted((run for run in heads if _admissible(run)), key=lambda run: (run.seq, run.run_id))
+        heads = sorted((run for run in heads if admissible(run)), key=lambda run: (run.seq, run.run_id))
         for run in heads:
             if busy >= self.max_concurrent_runs:
                 self._admit_due = True  # capacity frees later: a run leaving a busy status sets it again

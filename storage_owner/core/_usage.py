@@ -57,7 +57,8 @@ from protocol import (
 from ._checks import MAX_NAME_CHARS, MAX_READ_LIMIT, Refusal, check_id, no_conversation
 from ._output import PeerId
 from ._ports import ConversationReads, TaskReads, UsageStore
-from ._runs import AGENT_KIND_PREFIX, Runs, run_task_id
+from ._run_rules import AGENT_KIND_PREFIX, run_task_id
+from ._runs import Runs
 from ._tasks import TaskEngine
 from ._unit import UnitOfWork
 

@@ -44,7 +44,7 @@ from protocol import (
 )
 from storage_owner.core import Output, _config
 from storage_owner.core._inbox import MAX_QUEUED_PER_CONVERSATION
-from storage_owner.core._runs import run_task_id
+from storage_owner.core._run_rules import run_task_id
 from tests.unit._stores import open_store
 from tests.unit.test_runs_core import RunSim
 from tests.unit.test_tasks_core import Worker, aborted, completed, ended, error_code, expect, fresh_id, sent

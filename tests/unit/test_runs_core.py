@@ -77,8 +77,8 @@ from protocol import (
 from storage_owner.core._checks import IllegalTransition, Refusal
 from storage_owner.core._inbox import SUBMISSION_TRANSITIONS
 from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
+from storage_owner.core._run_rules import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
 from storage_owner.core._run_status import Derived, run_status
-from storage_owner.core._runs import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
 from storage_owner.store import SqliteStore
 from storage_owner.store._blobs import pack as _pack
 from tests.unit._stores import StoreUnderTest, open_store
@@ -1339,7 +1339,7 @@ def doc_table(marker: str, path: Path = ROOT / "docs" / "runs.md") -> dict[tuple
     ("marker", "table"),
     [
         ("Its transition table (`SUBMISSION_TRANSITIONS` in `_inbox.py`)", SUBMISSION_TRANSITIONS),
-        ("(`RUN_TRANSITIONS` in `_runs.py`)", RUN_TRANSITIONS),
+        ("(`RUN_TRANSITIONS` in `_run_rules.py`)", RUN_TRANSITIONS),
         ("(`OPERATION_TRANSITIONS` in `_operations.py`)", OPERATION_TRANSITIONS),
         ("(`INTERACTION_TRANSITIONS`, see", INTERACTION_TRANSITIONS),
     ],
