@@ -52,7 +52,7 @@ from protocol import (
 
 from ._app._agents import AgentDefinition
 from ._app._app import App, AppLoadError, TaskDefinition, load_app
-from ._app._tools import Recovery, ToolCall, ToolDefinition, ToolResult
+from ._app._tools import QuestionUnanswered, Recovery, ToolCall, ToolCallFailed, ToolDefinition, ToolResult
 from ._client._client import Client, check_target, connect
 from ._client._conversations import EntryPage, WhenBusy, WhenIdle, WithdrawOutcome
 from ._client._partials import PartialOutput, PartialText
@@ -146,6 +146,7 @@ __all__ = [
     "PhaseEnded",
     "PhaseTransaction",
     "ProtocolError",
+    "QuestionUnanswered",
     "Recovery",
     "RequestFailed",
     "Retry",
@@ -169,6 +170,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "ToolCallEnd",
+    "ToolCallFailed",
     "ToolCallRequest",
     "ToolCallStart",
     "ToolDefinition",

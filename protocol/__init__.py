@@ -189,7 +189,7 @@ from ._frames import (
     phase_of,
     retry_delay_ms,
 )
-from ._ids import approval_task_id, is_id, new_id
+from ._ids import approval_task_id, is_id, new_id, question_task_id
 from ._kinds import (
     AGENT_TASK_PREFIX,
     ASSISTANT_ENTRY,
@@ -438,6 +438,7 @@ __all__ = [
     "new_id",
     "operation_key_json",
     "phase_of",
+    "question_task_id",
     "raise_collapsed",
     "read_runtime",
     "remove_runtime",

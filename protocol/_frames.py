@@ -192,7 +192,8 @@ OperationStatus: TypeAlias = Literal["started", "completed", "failed", "interrup
 class OperationRecord:
     """One model request or tool call of a run, in the operation journal: its intent (``started``) and then its
     result. ``tool_call_id`` is the model's id of the tool call (named so to keep clear of the requests'
-    ``call_id``); ``conversation_id`` is the run's, so a watch of the conversation sees the journal."""
+    ``call_id``; a nested call's key); ``conversation_id`` is the run's, so a watch of the conversation sees the
+    journal."""
 
     RECORD: ClassVar[str] = "operation"
     operation_id: str
@@ -204,6 +205,9 @@ class OperationRecord:
     name: str
     version: int
     tool_call_id: str | None = None
+    """A nested call's (``call.execute_tool``): its key in its caller."""
+    parent_operation_id: str | None = None
+    """A nested call's caller: the tool call whose handler called it (``None`` for a call the model made)."""
     turn: int
     attempt: int
     policy: RecoveryPolicy | None = None
@@ -236,18 +240,24 @@ def has_result(op: OperationRecord) -> bool:
 
 @attrs.frozen(kw_only=True)
 class InteractionAnswer:
-    approve: bool
+    """How an interaction was answered: an approval's ``approve`` (and ``note``), a question's ``value`` (a JSON value
+    checked against the question's schema; ``approve`` is then ``None``); who answered, and when (owner's clock)."""
+
+    approve: bool | None
     note: str | None
     responded_by: str | None
     at_ms: int
+    value: JsonValue = JsonValue(None)
 
 
 @attrs.frozen(kw_only=True)
 class InteractionRecord:
-    """A question a tool call asks a person (an approval of its exact arguments), bound to the call's operation.
-    ``task_id`` is the ``tether.approval`` task the tool task waits on; ``answer`` is set once, by ``respond``.
-    ``status`` is ``open`` until answered (``answered``), or ``cancelled`` once its run no longer awaits it (the run
-    was cancelled or ended otherwise while it was open)."""
+    """Something a tool call asks a person, bound to the call's operation: an ``approval`` of its exact arguments
+    (``args``: the call's arguments), or a ``question`` its handler asked (``call.ask``; ``args``: ``{"text",
+    "schema"}``, the schema ``null`` when any JSON answer will do). ``task_id`` is the ``tether.approval`` or
+    ``tether.question`` task the call waits on; ``answer`` is set once, by ``respond``. ``status`` is ``open`` until
+    answered (``answered``), or ``cancelled`` once its run no longer awaits it (the run was cancelled or ended
+    otherwise while it was open)."""
 
     RECORD: ClassVar[str] = "interaction"
     interaction_id: str
@@ -552,6 +562,8 @@ class StartOperation:
     policy: RecoveryPolicy | None = None
     retry: Retry | None = None
     arguments: JsonValue = JsonValue(None)
+    parent_operation_id: str | None = None
+    """A nested tool call's caller (``call.execute_tool``): a tool call of the same run."""
 
 
 @attrs.frozen(kw_only=True)
@@ -570,9 +582,12 @@ class FinishOperation:
 
 @attrs.frozen(kw_only=True)
 class CreateInteraction:
-    """Ask for an approval of a tool call's exact arguments, under the tool task's lease: the owner creates the
-    ``tether.approval`` task :func:`approval_task_id` names (owned by the tool task), which the same commit's wait
-    names. Again for the same operation: the first is kept (result 0), so a replay never asks twice."""
+    """Ask a person, under the tool task's lease. An ``approval`` of the call's exact arguments: the owner creates
+    the ``tether.approval`` task :func:`approval_task_id` names (owned by the tool task), which the same commit's wait
+    names; again for the same operation, the first is kept (result 0). A ``question`` (``args``: ``{"text",
+    "schema"}``): the owner creates the ``tether.question`` task :func:`question_task_id` names, which the handler
+    waits for while it runs; again with the same ``interaction_id`` (derived from the operation and the question's
+    place in the call), the first is kept (result 0). So a replay never asks twice."""
 
     OP: ClassVar[str] = "create_interaction"
     interaction_id: str
@@ -1003,13 +1018,15 @@ class Resolve:
 
 @attrs.frozen(kw_only=True)
 class Respond:
-    """Answer an interaction, once (the same answer again is a no-op); writers only."""
+    """Answer an interaction, once (the same answer again is a no-op); writers only. An approval takes ``approve``
+    (and a ``note``); a question takes ``answer``, a JSON value other than ``null`` that its schema accepts."""
 
     TYPE: ClassVar[str] = "respond"
     interaction_id: str
-    approve: bool
+    approve: bool | None = None
     note: str | None = None
     responded_by: str | None = None
+    answer: JsonValue = JsonValue(None)
 
 
 @attrs.frozen(kw_only=True)

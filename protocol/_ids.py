@@ -99,3 +99,10 @@ def approval_task_id(operation_id: str) -> str:
     """The id of the ``tether.approval`` task of a tool call's approval: derived from its operation id, so a
     replayed worker waits on the same task (answered already, or not) and never asks twice."""
     return str(uuid.uuid5(_DERIVED, f"{operation_id}/approval"))
+
+
+def question_task_id(interaction_id: str) -> str:
+    """The id of the ``tether.question`` task of a question a tool call asks (``call.ask``): derived from the
+    interaction's id, itself derived from the call's operation and the question's place in it, so a replayed handler
+    waits on the same task (answered already, or not) and never asks twice."""
+    return str(uuid.uuid5(_DERIVED, f"{interaction_id}/question"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Bumped with every incompatible change of a frame; checked at ``Hello``. Version 2 added the task engine's frames
 and fields (a version 1 peer would refuse the new fields this build always sends); version 3 the agents' runs
 (``agent`` on conversations, ``when_busy`` on submissions, ``run_id`` on submission records, run records in
@@ -17,9 +17,12 @@ records, ``read_submissions`` and ``submissions``, ``wait_submission``, ``withdr
 ``conversation_aborted``, the ``submit`` write of a commit; version 7 models a conversation may be configured to
 use: capabilities of kind ``model``, the blocked reason ``missing_model``; what the model sees of an entry
 (``model``, ``head`` on entry records; ``entry`` on ``submit``, the ``submit`` write and submission records), the
-``tool`` scope of usage totals, ``value`` on a run's answer and the outcome reason ``invalid_output``."""
+``tool`` scope of usage totals, ``value`` on a run's answer and the outcome reason ``invalid_output``; version 8
+tools that act: questions (``create_interaction`` of kind ``question``, ``answer`` on ``respond``, ``value`` on an
+interaction's answer, whose ``approve`` may be ``null``) and nested tool calls (``parent_operation_id`` on
+``start_operation`` and operation records)."""
 
-SUPPORTED_VERSIONS: tuple[int, ...] = (7,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (8,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
 
 MAX_MESSAGE_BYTES = 1 << 20

@@ -316,20 +316,27 @@ def _add_runs_commands(commands: Any) -> None:
 
     respond = commands.add_parser(
         "respond",
-        help="answer an open approval",
-        description="Approve or deny an open interaction (see tether interactions). It is answered once.",
+        help="answer an open approval or question",
+        description="Answer an open interaction (see tether interactions): approve or deny an approval, or give a "
+        "question its answer. It is answered once.",
     )
     respond.add_argument("interaction_id", metavar="INTERACTION_ID", help="the interaction")
     _add_db(respond)
     answer = respond.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="let the tool call run")
     answer.add_argument("--deny", action="store_true", help="refuse it (the model is told)")
-    respond.add_argument("--note", metavar="TEXT", help="a note kept with the answer")
+    answer.add_argument(
+        "--answer",
+        type=_json_text,
+        metavar="JSON",
+        help="answer a question with a JSON value its schema accepts (a text is '\"yes\"')",
+    )
+    respond.add_argument("--note", metavar="TEXT", help="a note kept with an approval's answer")
     _add_json(respond, "print the interaction record")
 
     interactions = commands.add_parser(
         "interactions",
-        help="list the open approvals and how to answer each",
+        help="list the open approvals and questions, and how to answer each",
         description="Print every open interaction: its run, the tool and its arguments, and the command that answers "
         "it.",
     )
@@ -1179,9 +1186,18 @@ def _runs_command(args: argparse.Namespace) -> int:
         record = trio.run(_runs.resolve, db, args.operation_id, args.output)
         line = f"operation {record.operation_id}: {record.status} (resolved by {record.resolved_by})"
     elif args.command == "respond":
-        record = trio.run(partial(_runs.respond, db, args.interaction_id, approve=args.approve, note=args.note))
+        if args.answer is not None:
+            if args.note is not None:
+                raise UsageError("--note goes with --approve or --deny; a question's answer is the --answer JSON")
+            respond = partial(_runs.respond, db, args.interaction_id, answer=args.answer)
+        else:
+            respond = partial(_runs.respond, db, args.interaction_id, approve=args.approve, note=args.note)
+        record = trio.run(respond)
         assert record.answer is not None
-        verdict = "approved" if record.answer.approve else "denied"
+        if record.kind == "question":
+            verdict = "answered " + json.dumps(record.answer.value, ensure_ascii=False)
+        else:
+            verdict = "approved" if record.answer.approve else "denied"
         line = f"interaction {record.interaction_id}: {verdict} (run {record.run_id})"
     else:
         record = trio.run(_runs.retry if args.command == "retry" else _runs.cancel, db, args.run_id)

@@ -293,7 +293,7 @@ def next_steps(db: str, run: RunRecord) -> list[str]:
     if run.status == "needs_attention" and run.operation_id is not None:
         return [f"  check what the tool did, then: tether resolve --db {db} {run.operation_id} --output JSON"]
     if run.status == "waiting" and run.operation_id is not None:
-        return [f"  it waits for an approval: tether interactions --db {db}"]
+        return [f"  it waits for a person's answer: tether interactions --db {db}"]
     if run.status == "failed":
         commands = retry_commands(db, run)
         if len(commands) == 1:
@@ -323,9 +323,13 @@ async def cancel(db: str, run_id: str) -> RunRecord:
         return await client.run(run_id)
 
 
-async def respond(db: str, interaction_id: str, *, approve: bool, note: str | None) -> actors.InteractionRecord:
+async def respond(
+    db: str, interaction_id: str, *, approve: bool | None = None, note: str | None = None, answer: Any = None
+) -> actors.InteractionRecord:
     async with connect(db, "tether-respond") as client:
-        return await client.respond(interaction_id, approve=approve, note=note, responded_by="tether respond")
+        return await client.respond(
+            interaction_id, approve=approve, note=note, answer=answer, responded_by="tether respond"
+        )
 
 
 async def open_interactions(db: str) -> list[actors.InteractionRecord]:
@@ -334,13 +338,22 @@ async def open_interactions(db: str) -> list[actors.InteractionRecord]:
 
 
 def format_interactions(db: str, interactions: list[actors.InteractionRecord]) -> str:
-    """Each open approval with the tool, its arguments and the commands that answer it."""
+    """Each open approval with the tool and its arguments, each open question with its text and the schema of its
+    answer, and the commands that answer them."""
     if not interactions:
         return "no open interactions"
     lines: list[str] = []
     for interaction in interactions:
+        head = f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id})"
+        if interaction.kind == "question" and isinstance(interaction.args, dict):
+            lines.append(f"{head}, asked by tool {interaction.tool}: {interaction.args.get('text')}")
+            schema = interaction.args.get("schema")
+            if schema is not None:
+                lines.append(f"  the answer's schema: {json.dumps(schema, separators=(',', ':'))}")
+            lines.append(f"  tether respond --db {db} {interaction.interaction_id} --answer JSON")
+            continue
         args = json.dumps(interaction.args, separators=(",", ":"))
         call = f"{interaction.tool} {args}" if interaction.tool else args
-        lines.append(f"{interaction.kind} {interaction.interaction_id} (run {interaction.run_id}): {call}")
+        lines.append(f"{head}: {call}")
         lines.append(f"  tether respond --db {db} {interaction.interaction_id} --approve   (or --deny)")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import copy
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, Protocol, TypeAlias, get_args
 
 import attrs
 import trio
@@ -38,6 +38,33 @@ ToolHandler: TypeAlias = Callable[["ToolCall", dict[str, Any]], Awaitable[Any]]
 
 ApprovalPredicate: TypeAlias = Callable[[dict[str, Any]], bool]
 """``needs_approval(args) -> bool``: deterministic and free of side effects (recovery calls it again)."""
+MAX_CALL_KEY_CHARS: Final = 128
+"""The longest key of a nested call (``call.execute_tool(..., key=...)``)."""
+
+
+class ToolCallFailed(Exception):
+    """A nested call (``call.execute_tool``) ended without a result: its error result (invalid arguments, a denial,
+    a handler's exception, a call cut off under ``report``), or its task's end (aborted, failed). ``error`` is what
+    the model would have read; uncaught, it becomes the calling tool's own error result."""
+
+    def __init__(self, tool: str, key: str, error: str) -> None:
+        super().__init__(f"the nested call {key!r} of tool {tool!r} failed: {error}")
+        self.tool = tool
+        self.key = key
+        self.error = error
+
+
+class QuestionUnanswered(Exception):
+    """A question this call asked (``call.ask``) will not be answered: its run is being cancelled."""
+
+
+class CallHost(Protocol):
+    """What runs a tool call for its handler (the worker's tool task): asks its questions and makes its nested
+    calls, durably."""
+
+    async def ask(self, text: str, schema: dict[str, Any] | None) -> Any: ...
+
+    async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +82,7 @@ class ToolCall:
     tool: str
     version: int
     _progress: Callable[[str], None] | None = attrs.field(default=None, repr=False, eq=False, alias="progress")
+    _host: CallHost | None = attrs.field(default=None, repr=False, eq=False, alias="host")
 
     async def output(self, text: str) -> None:
         """Live progress of this call (``"checking the order...\n"``): shown at once (``tether watch``, a watch's
@@ -65,6 +93,47 @@ class ToolCall:
         if self._progress is not None:
             self._progress(text)
         await trio.lowlevel.checkpoint()
+
+    async def ask(self, text: str, schema: Mapping[str, Any] | None = None) -> Any:
+        """Ask a person ``text`` and return their answer: a JSON value, checked against ``schema`` (a JSON Schema,
+        draft 2020-12) when one is given. Durable: the question is an interaction of kind ``question`` (``tether
+        interactions``; ``client.respond(interaction_id, answer=...)``, ``tether respond --answer JSON``), the run
+        shows ``waiting`` until it is answered, and a re-run of this call after a crash (a ``safe`` or ``idempotent``
+        tool) gets the committed answer and never asks again. Questions are told apart by their order in the call: a
+        re-run must ask the same questions in the same order. The call holds its worker's lease while it waits.
+        Raises :class:`QuestionUnanswered` if the run is cancelled first."""
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("call.ask(text, schema=None): text is the question, a str that is not empty")
+        checked = None if schema is None else checked_output_schema(self.tool, schema, "call.ask in tool", "schema")
+        return await self._require_host("ask").ask(text, checked)
+
+    async def execute_tool(self, name: str, args: Mapping[str, Any], *, key: str) -> Any:
+        """Call the tool ``name`` with ``args`` from this call, durably: a nested call with its own intent, result,
+        recovery policy and approval, owned by this call (aborting it aborts the nested call first). ``key`` names
+        the call within this one (unique per call; a reuse raises :class:`UsageError`): a re-run of this call after
+        a crash finds the nested call by it and waits for it, or reads its committed result, instead of running it
+        again. Returns the nested call's ``structured`` value if it returned one, else its ``output``; raises
+        :class:`ToolCallFailed` with the error if it ended with an error. The tool must name this one in its
+        ``callers`` (``define_tool(callers=[...])``)."""
+        if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+            raise UsageError(f"call.execute_tool: {name!r} is not a tool name")
+        if not isinstance(args, Mapping):
+            raise UsageError(f"call.execute_tool({name!r}, args): args is a dict of the tool's arguments")
+        if not isinstance(key, str) or not key or len(key) > MAX_CALL_KEY_CHARS:
+            raise UsageError(
+                f"call.execute_tool({name!r}, ..., key=...): the key is a str of 1 to {MAX_CALL_KEY_CHARS} "
+                "characters naming the call within this one"
+            )
+        try:
+            check_json(dict(args), "$")
+        except ValueError as exc:
+            raise UsageError(f"call.execute_tool({name!r}, args): the arguments are not JSON-like: {exc}") from None
+        return await self._require_host("execute_tool").execute_tool(name, dict(args), key)
+
+    def _require_host(self, verb: str) -> CallHost:
+        if self._host is None:
+            raise UsageError(f"call.{verb} works in a call a worker runs (this ToolCall was built by hand)")
+        return self._host
 
 
 @attrs.frozen(kw_only=True)
@@ -210,21 +279,22 @@ def define_tool(
     )
 
 
-def checked_output_schema(name: str, schema: object, what: str = "tool") -> dict[str, Any]:
-    """A private copy of an ``output_schema`` (a tool's, or an agent's: ``what``) once it is a JSON-like draft 2020-12
-    schema, of any type."""
+def checked_output_schema(
+    name: str, schema: object, what: str = "tool", field: str = "output_schema"
+) -> dict[str, Any]:
+    """A private copy of an ``output_schema`` (a tool's, or an agent's: ``what``; or another ``field``, such as a
+    question's schema) once it is a JSON-like draft 2020-12 schema, of any type."""
     if not isinstance(schema, Mapping):
-        raise UsageError(f"{what} {name!r}: output_schema must be a JSON Schema object, not {type(schema).__name__}")
+        raise UsageError(f"{what} {name!r}: {field} must be a JSON Schema object, not {type(schema).__name__}")
     copied = copy.deepcopy(dict(schema))
     try:
         check_json(copied, "$")
         Draft202012Validator.check_schema(copied)
     except ValueError as exc:
-        raise UsageError(f"{what} {name!r}: output_schema is not JSON-like: {exc}") from None
+        raise UsageError(f"{what} {name!r}: {field} is not JSON-like: {exc}") from None
     except SchemaError as exc:
         raise UsageError(
-            f"{what} {name!r}: output_schema is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: "
-            f"{exc.message}"
+            f"{what} {name!r}: {field} is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: {exc.message}"
         ) from None
     return copied
 

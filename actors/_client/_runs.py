@@ -163,13 +163,22 @@ class RunCalls(BaseClient):
         self,
         interaction_id: str,
         *,
-        approve: bool,
+        approve: bool | None = None,
         note: str | None = None,
+        answer: Any = None,
         responded_by: str | None = None,
     ) -> InteractionRecord:
-        """Answer an interaction (an approval: ``approve`` it or not), once durable. It is answered once: the same
-        answer again is a no-op, another raises :class:`~protocol.Conflict`."""
-        request = Respond(interaction_id=interaction_id, approve=approve, note=note, responded_by=responded_by)
+        """Answer an interaction, once durable: an approval with ``approve`` (and a ``note``), a question
+        (``call.ask``) with ``answer``, a JSON value its schema accepts (not ``None``). It is answered once: the same
+        answer again is a no-op, another raises :class:`~protocol.Conflict`; an answer of the wrong shape raises
+        :class:`~protocol.InvalidRequest` saying what was expected, and changes nothing."""
+        request = Respond(
+            interaction_id=interaction_id,
+            approve=approve,
+            note=note,
+            answer=json_value(answer, "answer"),
+            responded_by=responded_by,
+        )
         reply = await self.connection.call(request, InteractionReply)
         return reply.interaction
 

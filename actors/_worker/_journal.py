@@ -159,6 +159,7 @@ def _refused_call(
     call_id: str,
     arguments: Any,
     error: str,
+    parent_operation_id: str | None = None,
 ) -> None:
     """Journal a call of ``tool`` that runs nothing (arguments that are not JSON or fail its schema, a denial): its
     intent and its ``failed`` result (the error the model sees) in the commit that writes its result entry, so the
@@ -176,6 +177,7 @@ def _refused_call(
             tool_call_id=call_id,
             policy=tool.recovery,
             arguments=json_value(arguments),
+            parent_operation_id=parent_operation_id,
         )
     )
     tx.finish_operation(

@@ -11,18 +11,21 @@ from typing import Any, Final
 
 from protocol import (
     CreateInteraction,
+    Duplicate,
     FinishOperation,
     JsonValue,
     OperationRecord,
     StartOperation,
+    UsageError,
     Write,
     approval_task_id,
     has_result,
     json_value,
+    question_task_id,
 )
 
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
-from .._app._tools import ToolCall, ToolDefinition, ToolResult
+from .._app._tools import QuestionUnanswered, ToolCall, ToolCallFailed, ToolDefinition, ToolResult
 from .._models._model import Usage
 from ._journal import (
     TOOL_PREFIX,
@@ -53,6 +56,84 @@ async def _progress_of(rt: Phase, operation_id: str) -> str:
     return f"; its progress so far: {text}" if text else ""
 
 
+def _nested(inp: Any) -> bool:
+    """Whether a tool task's input is a nested call's (``call.execute_tool``), not a call the model made."""
+    return isinstance(inp, dict) and isinstance(inp.get("parent_operation_id"), str)
+
+
+def _parent(inp: Any) -> str | None:
+    return str(inp["parent_operation_id"]) if _nested(inp) else None
+
+
+class CallHost:
+    """The durable side of a running call's :meth:`~actors.ToolCall.ask` and :meth:`~actors.ToolCall.execute_tool`,
+    under its tool task's lease. Both are found again by a re-run of the call (after a crash, under a ``safe`` or
+    ``idempotent`` policy): a question by its place among the call's questions, a nested call by its key."""
+
+    def __init__(self, rt: Phase, tool: ToolDefinition, operation_id: str) -> None:
+        self._rt = rt
+        self._tool = tool
+        self._operation_id = operation_id
+        self._asked = 0
+        self._keys: set[str] = set()
+
+    async def ask(self, text: str, schema: dict[str, Any] | None) -> Any:
+        """One commit asks (none if a run before asked it: the owner keeps the first), then the wait for the
+        answer, holding the lease."""
+        rt = self._rt
+        interaction_id = _derived(self._operation_id, "question", self._asked)
+        self._asked += 1
+        args = {"text": text, "schema": schema}
+        async with rt.commit() as tx:
+            tx.create_interaction(
+                CreateInteraction(
+                    interaction_id=interaction_id,
+                    operation_id=self._operation_id,
+                    run_id=str(rt.input["run_id"]),
+                    args=json_value(args),
+                    digest=digest(args),
+                    kind="question",
+                )
+            )
+        task = await rt.client.wait_for_task(question_task_id(interaction_id))
+        outcome = task.outcome
+        if outcome is None or outcome.status != "completed" or not isinstance(outcome.result, dict):
+            raise QuestionUnanswered(f"the question {text!r} will not be answered: its run is being cancelled")
+        return outcome.result.get("answer")
+
+    async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any:
+        """One commit creates the nested call's task, owned by this call's (none if a run before created it), then
+        the wait for its end, holding the lease."""
+        if key in self._keys:
+            raise UsageError(f"call.execute_tool({name!r}, ..., key={key!r}): this call used that key already")
+        self._keys.add(key)
+        rt = self._rt
+        inp = rt.input
+        task_id = _derived(rt.task_id, "call", key)
+        child = {
+            "run_id": inp["run_id"],
+            "operation_id": _derived(self._operation_id, "call", key),
+            "turn": inp["turn"],
+            "call_id": key,
+            "name": name,
+            "arguments": args,
+            "caller": self._tool.name,
+            "parent_operation_id": self._operation_id,
+            **({"run_attempt": inp["run_attempt"]} if "run_attempt" in inp else {}),
+        }
+        try:
+            async with rt.commit() as tx:
+                tx.create_task(TOOL_PREFIX + name, child, task_id=task_id, owner_task_id=rt.task_id)
+        except Duplicate:
+            pass  # a re-run of this call: the nested call exists (its task id is this call's task's and the key)
+        record = await rt.client.wait_for_task(task_id)
+        outcome = record.outcome
+        assert outcome is not None
+        if outcome.status == "completed":
+            return outcome.result
+        raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
+
+
 class ToolRun:
     """The phases of a tool call's task (``tool:<name>``) for one :class:`ToolDefinition`."""
 
@@ -75,7 +156,13 @@ class ToolRun:
         guessed = _fresh(rt)
         op = None if guessed else await journaled(rt, operation_id)
         if op is not None and has_result(op):
-            await rt.complete(op.result)  # its result entry was committed with it
+            await self._replay(rt, op)  # its result entry (a call the model made) was committed with it
+            return
+        caller = rt.input.get("caller")
+        if isinstance(caller, str) and caller not in tool.callers:
+            allowed = ", ".join(repr(one) for one in tool.callers)
+            error = f"error: tool {tool.name!r} may not be called by tool {caller!r} (its callers: {allowed})"
+            await self._finish(rt, None, error, is_error=True)
             return
         args = rt.input["arguments"]
         errors = tool.validate(args)
@@ -103,7 +190,7 @@ class ToolRun:
         operation_id = str(rt.input["operation_id"])
         op = await journaled(rt, operation_id)
         if op is not None and has_result(op):
-            await rt.complete(op.result)
+            await self._replay(rt, op)
             return
         approval = approval_task_id(operation_id)
         outcome = (await rt.outcomes([approval]))[approval]
@@ -140,11 +227,12 @@ class ToolRun:
             tool_call_id=str(inp["call_id"]),
             policy=policy,
             arguments=json_value(args),
+            parent_operation_id=_parent(inp),
         )
         if not await _start(rt, intent, guessed):
             op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
             if op is not None and has_result(op):
-                await rt.complete(op.result)
+                await self._replay(rt, op)
                 return
             await self._execute(rt, op)
             return
@@ -158,6 +246,7 @@ class ToolRun:
                 tool=tool.name,
                 version=tool.version,
                 progress=progress.feed,
+                host=CallHost(rt, tool, operation_id),
             )
             try:
                 returned = await tool.handler(call, dict(args))
@@ -181,7 +270,17 @@ class ToolRun:
             return
         if result.terminate:
             extra["terminate"] = JsonValue(True)
+        if _nested(inp) and "structured" in extra:
+            output = extra["structured"]  # what the caller reads (and a re-run of it, from the journal)
         await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage, pieces=pieces)
+
+    async def _replay(self, rt: Phase, op: OperationRecord) -> None:
+        """End the task from the call's committed result: what a caller of a nested call reads of it (its result
+        entry, for a call the model made, was committed with it)."""
+        if not _nested(rt.input) or op.status in ("completed", "resolved"):
+            await rt.complete(op.result)
+        else:
+            await rt.fail(str(op.error or op.result))
 
     async def _finish(
         self,
@@ -196,8 +295,11 @@ class ToolRun:
     ) -> None:
         """ONE commit: the operation's result (with what the call reported it cost), the result entry and the task's
         completion. A call that ran nothing (``operation_id`` ``None``: invalid arguments, a denial) is journaled by
-        :func:`_refused_call`."""
+        :func:`_refused_call`. A nested call (``call.execute_tool``) has no result entry (the model did not make it):
+        its task completes with what its caller reads (its ``structured`` value, else its output), or fails with the
+        error."""
         inp = rt.input
+        nested = _nested(inp)
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # the progress streamed before the result: stored, then ended by it
             if operation_id is None:
@@ -210,6 +312,7 @@ class ToolRun:
                     call_id=str(inp["call_id"]),
                     arguments=inp["arguments"],
                     error=str(result),
+                    parent_operation_id=_parent(inp),
                 )
             else:
                 tx.finish_operation(
@@ -222,6 +325,12 @@ class ToolRun:
                         usage=run_usage(usage),
                     )
                 )
+            if nested:
+                if is_error:
+                    tx.fail(str(result))
+                else:
+                    tx.complete(result)
+                return
             _result_entry(
                 tx,
                 rt.conversation_id,

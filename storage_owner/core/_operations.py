@@ -32,10 +32,13 @@ input). ``docs/runs.md`` prints both tables.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
 import attrs
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from protocol import (
     TOOL_TASK_PREFIX,
@@ -68,6 +71,7 @@ from protocol import (
     TaskRecord,
     approval_task_id,
     has_result,
+    question_task_id,
     retry_delay_ms,
 )
 
@@ -75,7 +79,7 @@ from ._checks import MAX_CURSOR, MAX_READ_LIMIT, Refusal, check_id, check_limit,
 from ._output import PeerId, fit_page
 from ._ports import OperationStore, RunReads, StoreConflict, TaskReads
 from ._run_rules import attention_task_id
-from ._run_status import APPROVAL_KIND, ATTENTION_KIND
+from ._run_status import APPROVAL_KIND, ATTENTION_KIND, INTERACTION_KINDS, QUESTION_KIND
 from ._runs import Runs
 from ._task_settle import CutOffRule
 from ._tasks import TaskEngine
@@ -107,6 +111,58 @@ INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent
     ("open", "close"): frozenset({"cancelled"}),  # 4
 }
 """The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
+
+
+MAX_QUESTION_CHARS: Final = 10_000
+"""The longest question text a tool call may ask (``call.ask``)."""
+
+
+def check_question(args: JsonValue, where: str) -> None:
+    """A question's ``args``: ``{"text": what is asked, "schema": a JSON Schema (draft 2020-12) of the answer, or
+    null}``. Refused ``invalid`` otherwise."""
+    if not isinstance(args, dict) or set(args) != {"text", "schema"}:
+        raise Refusal(ErrorCode.INVALID, f'{where}: a question\'s args are {{"text": ..., "schema": ...}}')
+    text = args["text"]
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_QUESTION_CHARS:
+        message = f"{where}.text: a question is a text of 1 to {MAX_QUESTION_CHARS} characters, not only spaces"
+        raise Refusal(ErrorCode.INVALID, message)
+    schema = args["schema"]
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise Refusal(ErrorCode.INVALID, f"{where}.schema: a JSON Schema object, or null for any answer")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        message = f"{where}.schema is not a valid JSON Schema (draft 2020-12) at {exc.json_path}: {exc.message}"
+        raise Refusal(ErrorCode.INVALID, message) from None
+
+
+def check_response(interaction: InteractionRecord, request: Respond) -> None:
+    """Refuse (``invalid``) an answer of the wrong shape for the interaction: an approval takes ``approve`` (and a
+    ``note``), a question an ``answer`` (not ``null``) that its schema accepts."""
+    what = f"interaction {interaction.interaction_id}"
+    if interaction.kind != "question":
+        if request.approve is None or request.answer is not None:
+            message = f"{what} is an approval: answer it with approve=true or false (and a note); nothing was written"
+            raise Refusal(ErrorCode.INVALID, message)
+        return
+    if request.approve is not None or request.note is not None or request.answer is None:
+        message = f"{what} is a question: answer it with a JSON value (answer=...), not approve or a note"
+        raise Refusal(ErrorCode.INVALID, message)
+    schema = interaction.args.get("schema") if isinstance(interaction.args, dict) else None
+    if not isinstance(schema, dict):
+        return
+    errors = sorted(Draft202012Validator(schema).iter_errors(request.answer), key=lambda e: (e.json_path, e.message))
+    if errors:
+        broken = "; ".join(f"{error.json_path}: {error.message}" for error in errors[:5])
+        message = f"{what}: the answer does not match the question's schema: {broken}; nothing was written"
+        raise Refusal(ErrorCode.INVALID, message)
+
+
+def _short_json(value: object, limit: int = 200) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class OperationRecords:
@@ -203,9 +259,9 @@ class Operations:
         return 0
 
     def apply_interaction(self, unit: UnitOfWork, write: CreateInteraction, where: str, lease: LeaseRef | None) -> int:
-        record, result = self.create_interaction(write, lease, unit.seq, unit.now_ms, where)
-        unit.records.append(record)
-        return result
+        records = self.create_interaction(write, lease, unit.seq, unit.now_ms, where)
+        unit.records += records
+        return len(records) // 2  # 1: asked (its task and itself), 0: asked before (itself, as stored)
 
     def _writer(self, run_id: str, lease: LeaseRef | None, where: str) -> tuple[RunRecord, TaskRecord]:
         """The live run and the task whose lease writes its journal (its run task, or a tool task it owns)."""
@@ -243,8 +299,17 @@ class Operations:
             if write.retry is not None or write.policy not in ("manual", "safe", "idempotent", "report"):
                 message = f"{where}: a tool call names a policy (manual, safe, idempotent or report) and no retry"
                 raise Refusal(ErrorCode.INVALID, message)
-        elif write.policy is not None or write.tool_call_id is not None:
-            raise Refusal(ErrorCode.INVALID, f"{where}: a model request names a retry, no policy nor tool_call_id")
+        elif write.policy is not None or write.tool_call_id is not None or write.parent_operation_id is not None:
+            message = f"{where}: a model request names a retry, no policy, tool_call_id nor parent_operation_id"
+            raise Refusal(ErrorCode.INVALID, message)
+        if write.parent_operation_id is not None:
+            check_id(write.parent_operation_id, f"{where}.parent_operation_id")
+            parent = self._store.operation(write.parent_operation_id)
+            if parent is None or parent.run_id != run.run_id or parent.kind != "tool":
+                message = (
+                    f"{where}.parent_operation_id: {write.parent_operation_id} is not a tool call of run {run.run_id}"
+                )
+                raise Refusal(ErrorCode.INVALID, message)
         retry = write.retry if write.kind == "tool" else (write.retry or Retry())
         if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
             raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
@@ -264,6 +329,7 @@ class Operations:
                 name=write.name,
                 version=write.version,
                 tool_call_id=write.tool_call_id,
+                parent_operation_id=write.parent_operation_id,
                 turn=write.turn,
                 attempt=1,
                 policy=write.policy,
@@ -363,41 +429,55 @@ class Operations:
 
     def create_interaction(
         self, write: CreateInteraction, lease: LeaseRef | None, seq: int, now_ms: int, where: str
-    ) -> tuple[Record, int]:
-        """Ask for an approval under a tool task's lease: the interaction and its ``tether.approval`` task (owned by
-        the tool task, id :func:`approval_task_id`), which the same commit's wait names. Again for the same
-        operation: the first is kept and returned (result 0), so a replay never asks twice; other arguments than
-        the first's are a ``conflict`` (the approved arguments are the only ones ever executed)."""
+    ) -> list[Record]:
+        """Ask a person under a tool task's lease; the records: the interaction's task, then the interaction. An
+        approval: its ``tether.approval`` task (owned by the tool task, id :func:`approval_task_id`), which the same
+        commit's wait names; again for the same operation, the first is kept and returned alone (result 0), so a
+        replay never asks twice; other arguments than the first's are a ``conflict`` (the approved arguments are the
+        only ones ever executed). A question: its ``tether.question`` task (id :func:`question_task_id`), which the
+        handler waits for; again with the same interaction id, the first is kept (another text or schema there is a
+        ``conflict``)."""
         run, task = self._writer(write.run_id, lease, where)
         check_id(write.interaction_id, f"{where}.interaction_id")
         check_id(write.operation_id, f"{where}.operation_id")
         if not task.kind.startswith(TOOL_KIND_PREFIX):
             raise Refusal(ErrorCode.NOT_ALLOWED, f"{where}: an interaction is asked under a tool task's lease")
-        if write.kind not in ("approval", "question"):
+        if write.kind == "approval":
+            existing = self._store.operation_interaction(write.operation_id)
+            task_id, kind, what = approval_task_id(write.operation_id), APPROVAL_KIND, "about other arguments"
+        elif write.kind == "question":
+            check_question(write.args, f"{where}.args")
+            existing = self._store.interaction(write.interaction_id)
+            task_id, kind, what = question_task_id(write.interaction_id), QUESTION_KIND, "another question"
+        else:
             raise Refusal(ErrorCode.INVALID, f"{where}.kind must be approval or question, not {write.kind!r}")
-        existing = self._store.operation_interaction(write.operation_id)
         if existing is not None:
-            if existing.digest != write.digest or existing.run_id != run.run_id:
+            if (
+                existing.digest != write.digest
+                or existing.run_id != run.run_id
+                or existing.operation_id != write.operation_id
+                or existing.kind != write.kind
+            ):
                 message = (
                     f"{where}: operation {write.operation_id} already asked interaction {existing.interaction_id} "
-                    "about other arguments; nothing was written"
+                    f"{what} there; nothing was written"
                 )
                 raise Refusal(ErrorCode.CONFLICT, message)
-            return existing, 0
-        approval = CreateTask(
-            task_id=approval_task_id(write.operation_id),
-            kind=APPROVAL_KIND,
+            return [existing]
+        external = CreateTask(
+            task_id=task_id,
+            kind=kind,
             input=JsonValue({"operation_id": write.operation_id, "interaction_id": write.interaction_id}),
             owner_task_id=task.task_id,
         )
-        approval_task = self._tasks.create_task(approval, seq, now_ms, where)
+        asking = self._tasks.create_task(external, seq, now_ms, where)
         record = InteractionRecord(
             interaction_id=write.interaction_id,
             run_id=run.run_id,
             conversation_id=run.conversation_id,
             operation_id=write.operation_id,
             tool=task.kind.removeprefix(TOOL_KIND_PREFIX),
-            task_id=approval_task.task_id,
+            task_id=asking.task_id,
             kind=write.kind,
             status="open",
             args=write.args,
@@ -410,20 +490,32 @@ class Operations:
             self._store.insert_interaction(record)
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"{where}: interaction id {exc.key} already exists") from exc
-        return record, 1
+        return [asking, record]
 
     def respond(self, request: Respond, seq: int, now_ms: int) -> tuple[InteractionRecord, list[Record]]:
-        """Answer an interaction once: the approval task completes with ``{approve, note}`` and the tool task waiting
-        on it resumes. The same answer again changes nothing (no records); another answer is a ``conflict``."""
+        """Answer an interaction once: its task completes (an approval's with ``{approve, note}``, a question's with
+        ``{answer}``) and the tool call waiting on it resumes. The same answer again changes nothing (no records);
+        another answer is a ``conflict``; an answer of the wrong shape (an approval without ``approve``, a question
+        without an ``answer`` its schema accepts) is ``invalid``."""
         interaction = self._store.interaction(request.interaction_id)
         if interaction is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"interaction {request.interaction_id} does not exist")
+        check_response(interaction, request)
         if interaction.answer is not None:
-            if interaction.answer.approve == request.approve and interaction.answer.note == request.note:
+            given = interaction.answer
+            if (
+                given.approve == request.approve
+                and given.note == request.note
+                and same_json(given.value, request.answer)
+            ):
                 return interaction, []
+            said = (
+                f"answer={_short_json(given.value)}"
+                if interaction.kind == "question"
+                else f"approve={given.approve}, note={given.note!r}"
+            )
             message = (
-                f"interaction {interaction.interaction_id} was already answered (approve={interaction.answer.approve}, "
-                f"note={interaction.answer.note!r}); an answer is accepted once"
+                f"interaction {interaction.interaction_id} was already answered ({said}); an answer is accepted once"
             )
             raise Refusal(ErrorCode.CONFLICT, message)
         task = self._tasks.live(interaction.task_id)
@@ -431,11 +523,18 @@ class Operations:
             message = f"interaction {interaction.interaction_id} is no longer awaited (its run was cancelled or ended)"
             raise Refusal(ErrorCode.CONFLICT, message)
         answer = InteractionAnswer(
-            approve=request.approve, note=request.note, responded_by=request.responded_by, at_ms=now_ms
+            approve=request.approve,
+            note=request.note,
+            responded_by=request.responded_by,
+            at_ms=now_ms,
+            value=request.answer,
         )
         answered = attrs.evolve(interaction, status="answered", answer=answer, seq=seq, updated_at_ms=now_ms)
         self._records.put_interaction(interaction, answered, "answer")
-        result = JsonValue({"approve": request.approve, "note": request.note})
+        if interaction.kind == "question":
+            result = JsonValue({"answer": request.answer})
+        else:
+            result = JsonValue({"approve": request.approve, "note": request.note})
         ended = self._tasks.end_by_owner(task.task_id, TaskOutcome(status="completed", result=result), seq, now_ms)
         return answered, [answered, ended]
 
@@ -489,7 +588,7 @@ class Operations:
         ends one in its own commit, ``respond``, answers the interaction in that commit (skipped here)."""
         closed: list[Record] = []
         for task in changed:
-            if not isinstance(task, TaskRecord) or task.kind != APPROVAL_KIND or task.status != "terminal":
+            if not isinstance(task, TaskRecord) or task.kind not in INTERACTION_KINDS or task.status != "terminal":
                 continue
             input_value, _ = self._stored_tasks.task_data(task.task_id)
             if not isinstance(input_value, dict) or not isinstance(input_value.get("interaction_id"), str):

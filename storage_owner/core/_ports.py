@@ -249,7 +249,7 @@ class OperationStore(OperationReads, Protocol):
         ...
 
     def insert_interaction(self, record: InteractionRecord) -> None:
-        """Store an interaction; its id, and its operation, are unique."""
+        """Store an interaction; its id is unique, and its operation among approvals."""
         ...
 
     def update_interaction(self, record: InteractionRecord) -> None: ...
@@ -257,7 +257,7 @@ class OperationStore(OperationReads, Protocol):
     def interaction(self, interaction_id: str) -> InteractionRecord | None: ...
 
     def operation_interaction(self, operation_id: str) -> InteractionRecord | None:
-        """The interaction bound to a tool call's operation, if one was asked."""
+        """The approval of a tool call's operation, if one was asked (questions are read by their ids)."""
         ...
 
     def interaction_page(

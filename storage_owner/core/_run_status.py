@@ -17,7 +17,11 @@ TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 ATTENTION_KIND: Final = "tether.attention"
 """The external task a run's task waits on while a person reconciles an interrupted manual tool call."""
 APPROVAL_KIND: Final = "tether.approval"
-"""The external task a tool task waits on while an interaction is open."""
+"""The external task a tool task waits on while an approval is open."""
+QUESTION_KIND: Final = "tether.question"
+"""The external task a tool call's handler waits for while a question it asked (``call.ask``) is open."""
+INTERACTION_KINDS: Final = frozenset({APPROVAL_KIND, QUESTION_KIND})
+"""The external tasks of interactions: live while a person is asked something."""
 
 
 @attrs.frozen
@@ -71,7 +75,8 @@ def run_status(
                                                                                      (``tool_interrupted``, its op)
     ``waiting``                           a pending tool task it owns blocked        ``needs_attention``
                                           ``task_too_old`` / ``migration_failed``    (``tool_missing``, its op)
-    ``waiting``                           a live ``tether.approval`` it owns         ``waiting`` (its operation)
+    ``waiting``                           a live ``tether.approval`` or              ``waiting`` (its operation)
+                                          ``tether.question`` it owns
     ``waiting``                           otherwise (its tools run)                  ``running``
     ====================================  =========================================  ===============================
 
@@ -142,7 +147,7 @@ def derive(task: TaskRecord, tasks: TaskEngine, stored_tasks: TaskReads) -> Deri
         for owned in tasks.live_descendants(task.task_id):
             if owned.kind == ATTENTION_KIND and attention is None:
                 attention = _operation_of(owned, stored_tasks)
-            elif owned.kind == APPROVAL_KIND and approval is None:
+            elif owned.kind in INTERACTION_KINDS and approval is None:
                 approval = _operation_of(owned, stored_tasks)
             elif tool_missing is None and _tool_missing(owned, tasks):
                 tool_missing = _operation_of(owned, stored_tasks)

@@ -160,7 +160,7 @@ class _Tables:
         """Each run's operation ids, by ordinal (the index in the list)."""
         self.interactions: dict[str, _Interaction] = {}
         self.asked: dict[str, str] = {}
-        """The interaction of each operation that asked one."""
+        """The approval of each operation that asked one (its questions are found by their ids)."""
         self.usage: dict[tuple[str, str], RunUsage] = {}
         self.prices: dict[str, ModelPrice] = {}
         self.budgets: dict[tuple[str, str], Budget] = {}
@@ -610,11 +610,13 @@ class MemoryStore:
 
     def insert_interaction(self, record: InteractionRecord) -> None:
         t = self._t
-        if record.interaction_id in t.interactions or record.operation_id in t.asked:
+        approval = record.kind == "approval"
+        if record.interaction_id in t.interactions or (approval and record.operation_id in t.asked):
             raise StoreConflict("interaction", record.interaction_id)
         stored = _Interaction(record.operation_id, record.run_id, record.status, pack_interaction(record))
         self._put(t.interactions, record.interaction_id, stored)
-        self._put(t.asked, record.operation_id, record.interaction_id)
+        if approval:
+            self._put(t.asked, record.operation_id, record.interaction_id)
 
     def update_interaction(self, record: InteractionRecord) -> None:
         t = self._t

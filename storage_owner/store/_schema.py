@@ -245,6 +245,24 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE entries ADD COLUMN head TEXT;
     ALTER TABLE submissions ADD COLUMN entry BLOB;
     """,
+    # 9: questions (`call.ask`): an operation may ask several, so `interactions.operation_id` is unique only among
+    # approvals (one per tool call); `kind` says which. The table is rebuilt to drop the old constraint; every row
+    # stored before is an approval.
+    """
+    CREATE TABLE interactions_9 (
+        interaction_id TEXT PRIMARY KEY,
+        operation_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record BLOB NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO interactions_9 (interaction_id, operation_id, kind, run_id, status, record)
+        SELECT interaction_id, operation_id, 'approval', run_id, status, record FROM interactions;
+    DROP TABLE interactions;
+    ALTER TABLE interactions_9 RENAME TO interactions;
+    CREATE UNIQUE INDEX interactions_approval ON interactions (operation_id) WHERE kind = 'approval';
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -614,9 +614,16 @@ class SqliteStore(PartialsSql):
     def insert_interaction(self, record: InteractionRecord) -> None:
         try:
             self._db.execute(
-                "INSERT INTO interactions (interaction_id, operation_id, run_id, status, record) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (record.interaction_id, record.operation_id, record.run_id, record.status, pack_interaction(record)),
+                "INSERT INTO interactions (interaction_id, operation_id, kind, run_id, status, record) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    record.interaction_id,
+                    record.operation_id,
+                    record.kind,
+                    record.run_id,
+                    record.status,
+                    pack_interaction(record),
+                ),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("interaction", record.interaction_id) from exc
@@ -643,7 +650,9 @@ class SqliteStore(PartialsSql):
         return None if row is None else self._interaction(row[0])
 
     def operation_interaction(self, operation_id: str) -> InteractionRecord | None:
-        row = self._db.execute("SELECT record FROM interactions WHERE operation_id = ?", (operation_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT record FROM interactions WHERE operation_id = ? AND kind = 'approval'", (operation_id,)
+        ).fetchone()
         return None if row is None else self._interaction(row[0])
 
     def interaction_page(

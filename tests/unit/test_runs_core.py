@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ from protocol import (
     WaitRun,
     approval_task_id,
     converter,
+    question_task_id,
     retry_delay_ms,
 )
 from storage_owner.core._checks import IllegalTransition, Refusal
@@ -1123,6 +1125,116 @@ def test_a_cancelled_run_closes_its_open_interactions_and_keeps_the_answered_one
     head = sim.core.head_seq
     respond = Respond(interaction_id=closed.interaction_id, approve=True)
     assert error_code(sim.request(sim.client, respond)) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+
+
+def question(run_id: str, op: str, text: str = "Refund in full?", schema: Any = None, place: int = 0) -> Any:
+    """A question the tool call ``op`` asks at ``place`` (its interaction id derived from both, as a worker's)."""
+    args = {"text": text, "schema": schema if schema is not None else {"type": "boolean"}}
+    return CreateInteraction(
+        interaction_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{op}/question/{place}")),
+        operation_id=op,
+        run_id=run_id,
+        args=JsonValue(args),
+        digest=f"{text}/{schema}",
+        kind="question",
+    )
+
+
+def test_a_question_keeps_its_call_running_shows_the_run_waiting_and_takes_one_answer_its_schema_accepts(
+    sim: RunSim,
+) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    asked = expect(tools.commit(tool_id, question(run_id, op)), Committed)
+    assert asked.results == (1,)
+    interaction = expect(tools.commit(tool_id, question(run_id, op)), Committed)  # a replay: the first is kept
+    assert interaction.results == (0,)
+    second = expect(tools.commit(tool_id, question(run_id, op, "Why?", {"type": "string"}, place=1)), Committed)
+    assert second.results == (1,)  # an operation asks any number
+    assert tools.holds(tool_id)  # the call goes on running (its handler waits, holding the lease)
+    run = sim.run(run_id)
+    assert (run.status, run.operation_id) == ("waiting", op)
+    first, why = expect(sim.request(sim.client, ReadInteractions(run_id=run_id)), InteractionsReply).interactions
+    if first.args != {"text": "Refund in full?", "schema": {"type": "boolean"}}:
+        first, why = why, first
+    assert (first.kind, first.task_id, first.tool) == ("question", question_task_id(first.interaction_id), "lookup")
+    assert sim.task(first.task_id).kind == "tether.question"
+    head = sim.core.head_seq
+    wrong = [
+        (Respond(interaction_id=first.interaction_id, answer=JsonValue("yes")), r"\$: 'yes' is not of type 'boolean'"),
+        (Respond(interaction_id=first.interaction_id, approve=True), "is a question: answer it with a JSON value"),
+        (Respond(interaction_id=first.interaction_id), "is a question"),
+    ]
+    for request, said in wrong:
+        reply = sim.request(sim.client, request)
+        assert error_code(reply) == ErrorCode.INVALID and re.search(said, reply.message), reply
+    assert sim.core.head_seq == head  # nothing was written
+    other = question(run_id, op, "Something else?")
+    assert error_code(tools.commit(tool_id, other)) == ErrorCode.CONFLICT  # another question at the same place
+    answered = expect(
+        sim.request(sim.client, Respond(interaction_id=first.interaction_id, answer=JsonValue(True))), InteractionReply
+    ).interaction
+    assert answered.answer is not None and (answered.answer.value, answered.answer.approve) == (True, None)
+    assert sim.outcome(first.task_id).result == {"answer": True}
+    assert sim.run(run_id).status == "waiting"  # the second is still open
+    again = Respond(interaction_id=first.interaction_id, answer=JsonValue(False))
+    assert error_code(sim.request(sim.client, again)) == ErrorCode.CONFLICT
+    expect(
+        sim.request(sim.client, Respond(interaction_id=why.interaction_id, answer=JsonValue("late"))), InteractionReply
+    )
+    assert sim.run(run_id).status == "running"
+    sim.restart()
+    answered_again = sim.store.interaction(first.interaction_id)
+    assert answered_again == answered
+
+
+def test_a_question_left_open_closes_when_its_run_is_cancelled(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    expect(tools.commit(tool_id, question(run_id, op)), Committed)
+    [open_one] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    closed = sim.store.interaction(open_one.interaction_id)
+    assert closed is not None and closed.status == "cancelled"
+    assert sim.outcome(open_one.task_id).status == "aborted"  # the waiting handler reads it: unanswered
+    respond = Respond(interaction_id=open_one.interaction_id, answer=JsonValue(True))
+    assert error_code(sim.request(sim.client, respond)) == ErrorCode.CONFLICT
+
+
+def test_an_approval_is_answered_with_approve_never_with_an_answer(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    expect(ask(sim, tools, tool_id, run_id, op), Committed)
+    approval = sim.store.operation_interaction(op)
+    assert approval is not None
+    for request in (
+        Respond(interaction_id=approval.interaction_id, answer=JsonValue(True)),
+        Respond(interaction_id=approval.interaction_id, approve=True, answer=JsonValue(True)),
+    ):
+        reply = sim.request(sim.client, request)
+        assert error_code(reply) == ErrorCode.INVALID and "is an approval" in reply.message
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ({"text": "Full?"}, "a question's args are"),
+        ({"text": " ", "schema": None}, "a question is a text of 1 to 10000 characters"),
+        ({"text": "Full?", "schema": {"type": "nope"}}, "not a valid JSON Schema"),
+        ({"text": "Full?", "schema": [1]}, "a JSON Schema object, or null"),
+    ],
+)
+def test_a_question_of_the_wrong_shape_is_refused(sim: RunSim, args: Any, said: str) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    bad = attrs.evolve(question(run_id, fresh_id()), args=JsonValue(args))
+    head = sim.core.head_seq
+    reply = tools.commit(tool_id, bad)
+    assert error_code(reply) == ErrorCode.INVALID and said in reply.message, reply
     assert sim.core.head_seq == head
 
 

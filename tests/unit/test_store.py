@@ -22,6 +22,7 @@ import pytest
 from protocol import (
     ConversationRecord,
     EntryRecord,
+    InteractionRecord,
     JsonValue,
     OwnerAlreadyRunning,
     RunAnswer,
@@ -31,7 +32,7 @@ from protocol import (
     TaskRecord,
     new_id,
 )
-from storage_owner.core import LoggedCommit
+from storage_owner.core import LoggedCommit, StoreConflict
 from storage_owner.store import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -46,6 +47,7 @@ from storage_owner.store import (
     read_live_tasks,
     read_schema_version,
 )
+from storage_owner.store._blobs import pack_interaction
 from tests.unit._stores import conversation_record, entry_record, task_record, with_conversation
 
 
@@ -231,6 +233,60 @@ def test_submissions_stored_before_the_inbox_get_the_status_their_run_says(path:
         store.close()
 
 
+def test_migration_9_keeps_approvals_one_per_operation_and_lets_an_operation_ask_questions(path: str) -> None:
+    """Migration 9: the interactions table is rebuilt without its unique operation; an approval stored before reads
+    as it was, is still the operation's approval, and is still its only one; questions of the same operation join."""
+    op, approval_id = new_id(), new_id()
+    approval = InteractionRecord(
+        interaction_id=approval_id,
+        run_id="r",
+        conversation_id="c",
+        operation_id=op,
+        tool="refund",
+        task_id="t",
+        kind="approval",
+        status="open",
+        args=JsonValue({"amount": 5}),
+        digest="d",
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+    db = apsw.Connection(path)
+    try:
+        with db:
+            for migration in MIGRATIONS[:8]:
+                db.execute(migration)
+            db.execute(
+                "INSERT INTO interactions (interaction_id, operation_id, run_id, status, record) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (approval_id, op, "r", "open", pack_interaction(approval)),
+            )
+            db.execute("PRAGMA user_version=8")
+    finally:
+        db.close()
+    store = SqliteStore.open(path)
+    try:
+        assert store.operation_interaction(op) == store.interaction(approval_id) == approval
+        questions = [
+            attrs.evolve(
+                approval, interaction_id=new_id(), kind="question", args=JsonValue({"text": q, "schema": None})
+            )
+            for q in ("Full?", "Why?")
+        ]
+        store.begin()
+        for question in questions:
+            store.insert_interaction(question)
+        with pytest.raises(StoreConflict):
+            store.insert_interaction(attrs.evolve(approval, interaction_id=new_id()))  # a second approval
+        store.commit()
+        assert store.operation_interaction(op) == approval  # the approval, never a question
+        assert [store.interaction(q.interaction_id) for q in questions] == questions
+        assert store.integrity_check() == "ok"
+    finally:
+        store.close()
+
+
 def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(path: str) -> None:
     conversation_id = new_id()
     _version_1_database(path, conversation_id)
@@ -239,7 +295,7 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
 
     store = SqliteStore.open(path)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 8
+        assert store.schema_version() == SCHEMA_VERSION == 9
         assert "created_seq" in _columns(path, "submissions") and "entry" in _columns(path, "submissions")
         assert {"model", "head"} <= set(_columns(path, "entries"))
         assert "char_offset" in _columns(path, "partial_pieces")

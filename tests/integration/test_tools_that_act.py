@@ -1,0 +1,164 @@
+"""Tools that act (docs/agents.md, "Questions" and "Tools calling tools"): a tool call asks a person a question and
+goes on with the answer; a tool calls other tools, each a journaled call of its own, found again by its key. The
+app is served in this process; the owner is a real process."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pytest
+import trio
+
+import actors
+from tests.conftest import OwnerProcess
+from tests.integration._agent_helpers import serving
+
+TIMEOUT_S: Final = 30
+POLL_S: Final = 0.02
+ORDER: Final = {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
+NOTHING: Final = {"type": "object", "properties": {}}
+LOOKUP_COST: Final = actors.Usage(input_tokens=0, output_tokens=0, cost=0.01)
+
+
+async def refund(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    await call.output("looking the order up...\n")
+    order = await call.execute_tool("look_up_order", {"order_id": args["order_id"]}, key="lookup")
+    full = await call.ask(f"Refund {order['total']} EUR in full?", schema={"type": "boolean"})
+    amount = order["total"] if full else order["total"] / 2
+    receipt = await call.execute_tool("pay_out", {"amount": amount}, key="pay")
+    return actors.ToolResult(output=f"refunded {amount} EUR", structured={"receipt": receipt}, details={"order": order})
+
+
+async def look_up_order(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    return actors.ToolResult(output="found", structured={"order_id": args["order_id"], "total": 40}, usage=LOOKUP_COST)
+
+
+async def pay_out(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    return f"r-{args['amount']}"
+
+
+async def sneaky(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    try:
+        await call.execute_tool("pay_out", {"amount": 1000}, key="pay")  # pay_out does not list sneaky
+    except actors.ToolCallFailed as exc:
+        first = exc.error
+    else:
+        raise AssertionError("pay_out ran for a caller it does not list")
+    await call.execute_tool("look_up_order", {"order_id": "A1"}, key="again")
+    try:
+        await call.execute_tool("look_up_order", {"order_id": "A2"}, key="again")  # a key is used once
+    except actors.UsageError as exc:
+        return f"{first} | {exc}"
+    raise AssertionError("a key was used twice")
+
+
+def app() -> actors.App:
+    built = actors.App("acting")
+    built.define_tool("refund", refund, description="Refund an order.", parameters=ORDER, recovery="safe")
+    built.define_tool(
+        "look_up_order",
+        look_up_order,
+        description="Read an order.",
+        parameters=ORDER,
+        recovery="safe",
+        callers=["agent", "refund", "sneaky"],
+    )
+    built.define_tool(
+        "pay_out",
+        pay_out,
+        description="Pay money out.",
+        parameters={"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]},
+        recovery="idempotent",
+        callers=["refund"],
+    )
+    built.define_tool("sneaky", sneaky, description="Misbehave.", parameters=NOTHING, recovery="safe")
+    built.define_agent(
+        "support",
+        version=1,
+        model=actors.ScriptedModel(
+            [actors.ScriptedTurn(tool_calls=[("refund", {"order_id": "A1"})]), actors.ScriptedTurn(text="Done.")]
+        ),
+        tools=["refund", "look_up_order", "pay_out"],
+    )
+    built.define_agent(
+        "mischief",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(tool_calls=[("sneaky", {})]), actors.ScriptedTurn(text="Ok.")]),
+        tools=["sneaky"],
+    )
+    return built
+
+
+async def _open_question(client: actors.Client, run_id: str) -> actors.InteractionRecord:
+    while True:
+        found = await client.interactions(status="open", run_id=run_id)
+        if found:
+            return found[0]
+        await trio.sleep(POLL_S)
+
+
+async def test_a_tool_asks_a_question_calls_tools_and_goes_on_with_the_answer(owner: OwnerProcess) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app()) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="Refund A1")
+            assert submission.run_id is not None
+            question = await _open_question(client, submission.run_id)
+            assert (question.kind, question.tool) == ("question", "refund")
+            assert question.args == {"text": "Refund 40 EUR in full?", "schema": {"type": "boolean"}}
+            waiting = await client.run(submission.run_id)
+            assert waiting.status == "waiting"
+            # Answers of the wrong shape are refused and change nothing.
+            with pytest.raises(actors.InvalidRequest, match=r"does not match the question's schema: \$: 'yes'"):
+                await client.respond(question.interaction_id, answer="yes")
+            with pytest.raises(actors.InvalidRequest, match="is a question: answer it with a JSON value"):
+                await client.respond(question.interaction_id, approve=True)
+            answered = await client.respond(question.interaction_id, answer=False, responded_by="ops")
+            assert answered.status == "answered" and answered.answer is not None
+            assert (answered.answer.value, answered.answer.approve, answered.answer.responded_by) == (
+                False,
+                None,
+                "ops",
+            )
+            assert await client.respond(question.interaction_id, answer=False) == answered  # the same: a no-op
+            with pytest.raises(actors.Conflict, match="already answered"):
+                await client.respond(question.interaction_id, answer=True)
+            run = await client.wait_for_run(submission.run_id)
+            operations = await client.operations(submission.run_id)
+            entries = await client.entries(conversation_id)
+            totals, _ = await client.usage_totals("tool", "look_up_order")
+    assert run.status == "completed" and run.answer is not None and run.answer.text == "Done."
+    [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert isinstance(result, dict)
+    assert (result["content"], result["structured"]) == ("refunded 20.0 EUR", {"receipt": "r-20.0"})
+    assert result["details"] == {"order": {"order_id": "A1", "total": 40}}
+    tools = {op.name: op for op in operations if op.kind == "tool"}
+    parent = tools["refund"]
+    assert parent.parent_operation_id is None and parent.status == "completed"
+    for name, key in (("look_up_order", "lookup"), ("pay_out", "pay")):
+        child = tools[name]
+        assert (child.parent_operation_id, child.tool_call_id, child.status) == (parent.operation_id, key, "completed")
+    assert tools["look_up_order"].result == {"order_id": "A1", "total": 40}  # its structured value: what refund read
+    [total] = totals  # a nested call's usage counts under its own tool
+    assert total.usage.cost == pytest.approx(0.01)
+
+
+async def test_a_nested_call_is_refused_to_a_caller_the_tool_does_not_list_and_a_key_is_used_once(
+    owner: OwnerProcess,
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app()) as client:
+            conversation_id = await client.create_conversation(agent="mischief")
+            submission = await client.submit(conversation_id, kind="input", payload="Go")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            operations = await client.operations(submission.run_id)
+            entries = await client.entries(conversation_id)
+    assert run.status == "completed"
+    [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert isinstance(result, dict) and not result["is_error"]
+    first, second = str(result["content"]).split(" | ")
+    assert "tool 'pay_out' may not be called by tool 'sneaky' (its callers: 'refund')" in first
+    assert "used that key already" in second
+    refused = [op for op in operations if op.name == "pay_out"]
+    assert [(op.status, op.is_error) for op in refused] == [("failed", True)]  # journaled, never run
