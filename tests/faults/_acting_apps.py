@@ -1,0 +1,62 @@
+"""Apps for ``tests/faults/test_acting_tools_kills.py``, importable as ``tests.faults._acting_apps:ATTR`` (by ``tether
+worker --app``) or served in-process: an agent whose ``refund`` tool (``safe``: a re-run after a crash is allowed)
+looks the order up with a nested call, asks a person whether to refund in full, and pays out with another nested
+call. Every handler appends a line to the ledger (``tests.integration._agent_apps.record``); ``look_up_order`` waits
+for the gate file when its arguments say ``"block": true``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import actors
+from tests.integration._agent_apps import gate, record
+
+ORDER: Final = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "block": {"type": "boolean"}},
+    "required": ["order_id"],
+}
+AMOUNT: Final = {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}
+
+
+async def refund(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    record(call, args)
+    order = await call.execute_tool("look_up_order", args, key="lookup")
+    full = await call.ask(f"Refund {order['total']} EUR in full?", schema={"type": "boolean"})
+    amount = order["total"] if full else order["total"] / 2
+    receipt = await call.execute_tool("pay_out", {"amount": amount}, key="pay")
+    return actors.ToolResult(output=f"refunded {amount} EUR", structured={"receipt": receipt})
+
+
+async def look_up_order(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    record(call, args)
+    await gate(args)
+    return actors.ToolResult(output="found", structured={"order_id": args["order_id"], "total": 40})
+
+
+async def pay_out(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    record(call, args)
+    return f"receipt-{call.operation_id[:8]}"
+
+
+def _app(name: str, *, caller: bool, children: bool) -> actors.App:
+    app = actors.App(name)
+    if caller:
+        app.define_tool("refund", refund, description="Refund an order.", parameters=ORDER, recovery="safe")
+        turns = [actors.ScriptedTurn(tool_calls=[("refund", {"order_id": "A1", "block": True})])]
+        turns.append(actors.ScriptedTurn(text="Refunded."))
+        app.define_agent("support", version=1, model=actors.ScriptedModel(turns), tools=["refund"])
+    if children:
+        app.define_tool(
+            "look_up_order", look_up_order, description="Read an order.", parameters=ORDER, callers=["refund"]
+        )
+        app.define_tool(
+            "pay_out", pay_out, description="Pay out.", parameters=AMOUNT, recovery="idempotent", callers=["refund"]
+        )
+    return app
+
+
+full_app = _app("acting", caller=True, children=True)
+caller_app = _app("acting-callers", caller=True, children=False)
+children_app = _app("acting-children", caller=False, children=True)
