@@ -52,7 +52,16 @@ from protocol import (
 
 from ._app._agents import AgentDefinition
 from ._app._app import App, AppLoadError, TaskDefinition, load_app
-from ._app._tools import QuestionUnanswered, Recovery, ToolCall, ToolCallFailed, ToolDefinition, ToolResult
+from ._app._tools import (
+    QuestionUnanswered,
+    Recovery,
+    SubagentTool,
+    ToolCall,
+    ToolCallFailed,
+    ToolDefinition,
+    ToolResult,
+    subagent_tool,
+)
 from ._client._client import Client, check_target, connect
 from ._client._conversations import EntryPage, WhenBusy, WhenIdle, WithdrawOutcome
 from ._client._partials import PartialOutput, PartialText
@@ -159,6 +168,7 @@ __all__ = [
     "StaleLease",
     "StorageError",
     "StreamEvent",
+    "SubagentTool",
     "SubmissionRecord",
     "TaskDefinition",
     "TaskGraph",
@@ -194,5 +204,6 @@ __all__ = [
     "load_app",
     "new_id",
     "serve",
+    "subagent_tool",
     "tool_operation_id",
 ]

@@ -66,6 +66,8 @@ class CallHost(Protocol):
 
     async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any: ...
 
+    async def subagent(self, agent: str, text: str) -> tuple[str, str, str]: ...
+
 
 @attrs.frozen(kw_only=True)
 class ToolCall:
@@ -130,6 +132,10 @@ class ToolCall:
             raise UsageError(f"call.execute_tool({name!r}, args): the arguments are not JSON-like: {exc}") from None
         return await self._require_host("execute_tool").execute_tool(name, dict(args), key)
 
+    async def _subagent(self, agent: str, text: str) -> tuple[str, str, str]:
+        """Run ``agent`` on ``text`` in a conversation this call owns: (conversation id, run id, answer text)."""
+        return await self._require_host("subagent").subagent(agent, text)
+
     def _require_host(self, verb: str) -> CallHost:
         if self._host is None:
             raise UsageError(f"call.{verb} works in a call a worker runs (this ToolCall was built by hand)")
@@ -163,6 +169,47 @@ class ToolResult:
             raise UsageError(f"ToolResult(terminate=...) is True or False, not {self.terminate!r}")
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise UsageError(f"ToolResult(usage=...) is an actors.Usage, not {type(self.usage).__name__}")
+
+
+SUBAGENT_PARAMETERS: Final = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the subagent is asked to do, in full"}},
+    "required": ["task"],
+}
+"""The arguments of a :func:`subagent_tool` unless its definition gives others (``task``: the subagent's input)."""
+
+
+@attrs.frozen
+class SubagentTool:
+    """The handler :func:`subagent_tool` builds: a call runs ``agent`` in a conversation its task owns, and returns
+    its answer. ``parameters`` is what :func:`define_tool` takes when it is given none."""
+
+    agent: str
+    parameters: Mapping[str, Any] = attrs.field(factory=lambda: copy.deepcopy(SUBAGENT_PARAMETERS))
+
+    async def __call__(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        text = args.get("task")
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError(f"a subagent tool's call gives the subagent its task: {{'task': '...'}}, not {args!r}")
+        conversation_id, run_id, answer = await call._subagent(self.agent, text)
+        structured = {"conversation_id": conversation_id, "run_id": run_id, "answer": answer}
+        return ToolResult(output=answer, structured=structured)
+
+
+def subagent_tool(*, agent: str, background: bool = False) -> SubagentTool:
+    """A tool handler that hands its call to another agent (``app.define_tool("research",
+    actors.subagent_tool(agent="researcher"), description=...)``): each call creates a conversation owned by the
+    call's task, bound to ``agent`` (with the configuration of the caller's conversation), submits the call's
+    ``task`` argument there, and returns the subagent's answer (``output``; ``structured``: its conversation id, run
+    id and answer). Durable: the conversation and its input are derived from the call's operation, so a re-run after
+    a crash finds them and waits for the same run (no second conversation, no second run). Cancelling the caller's
+    run cancels the subagent's run first; its usage counts in the caller's task tree (budgets included).
+    ``background=True`` is not built yet (:class:`~protocol.UsageError`)."""
+    if not isinstance(agent, str) or not agent:
+        raise UsageError(f"subagent_tool(agent=...): the name of an agent, not {agent!r}")
+    if background:
+        raise UsageError("subagent_tool(background=True) is not built yet: a subagent runs in the foreground")
+    return SubagentTool(agent)
 
 
 def _build_validator(definition: ToolDefinition) -> Draft202012Validator:
@@ -259,6 +306,8 @@ def define_tool(
         raise UsageError(f"tool {name!r}: version must be a whole number of 1 or more, not {version!r}")
     if needs_approval is not None and not callable(needs_approval):
         raise UsageError(f"tool {name!r}: needs_approval must be None or a function (args) -> bool")
+    if parameters is None and isinstance(handler, SubagentTool):
+        parameters = handler.parameters
     schema = _checked_schema(name, parameters)
     output = None if output_schema is None else checked_output_schema(name, output_schema)
     if isinstance(callers, str) or not all(isinstance(one, str) for one in callers):

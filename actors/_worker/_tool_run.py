@@ -133,6 +133,26 @@ class CallHost:
             return outcome.result
         raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
 
+    async def subagent(self, agent: str, text: str) -> tuple[str, str, str]:
+        """One commit creates the subagent's conversation, owned by this call's task and bound to ``agent``, and
+        submits ``text`` to it (none if a run before did: both ids derive from the operation), then the wait for
+        the answer, holding the lease."""
+        rt = self._rt
+        conversation_id = _derived(self._operation_id, "subagent")
+        submission_id = _derived(self._operation_id, "subagent", "input")
+        try:
+            async with rt.commit() as tx:
+                tx.create_conversation(conversation_id, owner_task_id=rt.task_id, agent=agent)
+                tx.submit(
+                    conversation_id, kind="input", payload=text, request_id=submission_id, submission_id=submission_id
+                )
+        except Duplicate:
+            pass  # a re-run of this call: the subagent's conversation and its input exist
+        record = await rt.client.wait_for_submission(submission_id)
+        if record.status != "done" or record.answer is None or record.run_id is None:
+            raise RuntimeError(f"the subagent {agent!r} did not answer ({record.status}, {record.reason})")
+        return conversation_id, record.run_id, record.answer.text
+
 
 class ToolRun:
     """The phases of a tool call's task (``tool:<name>``) for one :class:`ToolDefinition`."""

@@ -18,7 +18,9 @@
    its app does not name gives the lease back unrun (the owner leases it again by the new requirement).
 5. A conversation created owned by a task starts with the configuration of that task's conversation (a subagent's
    transcript runs as its caller's does), copied in the creating commit as its version 1; later changes to either
-   are the conversation's own.
+   are the conversation's own. Bound to another agent than that conversation (a subagent of another kind), it takes
+   only what applies to any agent (:data:`SHARED_FIELDS`: the model and the inbox's modes), not the caller's
+   instructions, tools or turn limit.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ MODES: Final[Mapping[str, tuple[str, ...]]] = {
     "after_failed_run": ("wait", "continue", "withdraw"),
 }
 """The inbox's modes and their values; the first is the default."""
+SHARED_FIELDS: Final = frozenset({"model", *MODES})
+"""What a conversation owned by a task takes of its caller's configuration when it is bound to another agent."""
 MAX_CACHED_MODELS: Final = 100_000
 """Conversations whose configured model the owner remembers (the cache is dropped whole past this)."""
 MODEL_CAPABILITY_PREFIX: Final = "model:"
@@ -130,9 +134,11 @@ class Configurations:
         value = self.current(conversation_id).get(name)
         return value if isinstance(value, str) and value in MODES[name] else MODES[name][0]
 
-    def inherit(self, unit: UnitOfWork, conversation_id: str, from_conversation_id: str) -> None:
+    def inherit(self, unit: UnitOfWork, conversation_id: str, from_conversation_id: str, same_agent: bool) -> None:
         """Rule 5, in the commit that creates ``conversation_id``."""
         value = self.current(from_conversation_id)
+        if not same_agent:
+            value = {name: field for name, field in value.items() if name in SHARED_FIELDS}
         if value:
             self._put(unit, conversation_id, value, None)
 

@@ -223,7 +223,9 @@ class Conversations:
             self._tasks.conversation_created(write.conversation_id, write.owner_task_id)
             owner = self._tasks.record(write.owner_task_id)
             assert owner is not None, "check_conversation_owner() found it live"
-            self._inbox.config.inherit(unit, write.conversation_id, owner.conversation_id)
+            source = self._store.conversation(owner.conversation_id) if owner.conversation_id else None
+            same_agent = source is not None and source.agent == write.agent
+            self._inbox.config.inherit(unit, write.conversation_id, owner.conversation_id, same_agent)
         return 0
 
     def apply_append(self, unit: UnitOfWork, write: AppendEntry, where: str, lease: LeaseRef | None) -> int:

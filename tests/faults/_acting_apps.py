@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import actors
-from tests.integration._agent_apps import gate, record
+from tests.integration._agent_apps import gate, lookup, record
 
 ORDER: Final = {
     "type": "object",
@@ -60,3 +60,23 @@ def _app(name: str, *, caller: bool, children: bool) -> actors.App:
 full_app = _app("acting", caller=True, children=True)
 caller_app = _app("acting-callers", caller=True, children=False)
 children_app = _app("acting-children", caller=False, children=True)
+
+
+def _research_app() -> actors.App:
+    """``support`` asks the ``researcher`` subagent (a ``safe`` subagent tool); the researcher looks an order up with
+    ``lookup`` (``safe``, gated) before it answers."""
+    app = actors.App("research")
+    app.define_tool(
+        "research", actors.subagent_tool(agent="researcher"), description="Ask a researcher.", recovery="safe"
+    )
+    app.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+    parent = [actors.ScriptedTurn(tool_calls=[("research", {"task": "Where is A1?"})])]
+    parent.append(actors.ScriptedTurn(text="It shipped."))
+    app.define_agent("support", version=1, model=actors.ScriptedModel(parent), tools=["research"])
+    child = [actors.ScriptedTurn(tool_calls=[("lookup", {"order_id": "A1", "block": True})])]
+    child.append(actors.ScriptedTurn(text="A1 shipped."))
+    app.define_agent("researcher", version=1, model=actors.ScriptedModel(child), tools=["lookup"])
+    return app
+
+
+research_app = _research_app()

@@ -125,3 +125,30 @@ async def test_a_question_open_when_the_owner_is_killed_is_asked_once_and_answer
     lines = executions(ledger)
     assert lines.count(("look_up_order", 1)) == 1 and lines.count(("pay_out", 1)) == 1  # each nested call once
     assert ("refund", 1) in lines and all(tool != "look_up_order" or attempt == 1 for tool, attempt in lines)
+
+
+async def test_a_subagent_whose_worker_is_killed_mid_run_goes_on_with_no_second_conversation_nor_run(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    gate = Path(str(ledger)).with_name("gate")
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            async with worker_process(owner.db, "research_app", ledger, module=APPS) as process:
+                conversation_id, run_id = await start_run(client, "Where is A1?")
+                await ledger_has(ledger, "lookup")  # the subagent's run is in its tool round
+                process.kill()
+                assert await process.wait() == -signal.SIGKILL
+            async with served(owner.db, _acting_apps.research_app, name="second"):
+                gate.touch()
+                run = await client.wait_for_run(run_id)
+            entries = await client.entries(conversation_id)
+            [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+            assert isinstance(result, dict) and isinstance(result["structured"], dict), result
+            child_id = str(result["structured"]["conversation_id"])
+            child_runs = await client.runs(conversation_id=child_id)
+            graph = await client.task_graph()
+    assert run.status == "completed" and result["content"] == "A1 shipped."
+    assert [(one.agent, one.status) for one in child_runs] == [("researcher", "completed")]  # one run, no second
+    assert not graph.nodes  # nothing left live
+    # The research call ran again (safe) and found its subagent; the subagent's lookup, cut off, ran again once.
+    assert sorted(executions(ledger)) == [("lookup", 1), ("lookup", 2)]

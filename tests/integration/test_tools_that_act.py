@@ -162,3 +162,58 @@ async def test_a_nested_call_is_refused_to_a_caller_the_tool_does_not_list_and_a
     assert "used that key already" in second
     refused = [op for op in operations if op.name == "pay_out"]
     assert [(op.status, op.is_error) for op in refused] == [("failed", True)]  # journaled, never run
+
+
+def research_app() -> actors.App:
+    built = actors.App("research")
+    built.define_tool(
+        "research", actors.subagent_tool(agent="researcher"), description="Ask a researcher.", recovery="safe"
+    )
+    built.define_agent(
+        "support",
+        version=1,
+        model=actors.ScriptedModel(
+            [
+                actors.ScriptedTurn(tool_calls=[("research", {"task": "Find papers on durable agents."})]),
+                actors.ScriptedTurn(text="The researcher found 3 papers."),
+            ]
+        ),
+        tools=["research"],
+    )
+    built.define_agent(
+        "researcher",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(text="Found 3 papers.")]),
+        instructions="You research.",
+    )
+    return built
+
+
+async def test_a_subagent_tool_runs_another_agent_in_a_conversation_its_call_owns(owner: OwnerProcess) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, research_app()) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.configure(conversation_id, instructions="Be brief.", steering="all")
+            submission = await client.submit(conversation_id, kind="input", payload="What is known?")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            entries = await client.entries(conversation_id)
+            [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+            assert isinstance(result, dict) and isinstance(result["structured"], dict)
+            child_id = str(result["structured"]["conversation_id"])
+            child = await client.conversation(child_id)
+            [child_run] = await client.runs(conversation_id=child_id)
+            child_config = await client.document("tether.config", conversation_id=child_id)
+            assert run.task_id is not None
+            [tree], _ = await client.usage_totals("tree", run.task_id)
+    assert run.status == "completed" and run.answer is not None
+    assert (result["content"], result["is_error"]) == ("Found 3 papers.", False)
+    answer = {"conversation_id": child_id, "run_id": child_run.run_id, "answer": "Found 3 papers."}
+    assert result["structured"] == answer
+    assert child.agent == "researcher" and child.owner_task_id is not None  # owned by the research call's task
+    assert child_run.status == "completed" and child_run.agent == "researcher"
+    # The caller's configuration where it applies to another agent: its inbox modes, not its instructions.
+    assert child_config is not None and child_config.value == {"steering": "all"}
+    # The subagent's tokens count in the caller's task tree.
+    spent = run.usage.input_tokens + child_run.usage.input_tokens
+    assert tree.usage.input_tokens == spent and child_run.usage.input_tokens > 0

@@ -46,7 +46,7 @@ from storage_owner.core import Output, _config
 from storage_owner.core._inbox import MAX_QUEUED_PER_CONVERSATION
 from storage_owner.core._run_rules import run_task_id
 from tests.unit._stores import open_store
-from tests.unit.test_runs_core import RunSim
+from tests.unit.test_runs_core import AGENT, RunSim
 from tests.unit.test_tasks_core import Worker, aborted, completed, ended, error_code, expect, fresh_id, sent
 
 NEXT_TURN = {"phase": "turn", "turn": 2}
@@ -704,17 +704,30 @@ def test_configure_checks_every_field_before_it_writes_and_versions_each_change(
 def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_conversation(sim: RunSim) -> None:
     busy = Busy(sim)
     expect(configure(sim, busy.conversation_id, instructions="Be brief.", max_turns=4), DocumentReply)
-    child = fresh_id()
-    busy.worker.ok(busy.task_id, CreateConversation(conversation_id=child, agent="helper", owner_task_id=busy.task_id))
+    expect(configure(sim, busy.conversation_id, model="fast", steering="all"), DocumentReply)
+    child, helper = fresh_id(), fresh_id()
+    busy.worker.ok(
+        busy.task_id,
+        CreateConversation(conversation_id=child, agent=AGENT, owner_task_id=busy.task_id),
+        CreateConversation(conversation_id=helper, agent="helper", owner_task_id=busy.task_id),
+    )
     inherited = sim.store.document(child, CONFIG_DOCUMENT)
     assert inherited is not None and (inherited.version, inherited.value) == (
         1,
-        {"instructions": "Be brief.", "max_turns": 4},
+        {"instructions": "Be brief.", "max_turns": 4, "model": "fast", "steering": "all"},
     )
+    # Bound to another agent (a subagent of another kind): only what applies to any agent.
+    shared = sim.store.document(helper, CONFIG_DOCUMENT)
+    assert shared is not None and shared.value == {"model": "fast", "steering": "all"}
     # From then on each is its own.
     expect(configure(sim, busy.conversation_id, max_turns=9), DocumentReply)
     stored = sim.store.document(child, CONFIG_DOCUMENT)
-    assert stored is not None and stored.value == {"instructions": "Be brief.", "max_turns": 4}
+    assert stored is not None and stored.value == {
+        "instructions": "Be brief.",
+        "max_turns": 4,
+        "model": "fast",
+        "steering": "all",
+    }
     # A conversation owned by a task of an unconfigured conversation has no document.
     other = Busy(sim, workers=busy)
     unowned = fresh_id()
