@@ -181,6 +181,8 @@ class ToolRun:
             return
         if result.terminate:
             extra["terminate"] = JsonValue(True)
+        if result.handoff is not None:
+            extra["handoff"] = JsonValue(result.handoff)  # placed as a reset by the run, once its round ends
         await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage, pieces=pieces)
 
     async def _finish(
