@@ -271,6 +271,8 @@ class WatchView:
             return lines
         if entry.kind == RESET_ENTRY:
             handoff = data.get("handoff")
+            if data.get("run_id") is not None:  # a tool's handoff (``ToolResult(handoff=...)``), placed by its run
+                return [f"tool {data.get('name')} handoff: the context starts again from: {preview(handoff)}"]
             return ["reset: the context starts again" + (f" from: {preview(handoff)}" if handoff else "")]
         if entry.kind == TOOL_RESULT_ENTRY:
             self._results.put((str(data.get("run_id")), str(data.get("call_id"))), entry)

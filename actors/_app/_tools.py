@@ -28,6 +28,8 @@ reconcile, ``safe`` runs it again, ``idempotent`` runs it again with the same ``
 it again and gives the model an error result saying it was interrupted (the run goes on)."""
 
 RECOVERIES: Final[tuple[str, ...]] = get_args(Recovery)
+MAX_HANDOFF_BYTES: Final = 1 << 20
+"""The longest handoff text a :class:`ToolResult` may carry: the owner's limit for a reset's (``client.reset``)."""
 AGENT_CALLER: Final = "agent"
 """In a tool's ``callers``: an agent's model may call it (the default)."""
 TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -152,7 +154,10 @@ class ToolResult:
     ``tether.tool_result`` entry); ``usage`` is what the call cost (a service's tokens or money): counted under the
     tool's name and in the run's, the conversation's and the task tree's totals, budgets included; ``terminate=True``
     ends the run without another model request when every call of the round asks for it (its answer is the last
-    call's output, in call order). ``handoff`` is not built yet: giving one raises :class:`~protocol.UsageError`.
+    call's output, in call order). ``handoff="..."`` places a reset whose handoff text the next context starts from
+    (a user message; the steers and writes placed when the round ended follow it), and the run goes on there; when
+    several calls of a round return one, the last call's in call order wins; with ``terminate`` on every call, the run
+    ends after the handoff.
     """
 
     output: Any = None
@@ -164,7 +169,13 @@ class ToolResult:
 
     def __attrs_post_init__(self) -> None:
         if self.handoff is not None:
-            raise UsageError("ToolResult(handoff=...) is not built yet (the run goes on in its context)")
+            size = len(self.handoff.encode()) if isinstance(self.handoff, str) else None
+            if size is None or not 1 <= size <= MAX_HANDOFF_BYTES:
+                given = type(self.handoff).__name__ if size is None else f"a str of {size} bytes"
+                raise UsageError(
+                    "ToolResult(handoff=...) is the text the next context starts from (a str of 1 to "
+                    f"{MAX_HANDOFF_BYTES} bytes), or None for no handoff; not {given}"
+                )
         if type(self.terminate) is not bool:
             raise UsageError(f"ToolResult(terminate=...) is True or False, not {self.terminate!r}")
         if self.usage is not None and not isinstance(self.usage, Usage):

@@ -12,8 +12,9 @@ committed result:
   on (phase ``tools``), or its completion with the answer. A retryable model error sleeps until the shared delay;
   a final one (or attempts spent) fails the run.
 - a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
-  by a person) gets one, then the next turn. Its abort handler does the same, so a cancelled run's transcript holds
-  no call without a result.
+  by a person) gets one, and a tool's handoff its reset entry, in one commit; then the next turn (or the run's answer,
+  in that commit, when every call asked to terminate). Its abort handler writes the missing results too, so a
+  cancelled run's transcript holds no call without a result.
 """
 
 from __future__ import annotations
@@ -395,25 +396,28 @@ class AgentRun:
             tx.advance({"phase": "turn", "turn": turn + 1})
 
     async def tools(self, rt: Phase) -> None:
-        """After the turn's tool tasks: a result entry for every call without one (a commit only when one is
-        missing), then the next turn in this same run of the phase: no commit of a ``turn`` state and no lease
-        between the tools and the next model request. The task's next state is the one that turn commits; a run of
-        this phase cut off after the results finds them in the transcript and goes on to the same turn."""
+        """After the turn's tool tasks: a result entry for every call without one and the reset of the round's
+        handoff (a commit only when one of them is missing), then the next turn in this same run of the phase: no
+        commit of a ``turn`` state and no lease between the tools and the next model request. The task's next state
+        is the one that turn commits; a run of this phase cut off after the results finds them (and the handoff) in
+        the transcript and goes on to the same turn."""
         turn = int(rt.checkpoint["turn"])
+        run_id = str(rt.input["run_id"])
+        calls: Sequence[Mapping[str, Any]] = rt.checkpoint["calls"]
         async with rt.commit() as tx:
             entries = await self._missing_results(rt, tx, cancelled=False)
-            if rt.stopping:
+            _place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
+            answer = _terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
+            if answer is not None:
+                # Every call of the round asked to end the run: no other model request; its answer is the last
+                # call's output (a steer queued meanwhile still gets one more request of this run: the owner
+                # decides), in the commit that places the round's handoff, if it has one.
+                tx.answer(answer, {"phase": "turn", "turn": turn + 1})
+            elif rt.stopping:
                 # The worker drains: the next model request is the next run's of phase ``turn`` (another worker's,
                 # or this one's once back), not a stream this stop would wait for.
                 tx.advance({"phase": "turn", "turn": turn + 1})
         if rt.ended:
-            return
-        answer = None if tx.writes else _terminated(entries, rt.checkpoint["calls"], str(rt.input["run_id"]))
-        if answer is not None:
-            # Every call of the round asked to end the run: no other model request; its answer is the last call's
-            # output (a steer queued meanwhile still gets one more request of this run: the owner decides).
-            async with rt.commit() as ending:
-                ending.answer(answer, {"phase": "turn", "turn": turn + 1})
             return
         await self._turn(rt, turn + 1, None if tx.writes else entries)
 
@@ -455,10 +459,25 @@ class AgentRun:
         return entries
 
 
-def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
-    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
-    after the round that the model must see first (a steer or a reset placed when it ended): the last call's output,
-    in call order. ``None``: the run goes on."""
+def _own_handoff(entry: EntryRecord, run_id: str) -> bool:
+    """Whether ``entry`` is the reset the run placed for a tool's handoff (a client's names its submission)."""
+    return entry.kind == RESET_ENTRY and isinstance(entry.data, dict) and entry.data.get("run_id") == run_id
+
+
+def _place_handoff(
+    tx: PhaseTransaction,
+    conversation_id: str,
+    entries: Sequence[EntryRecord],
+    calls: Sequence[Mapping[str, Any]],
+    run_id: str,
+    turn: int,
+) -> None:
+    """Add to ``tx`` the reset of the round's handoff: the last call's in call order whose result has one, whatever
+    the order they completed in. Its id derives from the round, so a run of the phase again after a crash finds it
+    placed. None when no call handed off, or when a client's reset was placed as the round ended (it ends the run:
+    ``_reset_since_answer``). It follows what the owner placed at the round's end (steers, writes the model sees): the
+    new context keeps them after the handoff text (``MessageFold``)."""
+    entry_id = _derived(model_operation_id(run_id, turn), "handoff")
     results: dict[str, Mapping[str, Any]] = {}
     for entry in reversed(entries):
         data = entry.data if isinstance(entry.data, dict) else {}
@@ -466,6 +485,34 @@ def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any
             break
         if entry.kind == TOOL_RESULT_ENTRY:
             results[str(data.get("operation_id"))] = data
+        elif entry.kind == RESET_ENTRY:
+            return  # this round's handoff, placed already; or a client's reset, which ends the run
+    for call in reversed(calls):
+        result = results.get(str(call["operation_id"]))
+        handoff = None if result is None else result.get("handoff")
+        if isinstance(handoff, str) and handoff:
+            tx.append(
+                conversation_id,
+                kind=RESET_ENTRY,
+                entry_id=entry_id,
+                data={"handoff": handoff, "run_id": run_id, "operation_id": call["operation_id"], "name": call["name"]},
+            )
+            return
+
+
+def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
+    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
+    after the round that the model must see first (a steer or a client's reset placed when it ended; not the run's
+    own handoff): the last call's output, in call order. ``None``: the run goes on."""
+    results: dict[str, Mapping[str, Any]] = {}
+    for entry in reversed(entries):
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.kind == ASSISTANT_ENTRY and data.get("run_id") == run_id:
+            break
+        if entry.kind == TOOL_RESULT_ENTRY:
+            results[str(data.get("operation_id"))] = data
+        elif _own_handoff(entry, run_id):
+            continue
         elif entry.kind in (USER_ENTRY, RESET_ENTRY) or entry.model is not None:
             return None  # placed at the round's end: the model answers it
     found = [results.get(str(call["operation_id"])) for call in calls]
@@ -477,9 +524,10 @@ def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any
 
 
 def _reset_since_answer(entries: Sequence[EntryRecord], run_id: str) -> bool:
-    """Whether a reset entry follows the run's last assistant entry (its last tool round's calls)."""
+    """Whether a client's reset entry follows the run's last assistant entry (its last tool round's calls); the run's
+    own handoff is not one: the run goes on from it."""
     for entry in reversed(entries):
-        if entry.kind == RESET_ENTRY:
+        if entry.kind == RESET_ENTRY and not _own_handoff(entry, run_id):
             return True
         if entry.kind == ASSISTANT_ENTRY and isinstance(entry.data, dict) and entry.data.get("run_id") == run_id:
             return False

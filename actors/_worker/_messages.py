@@ -1,9 +1,9 @@
 """A conversation's transcript as a model's messages: the entries of its current context (from the last reset on,
-its handoff text the first user message; or from the head the last entry naming one names, that entry's messages
-first) folded into user, assistant and tool messages: the ``tether.*`` entries, and what an entry of the application's
-kind carries for the model (``model``: an input placed as its own entry, a write the model sees). A call without a
-result gets an ``interrupted`` error result. Folded a part at a time beside the worker's transcript cache, with the
-digest of a model request that its intent records."""
+its handoff text the first user message, then, for a tool's handoff, what was placed when its round ended; or from
+the head the last entry naming one names, that entry's messages first) folded into user, assistant and tool messages:
+the ``tether.*`` entries, and what an entry of the application's kind carries for the model (``model``: an input
+placed as its own entry, a write the model sees). A call without a result gets an ``interrupted`` error result. Folded
+a part at a time beside the worker's transcript cache, with the digest of a model request that its intent records."""
 
 from __future__ import annotations
 
@@ -117,12 +117,17 @@ class MessageFold:
                 self._final(message)
                 self._open_calls = message.tool_calls
             elif entry.kind == RESET_ENTRY:
-                # The context starts again here, from the handoff text when there is one.
+                # The context starts again here, from the handoff text when there is one. A tool's handoff (placed
+                # by its run, naming it) keeps what the owner placed when the round ended, before it: its steers and
+                # the writes the model sees.
+                kept = _after_round(self.messages()) if data.get("run_id") is not None else []
                 self.final, self.final_json, self.json_bytes = [], [], 0
                 self._open_calls, self._results, self._steers = (), {}, []
                 handoff = data.get("handoff")
                 if isinstance(handoff, str) and handoff:
                     self._final(UserMessage(text=handoff))
+                for kept_message in kept:
+                    self._final(kept_message)
             elif entry.kind == TOOL_RESULT_ENTRY:
                 call_id = str(data.get("call_id"))
                 if any(call.call_id == call_id for call in self._open_calls) and call_id not in self._results:
@@ -171,6 +176,14 @@ class MessageFold:
         text = digest_json(_message_data(message))
         self.final_json.append(text)
         self.json_bytes += len(text.encode())
+
+
+def _after_round(messages: Sequence[Message]) -> list[Message]:
+    """The messages after the last tool result (those placed when the round ended); none without one."""
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], ToolMessage):
+            return list(messages[index + 1 :])
+    return []
 
 
 def request_digest(request: ModelRequest, fold: MessageFold | None = None) -> str:

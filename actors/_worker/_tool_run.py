@@ -290,6 +290,8 @@ class ToolRun:
             return
         if result.terminate:
             extra["terminate"] = JsonValue(True)
+        if result.handoff is not None:
+            extra["handoff"] = JsonValue(result.handoff)  # placed as a reset by the run, once its round ends
         if _nested(inp) and "structured" in extra:
             output = extra["structured"]  # what the caller reads (and a re-run of it, from the journal)
         await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage, pieces=pieces)

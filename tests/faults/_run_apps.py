@@ -1,7 +1,8 @@
 """Agent apps for ``tests/faults/test_run_owner_kills.py`` (served in the test's process with ``actors.serve``) and
 ``tests/faults/test_run_worker_kills.py`` (``tether worker --app tests.faults._run_apps:ATTR``: the ``*_dies_*`` apps
 SIGKILL their own worker process once at a chosen point; ``configured_dies_mid_request`` once its first model
-request's intent is committed, in a conversation configured to use the model ``fast``).
+request's intent is committed, in a conversation configured to use the model ``fast``; ``handoff_dies`` once its
+second request's intent is committed, after a tool's handoff was placed).
 
 The tool apps are ``tests.integration._agent_apps``'s (a ``lookup`` tool that appends a line per execution to the
 ledger ``TETHER_TEST_LEDGER`` and blocks while the file ``TETHER_TEST_GATE`` does not exist). ``streaming`` is an
@@ -125,6 +126,57 @@ idempotent_dies_before_intent = dies_before_intent("idempotent")
 manual_dies_after_tool_result = dies_after_tool_result("manual")
 safe_dies_after_tool_result = dies_after_tool_result("safe")
 idempotent_dies_after_tool_result = dies_after_tool_result("idempotent")
+
+
+HANDOFF = "Order A1 is refunded; the customer asks about B2 next."
+
+
+async def hand_off(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    """``lookup``'s ledger line, then a handoff: the run goes on from its text."""
+    await lookup(call, args)
+    return actors.ToolResult(output="handed off", handoff=HANDOFF)
+
+
+class DiesOnTurn:
+    """The script, except that each request's first message goes to the ledger (``{"tool": "model", "turn", "first"}``)
+    and the worker dies once when its run's request ``turn`` starts (its intent is committed)."""
+
+    name = "scripted"
+
+    def __init__(self, turn: int, turns: list[actors.ScriptedTurn]) -> None:
+        self.turn = turn
+        self.inner = actors.ScriptedModel(turns)
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        first = request.messages[0]
+        line = {"tool": "model", "turn": request.turn, "first": getattr(first, "text", None)}
+        with open(os.environ["TETHER_TEST_LEDGER"], "a", encoding="utf-8") as file:
+            file.write(json.dumps(line, sort_keys=True) + "\n")
+        if request.turn == self.turn:
+            die_once(f"turn-{self.turn}")
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def handoff_dies_on_second_turn() -> actors.App:
+    """The agent calls ``hand_off`` once; the worker dies at the next request, after the run placed the handoff."""
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("hand_off", {"order_id": "A1"})]),
+        actors.ScriptedTurn(text="B2 ships tomorrow."),
+    ]
+    app = actors.App("handoff-dies")
+    app.define_tool("hand_off", hand_off, description="Hand off.", parameters=ORDER, recovery="safe")
+    app.define_agent(
+        "support",
+        version=1,
+        model=DiesOnTurn(2, turns),
+        tools=["hand_off"],
+        model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+    )
+    return app
+
+
+handoff_dies = handoff_dies_on_second_turn()
 
 
 class NotingModel:

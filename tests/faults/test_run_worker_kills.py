@@ -1,8 +1,9 @@
 """SIGKILL of a WORKER at the points of a run's journal that tests/integration/test_agents.py does not cover (it
 kills a worker mid-tool and mid-stream): before a tool call's intent, and after a tool's result is committed, when
-the run's next model request starts; and mid-request in a configured conversation whose configuration changes
-before the request is tried again (the retry runs with what the intent recorded). The worker process kills itself
-there once (``tests/faults/_run_apps.py``); a worker served in this process then takes the run over.
+the run's next model request starts (also after a tool's handoff: its reset is placed once); and mid-request in a
+configured conversation whose configuration changes before the request is tried again (the retry runs with what the
+intent recorded). The worker process kills itself there once (``tests/faults/_run_apps.py``); a worker served in this
+process then takes the run over.
 """
 
 from __future__ import annotations
@@ -125,3 +126,45 @@ async def test_worker_killed_mid_request_the_retry_runs_with_the_configuration_i
     assert asked == [("fast-model", "First.", 1), ("fast-model", "First.", 2), ("fast-model", "Second.", 1)]
     assert request.arguments == {"configuration": {"version": 1, "value": {"model": "fast", "instructions": "First."}}}
     assert (request.kind, request.status, request.attempt) == ("model", "completed", 2)
+
+
+async def test_worker_killed_after_a_handoff_was_placed_places_it_once_and_the_run_goes_on_from_it(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(manual_owner.db) as client:
+            conversation_id, run_id = await killed_at_its_point(client, manual_owner.db, "handoff_dies", ledger)
+            # Killed once the run placed the handoff and committed its next request's intent: that request is a
+            # failed attempt, and the run's tools phase runs again after its back-off.
+            await run_in(client, run_id, "retry_wait")
+            placed = await client.entries(conversation_id)
+            async with served(manual_owner.db, _run_apps.handoff_dies, name="second"):
+                await client.advance_clock(1000)
+                run = await client.wait_for_run(run_id)
+            ops = await client.operations(run_id)
+            entries = await client.entries(conversation_id)
+    assert [entry.kind for entry in placed] == ["tether.user", "tether.assistant", "tether.tool_result", "tether.reset"]
+    assert run.status == "completed" and run.answer is not None and run.answer.text == "B2 ships tomorrow."
+    assert [entry.kind for entry in entries] == [
+        "tether.user",
+        "tether.assistant",
+        "tether.tool_result",
+        "tether.reset",  # once: the phase run again found it placed
+        "tether.assistant",
+    ]
+    assert entries[3] == placed[3]
+    reset = entries[3].data
+    assert isinstance(reset, dict) and (reset["handoff"], reset["run_id"]) == (_run_apps.HANDOFF, run_id)
+    assert [(op.kind, op.status, op.attempt) for op in ops] == [
+        ("model", "completed", 1),
+        ("tool", "completed", 1),
+        ("model", "completed", 2),
+    ]
+    lines = read_ledger(ledger)
+    assert [line["tool"] for line in lines] == ["model", "hand_off", "model", "model"]  # the tool ran once
+    # Both attempts of the second request started from the handoff text.
+    assert [(line["turn"], line["first"]) for line in lines if line["tool"] == "model"] == [
+        (1, "Where?"),
+        (2, _run_apps.HANDOFF),
+        (2, _run_apps.HANDOFF),
+    ]

@@ -124,3 +124,169 @@ async def test_an_agent_with_an_output_schema_answers_a_parsed_value_or_fails_in
     assert (sloppy.status, sloppy.reason) == ("failed", "invalid_output")
     assert sloppy.error is not None and "the answer is not JSON" in sloppy.error
     assert (settled.status, settled.reason) == ("unanswered", "invalid_output")
+
+
+# ------------------------------------------------------------------------------------------------------ handoff
+
+HANDOFF: Final = "Order A1 is refunded; the customer asks about B2 next."
+
+
+class Recording(actors.ScriptedModel):
+    """The script, keeping each request's messages (the app is served in the test's process)."""
+
+    requests: list[list[actors.Message]] = []
+
+    async def stream(self, request: actors.ModelRequest) -> Any:  # type: ignore[override]
+        Recording.requests.append(list(request.messages))
+        async for event in super().stream(request):
+            yield event
+
+
+class Gates:
+    """A held call (``"hold": true``) sets ``held`` and waits for the test to set ``opened``: events of the test's
+    trio run, which serves the app."""
+
+    held = trio.Event()
+    opened = trio.Event()
+
+    @staticmethod
+    def reset() -> None:
+        Gates.held, Gates.opened = trio.Event(), trio.Event()
+
+
+async def hand_off(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    if args.get("hold"):
+        Gates.held.set()
+        await Gates.opened.wait()
+    return actors.ToolResult(
+        output=f"handed off at {args['order_id']}", handoff=args["handoff"], terminate=bool(args.get("terminate"))
+    )
+
+
+HANDING_OFF: Final = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "handoff": {"type": "string"},
+        "hold": {"type": "boolean"},
+        "terminate": {"type": "boolean"},
+    },
+    "required": ["order_id", "handoff"],
+}
+
+
+def handoff_app(turns: list[actors.ScriptedTurn]) -> actors.App:
+    built = actors.App("handoff")
+    built.define_tool("hand_off", hand_off, description="Hand off.", parameters=HANDING_OFF, recovery="safe")
+    built.define_agent("support", version=1, model=Recording(turns), tools=["hand_off"])
+    return built
+
+
+def kinds(entries: Any) -> list[str]:
+    return [entry.kind for entry in entries]
+
+
+async def entries_with(client: actors.Client, conversation_id: str, kind: str) -> None:
+    """Once the conversation has an entry of ``kind`` (polled: the owner is another process)."""
+    while kind not in kinds(await client.entries(conversation_id)):  # noqa: ASYNC110 (another process's state)
+        await trio.sleep(0.02)
+
+
+async def test_a_tools_handoff_starts_the_next_context_from_its_text_and_keeps_a_steer_placed_as_the_round_ended(
+    owner: OwnerProcess,
+) -> None:
+    Recording.requests = []
+    Gates.reset()
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("hand_off", {"order_id": "A1", "handoff": HANDOFF, "hold": True})]),
+        actors.ScriptedTurn(text="B2 ships tomorrow."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, handoff_app(turns)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Refund A1, then tell me about B2.")
+            assert own.run_id is not None
+            await Gates.held.wait()  # the call is held: a steer waits for the round's end
+            steer = await client.submit(conversation_id, kind="input", payload="And quickly.", when_busy="steer")
+            Gates.opened.set()
+            run = await client.wait_for_run(own.run_id)
+            entries = await client.entries(conversation_id)
+            assert (await client.wait_for_submission(steer.submission_id)).answer == run.answer
+    assert run.status == "completed" and run.answer is not None and run.answer.text == "B2 ships tomorrow."
+    assert kinds(entries) == [
+        "tether.user",
+        "tether.assistant",
+        "tether.tool_result",
+        "tether.user",  # the steer, placed as the round ended
+        "tether.reset",  # the handoff, placed by the run after it
+        "tether.assistant",
+    ]
+    result, reset = entries[2].data, entries[4].data
+    assert isinstance(result, dict) and isinstance(reset, dict)
+    assert result["handoff"] == HANDOFF and result["content"] == "handed off at A1"
+    assert reset == {
+        "handoff": HANDOFF,
+        "run_id": own.run_id,
+        "operation_id": result["operation_id"],
+        "name": "hand_off",
+    }
+    # The next request saw the handoff text first, then the steer; nothing of the context before.
+    assert Recording.requests[1] == [actors.UserMessage(text=HANDOFF), actors.UserMessage(text="And quickly.")]
+    assert len(Recording.requests) == 2
+
+
+async def test_the_last_call_in_call_order_wins_the_handoff_whatever_order_the_calls_completed_in(
+    owner: OwnerProcess,
+) -> None:
+    Recording.requests = []
+    Gates.reset()
+    first = {"order_id": "A1", "handoff": "From the first call.", "hold": True}
+    last = {"order_id": "B2", "handoff": "From the last call."}
+    turns = [
+        actors.ScriptedTurn(tool_calls=[("hand_off", first), ("hand_off", last)]),
+        actors.ScriptedTurn(text="Going on from the last call."),
+    ]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, handoff_app(turns)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Both, please.")
+            assert own.run_id is not None
+            await entries_with(client, conversation_id, "tether.tool_result")  # the last call's; the first is held
+            Gates.opened.set()
+            run = await client.wait_for_run(own.run_id)
+            entries = await client.entries(conversation_id)
+    assert run.status == "completed"
+    results = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert [data["handoff"] for data in results] == ["From the last call.", "From the first call."]  # type: ignore[index]
+    [reset] = [entry.data for entry in entries if entry.kind == "tether.reset"]
+    assert isinstance(reset, dict) and reset["handoff"] == "From the last call."
+    assert reset["operation_id"] == results[0]["operation_id"]  # type: ignore[index]
+    assert Recording.requests[1] == [actors.UserMessage(text="From the last call.")]
+
+
+async def test_a_handoff_with_terminate_on_every_call_ends_the_run_after_the_handoff(owner: OwnerProcess) -> None:
+    Recording.requests = []
+    calls = [
+        ("hand_off", {"order_id": "A1", "handoff": "From the first call.", "terminate": True}),
+        ("hand_off", {"order_id": "B2", "handoff": "From the last call.", "terminate": True}),
+    ]
+    turns = [actors.ScriptedTurn(tool_calls=calls), actors.ScriptedTurn(text="never asked: the tools ended the run")]
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, handoff_app(turns)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            own = await client.submit(conversation_id, kind="input", payload="Both, and stop.")
+            assert own.run_id is not None
+            run = await client.wait_for_run(own.run_id)
+            entries = await client.entries(conversation_id)
+            # The next run starts from the handoff.
+            later = await client.submit(conversation_id, kind="input", payload="Anything else?")
+            assert later.run_id is not None
+            assert (await client.wait_for_run(later.run_id)).status == "completed"  # (the script's round again)
+    assert run.status == "completed" and run.answer is not None
+    assert run.answer.text == "handed off at B2"  # the last call's output, in call order
+    assert kinds(entries)[-1] == "tether.reset" and entries[-1].data["handoff"] == "From the last call."  # type: ignore[index]
+    assert len(Recording.requests) == 2  # one for each run: none after the round that ended the first
+    assert Recording.requests[1] == [
+        actors.UserMessage(text="From the last call."),
+        actors.UserMessage(text="Anything else?"),
+    ]

@@ -199,3 +199,51 @@ def test_a_fold_fed_in_parts_gives_the_whole_transcripts_messages_and_digest() -
     # Messages that are not the fold's own (a request built otherwise): the digest is of what the request holds.
     other = agent.request(transcript_messages(entries[:2]), 1)
     assert request_digest(other, fold) == request_digest(other)
+
+
+def test_a_tools_handoff_starts_the_context_again_keeping_what_was_placed_as_its_round_ended() -> None:
+    from actors._worker._journal import digest
+    from actors._worker._messages import _message_data, request_digest
+
+    handoff = {"handoff": "We found order A1.", "run_id": "r", "operation_id": "op-2", "name": "lookup"}
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"run_id": "r", "text": "", "tool_calls": [call("c1"), call("c2")]}),
+        entry(2, "tether.tool_result", {"call_id": "c1", "content": "one", "is_error": False}),
+        entry(3, "tether.user", {"text": "and B?", "run_id": "r", "submission_id": "s"}),  # a steer mid-round
+        entry(4, "tether.tool_result", {"call_id": "c2", "content": "two", "is_error": False}),  # (the run wrote it)
+        entry(5, "tether.user", {"text": "and C?", "run_id": "r", "submission_id": "t"}),  # placed as it ended
+        visible(6, "app.context", [{"role": "user", "text": "note"}, {"role": "assistant", "text": "noted"}]),
+        entry(7, "app.plain", {"n": 1}),  # nothing for the model
+        entry(8, "tether.reset", handoff),
+        entry(9, "tether.assistant", {"run_id": "r", "text": "Done.", "tool_calls": []}),
+    ]
+    expected = [
+        actors.UserMessage(text="We found order A1."),
+        actors.UserMessage(text="and B?"),
+        actors.UserMessage(text="and C?"),
+        actors.UserMessage(text="note"),
+        actors.AssistantMessage(text="noted"),
+        actors.AssistantMessage(text="Done."),
+    ]
+    assert transcript_messages(entries) == expected
+    # The steer whose round still missed a result (c2's, written by the run with the reset) is kept too.
+    waiting = [entries[0], entries[1], entries[2], entries[3], entries[4], entries[8]]
+    assert transcript_messages(waiting) == expected[:2]
+    # A client's reset (it names its submission) keeps nothing of the context before it.
+    client = [*entries[:8], entry(8, "tether.reset", {"handoff": "From here.", "submission_id": "u"})]
+    assert transcript_messages(client) == [actors.UserMessage(text="From here.")]
+    assert transcript_messages([*entries[:8], entry(8, "tether.reset", {"handoff": None, "submission_id": "u"})]) == []
+    # Fed in parts (the run loop's fold): the same messages and digest as the whole, whatever the cuts.
+    agent = actors.App("a").define_agent("helper", version=1, model=actors.ScriptedModel([actors.ScriptedTurn()]))
+    for cut in range(len(entries) + 1):
+        for second in range(cut, len(entries) + 1):
+            fold = context_fold(entries[:cut], MessageFold())
+            fold = context_fold(entries[:second], fold)
+            assert fold.messages() == transcript_messages(entries[:second]), (cut, second)
+            fold = context_fold(entries, fold)
+            assert fold.messages() == expected and fold.fed == len(entries), (cut, second)
+            request = agent.request(fold.messages(), 2)
+            whole = [_message_data(message) for message in request.messages]
+            expected_digest = digest({"model": request.model, "instructions": "", "messages": whole, "tools": []})
+            assert request_digest(request, fold) == request_digest(request) == expected_digest

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 import actors
+from actors._app._tools import MAX_HANDOFF_BYTES
+from storage_owner.core._conversations import MAX_HANDOFF_BYTES as OWNER_MAX_HANDOFF_BYTES
 
 ORDER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -228,8 +230,16 @@ def test_an_unusable_output_schema_is_refused(output_schema: Any, fragment: str)
 
 def test_a_tool_result_refuses_what_it_cannot_carry() -> None:
     assert actors.ToolResult(output="ok").terminate is False
-    with pytest.raises(actors.UsageError, match=r"ToolResult\(handoff=\.\.\.\) is not built yet"):
-        actors.ToolResult(output="ok", handoff="from here")
+    assert actors.ToolResult(output="ok").handoff is None
+    assert actors.ToolResult(output="ok", handoff="From here.").handoff == "From here."
+    assert len(actors.ToolResult(handoff="é" * (MAX_HANDOFF_BYTES // 2)).handoff or "") == MAX_HANDOFF_BYTES // 2
+    # The owner's limit for a reset's handoff: a tool's handoff is placed as a reset.
+    assert MAX_HANDOFF_BYTES == OWNER_MAX_HANDOFF_BYTES
+    for bad, given in (("", "a str of 0 bytes"), ("é" * MAX_HANDOFF_BYTES, f"a str of {2 * MAX_HANDOFF_BYTES} bytes")):
+        with pytest.raises(actors.UsageError, match=rf"ToolResult\(handoff=\.\.\.\) is the text .* not {given}$"):
+            actors.ToolResult(output="ok", handoff=bad)
+    with pytest.raises(actors.UsageError, match=r"or None for no handoff; not dict$"):
+        actors.ToolResult(handoff={"text": "From here."})  # type: ignore[arg-type]
     with pytest.raises(actors.UsageError, match=r"ToolResult\(terminate=\.\.\.\) is True or False"):
         actors.ToolResult(terminate="yes")  # type: ignore[arg-type]
     with pytest.raises(actors.UsageError, match=r"is an actors\.Usage"):

@@ -602,3 +602,16 @@ def test_a_tool_calls_progress_is_shown_as_the_tools_not_the_assistants() -> Non
     # The call's result ends its progress: the result entry shows it instead.
     view.apply(6, [operation("completed", kind="tool", name="lookup", op=tool_op, seq=6)])
     assert "tool lookup (running" not in screen(view)
+
+
+def test_a_tools_handoff_reads_as_the_tools_and_a_clients_reset_as_a_reset() -> None:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    handoff = {"handoff": "We found A1.", "run_id": RUN, "operation_id": MODEL_OP, "name": "lookup"}
+    assert view.apply(2, [entry(0, "tether.reset", handoff)]) == [
+        "tool lookup handoff: the context starts again from: We found A1."
+    ]
+    client = {"handoff": "From here.", "submission_id": "s1"}
+    assert view.apply(3, [entry(1, "tether.reset", client)]) == ["reset: the context starts again from: From here."]
+    assert view.apply(4, [entry(2, "tether.reset", {"handoff": None, "submission_id": "s2"})]) == [
+        "reset: the context starts again"
+    ]
