@@ -45,6 +45,10 @@ from ._phase import Phase
 REPORTED: Final = (
     "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
 )
+MAX_QUESTIONS_PER_CALL: Final = 1000
+"""The most questions one tool call asks (``call.ask``); one more raises :class:`~protocol.UsageError`."""
+MAX_NESTED_CALLS_PER_CALL: Final = 10_000
+"""The most nested calls one tool call makes (``call.execute_tool``); one more raises :class:`~protocol.UsageError`."""
 PROGRESS_INTERVAL_MS: Final = 100
 """How often, at most, a tool call's progress (``call.output``) goes to the owner while it runs."""
 
@@ -80,6 +84,8 @@ class CallHost:
     async def ask(self, text: str, schema: dict[str, Any] | None) -> Any:
         """One commit asks (none if a run before asked it: the owner keeps the first), then the wait for the
         answer, holding the lease."""
+        if self._asked >= MAX_QUESTIONS_PER_CALL:
+            raise UsageError(f"call.ask: a tool call asks at most {MAX_QUESTIONS_PER_CALL} questions")
         rt = self._rt
         interaction_id = _derived(self._operation_id, "question", self._asked)
         self._asked += 1
@@ -106,6 +112,8 @@ class CallHost:
         the wait for its end, holding the lease."""
         if key in self._keys:
             raise UsageError(f"call.execute_tool({name!r}, ..., key={key!r}): this call used that key already")
+        if len(self._keys) >= MAX_NESTED_CALLS_PER_CALL:
+            raise UsageError(f"call.execute_tool: a tool call makes at most {MAX_NESTED_CALLS_PER_CALL} nested calls")
         self._keys.add(key)
         rt = self._rt
         inp = rt.input

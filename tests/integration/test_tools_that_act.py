@@ -61,7 +61,7 @@ def app() -> actors.App:
         description="Read an order.",
         parameters=ORDER,
         recovery="safe",
-        callers=["agent", "refund", "sneaky"],
+        callers=["agent", "refund", "sneaky", "greedy"],
     )
     built.define_tool(
         "pay_out",
@@ -217,3 +217,40 @@ async def test_a_subagent_tool_runs_another_agent_in_a_conversation_its_call_own
     # The subagent's tokens count in the caller's task tree.
     spent = run.usage.input_tokens + child_run.usage.input_tokens
     assert tree.usage.input_tokens == spent and child_run.usage.input_tokens > 0
+
+
+async def test_a_call_makes_at_most_its_bound_of_nested_calls(
+    owner: OwnerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors._worker import _tool_run
+
+    monkeypatch.setattr(_tool_run, "MAX_NESTED_CALLS_PER_CALL", 2)
+
+    async def greedy(call: actors.ToolCall, args: dict[str, Any]) -> str:
+        for n in range(3):
+            try:
+                await call.execute_tool("look_up_order", {"order_id": f"A{n}"}, key=f"k{n}")
+            except actors.UsageError as exc:
+                return f"{n} calls made; then: {exc}"
+        raise AssertionError("a third nested call was made")
+
+    built = app()
+    built.define_tool("greedy", greedy, description="Call too much.", parameters=NOTHING, recovery="safe")
+    built.define_agent(
+        "glutton",
+        version=1,
+        model=actors.ScriptedModel([actors.ScriptedTurn(tool_calls=[("greedy", {})]), actors.ScriptedTurn(text="Ok")]),
+        tools=["greedy"],
+    )
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, built) as client:
+            conversation_id = await client.create_conversation(agent="glutton")
+            submission = await client.submit(conversation_id, kind="input", payload="Go")
+            assert submission.run_id is not None
+            await client.wait_for_run(submission.run_id)
+            entries = await client.entries(conversation_id)
+            lookups = [op for op in await client.operations(submission.run_id) if op.name == "look_up_order"]
+    [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert isinstance(result, dict)
+    assert result["content"] == "2 calls made; then: call.execute_tool: a tool call makes at most 2 nested calls"
+    assert len(lookups) == 2
