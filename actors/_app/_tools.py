@@ -68,7 +68,7 @@ class CallHost(Protocol):
 
     async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any: ...
 
-    async def subagent(self, agent: str, text: str) -> tuple[str, str, str]: ...
+    async def subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -134,9 +134,9 @@ class ToolCall:
             raise UsageError(f"call.execute_tool({name!r}, args): the arguments are not JSON-like: {exc}") from None
         return await self._require_host("execute_tool").execute_tool(name, dict(args), key)
 
-    async def _subagent(self, agent: str, text: str) -> tuple[str, str, str]:
-        """Run ``agent`` on ``text`` in a conversation this call owns: (conversation id, run id, answer text)."""
-        return await self._require_host("subagent").subagent(agent, text)
+    async def _subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]:
+        """Run ``agent`` on ``text`` in a conversation this call owns (:class:`SubagentTool`)."""
+        return await self._require_host("subagent").subagent(agent, text, background)
 
     def _require_host(self, verb: str) -> CallHost:
         if self._host is None:
@@ -192,35 +192,46 @@ SUBAGENT_PARAMETERS: Final = {
 
 @attrs.frozen
 class SubagentTool:
-    """The handler :func:`subagent_tool` builds: a call runs ``agent`` in a conversation its task owns, and returns
-    its answer. ``parameters`` is what :func:`define_tool` takes when it is given none."""
+    """The handler :func:`subagent_tool` builds: a call runs ``agent`` in a conversation its task owns and returns its
+    answer, or (``background``) starts it and returns at once. ``parameters`` is what :func:`define_tool` takes when
+    it is given none."""
 
     agent: str
+    background: bool = False
     parameters: Mapping[str, Any] = attrs.field(factory=lambda: copy.deepcopy(SUBAGENT_PARAMETERS))
 
     async def __call__(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
         text = args.get("task")
         if not isinstance(text, str) or not text.strip():
             raise UsageError(f"a subagent tool's call gives the subagent its task: {{'task': '...'}}, not {args!r}")
-        conversation_id, run_id, answer = await call._subagent(self.agent, text)
-        structured = {"conversation_id": conversation_id, "run_id": run_id, "answer": answer}
-        return ToolResult(output=answer, structured=structured)
+        found = await call._subagent(self.agent, text, self.background)
+        if self.background:
+            output = (
+                f"started the {self.agent} subagent in the background, in conversation {found['conversation_id']}: "
+                "its answer will be there"
+            )
+            return ToolResult(output=output, structured=found)
+        return ToolResult(output=found["answer"], structured=found)
 
 
 def subagent_tool(*, agent: str, background: bool = False) -> SubagentTool:
     """A tool handler that hands its call to another agent (``app.define_tool("research",
-    actors.subagent_tool(agent="researcher"), description=...)``): each call creates a conversation owned by the
-    call's task, bound to ``agent`` (with the configuration of the caller's conversation), submits the call's
-    ``task`` argument there, and returns the subagent's answer (``output``; ``structured``: its conversation id, run
-    id and answer). Durable: the conversation and its input are derived from the call's operation, so a re-run after
-    a crash finds them and waits for the same run (no second conversation, no second run). Cancelling the caller's
-    run cancels the subagent's run first; its usage counts in the caller's task tree (budgets included).
-    ``background=True`` is not built yet (:class:`~protocol.UsageError`)."""
+    actors.subagent_tool(agent="researcher"), description=...)``): each call creates a conversation bound to
+    ``agent`` (with what applies of the caller's configuration) and submits the call's ``task`` argument there.
+
+    Foreground (the default): the conversation is owned by the call's task, and the call returns the subagent's
+    answer (``output``; ``structured``: ``{conversation_id, run_id, answer}``). Cancelling the caller's run cancels
+    the subagent's run first. ``background=True``: the conversation is owned by a background task the call's task
+    owns (a boundary: the caller's end or abort does not reach it), which submits the task and waits for the answer;
+    the call returns at once (``structured``: ``{conversation_id, submission_id, task_id}``, the last the background
+    task's, which ends with the answer). Either way the ids derive from the call's operation, so a re-run after a
+    crash finds the same conversation and run (no second of either), and the subagent's usage counts in the caller's
+    task tree (budgets included)."""
     if not isinstance(agent, str) or not agent:
         raise UsageError(f"subagent_tool(agent=...): the name of an agent, not {agent!r}")
-    if background:
-        raise UsageError("subagent_tool(background=True) is not built yet: a subagent runs in the foreground")
-    return SubagentTool(agent)
+    if type(background) is not bool:
+        raise UsageError(f"subagent_tool(background=...) is True or False, not {background!r}")
+    return SubagentTool(agent, background)
 
 
 def _build_validator(definition: ToolDefinition) -> Draft202012Validator:

@@ -141,25 +141,50 @@ class CallHost:
             return outcome.result
         raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
 
-    async def subagent(self, agent: str, text: str) -> tuple[str, str, str]:
-        """One commit creates the subagent's conversation, owned by this call's task and bound to ``agent``, and
-        submits ``text`` to it (none if a run before did: both ids derive from the operation), then the wait for
-        the answer, holding the lease."""
+    async def subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]:
+        """Foreground: :func:`_run_subagent` under this call's lease. Background: one commit creates the background
+        task (a ``tool:<name>`` task of this tool, its input naming the subagent) that runs it; none if a run before
+        did. Every id derives from the operation."""
         rt = self._rt
         conversation_id = _derived(self._operation_id, "subagent")
         submission_id = _derived(self._operation_id, "subagent", "input")
+        if not background:
+            return await _run_subagent(rt, agent, text, conversation_id, submission_id)
+        task_id = _derived(self._operation_id, "subagent", "task")
+        spec = {"agent": agent, "text": text, "conversation_id": conversation_id, "submission_id": submission_id}
         try:
             async with rt.commit() as tx:
-                tx.create_conversation(conversation_id, owner_task_id=rt.task_id, agent=agent)
-                tx.submit(
-                    conversation_id, kind="input", payload=text, request_id=submission_id, submission_id=submission_id
+                tx.create_task(
+                    TOOL_PREFIX + self._tool.name,
+                    {"run_id": rt.input["run_id"], "subagent": spec},
+                    task_id=task_id,
+                    owner_task_id=rt.task_id,
+                    background=True,
                 )
         except Duplicate:
-            pass  # a re-run of this call: the subagent's conversation and its input exist
-        record = await rt.client.wait_for_submission(submission_id)
-        if record.status != "done" or record.answer is None or record.run_id is None:
-            raise RuntimeError(f"the subagent {agent!r} did not answer ({record.status}, {record.reason})")
-        return conversation_id, record.run_id, record.answer.text
+            pass  # a re-run of this call: its background task exists
+        return {"conversation_id": conversation_id, "submission_id": submission_id, "task_id": task_id}
+
+
+class SubagentUnanswered(Exception):
+    """A subagent's input settled without an answer."""
+
+
+async def _run_subagent(rt: Phase, agent: str, text: str, conversation_id: str, submission_id: str) -> dict[str, Any]:
+    """One commit creates the subagent's conversation, owned by ``rt``'s task and bound to ``agent``, and submits
+    ``text`` to it (none if a run before did), then the wait for the answer, holding the lease."""
+    try:
+        async with rt.commit() as tx:
+            tx.create_conversation(conversation_id, owner_task_id=rt.task_id, agent=agent)
+            tx.submit(
+                conversation_id, kind="input", payload=text, request_id=submission_id, submission_id=submission_id
+            )
+    except Duplicate:
+        pass  # a re-run: the subagent's conversation and its input exist
+    record = await rt.client.wait_for_submission(submission_id)
+    if record.status != "done" or record.answer is None or record.run_id is None:
+        raise SubagentUnanswered(f"the subagent {agent!r} did not answer ({record.status}: {record.reason})")
+    return {"conversation_id": conversation_id, "run_id": record.run_id, "answer": record.answer.text}
 
 
 class ToolRun:
@@ -179,6 +204,17 @@ class ToolRun:
 
     async def call(self, rt: Phase) -> None:
         tool = self.tool
+        spec = rt.input.get("subagent")
+        if isinstance(spec, dict):  # the background task of a subagent call (``subagent_tool(background=True)``)
+            try:
+                found = await _run_subagent(
+                    rt, spec["agent"], spec["text"], spec["conversation_id"], spec["submission_id"]
+                )
+            except SubagentUnanswered as exc:
+                await rt.fail(str(exc))
+                return
+            await rt.complete(found)
+            return
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
         guessed = _fresh(rt)

@@ -254,3 +254,42 @@ async def test_a_call_makes_at_most_its_bound_of_nested_calls(
     assert isinstance(result, dict)
     assert result["content"] == "2 calls made; then: call.execute_tool: a tool call makes at most 2 nested calls"
     assert len(lookups) == 2
+
+
+async def test_a_background_subagent_goes_on_past_its_callers_end_and_its_cancellation(owner: OwnerProcess) -> None:
+    built = actors.App("background")
+    built.define_tool(
+        "delegate",
+        actors.subagent_tool(agent="researcher", background=True),
+        description="Start a researcher.",
+        recovery="safe",
+    )
+    parent = [actors.ScriptedTurn(tool_calls=[("delegate", {"task": "Dig."})])]
+    parent.append(actors.ScriptedTurn(text="Started it.", delay_s=0.5))
+    built.define_agent("support", version=1, model=actors.ScriptedModel(parent), tools=["delegate"])
+    slow = actors.ScriptedModel([actors.ScriptedTurn(text="Dug deep.", delay_s=0.3, chunk_chars=2)])
+    built.define_agent("researcher", version=1, model=slow)
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, built) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="Research it.")
+            assert submission.run_id is not None
+            while not [e for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]:  # noqa: ASYNC110
+                await trio.sleep(POLL_S)
+            [result] = [e.data for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]
+            assert isinstance(result, dict) and isinstance(result["structured"], dict)
+            child_id = str(result["structured"]["conversation_id"])
+            anchor_id = str(result["structured"]["task_id"])
+            cancelled = await client.cancel_run(submission.run_id)  # mid-way through its second (slow) turn
+            parent_run = await client.wait_for_run(submission.run_id)
+            child_running = await client.runs(conversation_id=child_id)
+            anchor = await client.wait_for_task(anchor_id)
+            [child_run] = await client.runs(conversation_id=child_id)
+            child = await client.conversation(child_id)
+    assert cancelled.run_id == submission.run_id and parent_run.status == "cancelled"
+    assert result["content"].startswith("started the researcher subagent in the background")
+    assert [run.status for run in child_running] != ["cancelled"]  # the caller's cancellation did not cross
+    assert child.owner_task_id == anchor_id and child.agent == "researcher"
+    assert child_run.status == "completed" and child_run.answer is not None and child_run.answer.text == "Dug deep."
+    assert anchor.outcome is not None and anchor.outcome.status == "completed"
+    assert anchor.outcome.result == {"conversation_id": child_id, "run_id": child_run.run_id, "answer": "Dug deep."}
