@@ -62,12 +62,15 @@ caller_app = _app("acting-callers", caller=True, children=False)
 children_app = _app("acting-children", caller=False, children=True)
 
 
-def _research_app() -> actors.App:
-    """``support`` asks the ``researcher`` subagent (a ``safe`` subagent tool); the researcher looks an order up with
-    ``lookup`` (``safe``, gated) before it answers."""
+def _research_app(*, background: bool) -> actors.App:
+    """``support`` asks the ``researcher`` subagent (a ``safe`` subagent tool, in the foreground or the background);
+    the researcher looks an order up with ``lookup`` (``safe``, gated) before it answers."""
     app = actors.App("research")
     app.define_tool(
-        "research", actors.subagent_tool(agent="researcher"), description="Ask a researcher.", recovery="safe"
+        "research",
+        actors.subagent_tool(agent="researcher", background=background),
+        description="Ask a researcher.",
+        recovery="safe",
     )
     app.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
     parent = [actors.ScriptedTurn(tool_calls=[("research", {"task": "Where is A1?"})])]
@@ -79,4 +82,5 @@ def _research_app() -> actors.App:
     return app
 
 
-research_app = _research_app()
+research_app = _research_app(background=False)
+background_research_app = _research_app(background=True)

@@ -127,28 +127,36 @@ async def test_a_question_open_when_the_owner_is_killed_is_asked_once_and_answer
     assert ("refund", 1) in lines and all(tool != "look_up_order" or attempt == 1 for tool, attempt in lines)
 
 
+@pytest.mark.parametrize("attribute", ["research_app", "background_research_app"])
 async def test_a_subagent_whose_worker_is_killed_mid_run_goes_on_with_no_second_conversation_nor_run(
-    owner: OwnerProcess, ledger: Path
+    owner: OwnerProcess, ledger: Path, attribute: str
 ) -> None:
     gate = Path(str(ledger)).with_name("gate")
+    background = attribute == "background_research_app"
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(owner.db) as client:
-            async with worker_process(owner.db, "research_app", ledger, module=APPS) as process:
+            async with worker_process(owner.db, attribute, ledger, module=APPS) as process:
                 conversation_id, run_id = await start_run(client, "Where is A1?")
                 await ledger_has(ledger, "lookup")  # the subagent's run is in its tool round
                 process.kill()
                 assert await process.wait() == -signal.SIGKILL
-            async with served(owner.db, _acting_apps.research_app, name="second"):
+            async with served(owner.db, getattr(_acting_apps, attribute), name="second"):
                 gate.touch()
                 run = await client.wait_for_run(run_id)
-            entries = await client.entries(conversation_id)
-            [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-            assert isinstance(result, dict) and isinstance(result["structured"], dict), result
-            child_id = str(result["structured"]["conversation_id"])
-            child_runs = await client.runs(conversation_id=child_id)
-            graph = await client.task_graph()
-    assert run.status == "completed" and result["content"] == "A1 shipped."
+                entries = await client.entries(conversation_id)
+                [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+                assert isinstance(result, dict) and isinstance(result["structured"], dict), result
+                child_id = str(result["structured"]["conversation_id"])
+                if background:  # the caller answered at once; the subagent's task ends with its answer
+                    anchor = await client.wait_for_task(str(result["structured"]["task_id"]))
+                    assert anchor.outcome is not None and anchor.outcome.status == "completed"
+                    assert isinstance(anchor.outcome.result, dict) and anchor.outcome.result["answer"] == "A1 shipped."
+                else:
+                    assert result["content"] == "A1 shipped."
+                child_runs = await client.runs(conversation_id=child_id)
+                graph = await client.task_graph()
+    assert run.status == "completed"
     assert [(one.agent, one.status) for one in child_runs] == [("researcher", "completed")]  # one run, no second
     assert not graph.nodes  # nothing left live
-    # The research call ran again (safe) and found its subagent; the subagent's lookup, cut off, ran again once.
+    # The subagent's lookup, cut off, ran again once (safe); no second subagent ran it.
     assert sorted(executions(ledger)) == [("lookup", 1), ("lookup", 2)]
