@@ -20,7 +20,8 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    once; an approval task that ends unanswered (aborted, in a settling commit) closes its interaction ``cancelled``
    in that commit (:meth:`Operations.close_interactions`).
 5. ``resolve`` settles an interrupted manual tool call once: the operation is ``resolved`` with the output, and its
-   attention task and then its tool task complete.
+   attention task and then its tool task complete; a question the call left open ends ``aborted`` (its interaction
+   ``cancelled``). Refused (``conflict``) while nested calls of the call still run.
 6. A retried run's unfinished model requests (``started``, ``interrupted``, ``failed``) are ``interrupted`` at attempt
    0: their attempts start over, under the same operation ids (``_runs`` rule 6).
 
@@ -561,6 +562,14 @@ class Operations:
             raise Refusal(ErrorCode.CONFLICT, message)
         if attention.abort is not None or tool.abort is not None or tool.status != "waiting":
             raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id}'s run is being cancelled")
+        owned = [task for task in self._tasks.live_descendants(tool.task_id) if task.task_id != attention_id]
+        questions = [task for task in owned if task.kind == QUESTION_KIND]
+        if len(questions) != len(owned):
+            message = (
+                f"operation {op.operation_id} still has nested calls running (call.execute_tool): resolve it once they "
+                "end, or cancel the run; nothing was written"
+            )
+            raise Refusal(ErrorCode.CONFLICT, message)
         resolved = attrs.evolve(
             op,
             status="resolved",
@@ -575,6 +584,10 @@ class Operations:
         done = TaskOutcome(status="completed", result=JsonValue({"operation_id": op.operation_id}))
         attention_ended = self._tasks.end_by_owner(attention_id, done, seq, now_ms)
         records: list[Record] = [resolved, attention_ended]
+        unread = TaskOutcome(status="aborted", error="its tool call was resolved by a person")
+        for asked in questions:  # asked before the call was cut off: nobody will read the answer now
+            ended = self._tasks.end_by_owner(asked.task_id, unread, seq, now_ms)
+            records += [ended, *self.close_interactions([ended], seq, now_ms)]
         if not any(self._tasks.live(other) is not None for other in tool.on):
             outcome = TaskOutcome(status="completed", result=request.output)
             records.append(self._tasks.end_by_owner(tool.task_id, outcome, seq, now_ms))

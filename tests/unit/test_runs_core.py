@@ -1190,6 +1190,36 @@ def test_a_question_keeps_its_call_running_shows_the_run_waiting_and_takes_one_a
     assert answered_again == answered
 
 
+def test_resolving_a_manual_call_cut_off_with_a_question_open_closes_the_question(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    expect(tools.commit(tool_id, question(run_id, op)), Committed)
+    [asked] = expect(sim.request(sim.client, ReadInteractions(status="open")), InteractionsReply).interactions
+    tools.leave()
+    assert sim.run(run_id).status == "needs_attention"  # the cut-off call comes first
+    expect(sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done by hand"))), OperationReply)
+    closed = sim.store.interaction(asked.interaction_id)
+    assert closed is not None and closed.status == "cancelled"
+    assert sim.outcome(tool_id) == TaskOutcome(status="completed", result=JsonValue("done by hand"))
+    assert worker.holds(task_id)  # the run goes on with the person's output
+
+
+def test_resolving_a_manual_call_whose_nested_call_still_runs_is_refused(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op, nested = fresh_id(), fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    tools.ok(tool_id, CreateTask(task_id=nested, kind="tool:other", version=1, owner_task_id=tool_id))
+    tools.leave()
+    assert sim.run(run_id).status == "needs_attention"
+    head = sim.core.head_seq
+    reply = sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done")))
+    assert error_code(reply) == ErrorCode.CONFLICT and "nested calls running" in reply.message
+    assert sim.core.head_seq == head and sim.store.operation(op).status == "interrupted"  # type: ignore[union-attr]
+
+
 def test_a_question_left_open_closes_when_its_run_is_cancelled(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
