@@ -454,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help=(
             "the main job: durable checkouts and a durable agent under tether up, an agent's answer streaming, "
-            "then the commit path surviving a SIGKILL"
+            "the commit path surviving a SIGKILL, then an agent asking a subagent and a person"
         ),
         description=(
             "Part 1 (tasks): run tether up with two workers serving the demo app and three checkouts of four "
@@ -471,13 +471,16 @@ def build_parser() -> argparse.ArgumentParser:
             "tether watch --plain shows it, piece by piece before the answer is committed; with --model NAME it "
             "runs on a real model (OPENAI_API_KEY or OPENAI_BASE_URL). Part 4 (commits): "
             "two writer processes append entries, the owner is SIGKILLed mid-stream and started again, and every "
-            "acknowledged entry is stored exactly once."
+            "acknowledged entry is stored exactly once. Part 5 (research): the demo app's agent analyst asks the "
+            "agent researcher (a subagent), then a tool of it asks a person how much to refund and pays it through "
+            "a nested call; the worker is SIGKILLed while the question is open, the question is answered (tether "
+            "respond --answer), and nothing is asked, run or paid twice."
         ),
     )
     demo.add_argument("--db", default="tether.db", help="database to use (default ./tether.db)")
     demo.add_argument(
         "--part",
-        choices=("all", "tasks", "agents", "agent", "commits"),
+        choices=("all", "tasks", "agents", "agent", "commits", "research"),
         default="all",
         help="which part to run (default all)",
     )

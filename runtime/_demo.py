@@ -13,6 +13,9 @@ Part 3, a streaming agent: the demo app's agent ``tracker`` streams its answer i
 (:mod:`runtime._demo_stream`); ``--model NAME`` runs it on a real model.
 
 Part 4, the commit path: an owner SIGKILLed mid-stream under two writer processes (:mod:`runtime._demo_commits`).
+
+Part 5, tools that act: the demo app's agent ``analyst`` asks a subagent and a person, its worker SIGKILLed while the
+question is open (:mod:`runtime._demo_research`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from protocol import TaskRecord
 
 from ._demo_agents import run_agents_demo
 from ._demo_commits import run_commits_demo
+from ._demo_research import run_research_demo
 from ._demo_stream import run_stream_demo
 from ._demo_up import demo_up
 from ._demo_view import LiveView
@@ -57,6 +61,10 @@ async def run_demo(db: str, entries_per_writer: int, part: str = "all", model: s
         if part == "all":
             print()
         failed |= await run_commits_demo(db, entries_per_writer) != 0
+    if part in ("all", "research"):
+        if part == "all":
+            print()
+        failed |= await run_research_demo(db) != 0
     return 1 if failed else 0
 
 

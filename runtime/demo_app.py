@@ -15,6 +15,12 @@ call's ``operation_id``, and answers a repeat from its key) and ``ship_replaceme
 a person settles an interrupted call); its second turn is the answer. The desk's ledger records every effect and
 every repeat answered from a key, so ``tether demo --part agents`` can check that no effect was done twice.
 
+The agent ``analyst`` (version 1) answers the same customer by asking the agent ``researcher`` (a subagent:
+``research`` is an ``actors.subagent_tool``), which looks the order up, then settles a refund with ``settle_refund``,
+which asks a person how much (``call.ask``) and pays it out through ``pay_refund`` (a nested call,
+``call.execute_tool``, idempotent against the desk), so ``tether demo --part research`` can kill a worker while the
+question is open and check that nothing was asked or paid twice.
+
 The agent ``tracker`` (version 1) answers the same customer with one safe tool, ``look_up_order``, and streams its
 answer slowly (a scripted model, a few characters every 40 ms), so ``tether demo --part agent`` can show the text
 arriving in ``tether watch``'s lines. ``TETHER_DEMO_MODEL=NAME`` in the worker's environment (``tether demo --part
@@ -309,6 +315,74 @@ app.define_agent(
     model=actors.ScriptedModel(SUPPORT_TURNS),
     instructions="Help customers with their orders.",
     tools=["look_up_order", "refund_order", "ship_replacement"],
+)
+
+
+async def settle_refund(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
+    """Ask a person how much to refund (a durable question), then refund it through ``pay_refund`` (a nested call,
+    found again by its key if this call runs again)."""
+    order, paid = args["order_id"], args["amount"]
+    await call.output(f"asking a person about order {order}...\n")
+    full = await call.ask(
+        f"Order {order} was lost in transit. Refund the {paid} paid in full? (false: half)", schema={"type": "boolean"}
+    )
+    amount = paid if full else paid // 2
+    refund = await call.execute_tool("pay_refund", {"order_id": order, "amount": amount}, key="refund")
+    return actors.ToolResult(output=f"refunded {amount} for order {order} ({refund['refund']})", structured=refund)
+
+
+async def pay_refund(call: actors.ToolCall, args: dict[str, Any]) -> Any:
+    desk = Desk.from_environment()
+    return await trio.to_thread.run_sync(desk.refund, args["order_id"], args["amount"], call.operation_id, call.attempt)
+
+
+RESEARCHER_TURNS: Final = [
+    actors.ScriptedTurn(text="Let me check the order.", tool_calls=[("look_up_order", {"order_id": "A1"})]),
+    actors.ScriptedTurn(text="Order A1 was lost in transit; the customer paid 25 for it."),
+]
+"""The researcher's script: it looks the order up, then reports what happened."""
+ANALYST_TURNS: Final = [
+    actors.ScriptedTurn(tool_calls=[("research", {"task": "Find out what happened to order A1."})]),
+    actors.ScriptedTurn(tool_calls=[("settle_refund", {"order_id": "A1", "amount": 25})]),
+    actors.ScriptedTurn(text="Order A1 was lost in transit, so I refunded the 25 you paid in full. Sorry for that."),
+]
+"""The analyst's script: it asks the researcher (a subagent), then settles the refund (a person decides), then
+answers."""
+
+app.define_agent(
+    "researcher",
+    version=1,
+    model=actors.ScriptedModel(RESEARCHER_TURNS),
+    instructions="Find out what happened to an order; report it in one sentence.",
+    tools=["look_up_order"],
+)
+app.define_tool(
+    "research",
+    actors.subagent_tool(agent="researcher"),
+    description="Ask the researcher to find something out; returns its report.",
+    recovery="safe",
+)
+app.define_tool(
+    "settle_refund",
+    settle_refund,
+    description="Refund an order, as much as a person decides.",
+    parameters=_order(amount={"type": "integer", "minimum": 1}),
+    recovery="safe",
+)
+app.define_tool(
+    "pay_refund",
+    pay_refund,
+    description="Pay a refund out (called by settle_refund only).",
+    parameters=_order(amount={"type": "integer", "minimum": 1}),
+    recovery="idempotent",
+    callers=["settle_refund"],
+)
+app.define_agent(
+    "analyst",
+    version=1,
+    model=actors.ScriptedModel(ANALYST_TURNS),
+    instructions="Find out what happened to a customer's order, then settle it.",
+    tools=["research", "settle_refund"],
 )
 
 

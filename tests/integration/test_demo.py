@@ -1,4 +1,5 @@
 """``tether demo --part agents`` end to end (``tether up``, a worker SIGKILLed mid-tool), and its ledger check;
+``tether demo --part research`` (a subagent and a question, a worker SIGKILLed while it is open);
 ``tether demo --part agent`` (an answer streaming into tether watch's lines) on the scripted model and, with
 ``--model``, on an OpenAI-compatible server (the loopback replay server of the provider's tests)."""
 
@@ -9,13 +10,15 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
 import pytest
 import trio
 
-from protocol import OperationRecord, RunAnswer, RunRecord
+from protocol import InteractionAnswer, InteractionRecord, JsonValue, OperationRecord, RunAnswer, RunRecord
 from runtime import tether_command
 from runtime._cli import main
 from runtime._demo_agents import _check
+from runtime._demo_research import _check as _check_research
 from runtime._demo_stream import _check_run
 from runtime.demo_app import TRACKER_ANSWER, Desk
 from tests.integration._openai_server import openai_server, sse, stream
@@ -48,6 +51,19 @@ async def test_agents_part(db_path: str) -> None:
     [shipment] = shipments  # manual: never run again, resolved by a person
     assert shipment["attempt"] == 1
     assert not Path(db_path + ".hold").exists()
+
+
+async def test_research_part(db_path: str) -> None:
+    done = await run_tether("demo", "--part", "research", "--db", db_path, timeout_s=TIMEOUT_S)
+    left = await wait_gone(set(), db_path)
+    assert not left, describe(left)
+    output = "\n".join(nonblank_lines(done.stdout))
+    assert done.returncode == 0, output + done.stderr.decode(errors="replace")
+    assert "SIGKILL" in output and "--answer true" in output and "the researcher's run" in output
+    assert "Nothing was asked, run or paid twice, and the run answered." in output
+    ledger = desk_lines(db_path + ".desk.jsonl")
+    assert [line["op"] for line in ledger] == ["lookup", "refund"]  # the subagent's look-up, the nested refund
+    assert ledger[1]["amount"] == 25
 
 
 def operation(name: str, status: Any, attempt: int, **fields: Any) -> OperationRecord:
@@ -129,6 +145,37 @@ def tracker_run(status: str, answer: str | None) -> RunRecord:
         updated_at_ms=0,
         answer=None if answer is None else RunAnswer(seq=9, text=answer),
     )
+
+
+@pytest.mark.parametrize("doubled", [None, "refund", "question", "subagent"])
+def test_the_research_check_fails_on_anything_done_twice(tmp_path: Path, doubled: str | None) -> None:
+    desk = Desk(str(tmp_path / "desk.jsonl"))
+    desk.look_up("A1", "op-look_up_order", 1)
+    settle = operation("settle_refund", "completed", 2)
+    pay = operation("pay_refund", "completed", 1, parent_operation_id=settle.operation_id)
+    desk.refund("A1", 25, pay.operation_id, 1)
+    if doubled == "refund":
+        desk.refund("A1", 25, "op-another", 1)
+    researcher = attrs.evolve(tracker_run("completed", "A1 was lost."), agent="researcher")
+    child_runs = [researcher, attrs.evolve(researcher, run_id="run-2")] if doubled == "subagent" else [researcher]
+    asked = InteractionRecord(
+        interaction_id="q",
+        run_id="run",
+        conversation_id="conversation",
+        operation_id=settle.operation_id,
+        task_id="t",
+        kind="question",
+        status="answered",
+        args=JsonValue({"text": "Full?", "schema": None}),
+        digest="d",
+        answer=InteractionAnswer(approve=None, note=None, responded_by="ops", at_ms=0, value=JsonValue(True)),
+        seq=1,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+    interactions = [asked, attrs.evolve(asked, interaction_id="q2")] if doubled == "question" else [asked]
+    problems = _check_research(desk, [settle, pay], child_runs, interactions)
+    assert bool(problems) == (doubled is not None), problems
 
 
 @pytest.mark.parametrize(
