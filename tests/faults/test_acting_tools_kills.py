@@ -1,7 +1,9 @@
-"""SIGKILL of a worker or of the owner while a tool acts (docs/agents.md, "Questions", "Tools calling tools"): the
-``refund`` tool of ``tests/faults/_acting_apps.py`` looks an order up with a nested call, asks a person, and pays
-out with another nested call. Whatever dies, and wherever: no nested call runs twice, no question is asked twice,
-and the answer given once is the one the tool goes on with.
+"""SIGKILL of a worker or of the owner while a tool acts (docs/agents.md, "Questions", "Tools calling tools",
+"Subagents"): the ``refund`` tool of ``tests/faults/_acting_apps.py`` looks an order up with a nested call, asks a
+person, and pays out with another nested call; the ``research`` tool runs a subagent (in the foreground or the
+background). Whatever dies, and wherever: no nested call runs twice (a ``manual`` one cut off stops the run for a
+person, whose output its caller reads), no question is asked twice, the answer given once is the one the tool goes on
+with, and no subagent gets a second conversation or run.
 """
 
 from __future__ import annotations
@@ -160,3 +162,55 @@ async def test_a_subagent_whose_worker_is_killed_mid_run_goes_on_with_no_second_
     assert not graph.nodes  # nothing left live
     # The subagent's lookup, cut off, ran again once (safe); no second subagent ran it.
     assert sorted(executions(ledger)) == [("lookup", 1), ("lookup", 2)]
+
+
+async def test_the_owner_killed_while_a_nested_manual_call_runs_stops_the_run_for_a_person_and_the_caller_reads_it(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with served(owner.db, _acting_apps.full_app, name="tools"):
+            async with actors.connect(owner.db) as client:
+                conversation_id, run_id = await start_run(client, "Refund A1")
+                await ledger_has(
+                    ledger, "look_up_order"
+                )  # the nested call's intent is committed; it waits for the gate
+            assert await owner.kill() == -signal.SIGKILL
+            await owner.start()
+            async with actors.connect(owner.db) as client:
+                # Every phase was cut off: the nested look-up (manual) is not run again, a person settles it.
+                while (await client.run(run_id)).status != "needs_attention":  # noqa: ASYNC110
+                    await trio.sleep(POLL_S)
+                lookup = {op.name: op for op in await client.operations(run_id)}["look_up_order"]
+                assert (lookup.status, lookup.policy) == ("interrupted", "manual")
+                await client.resolve(lookup.operation_id, {"order_id": "A1", "total": 40}, resolved_by="ops")
+                question = await open_question(client, run_id)  # the caller, run again, read the person's output
+                await client.respond(question.interaction_id, answer=False)
+                run = await finished(client, conversation_id, run_id)
+    assert run.status == "completed"
+    lines = executions(ledger)
+    assert lines.count(("look_up_order", 1)) == 1 and ("look_up_order", 2) not in lines
+    assert lines.count(("pay_out", 1)) == 1
+
+
+async def test_the_owner_killed_while_a_subagent_runs_makes_no_second_conversation_nor_run(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    gate = Path(str(ledger)).with_name("gate")
+    with trio.fail_after(TIMEOUT_S):
+        async with served(owner.db, _acting_apps.research_app, name="tools"):
+            async with actors.connect(owner.db) as client:
+                conversation_id, run_id = await start_run(client, "Where is A1?")
+                await ledger_has(ledger, "lookup")  # the subagent's run is in its tool round
+            assert await owner.kill() == -signal.SIGKILL
+            await owner.start()
+            gate.touch()
+            async with actors.connect(owner.db) as client:
+                run = await client.wait_for_run(run_id)
+                entries = await client.entries(conversation_id)
+                [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+                assert isinstance(result, dict) and isinstance(result["structured"], dict), result
+                child_runs = await client.runs(conversation_id=str(result["structured"]["conversation_id"]))
+                researcher_runs = [one for one in await client.runs() if one.agent == "researcher"]
+    assert run.status == "completed" and result["content"] == "A1 shipped."
+    assert [(one.agent, one.status) for one in child_runs] == [("researcher", "completed")]
+    assert len(researcher_runs) == 1  # no second conversation ran the subagent
