@@ -1181,6 +1181,9 @@ class TaskNode:
     blocked_detail: str | None = None
     leased_to: str | None = None
     """The name of the worker running it."""
+    conversation_owner_task_id: str | None = None
+    """For a task its conversation owns (``owner_task_id`` ``None``): the live task that owns that conversation, if
+    any (a subagent's run, under the tool call that runs it)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -20,7 +20,7 @@ use: capabilities of kind ``model``, the blocked reason ``missing_model``; what 
 ``tool`` scope of usage totals, ``value`` on a run's answer and the outcome reason ``invalid_output``; version 8
 tools that act: questions (``create_interaction`` of kind ``question``, ``answer`` on ``respond``, ``value`` on an
 interaction's answer, whose ``approve`` may be ``null``) and nested tool calls (``parent_operation_id`` on
-``start_operation`` and operation records)."""
+``start_operation`` and operation records), and ``conversation_owner_task_id`` on task nodes."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (8,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

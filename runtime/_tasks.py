@@ -26,6 +26,7 @@ def task_json(record: TaskRecord, node: TaskNode | None = None) -> dict[str, Any
         "blocked": None if node is None else node.blocked,
         "blocked_detail": None if node is None else node.blocked_detail,
         "worker": None if node is None else node.leased_to,
+        "conversation_owner": None if node is None else node.conversation_owner_task_id,
     }
 
 
@@ -57,20 +58,25 @@ def describe_node(node: TaskNode) -> str:
 
 
 def render_tree(nodes: dict[str, TaskNode]) -> list[str]:
-    """The live tasks as an indented tree: each task under the task that owns it; top-level tasks (owned by a
-    conversation, or by a task that is no longer live) under their conversation."""
+    """The live tasks as an indented tree: each task under the task that owns it, a task of a conversation a task
+    owns (a subagent's run) under that task; top-level tasks (owned by a conversation nobody live owns, or by a task
+    that is no longer live) under their conversation."""
     children: dict[str | None, list[TaskNode]] = {}
     for node in nodes.values():
-        owner = node.task.owner_task_id if node.task.owner_task_id in nodes else None
-        children.setdefault(owner, []).append(node)
+        owner = node.task.owner_task_id if node.task.owner_task_id is not None else node.conversation_owner_task_id
+        children.setdefault(owner if owner in nodes else None, []).append(node)
     for group in children.values():
         group.sort(key=lambda node: node.task.task_id)
     lines: list[str] = []
 
     def walk(node: TaskNode, depth: int) -> None:
         lines.append("  " * depth + describe_node(node))
+        owned_conversation = None
         for child in children.get(node.task.task_id, ()):
-            walk(child, depth + 1)
+            if child.task.owner_task_id is None and child.task.conversation_id != owned_conversation:
+                owned_conversation = child.task.conversation_id
+                lines.append("  " * (depth + 1) + f"conversation {owned_conversation} (owned by it)")
+            walk(child, depth + 1 + (child.task.owner_task_id is None))
 
     conversation = None
     for root in children.get(None, ()):

@@ -187,6 +187,11 @@ class TaskEngine:
                     blocked=None if blocked is None else blocked.reason,
                     blocked_detail=None if blocked is None else blocked.detail,
                     leased_to=self._placement.leased_to(task_id),
+                    conversation_owner_task_id=(
+                        self._records.conversation_owner.get(record.conversation_id)
+                        if record.owner_task_id is None
+                        else None
+                    ),
                 )
             )
         return nodes, more

@@ -719,6 +719,10 @@ def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_c
     # Bound to another agent (a subagent of another kind): only what applies to any agent.
     shared = sim.store.document(helper, CONFIG_DOCUMENT)
     assert shared is not None and shared.value == {"model": "fast", "steering": "all"}
+    # The task graph shows a task of the owned conversation under the task owning it (a subagent's run).
+    in_child = fresh_id()
+    expect(sim.commit(CreateTask(task_id=in_child, kind="app.step", conversation_id=helper)), Committed)
+    assert sim.graph()[in_child].conversation_owner_task_id == busy.task_id
     # From then on each is its own.
     expect(configure(sim, busy.conversation_id, max_turns=9), DocumentReply)
     stored = sim.store.document(child, CONFIG_DOCUMENT)
