@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -543,12 +543,18 @@ def _answerable(messages: Sequence[Message]) -> bool:
     return not (isinstance(last, AssistantMessage) and not last.tool_calls)
 
 
+MAX_WHY_CHARS: Final = 1000
+"""The most of a tool task's reason and error an unfinished call's error result quotes."""
+
+
 def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
     if cancelled:
         return "error: the run was cancelled before the tool call finished"
     if outcome is None:
         return INTERRUPTED
-    why = outcome.reason or outcome.error or ""
+    why = ": ".join(part for part in (outcome.reason, outcome.error) if part)
+    if len(why) > MAX_WHY_CHARS:
+        why = why[: MAX_WHY_CHARS - 1] + "…"
     return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else "")
 
 

@@ -80,7 +80,7 @@ class Commits:
             PutDocument: conversations.apply_put_document,
             CreateConversation: conversations.apply_create,
             CreateTask: tasks.apply_create,
-            SetTaskState: runs.apply_set_state,
+            SetTaskState: self._set_state,
             AbortTask: tasks.apply_abort,
             StartOperation: operations.apply_start,
             FinishOperation: self._finish_operation,
@@ -107,6 +107,16 @@ class Commits:
         if self._runs.live:  # the runs of the tasks it changed derive their statuses at the settle
             self._runs.tasks_changed(unit.records)
         return Committed(seq=unit.seq, committed_at_ms=unit.now_ms, results=tuple(results))
+
+    def _set_state(self, unit: UnitOfWork, write: SetTaskState, where: str, lease: LeaseRef | None) -> int:
+        """A task's next state; a task of a run that ends otherwise than ``completed`` with operations still open (a
+        phase that raised after its intent, such as a tool whose result was too large to commit) settles them
+        ``failed`` with its error, after its record: the journal never shows a call of an ended task in flight."""
+        result = self._runs.apply_set_state(unit, write, where, lease)
+        outcome = write.outcome
+        if write.status == "terminal" and outcome is not None and outcome.status != "completed":
+            unit.records += self._operations.settle_open(write.task_id, outcome, unit.seq, unit.now_ms)
+        return result
 
     def _finish_operation(self, unit: UnitOfWork, write: FinishOperation, where: str, lease: LeaseRef | None) -> int:
         """An operation's result, then its partial output's end (``done`` or ``aborted``) right after its record;

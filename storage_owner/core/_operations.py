@@ -9,6 +9,9 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    checked against the run's budgets first (``_usage`` rule 4).
 2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
    its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`protocol.has_result`).
+   A task that ends otherwise than ``completed`` with an operation still open (its phase raised after the intent,
+   such as a tool whose result was too large to commit) settles it ``failed`` with the task's error, in that commit
+   (:meth:`Operations.settle_open`).
    An interrupted tool call under the ``report`` policy is not run again: its tool task, leased again, settles it
    ``failed`` (the error the model reads says it was interrupted and may have partially run).
 3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
@@ -218,6 +221,27 @@ class OperationRecords:
                 )
                 rule = CutOffRule("attention", attention=attention)
         return rule
+
+    def settle_open(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> list[Record]:
+        """Rule 2b: the operations ``task_id`` left open when it ended ``outcome`` (not completed) become ``failed``
+        with its error (a tool call's result is then that error, as the model read it)."""
+        error = f"its task ended {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else "")
+        if outcome.error:
+            error += f": {outcome.error}"
+        settled: list[Record] = []
+        for op in self._store.open_operations(task_id):
+            failed = attrs.evolve(
+                op,
+                status="failed",
+                result=JsonValue(error) if op.kind == "tool" else op.result,
+                is_error=True,
+                error=error,
+                seq=seq,
+                updated_at_ms=now_ms,
+            )
+            self.put(op, failed, "finish")
+            settled.append(failed)
+        return settled
 
     def reset_attempts(self, run_id: str, seq: int, now_ms: int) -> list[Record]:
         """Rule 6, for ``retry_run``: what it changed, in journal order."""
@@ -615,6 +639,10 @@ class Operations:
         return closed
 
     # -------------------------------------------------------------------------------------------- requests
+
+    def settle_open(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> list[Record]:
+        """Rule 2b (:meth:`OperationRecords.settle_open`), for the commit that ended ``task_id``."""
+        return self._records.settle_open(task_id, outcome, seq, now_ms)
 
     def on_resolve(self, unit: UnitOfWork, request: Resolve) -> Frame:
         operation, records = self.resolve(request, unit.seq, unit.now_ms)

@@ -290,3 +290,38 @@ async def test_a_handoff_with_terminate_on_every_call_ends_the_run_after_the_han
         actors.UserMessage(text="From the last call."),
         actors.UserMessage(text="Anything else?"),
     ]
+
+
+async def test_a_result_too_large_to_store_faults_the_call_and_the_model_reads_why(owner: OwnerProcess) -> None:
+    async def huge(call: actors.ToolCall, args: dict[str, Any]) -> str:
+        return "x" * (3 << 20)  # past what one commit may carry
+
+    class Asked(actors.ScriptedModel):
+        seen: list[str] = []
+
+        async def stream(self, request: actors.ModelRequest) -> Any:  # type: ignore[override]
+            Asked.seen = [m.content for m in request.messages if isinstance(m, actors.ToolMessage)]
+            async for event in super().stream(request):
+                yield event
+
+    built = actors.App("huge")
+    built.define_tool("dump", huge, description="Dump everything.", parameters=ORDER, recovery="safe")
+    turns = [actors.ScriptedTurn(tool_calls=[("dump", {"order_id": "A1"})]), actors.ScriptedTurn(text="Too big.")]
+    built.define_agent("support", version=1, model=Asked(turns), tools=["dump"])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, built) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="Dump A1")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            entries = await client.entries(conversation_id)
+            operations = await client.operations(submission.run_id)
+    assert run.status == "completed"
+    [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert isinstance(result, dict) and result["is_error"], result
+    assert len(str(result["content"])) < 10_000 and "x" * 100 not in str(result["content"])
+    assert Asked.seen == [result["content"]]  # the model read the error, not the dump
+    [tool] = [op for op in operations if op.kind == "tool"]
+    assert "over the limit of 1048576" in str(result["content"])  # what went wrong, in words
+    # No output was stored; the call's journal entry is not left open: it failed with its task's error.
+    assert (tool.status, tool.is_error) == ("failed", True) and "faulted" in str(tool.error)

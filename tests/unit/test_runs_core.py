@@ -1206,6 +1206,19 @@ def test_resolving_a_manual_call_cut_off_with_a_question_open_closes_the_questio
     assert worker.holds(task_id)  # the run goes on with the person's output
 
 
+def test_a_tool_task_that_faults_with_its_call_open_settles_the_call_failed_in_that_commit(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "safe"))
+    fault = TaskOutcome(status="faulted", reason="phase_error", error="ProtocolError: too large")
+    done = expect(tools.commit(tool_id, SetTaskState(task_id=tool_id, status="terminal", outcome=fault)), Committed)
+    settled = sim.store.operation(op)
+    assert settled is not None and (settled.status, settled.is_error, settled.seq) == ("failed", True, done.seq)
+    assert settled.error == "its task ended faulted (phase_error): ProtocolError: too large"
+    assert settled.result == settled.error  # a tool call's result is its error, as the model reads it
+
+
 def test_resolving_a_manual_call_whose_nested_call_still_runs_is_refused(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
