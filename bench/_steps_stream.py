@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio
-from _common import bench_env, owner_and_worker
+from _common import bench_env, cpu_s, owner_and_worker
 
 import actors
 
@@ -94,12 +94,6 @@ async def _gaps(client: actors.Client, run_ids: list[str], turns: int) -> list[t
     return stamps
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class _Window:
     """The writer's appends/s in one window, and the owner's and the worker's CPU share (of one core) meanwhile."""
 
@@ -110,11 +104,11 @@ class _Window:
 
     async def measure(self, url: str, token: str, seconds: float) -> tuple[float, float]:
         """Run the writer; return its window (start, end) on ``time.time()``."""
-        before = [_cpu_s(pid) for pid in self.pids]
+        before = [cpu_s(pid) for pid in self.pids]
         started = time.perf_counter()
         self.appends_per_s, window_start, window_end = await _writer(url, token, seconds)
         elapsed = time.perf_counter() - started  # the writer's start-up included, for both windows alike
-        after = [_cpu_s(pid) for pid in self.pids]
+        after = [cpu_s(pid) for pid in self.pids]
         self.cpu_share = (round((after[0] - before[0]) / elapsed, 2), round((after[1] - before[1]) / elapsed, 2))
         return window_start, window_end
 

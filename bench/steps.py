@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import bench_env, owner_and_worker
+from _common import bench_env, owner_and_worker, per_step, profiled_owner_command, snapshot
 from commit_throughput import baseline_commits_per_s
 
 import actors
@@ -53,25 +52,6 @@ HERE = Path(__file__).parent
 CONCURRENCY = (1, 16)
 GOAL_RATIO_AT_16 = 15.0
 TOOL_AGENT = "bench-tools"
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _owner_stats(owner: trio.Process, path: Path) -> dict[str, float]:
-    """Ask the profiled owner for its batch totals (SIGUSR1) and read them."""
-    asked = time.time()
-    owner.send_signal(signal.SIGUSR1)
-    with trio.fail_after(5):
-        while True:
-            if path.exists():
-                stats: dict[str, float] = json.loads(path.read_text())
-                if stats["dumped_at"] >= asked:
-                    return stats
-            await trio.sleep(0.01)
 
 
 async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
@@ -121,39 +101,20 @@ async def _tether_steps(
     ``run_once`` at each concurrency: steps per second, and the owner's time per step at 16."""
     db = os.path.join(directory, f"{name}.db")
     stats_path = Path(directory) / f"{name}-owner-stats.json"
-    owner_command = [
-        sys.executable,
-        str(HERE / "_steps_owner.py"),
-        str(stats_path),
-        "owner",
-        "--db",
-        db,
-        "--sync",
-        sync,
-    ]
-    async with owner_and_worker(db, bench_env(**extra_env), owner_command) as (owner, worker, _):
+    owner_command = profiled_owner_command(db, stats_path, sync)
+    async with owner_and_worker(db, bench_env(**extra_env), owner_command) as served:
         with trio.fail_after(300):
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
                 await run_once(client, 1, warm_steps)  # the worker is attached and warm
                 per_s: dict[int, float] = {}
                 profile: dict[str, float] = {}
                 for concurrency in CONCURRENCY:
-                    before = await _owner_stats(owner, stats_path)
-                    cpu_before = _cpu_s(owner.pid), _cpu_s(worker.pid)
+                    before = await snapshot(served, stats_path)
                     elapsed, total = await run_once(client, concurrency, steps)
-                    cpu_after = _cpu_s(owner.pid), _cpu_s(worker.pid)
-                    after = await _owner_stats(owner, stats_path)
+                    after = await snapshot(served, stats_path, ending=True)
                     per_s[concurrency] = total / elapsed
                     if concurrency == max(CONCURRENCY):
-                        profile = {
-                            "steps": total,
-                            "owner_cpu_us_per_step": (cpu_after[0] - cpu_before[0]) / total * 1e6,
-                            "worker_cpu_us_per_step": (cpu_after[1] - cpu_before[1]) / total * 1e6,
-                            "owner_batch_us_per_step": (after["shell_s"] - before["shell_s"]) / total * 1e6,
-                            "owner_batch_cpu_us_per_step": (after["shell_cpu_s"] - before["shell_cpu_s"]) / total * 1e6,
-                            "owner_core_us_per_step": (after["core_s"] - before["core_s"]) / total * 1e6,
-                            "owner_batches": after["batches"] - before["batches"],
-                        }
+                        profile = per_step(before, after, total)
     return {"steps_per_s": per_s, "profile_at_16": profile}
 
 
