@@ -1,7 +1,9 @@
-"""A tool call's task (``tool:<name>``), which a run's turn creates for each call of its model's answer: validates the
-arguments, asks for an approval if the tool wants one (and waits), then commits the call's intent, runs the handler,
-and commits its result, the ``tether.tool_result`` entry and its completion in ONE commit. An interrupted call is the
-owner's to decide (docs/runs.md); the worker follows the journal.
+"""A tool call's task (``tool:<name>``), which a run's turn creates for each call of its model's answer (or a tool's
+handler for a nested call): validates the arguments, asks for an approval if the tool wants one (and waits), then
+commits the call's intent, runs the handler (whose questions, nested calls and subagents ``_call_host`` serves), and
+commits its result, the ``tether.tool_result`` entry (none for a nested call) and its completion in ONE commit. An
+interrupted call is the owner's to decide (docs/runs.md); the worker follows the journal. The same task kind also
+runs a background subagent (``subagent_tool(background=True)``), its input naming it.
 """
 
 from __future__ import annotations
@@ -11,22 +13,20 @@ from typing import Any, Final
 
 from protocol import (
     CreateInteraction,
-    Duplicate,
     FinishOperation,
     JsonValue,
     OperationRecord,
     StartOperation,
-    UsageError,
     Write,
     approval_task_id,
     has_result,
     json_value,
-    question_task_id,
 )
 
 from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
-from .._app._tools import QuestionUnanswered, ToolCall, ToolCallFailed, ToolDefinition, ToolResult
+from .._app._tools import ToolCall, ToolDefinition, ToolResult
 from .._models._model import Usage
+from ._call_host import CallHost, SubagentUnanswered, _nested, _parent, _run_subagent
 from ._journal import (
     TOOL_PREFIX,
     _derived,
@@ -45,10 +45,6 @@ from ._phase import Phase
 REPORTED: Final = (
     "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
 )
-MAX_QUESTIONS_PER_CALL: Final = 1000
-"""The most questions one tool call asks (``call.ask``); one more raises :class:`~protocol.UsageError`."""
-MAX_NESTED_CALLS_PER_CALL: Final = 10_000
-"""The most nested calls one tool call makes (``call.execute_tool``); one more raises :class:`~protocol.UsageError`."""
 PROGRESS_INTERVAL_MS: Final = 100
 """How often, at most, a tool call's progress (``call.output``) goes to the owner while it runs."""
 
@@ -58,133 +54,6 @@ async def _progress_of(rt: Phase, operation_id: str) -> str:
     reply = await rt.client.partials(operation_id=operation_id)
     text = "".join(record.text for record in reply.partials if record.status == "aborted")
     return f"; its progress so far: {text}" if text else ""
-
-
-def _nested(inp: Any) -> bool:
-    """Whether a tool task's input is a nested call's (``call.execute_tool``), not a call the model made."""
-    return isinstance(inp, dict) and isinstance(inp.get("parent_operation_id"), str)
-
-
-def _parent(inp: Any) -> str | None:
-    return str(inp["parent_operation_id"]) if _nested(inp) else None
-
-
-class CallHost:
-    """The durable side of a running call's :meth:`~actors.ToolCall.ask` and :meth:`~actors.ToolCall.execute_tool`,
-    under its tool task's lease. Both are found again by a re-run of the call (after a crash, under a ``safe`` or
-    ``idempotent`` policy): a question by its place among the call's questions, a nested call by its key."""
-
-    def __init__(self, rt: Phase, tool: ToolDefinition, operation_id: str) -> None:
-        self._rt = rt
-        self._tool = tool
-        self._operation_id = operation_id
-        self._asked = 0
-        self._keys: set[str] = set()
-
-    async def ask(self, text: str, schema: dict[str, Any] | None) -> Any:
-        """One commit asks (none if a run before asked it: the owner keeps the first), then the wait for the
-        answer, holding the lease."""
-        if self._asked >= MAX_QUESTIONS_PER_CALL:
-            raise UsageError(f"call.ask: a tool call asks at most {MAX_QUESTIONS_PER_CALL} questions")
-        rt = self._rt
-        interaction_id = _derived(self._operation_id, "question", self._asked)
-        self._asked += 1
-        args = {"text": text, "schema": schema}
-        async with rt.commit() as tx:
-            tx.create_interaction(
-                CreateInteraction(
-                    interaction_id=interaction_id,
-                    operation_id=self._operation_id,
-                    run_id=str(rt.input["run_id"]),
-                    args=json_value(args),
-                    digest=digest(args),
-                    kind="question",
-                )
-            )
-        task = await rt.client.wait_for_task(question_task_id(interaction_id))
-        outcome = task.outcome
-        if outcome is None or outcome.status != "completed" or not isinstance(outcome.result, dict):
-            raise QuestionUnanswered(f"the question {text!r} will not be answered: its run is being cancelled")
-        return outcome.result.get("answer")
-
-    async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any:
-        """One commit creates the nested call's task, owned by this call's (none if a run before created it), then
-        the wait for its end, holding the lease."""
-        if key in self._keys:
-            raise UsageError(f"call.execute_tool({name!r}, ..., key={key!r}): this call used that key already")
-        if len(self._keys) >= MAX_NESTED_CALLS_PER_CALL:
-            raise UsageError(f"call.execute_tool: a tool call makes at most {MAX_NESTED_CALLS_PER_CALL} nested calls")
-        self._keys.add(key)
-        rt = self._rt
-        inp = rt.input
-        task_id = _derived(rt.task_id, "call", key)
-        child = {
-            "run_id": inp["run_id"],
-            "operation_id": _derived(self._operation_id, "call", key),
-            "turn": inp["turn"],
-            "call_id": key,
-            "name": name,
-            "arguments": args,
-            "caller": self._tool.name,
-            "parent_operation_id": self._operation_id,
-            **({"run_attempt": inp["run_attempt"]} if "run_attempt" in inp else {}),
-        }
-        try:
-            async with rt.commit() as tx:
-                tx.create_task(TOOL_PREFIX + name, child, task_id=task_id, owner_task_id=rt.task_id)
-        except Duplicate:
-            pass  # a re-run of this call: the nested call exists (its task id is this call's task's and the key)
-        record = await rt.client.wait_for_task(task_id)
-        outcome = record.outcome
-        assert outcome is not None
-        if outcome.status == "completed":
-            return outcome.result
-        raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
-
-    async def subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]:
-        """Foreground: :func:`_run_subagent` under this call's lease. Background: one commit creates the background
-        task (a ``tool:<name>`` task of this tool, its input naming the subagent) that runs it; none if a run before
-        did. Every id derives from the operation."""
-        rt = self._rt
-        conversation_id = _derived(self._operation_id, "subagent")
-        submission_id = _derived(self._operation_id, "subagent", "input")
-        if not background:
-            return await _run_subagent(rt, agent, text, conversation_id, submission_id)
-        task_id = _derived(self._operation_id, "subagent", "task")
-        spec = {"agent": agent, "text": text, "conversation_id": conversation_id, "submission_id": submission_id}
-        try:
-            async with rt.commit() as tx:
-                tx.create_task(
-                    TOOL_PREFIX + self._tool.name,
-                    {"run_id": rt.input["run_id"], "subagent": spec},
-                    task_id=task_id,
-                    owner_task_id=rt.task_id,
-                    background=True,
-                )
-        except Duplicate:
-            pass  # a re-run of this call: its background task exists
-        return {"conversation_id": conversation_id, "submission_id": submission_id, "task_id": task_id}
-
-
-class SubagentUnanswered(Exception):
-    """A subagent's input settled without an answer."""
-
-
-async def _run_subagent(rt: Phase, agent: str, text: str, conversation_id: str, submission_id: str) -> dict[str, Any]:
-    """One commit creates the subagent's conversation, owned by ``rt``'s task and bound to ``agent``, and submits
-    ``text`` to it (none if a run before did), then the wait for the answer, holding the lease."""
-    try:
-        async with rt.commit() as tx:
-            tx.create_conversation(conversation_id, owner_task_id=rt.task_id, agent=agent)
-            tx.submit(
-                conversation_id, kind="input", payload=text, request_id=submission_id, submission_id=submission_id
-            )
-    except Duplicate:
-        pass  # a re-run: the subagent's conversation and its input exist
-    record = await rt.client.wait_for_submission(submission_id)
-    if record.status != "done" or record.answer is None or record.run_id is None:
-        raise SubagentUnanswered(f"the subagent {agent!r} did not answer ({record.status}: {record.reason})")
-    return {"conversation_id": conversation_id, "run_id": record.run_id, "answer": record.answer.text}
 
 
 class ToolRun:

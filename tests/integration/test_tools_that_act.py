@@ -222,9 +222,9 @@ async def test_a_subagent_tool_runs_another_agent_in_a_conversation_its_call_own
 async def test_a_call_makes_at_most_its_bound_of_nested_calls(
     owner: OwnerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from actors._worker import _tool_run
+    from actors._worker import _call_host
 
-    monkeypatch.setattr(_tool_run, "MAX_NESTED_CALLS_PER_CALL", 2)
+    monkeypatch.setattr(_call_host, "MAX_NESTED_CALLS_PER_CALL", 2)
 
     async def greedy(call: actors.ToolCall, args: dict[str, Any]) -> str:
         for n in range(3):

@@ -1,0 +1,148 @@
+"""What a running tool call's handler does durably beside its own effect, under its task's lease: ask a person
+(``call.ask``), call another tool (``call.execute_tool``) and run a subagent (``actors.subagent_tool``). Each is found
+again by a re-run of the call (after a crash, under a ``safe`` or ``idempotent`` policy) from ids derived from the
+call's operation: a question by its place among the call's questions, a nested call by its key, a subagent's
+conversation and input by the call itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from protocol import CreateInteraction, Duplicate, UsageError, json_value, question_task_id
+
+from .._app._tools import QuestionUnanswered, ToolCallFailed, ToolDefinition
+from ._journal import TOOL_PREFIX, _derived, digest
+from ._phase import Phase
+
+MAX_QUESTIONS_PER_CALL: Final = 1000
+"""The most questions one tool call asks (``call.ask``); one more raises :class:`~protocol.UsageError`."""
+MAX_NESTED_CALLS_PER_CALL: Final = 10_000
+"""The most nested calls one tool call makes (``call.execute_tool``); one more raises :class:`~protocol.UsageError`."""
+
+
+def _nested(inp: Any) -> bool:
+    """Whether a tool task's input is a nested call's (``call.execute_tool``), not a call the model made."""
+    return isinstance(inp, dict) and isinstance(inp.get("parent_operation_id"), str)
+
+
+def _parent(inp: Any) -> str | None:
+    return str(inp["parent_operation_id"]) if _nested(inp) else None
+
+
+class CallHost:
+    """The durable side of a running call's :meth:`~actors.ToolCall.ask`, :meth:`~actors.ToolCall.execute_tool` and
+    subagent (:class:`~actors.SubagentTool`), under its tool task's lease; one per run of the handler, which counts
+    its questions and keeps its keys."""
+
+    def __init__(self, rt: Phase, tool: ToolDefinition, operation_id: str) -> None:
+        self._rt = rt
+        self._tool = tool
+        self._operation_id = operation_id
+        self._asked = 0
+        self._keys: set[str] = set()
+
+    async def ask(self, text: str, schema: dict[str, Any] | None) -> Any:
+        """One commit asks (none if a run before asked it: the owner keeps the first), then the wait for the
+        answer, holding the lease."""
+        if self._asked >= MAX_QUESTIONS_PER_CALL:
+            raise UsageError(f"call.ask: a tool call asks at most {MAX_QUESTIONS_PER_CALL} questions")
+        rt = self._rt
+        interaction_id = _derived(self._operation_id, "question", self._asked)
+        self._asked += 1
+        args = {"text": text, "schema": schema}
+        async with rt.commit() as tx:
+            tx.create_interaction(
+                CreateInteraction(
+                    interaction_id=interaction_id,
+                    operation_id=self._operation_id,
+                    run_id=str(rt.input["run_id"]),
+                    args=json_value(args),
+                    digest=digest(args),
+                    kind="question",
+                )
+            )
+        task = await rt.client.wait_for_task(question_task_id(interaction_id))
+        outcome = task.outcome
+        if outcome is None or outcome.status != "completed" or not isinstance(outcome.result, dict):
+            raise QuestionUnanswered(f"the question {text!r} will not be answered: its run is being cancelled")
+        return outcome.result.get("answer")
+
+    async def execute_tool(self, name: str, args: dict[str, Any], key: str) -> Any:
+        """One commit creates the nested call's task, owned by this call's (none if a run before created it), then
+        the wait for its end, holding the lease."""
+        if key in self._keys:
+            raise UsageError(f"call.execute_tool({name!r}, ..., key={key!r}): this call used that key already")
+        if len(self._keys) >= MAX_NESTED_CALLS_PER_CALL:
+            raise UsageError(f"call.execute_tool: a tool call makes at most {MAX_NESTED_CALLS_PER_CALL} nested calls")
+        self._keys.add(key)
+        rt = self._rt
+        inp = rt.input
+        task_id = _derived(rt.task_id, "call", key)
+        child = {
+            "run_id": inp["run_id"],
+            "operation_id": _derived(self._operation_id, "call", key),
+            "turn": inp["turn"],
+            "call_id": key,
+            "name": name,
+            "arguments": args,
+            "caller": self._tool.name,
+            "parent_operation_id": self._operation_id,
+            **({"run_attempt": inp["run_attempt"]} if "run_attempt" in inp else {}),
+        }
+        try:
+            async with rt.commit() as tx:
+                tx.create_task(TOOL_PREFIX + name, child, task_id=task_id, owner_task_id=rt.task_id)
+        except Duplicate:
+            pass  # a re-run of this call: the nested call exists (its task id is this call's task's and the key)
+        record = await rt.client.wait_for_task(task_id)
+        outcome = record.outcome
+        assert outcome is not None
+        if outcome.status == "completed":
+            return outcome.result
+        raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
+
+    async def subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]:
+        """Foreground: :func:`_run_subagent` under this call's lease. Background: one commit creates the background
+        task (a ``tool:<name>`` task of this tool, its input naming the subagent) that runs it; none if a run before
+        did. Every id derives from the operation."""
+        rt = self._rt
+        conversation_id = _derived(self._operation_id, "subagent")
+        submission_id = _derived(self._operation_id, "subagent", "input")
+        if not background:
+            return await _run_subagent(rt, agent, text, conversation_id, submission_id)
+        task_id = _derived(self._operation_id, "subagent", "task")
+        spec = {"agent": agent, "text": text, "conversation_id": conversation_id, "submission_id": submission_id}
+        try:
+            async with rt.commit() as tx:
+                tx.create_task(
+                    TOOL_PREFIX + self._tool.name,
+                    {"run_id": rt.input["run_id"], "subagent": spec},
+                    task_id=task_id,
+                    owner_task_id=rt.task_id,
+                    background=True,
+                )
+        except Duplicate:
+            pass  # a re-run of this call: its background task exists
+        return {"conversation_id": conversation_id, "submission_id": submission_id, "task_id": task_id}
+
+
+class SubagentUnanswered(Exception):
+    """A subagent's input settled without an answer."""
+
+
+async def _run_subagent(rt: Phase, agent: str, text: str, conversation_id: str, submission_id: str) -> dict[str, Any]:
+    """One commit creates the subagent's conversation, owned by ``rt``'s task and bound to ``agent``, and submits
+    ``text`` to it (none if a run before did), then the wait for the answer, holding the lease."""
+    try:
+        async with rt.commit() as tx:
+            tx.create_conversation(conversation_id, owner_task_id=rt.task_id, agent=agent)
+            tx.submit(
+                conversation_id, kind="input", payload=text, request_id=submission_id, submission_id=submission_id
+            )
+    except Duplicate:
+        pass  # a re-run: the subagent's conversation and its input exist
+    record = await rt.client.wait_for_submission(submission_id)
+    if record.status != "done" or record.answer is None or record.run_id is None:
+        raise SubagentUnanswered(f"the subagent {agent!r} did not answer ({record.status}: {record.reason})")
+    return {"conversation_id": conversation_id, "run_id": record.run_id, "answer": record.answer.text}
