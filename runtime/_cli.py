@@ -343,6 +343,27 @@ def _add_runs_commands(commands: Any) -> None:
     _add_db(interactions)
     _add_json(interactions, "print one JSON object with the interactions")
 
+    ui = commands.add_parser(
+        "ui",
+        help="a web page to operate the database's agents: runs, transcripts live, approvals, questions, resolve",
+        description=(
+            "Serve a web page for the database's owner (which must run: tether up or tether owner): runs by state "
+            "and what waits for a person (approvals, questions, tool calls to resolve) with the buttons that answer "
+            "them, each conversation's transcript updating live (a model's text while it streams), each run's "
+            "journal with retry and cancel, the task tree and usage. The first line printed is the URL to open: it "
+            "carries the login token, without which every page and action is refused. It listens on loopback only. "
+            "Ctrl-C (SIGINT) or SIGTERM stop it."
+        ),
+    )
+    _add_db(ui)
+    ui.add_argument(
+        "--listen",
+        type=_listen_address,
+        default=("127.0.0.1", 8765),
+        metavar="HOST:PORT",
+        help="where to serve the page (default 127.0.0.1:8765; a loopback address, and a port other than 0)",
+    )
+
     watch = commands.add_parser(
         "watch",
         help="follow runs live: the transcript as it streams, tool calls, approvals, the task tree",
@@ -864,6 +885,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _runs_command(args)
         if args.command == "watch":
             return _watch(args)
+        if args.command == "ui":
+            return _ui(args)
         if args.command in USAGE_COMMANDS:
             from ._usage import run_usage_command
 
@@ -1220,6 +1243,27 @@ def _watch(args: argparse.Namespace) -> int:
         _run_trio(function)
     except BrokenPipeError:  # the reader of our output went away (``tether watch --json | head``): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+    return EXIT_OK
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from storage_owner.io import is_loopback
+
+    from ._ui import serve_ui
+
+    host, port = args.listen
+    if not is_loopback(host):
+        return _fail(
+            f"ui: refusing to serve on {host}: the page is served on a loopback address only (there is no TLS for it "
+            "yet); nothing was started",
+            EXIT_USAGE,
+        )
+    if port == 0:
+        return _fail(
+            "ui: give a port other than 0 (--listen 127.0.0.1:8765): the page's origin must be known", EXIT_USAGE
+        )
+    function = partial(serve_ui, os.path.abspath(args.db), host, port, say=lambda _url: None)
+    _run_trio(partial(_serve_until_stopped, function, supervised=False, started=lambda url: str(url)))
     return EXIT_OK
 
 

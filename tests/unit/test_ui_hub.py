@@ -1,0 +1,71 @@
+"""``tether ui``'s fan-out of the owner's watch to open pages (``runtime._ui.Hub``): bounded in pages and in what
+waits for a slow one, which is told to read everything again instead of growing; a commit becomes the events a page
+needs (the pieces of partial output, then what it touched)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from protocol import Change, PartialRecord, RunRecord
+from runtime import _ui
+
+
+def test_open_pages_are_bounded_and_a_slow_one_is_told_to_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ui, "MAX_STREAMS", 2)
+    monkeypatch.setattr(_ui, "MAX_QUEUED_EVENTS", 3)
+    hub = _ui.Hub(client=None)  # type: ignore[arg-type]  (publish and open need no owner)
+    first, second = hub.open(), hub.open()
+    assert first is not None and second is not None
+    assert hub.open() is None and hub.open_streams == 2  # one page more is refused (503)
+    for n in range(10):
+        hub.publish({"type": "change", "seq": n})
+    assert first.overflowed and second.overflowed  # at most 3 queued each; the rest dropped, the page told
+    queued = []
+    while True:
+        try:
+            queued.append(first.receive.receive_nowait())
+        except trio.WouldBlock:
+            break
+    assert [event["seq"] for event in queued] == [0, 1, 2]
+    hub.close(first)
+    assert hub.open_streams == 1 and hub.open() is not None  # a closed page frees its place
+
+
+def test_a_commit_becomes_its_partial_pieces_then_what_it_touched() -> None:
+    partial = PartialRecord(
+        operation_id="op",
+        run_id="run",
+        conversation_id="c",
+        attempt=1,
+        offset=4,
+        text="more",
+        status="streaming",
+        seq=7,
+        created_at_ms=0,
+    )
+    run = RunRecord(
+        run_id="run",
+        conversation_id="c",
+        agent="a",
+        version=1,
+        status="running",
+        submission_id="s",
+        seq=7,
+        created_at_ms=0,
+        updated_at_ms=0,
+    )
+    events: list[dict[str, Any]] = _ui.events_of(Change(watch_id=1, seq=7, committed_at_ms=0, records=(partial, run)))
+    assert events[0] == {
+        "type": "partial",
+        "operation_id": "op",
+        "conversation_id": "c",
+        "run_id": "run",
+        "attempt": 1,
+        "offset": 4,
+        "text": "more",
+        "status": "streaming",
+    }
+    assert events[1] == {"type": "change", "seq": 7, "conversations": ["c"], "runs": ["run"]}
