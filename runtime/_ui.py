@@ -465,6 +465,7 @@ async def serve_ui(
         config.bind = [f"{host}:{port}"]
         config.accesslog = None
         config.errorlog = "-"  # a failure inside a request is printed to stderr, with its traceback
+        config.loglevel = "WARNING"
         config.graceful_timeout = 1
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)

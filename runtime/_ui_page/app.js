@@ -60,7 +60,7 @@ function route() {
   schedule(0);
 }
 
-function schedule(delay = 100) {
+function schedule(delay = 25) {
   if (rendering !== null) return;
   rendering = setTimeout(async () => {
     rendering = null;
