@@ -93,6 +93,7 @@ from ._models._model import (
 )
 from ._models._retry import Retry
 from ._models._scripted import ScriptedModel, ScriptedTurn
+from ._worker._faults import KillPoint, WorkerKill
 from ._worker._journal import tool_operation_id
 from ._worker._phase import Phase, PhaseEnded, PhaseTransaction
 from ._worker._serve import serve
@@ -136,6 +137,7 @@ __all__ = [
     "InteractionAnswer",
     "InteractionRecord",
     "InvalidRequest",
+    "KillPoint",
     "Message",
     "Model",
     "ModelError",
@@ -198,6 +200,7 @@ __all__ = [
     "WhenBusy",
     "WhenIdle",
     "WithdrawOutcome",
+    "WorkerKill",
     "assemble",
     "check_target",
     "connect",

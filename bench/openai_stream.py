@@ -3,7 +3,7 @@
 - ``decode``: a recorded-format stream of ``--chunks`` chunks (text deltas, then a tool call's argument fragments,
   the finish and the usage chunk) through :class:`SSEParser` and :class:`ChatStreamDecoder` (sans-IO, the adapter's
   whole parsing), against the baseline of ``json.loads`` of each chunk alone. The ratio is the adapter's overhead.
-- ``http``: the same stream served by the tests' replay server on loopback (``tests/integration/_openai_server.py``,
+- ``http``: the same stream served by the tests' replay server on loopback (``actors/testing/_openai.py``,
   in this process) and read by ``OpenAIChat.stream`` into a :class:`TurnBuilder`, against the baseline of httpx
   reading the same body's bytes from the same server.
 
@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from actors import ModelRequest, OpenAIChat, TurnBuilder, UserMessage  # noqa: E402
 from actors._models._openai_wire import ChatStreamDecoder, SSEParser  # noqa: E402
-from tests.integration._openai_server import openai_server, sse, stream  # noqa: E402
+from actors.testing import openai_server  # noqa: E402
+from actors.testing import sse_body as sse  # noqa: E402
+from actors.testing import stream_reply as stream  # noqa: E402
 
 HEAD = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1764540000, "model": "gpt-4o-mini"}
 

@@ -636,6 +636,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"and commit for at most S seconds, then cut off what still runs (it follows its recovery policy); a second "
         f"signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
     )
+    worker.add_argument(
+        "--fault-kill",
+        metavar="POINT:N[:KIND[:NAME]]",
+        help="fault injection: SIGKILL this worker at the N-th POINT of the commits of its phases: before_commit, "
+        "after_commit, after_intent, before_result or after_result, counting only KIND (model or tool) operations "
+        "named NAME if given (such as after_intent:1:tool:refund; docs/operations.md, Fault injection)",
+    )
 
     status = commands.add_parser(
         "status",
@@ -1008,6 +1015,10 @@ def _run_worker(args: argparse.Namespace) -> int:
     except UsageError as exc:
         return _fail(f"worker: {exc}", EXIT_USAGE)
     try:
+        fault_kill = None if args.fault_kill is None else actors.WorkerKill.parse(args.fault_kill)
+    except UsageError as exc:
+        return _fail(f"worker: --fault-kill: {exc}", EXIT_USAGE)
+    try:
         app = actors.load_app(args.app)
     except actors.AppLoadError as exc:  # retrying cannot change it: tether up stops on this status
         return _fail(exc, EXIT_USAGE)
@@ -1040,6 +1051,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 ca=args.ca,
                 drain_timeout_s=args.drain_timeout,
                 stop=stop,
+                fault_kill=fault_kill,
                 task_status=_Said(f"tether worker: {name} serving {app.name} on {target}"),
             )
             nursery.cancel_scope.cancel(reason="the worker stopped")

@@ -1,20 +1,20 @@
-"""Fixtures shared by every test: temporary databases, real owner processes, and the guard that fails a test
-which leaves a process of its own behind."""
+"""Fixtures shared by every test: temporary databases, real owner processes (the test kit's, ``actors.testing``),
+and the guard that fails a test which leaves a process of its own behind."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import trio
 from hypothesis import settings
 
-from protocol import RuntimeInfo
-from runtime import kill_and_reap, start_owner, stop_gracefully
+from actors.testing import ScratchOwner
+
+# The test kit's fixtures (tether_db, tether_owner, tether_client) where the plugin's entry point is not installed.
+pytest_plugins = ("actors.testing.plugin",)
 
 # CI explores the same examples every run (a failure there must be reproducible, and a rare one must not block a
 # landing at random); developers' runs keep exploring new ones.
@@ -60,50 +60,13 @@ def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "tether.db")
 
 
-class OwnerProcess:
-    """A real ``tether owner`` process on a test database; restartable, killable, always reaped."""
+class OwnerProcess(ScratchOwner):
+    """A real ``tether owner`` process on a test database (the kit's :class:`~actors.testing.ScratchOwner`, on the
+    wall clock unless ``args`` say ``--clock manual``: a later ``--clock`` wins); restartable, killable, always
+    reaped."""
 
     def __init__(self, db: str, *args: str) -> None:
-        self.db = db
-        self.args = args
-        self.process: trio.Process | None = None
-        self.info: RuntimeInfo | None = None
-
-    async def start(self, *extra: str) -> RuntimeInfo:
-        assert self.process is None or self.process.returncode is not None, "owner already running"
-        self.process, self.info = await start_owner(
-            self.db, *self.args, *extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        return self.info
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    async def kill(self) -> int:
-        assert self.process is not None
-        return await kill_and_reap(self.process, signal.SIGKILL)
-
-    async def stop(self) -> int:
-        assert self.process is not None
-        return await stop_gracefully(self.process)
-
-    async def wait(self) -> int:
-        assert self.process is not None
-        return await self.process.wait()
-
-    async def stderr_text(self) -> str:
-        assert self.process is not None and self.process.stderr is not None
-        chunks = []
-        with trio.move_on_after(2):
-            while chunk := await self.process.stderr.receive_some(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode(errors="replace")
-
-    async def close(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            await stop_gracefully(self.process)
+        super().__init__(db, *args, clock="wall")
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from protocol import (
 
 from .._client._client import Client
 from .._client._transaction import Transaction
+from ._faults import KillSwitch
 
 
 class PhaseEnded(UsageError):
@@ -141,6 +142,7 @@ class Phase:
         version: int,
         *,
         stopping: Callable[[], bool] = lambda: False,
+        kill_switch: KillSwitch | None = None,
     ) -> None:
         self.client = client
         """The worker's connection, for reads (entries, documents, other tasks)."""
@@ -163,6 +165,9 @@ class Phase:
         self.ended = False
         """Whether this run committed its task's next state."""
         self._stopping = stopping
+        self._kill_switch = kill_switch
+        """Fault injection (``tether worker --fault-kill``): told of each commit before it is sent and once it is
+        acknowledged; it kills the process at its point."""
 
     @property
     def stopping(self) -> bool:
@@ -216,13 +221,18 @@ class Phase:
             self.ended = True
 
     async def _commit(self, tx: PhaseTransaction) -> Committed:
+        if self._kill_switch is not None:
+            self._kill_switch.before(tx.writes, self.kind)
         try:
-            return await self.client.commit_writes(tx.writes, lease=self.lease)
+            committed = await self.client.commit_writes(tx.writes, lease=self.lease)
         except ConnectionLost:
             # The outcome is unknown, and the lease is gone either way: it belonged to the lost connection. Sending
             # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
             # this run like any late commit; what was applied before the loss stays applied.
-            return await self.client.commit_writes(tx.writes, lease=self.lease)
+            committed = await self.client.commit_writes(tx.writes, lease=self.lease)
+        if self._kill_switch is not None:
+            self._kill_switch.after(tx.writes, self.kind)
+        return committed
 
     async def advance(self, checkpoint: Any) -> None:
         async with self.commit() as tx:

@@ -18,6 +18,7 @@ from protocol.io import log_stderr
 
 from .._app._app import App
 from .._client._client import Client, check_target, connect
+from ._faults import KillSwitch, WorkerKill
 from ._worker import Worker, _Stop
 
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
@@ -40,6 +41,7 @@ async def serve(
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
     stop: Callable[[], Awaitable[object]] | None = None,
     handle_signals: bool = True,
+    fault_kill: WorkerKill | None = None,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until stopped.
@@ -57,6 +59,10 @@ async def serve(
     and follows its recovery policy. A second SIGINT or SIGTERM, or a cancellation of ``serve``, stops at once,
     cutting off what runs. Each step is logged.
 
+    **Fault injection.** ``fault_kill`` (a :class:`WorkerKill`) makes this process SIGKILL itself at that point of
+    the commits of the phases it runs: for crash tests of a worker process (``tether worker --fault-kill``,
+    ``actors.testing``), never in a process that must survive, such as a test's own.
+
     Raises :class:`~protocol.UsageError` at once for what no retry can mend (see :func:`connect`) and for a negative
     ``drain_timeout_s``; an owner that is not up yet is waited for, each failed attempt logged (at most one line per
     ``RETRY_LOG_INTERVAL_S`` while it lasts).
@@ -65,6 +71,9 @@ async def serve(
     if not drain_timeout_s >= 0:
         raise UsageError(f"drain_timeout_s is a number of seconds, 0 or more, not {drain_timeout_s!r}")
     worker_name = name or f"worker-{os.getpid()}"
+    if fault_kill is not None and not isinstance(fault_kill, WorkerKill):
+        raise UsageError(f"fault_kill is an actors.WorkerKill or None, not {fault_kill!r}")
+    kill_switch = None if fault_kill is None else fault_kill.switch(log)
     signals = handle_signals and threading.current_thread() is threading.main_thread()
     receiver = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) if signals else contextlib.nullcontext()
     # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
@@ -81,7 +90,13 @@ async def serve(
             async def connections(*, task_status: trio.TaskStatus[Client]) -> None:
                 connect_args = {"db": db, "url": url, "token": token, "ca": ca, "name": worker_name}
                 await _serve_connections(
-                    app, stopping, connect_args=connect_args, max_leases=max_leases, log=log, task_status=task_status
+                    app,
+                    stopping,
+                    connect_args=connect_args,
+                    max_leases=max_leases,
+                    log=log,
+                    kill_switch=kill_switch,
+                    task_status=task_status,
                 )
                 nursery.cancel_scope.cancel(reason="the worker stopped")
 
@@ -145,6 +160,7 @@ async def _serve_connections(
     connect_args: dict[str, Any],
     max_leases: int,
     log: Callable[[str], None],
+    kill_switch: KillSwitch | None,
     task_status: trio.TaskStatus[Client],
 ) -> None:
     """Serve ``app`` until the stop's drain is over, connecting afresh whenever a connection cannot be kept up."""
@@ -156,7 +172,7 @@ async def _serve_connections(
                 connect(role="worker", wait_for_owner_s=math.inf, on_attempt=attempts, **connect_args) as client,
                 trio.open_nursery() as nursery,
             ):
-                worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases)
+                worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases, kill_switch=kill_switch)
                 client.connection.attach_worker(worker)  # its announcement is re-sent after every reconnection
                 stopping.worker = worker
                 await client.announce(worker.announcement())

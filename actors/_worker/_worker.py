@@ -32,6 +32,7 @@ from protocol.io import log_stderr
 from .._app._app import App, TaskDefinition
 from .._client._client import Client
 from ._agent_run import AgentRun, ModelUnavailable
+from ._faults import KillSwitch
 from ._journal import AGENT_PREFIX, TOOL_PREFIX
 from ._phase import Phase
 from ._tool_run import ToolRun
@@ -61,6 +62,7 @@ class Worker:
         stop: _Stop | None = None,
         *,
         max_leases: int = DEFAULT_MAX_LEASES,
+        kill_switch: KillSwitch | None = None,
     ) -> None:
         self.app = app
         self.client = client
@@ -70,6 +72,7 @@ class Worker:
         self._max_leases = max_leases
         self._running: dict[str, _Running] = {}
         self._drain_announced = False
+        self._kill_switch = kill_switch
 
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
@@ -174,7 +177,8 @@ class Worker:
             try:
                 checkpoint = definition.initial(lease.input)
             except Exception as exc:
-                await Phase(self.client, lease, None, definition.version).fault("phase_error", _describe(exc))
+                rt = Phase(self.client, lease, None, definition.version, kill_switch=self._kill_switch)
+                await rt.fault("phase_error", _describe(exc))
                 return
         elif 0 < lease.version < definition.version:
             assert definition.migrate is not None  # the owner leases older tasks only to workers that migrate
@@ -185,7 +189,14 @@ class Worker:
                 self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
                 await self._release(lease, migration_error=message)
                 return
-        rt = Phase(self.client, lease, checkpoint, definition.version, stopping=lambda: self._stop.draining)
+        rt = Phase(
+            self.client,
+            lease,
+            checkpoint,
+            definition.version,
+            stopping=lambda: self._stop.draining,
+            kill_switch=self._kill_switch,
+        )
         if lease.mode == "abort":
             function = definition.abort
             if function is None:

@@ -12,19 +12,22 @@ import os
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 import trio
 
 import actors
+from actors import testing
 from protocol import new_id
-from protocol.io import log_stderr
 from runtime import stop_gracefully, tether_command
 from tests.integration._up_helpers import CHILD_ENV, ROOT
 
 POLL_S: Final = 0.02
 AGENT_APPS: Final = "tests.integration._agent_apps"
+
+served = testing.served
+"""The kit's :func:`actors.testing.served`: ``app`` served in this process for the duration of a block."""
 
 
 @pytest.fixture
@@ -38,31 +41,12 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def served(
-    db: str, app: actors.App, *, name: str, log: Callable[[str], None] | None = None
-) -> AsyncIterator[None]:
-    """``app`` served in this process by worker ``name`` for the duration of the block (it outlives owner
-    restarts: the worker reconnects); ``log`` gets the worker's log lines (stderr by default)."""
-    async with trio.open_nursery() as nursery:
-        scope = trio.CancelScope()
-
-        async def run(*, task_status: trio.TaskStatus[Any]) -> None:
-            with scope:
-                await actors.serve(app, db=db, name=name, log=log or log_stderr, task_status=task_status)
-
-        await nursery.start(run)
-        try:
-            yield
-        finally:
-            scope.cancel()
-
-
-@contextlib.asynccontextmanager
 async def serving(
     db: str, app: actors.App, *, name: str = "agents", log: Callable[[str], None] | None = None
 ) -> AsyncIterator[actors.Client]:
-    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block."""
-    async with actors.connect(db) as client, served(db, app, name=name, log=log):
+    """A client, and ``app`` served in this process by worker ``name`` for the duration of the block (the kit's
+    :func:`actors.testing.serving`, under the name these tests' workers have)."""
+    async with testing.serving(db, app, name=name, log=log) as client:
         yield client
 
 

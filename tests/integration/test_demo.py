@@ -14,6 +14,9 @@ import attrs
 import pytest
 import trio
 
+from actors.testing import openai_server
+from actors.testing import sse_body as sse
+from actors.testing import stream_reply as stream
 from protocol import InteractionAnswer, InteractionRecord, JsonValue, OperationRecord, RunAnswer, RunRecord
 from runtime import tether_command
 from runtime._cli import main
@@ -21,7 +24,6 @@ from runtime._demo_agents import _check
 from runtime._demo_research import _check as _check_research
 from runtime._demo_stream import _check_run
 from runtime.demo_app import TRACKER_ANSWER, Desk
-from tests.integration._openai_server import openai_server, sse, stream
 from tests.integration._up_helpers import CHILD_ENV, ROOT, describe, nonblank_lines, run_tether, wait_gone
 
 TIMEOUT_S: Final = 60.0

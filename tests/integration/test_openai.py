@@ -1,4 +1,4 @@
-"""``actors.OpenAIChat`` against an OpenAI-compatible server on loopback (tests/integration/_openai_server.py) that
+"""``actors.OpenAIChat`` against an OpenAI-compatible server on loopback (actors/testing/_openai.py) that
 replays recorded streams of OpenAI, vLLM, Ollama, llama.cpp and OpenRouter with their quirks, errors, slow and cut
 streams, and records the requests it got."""
 
@@ -15,8 +15,13 @@ import trio
 import actors
 from actors import AssistantTurn, ModelError, ModelRequest, OpenAIChat, ToolSpec, TurnBuilder, Usage, UserMessage
 from actors._models import _openai as openai_module
+from actors.testing import OpenAIServer as ReplayServer
+from actors.testing import Reply, openai_server
+from actors.testing import error_reply as error
+from actors.testing import recorded_transcript as transcript
+from actors.testing import sse_body as sse
+from actors.testing import stream_reply as stream
 from tests.integration._agent_apps import read_ledger
-from tests.integration._openai_server import ReplayServer, Reply, error, openai_server, sse, stream, transcript
 from tests.integration._up_helpers import all_up, tether_up
 
 TIMEOUT_S: Final = 30

@@ -47,6 +47,14 @@ def test_importing_protocol_leaves_its_io_module_alone() -> None:
     assert _loaded_after("import protocol", "protocol.io") == []
 
 
+def test_importing_actors_leaves_the_test_kit_alone_and_the_kit_loads_what_a_test_uses() -> None:
+    # A worker never loads the kit, nor a pytest session that loads its plugin and uses none of its fixtures.
+    assert _loaded_after("import actors", "actors.testing") == []
+    assert _loaded_after("import actors.testing.plugin", "runtime") == []
+    assert _loaded_after("import actors.testing", "actors.testing") == ["actors.testing"]
+    assert "actors.testing._processes" in _loaded_after("import actors.testing; actors.testing.ScratchOwner", "actors")
+
+
 def test_importing_actors_leaves_httpx_until_openai_chat_is_used() -> None:
     # Every worker and every tether command imports actors; only a model server's client needs httpx.
     assert _loaded_after("import actors", "httpx") == []
@@ -96,8 +104,15 @@ def test_outside_the_client_nothing_calls_the_connection_or_sets_its_hooks() -> 
     assert found == []
 
 
-ROOMS = {"_models": (), "_app": ("_models",), "_client": (), "_worker": ("_models", "_app", "_client")}
-"""actors' rooms (its sub-packages) and the rooms each may import: none imports a room that imports it back."""
+ROOMS = {
+    "_models": (),
+    "_app": ("_models",),
+    "_client": (),
+    "_worker": ("_models", "_app", "_client"),
+    "testing": ("_models", "_app", "_client", "_worker"),
+}
+"""actors' rooms (its sub-packages) and the rooms each may import: none imports a room that imports it back. The
+test kit (``actors.testing``, public) comes last: it uses every room, and no room uses it."""
 
 
 def _rooms_imported(source: Path) -> set[str]:

@@ -151,3 +151,9 @@ def test_only_the_entry_point_imports_the_command_line() -> None:
     # The command line imports the rest of runtime (lazily, per command); nothing imports it back.
     importers = {i.importer for i in IMPORTS if i.imported == "runtime._cli"}
     assert importers == {"runtime", "runtime._entry"}  # runtime's own lazy name build_parser, and main
+
+
+def test_in_actors_only_the_test_kit_uses_runtime() -> None:
+    # actors.testing starts owner and worker processes with runtime's helpers; the rest of actors stays below runtime.
+    importers = {i.importer for i in IMPORTS if _layer(i.importer) == "actors" and _layer(i.imported) == "runtime"}
+    assert importers == {"actors.testing._processes"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import email.utils
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -27,6 +26,7 @@ from actors import (
     UsageReport,
     UserMessage,
     assemble,
+    testing,
 )
 from actors._models._openai import OpenAIChat
 from actors._models._openai_wire import (
@@ -40,7 +40,6 @@ from actors._models._openai_wire import (
 from actors._worker._journal import run_usage
 from protocol import UsageError
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "openai"
 LOOKUP = ToolSpec(
     name="lookup",
     description="Look an order up.",
@@ -80,9 +79,9 @@ def calls_of(*chunks: dict[str, Any]) -> tuple[ToolCallRequest, ...]:
 # ------------------------------------------------------------------------------------------------ the parser
 
 
-@pytest.mark.parametrize("name", sorted(path.stem for path in DATA.glob("*.sse") if "error" not in path.stem))
+@pytest.mark.parametrize("name", [name for name in testing.TRANSCRIPTS if "error" not in name])
 def test_every_split_of_a_transcript_decodes_the_same(name: str) -> None:
-    body = (DATA / f"{name}.sse").read_bytes()
+    body = testing.recorded_transcript(name)
     whole = decode(body)
     for cut in range(1, len(body)):
         assert decode(body, [body[:cut], body[cut:]]) == whole, f"split at byte {cut}"

@@ -1,11 +1,12 @@
 """An OpenAI-compatible server for tests: plain HTTP/1.1 on a trio socket (loopback, port 0), answering each request
 to ``POST /v1/chat/completions`` with the next scripted :class:`Reply`, and recording every request it got.
 
-Replies replay recorded stream transcripts (``tests/data/openai/*.sse``, in the formats of OpenAI, vLLM, Ollama,
-llama.cpp and OpenRouter) or inline chunks (:func:`sse`), byte for byte, with the network's quirks on demand: the body
-written in small pieces (``data:`` lines split across reads), slowly (``delay_s`` before each piece), cut off
-(``cut_after``: the connection closes mid-body), or ended by closing the connection (``chunked=False``). Error replies
-carry a status, headers (``Retry-After``) and a JSON body. A request with no reply left gets a 500 saying so.
+Replies replay recorded stream transcripts (``actors/testing/transcripts/*.sse``, :data:`TRANSCRIPTS`, in the formats
+of OpenAI, vLLM, Ollama, llama.cpp and OpenRouter) or inline chunks (:func:`sse_body`), byte for byte, with the
+network's quirks on demand: the body written in small pieces (``data:`` lines split across reads), slowly
+(``delay_s`` before each piece), cut off (``cut_after``: the connection closes mid-body), or ended by closing the
+connection (``chunked=False``). Error replies carry a status, headers (``Retry-After``) and a JSON body. A request
+with no reply left gets a 500 saying so.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from typing import Any, Final
 import attrs
 import trio
 
-DATA: Final = Path(__file__).resolve().parents[1] / "data" / "openai"
+from protocol import UsageError
+
+TRANSCRIPTS_DIR: Final = Path(__file__).resolve().parent / "transcripts"
+TRANSCRIPTS: Final = tuple(sorted(path.stem for path in TRANSCRIPTS_DIR.glob("*.sse")))
+"""The names of the recorded transcripts :func:`recorded_transcript` replays."""
 MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
 REASONS: Final = {
     200: "OK",
@@ -55,7 +60,7 @@ class Reply:
 
 
 @attrs.frozen(kw_only=True)
-class Recorded:
+class RecordedRequest:
     """A request the server got: method, path, headers (names lowercased) and the JSON body."""
 
     method: str
@@ -64,12 +69,15 @@ class Recorded:
     body: Any
 
 
-def transcript(name: str) -> bytes:
-    """The recorded stream ``tests/data/openai/NAME.sse``, as bytes."""
-    return (DATA / f"{name}.sse").read_bytes()
+def recorded_transcript(name: str) -> bytes:
+    """The recorded stream ``NAME`` (one of :data:`TRANSCRIPTS`), as bytes; :class:`~protocol.UsageError` names the
+    recorded ones for another name."""
+    if name not in TRANSCRIPTS:
+        raise UsageError(f"no recorded transcript {name!r}; the recorded ones: {', '.join(TRANSCRIPTS)}")
+    return (TRANSCRIPTS_DIR / f"{name}.sse").read_bytes()
 
 
-def sse(*chunks: object, done: bool = True) -> bytes:
+def sse_body(*chunks: object, done: bool = True) -> bytes:
     """An event stream of ``chunks`` (a dict is sent as its JSON, a str as is), then ``data: [DONE]`` if ``done``."""
     lines = [f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n" for chunk in chunks]
     if done:
@@ -77,22 +85,25 @@ def sse(*chunks: object, done: bool = True) -> bytes:
     return "".join(lines).encode()
 
 
-def stream(body: bytes, **options: Any) -> Reply:
+def stream_reply(body: bytes, **options: Any) -> Reply:
+    """A 200 event stream of ``body`` (a :func:`recorded_transcript` or an :func:`sse_body`), with the
+    :class:`Reply` ``options`` (``piece_bytes``, ``delay_s``, ``cut_after``, ``chunked``)."""
     return Reply(body=body, **options)
 
 
-def error(status: int, payload: object, *headers: tuple[str, str]) -> Reply:
+def error_reply(status: int, payload: object, *headers: tuple[str, str]) -> Reply:
     """An error response: ``payload`` as its JSON body (a str as is), with ``headers``."""
     body = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
     return Reply(status=status, headers=(("content-type", "application/json"), *headers), body=body)
 
 
-class ReplayServer:
-    """The server; start it with :func:`openai_server`. ``url`` is the ``base_url`` to give ``OpenAIChat``."""
+class OpenAIServer:
+    """The server; start it with :func:`openai_server`. ``url`` is the ``base_url`` to give ``OpenAIChat``;
+    ``requests`` what it got, in order; :meth:`add` scripts more replies."""
 
     def __init__(self, replies: Iterable[Reply] = ()) -> None:
         self.replies: deque[Reply] = deque(replies)
-        self.requests: list[Recorded] = []
+        self.requests: list[RecordedRequest] = []
         self.port = 0
 
     @property
@@ -116,15 +127,17 @@ class ReplayServer:
                     return
                 self.requests.append(request)
                 if request.method != "POST" or not request.path.endswith("/chat/completions"):
-                    reply = error(404, {"error": {"message": f"no route {request.method} {request.path}"}})
+                    reply = error_reply(404, {"error": {"message": f"no route {request.method} {request.path}"}})
                 elif self.replies:
                     reply = self.replies.popleft()
                 else:
-                    reply = error(500, {"error": {"message": "the test server has no reply left", "type": "test"}})
+                    reply = error_reply(
+                        500, {"error": {"message": "the test server has no reply left", "type": "test"}}
+                    )
                 await _write_reply(connection, reply)
 
 
-async def _read_request(connection: trio.SocketStream) -> Recorded | None:
+async def _read_request(connection: trio.SocketStream) -> RecordedRequest | None:
     data = bytearray()
     while b"\r\n\r\n" not in data:
         piece = await connection.receive_some(65536)
@@ -149,7 +162,7 @@ async def _read_request(connection: trio.SocketStream) -> Recorded | None:
         body += piece
     text = bytes(body[:length])
     parsed: Any = json.loads(text) if text else None
-    return Recorded(method=method, path=path, headers=headers, body=parsed)
+    return RecordedRequest(method=method, path=path, headers=headers, body=parsed)
 
 
 async def _write_reply(connection: trio.SocketStream, reply: Reply) -> None:
@@ -176,9 +189,9 @@ async def _write_reply(connection: trio.SocketStream, reply: Reply) -> None:
 
 
 @contextlib.asynccontextmanager
-async def openai_server(*replies: Reply) -> AsyncIterator[ReplayServer]:
-    """A started :class:`ReplayServer` with ``replies`` scripted; stopped when the block ends."""
-    server = ReplayServer(replies)
+async def openai_server(*replies: Reply) -> AsyncIterator[OpenAIServer]:
+    """A started :class:`OpenAIServer` with ``replies`` scripted; stopped when the block ends."""
+    server = OpenAIServer(replies)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         try:
