@@ -643,6 +643,12 @@ def build_parser() -> argparse.ArgumentParser:
         "after_commit, after_intent, before_result or after_result, counting only KIND (model or tool) operations "
         "named NAME if given (such as after_intent:1:tool:refund; docs/operations.md, Fault injection)",
     )
+    worker.add_argument(
+        "--otel",
+        action="store_true",
+        help="OpenTelemetry spans of phases, model requests and tool calls on the global tracer provider (the "
+        "tether[otel] extra; same as TETHER_OTEL=1; see docs/telemetry.md)",
+    )
 
     status = commands.add_parser(
         "status",
@@ -751,6 +757,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     # tether up's check before it starts workers: load the app as a worker would, then exit 0 (or 2, saying why).
     worker.add_argument("--check-app", action="store_true", help=argparse.SUPPRESS)
+    owner.add_argument(
+        "--otel",
+        action="store_true",
+        help="OpenTelemetry metrics and run spans on the global providers (the tether[otel] extra; same as "
+        "TETHER_OTEL=1; see docs/telemetry.md)",
+    )
     owner.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)  # tether up's warm standby
     owner.add_argument(
         "--heartbeat-timeout",
@@ -1050,6 +1062,7 @@ def _run_worker(args: argparse.Namespace) -> int:
                 max_leases=args.max_leases,
                 ca=args.ca,
                 drain_timeout_s=args.drain_timeout,
+                otel=args.otel or None,
                 stop=stop,
                 fault_kill=fault_kill,
                 task_status=_Said(f"tether worker: {name} serving {app.name} on {target}"),
@@ -1343,7 +1356,10 @@ def _run_owner(args: argparse.Namespace) -> int:
         start_check_s=args.start_check,
         standby=args.standby,
     )
-    server = OwnerServer(config)
+    try:
+        server = OwnerServer(config, otel=args.otel or None)
+    except TetherError as exc:  # telemetry asked for, without OpenTelemetry installed
+        return _fail(exc, EXIT_USAGE)
     try:
         _run_trio(
             partial(

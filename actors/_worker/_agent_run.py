@@ -250,16 +250,27 @@ class AgentRun:
             return
         builder = TurnBuilder()
         failure: ModelError | None = None
-        async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
-            try:
-                async with _closing(agent.model.stream(request)) as stream:
-                    async for event in stream:
-                        builder.feed(event)
-                        if isinstance(event, TextDelta):
-                            partial.feed(event.text)  # sent in pieces while it streams; never waits
-                result = builder.result()
-            except ModelError as exc:
-                failure = exc
+        telemetry = rt._telemetry
+        span = (
+            None if telemetry is None else telemetry.start_model_request(agent.model.name, operation_id, turn, attempt)
+        )
+        try:
+            async with partial_output(rt, operation_id, attempt, agent.partial_interval_ms) as partial:
+                try:
+                    async with _closing(agent.model.stream(request)) as stream:
+                        async for event in stream:
+                            builder.feed(event)
+                            if isinstance(event, TextDelta):
+                                partial.feed(event.text)  # sent in pieces while it streams; never waits
+                    result = builder.result()
+                except ModelError as exc:
+                    failure = exc
+        except BaseException as exc:  # cut off while it streamed (cancelled, the connection lost)
+            if span is not None:
+                span.end(None, exc, builder.usage)
+            raise
+        if span is not None:
+            span.end(None if failure is not None else result, failure, builder.usage)
         if failure is not None:
             await self._model_failed(
                 rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage

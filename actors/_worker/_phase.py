@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -32,6 +32,9 @@ from .._client._client import Client
 from .._client._transaction import Transaction
 from ._faults import KillSwitch
 
+if TYPE_CHECKING:
+    from ._telemetry import WorkerTelemetry
+
 
 class PhaseEnded(UsageError):
     """The phase already committed its task's next state; it may not commit another."""
@@ -45,6 +48,8 @@ class PhaseTransaction(Transaction):
         super().__init__(default_owner_task_id=phase.task_id)
         self._phase = phase
         self.ends_phase = False
+        self.state: SetTaskState | None = None
+        """The task's next state this commit holds, if it ends the phase."""
 
     def start_operation(self, write: StartOperation) -> None:
         """Commit an operation's intent (a model request of the run, or a tool call) in this commit."""
@@ -122,6 +127,7 @@ class PhaseTransaction(Transaction):
         if self.ends_phase:
             raise UsageError("a commit holds at most one new state of its task")
         self.ends_phase = True
+        self.state = write
         self.writes.append(write)
 
 
@@ -143,6 +149,7 @@ class Phase:
         *,
         stopping: Callable[[], bool] = lambda: False,
         kill_switch: KillSwitch | None = None,
+        telemetry: WorkerTelemetry | None = None,
     ) -> None:
         self.client = client
         """The worker's connection, for reads (entries, documents, other tasks)."""
@@ -164,10 +171,14 @@ class Phase:
         self._received_s = trio.current_time()
         self.ended = False
         """Whether this run committed its task's next state."""
+        self.end_state: SetTaskState | None = None
+        """The task's next state this run committed (its spans' outcome)."""
         self._stopping = stopping
         self._kill_switch = kill_switch
         """Fault injection (``tether worker --fault-kill``): told of each commit before it is sent and once it is
         acknowledged; it kills the process at its point."""
+        self._telemetry = telemetry
+        """The worker's spans (``None``: telemetry is off, the run loop makes none)."""
 
     @property
     def stopping(self) -> bool:
@@ -219,6 +230,7 @@ class Phase:
         tx.results = committed.results
         if tx.ends_phase:
             self.ended = True
+            self.end_state = tx.state
 
     async def _commit(self, tx: PhaseTransaction) -> Committed:
         if self._kill_switch is not None:

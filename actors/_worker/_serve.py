@@ -9,17 +9,28 @@ import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from protocol import DEFAULT_MAX_LEASES, ConnectionLost, OwnerUnavailable, TetherError, UsageError
+from protocol import (
+    DEFAULT_MAX_LEASES,
+    ConnectionLost,
+    OwnerUnavailable,
+    TetherError,
+    UsageError,
+    otel_from_environment,
+)
 from protocol.io import log_stderr
 
 from .._app._app import App
 from .._client._client import Client, check_target, connect
+from ._agent_run import ModelUnavailable
 from ._faults import KillSwitch, WorkerKill
 from ._worker import Worker, _Stop
+
+if TYPE_CHECKING:
+    from ._telemetry import WorkerTelemetry
 
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
 """How long a stopping worker lets the phases it runs finish before it cuts off what still runs (``tether worker
@@ -42,6 +53,8 @@ async def serve(
     stop: Callable[[], Awaitable[object]] | None = None,
     handle_signals: bool = True,
     fault_kill: WorkerKill | None = None,
+    otel: bool | None = None,
+    tracer_provider: Any = None,
     task_status: trio.TaskStatus[Client] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` as a worker until stopped.
@@ -62,6 +75,10 @@ async def serve(
     **Fault injection.** ``fault_kill`` (a :class:`WorkerKill`) makes this process SIGKILL itself at that point of
     the commits of the phases it runs: for crash tests of a worker process (``tether worker --fault-kill``,
     ``actors.testing``), never in a process that must survive, such as a test's own.
+    **Telemetry** (the ``tether[otel]`` extra, docs/telemetry.md): with ``otel=True``, or a ``tracer_provider``, or
+    ``otel`` left ``None`` and ``TETHER_OTEL=1`` in the environment, every phase, model request and tool call is a span
+    on ``tracer_provider`` (the global OpenTelemetry one when ``None``). Off by default: OpenTelemetry is then never
+    imported.
 
     Raises :class:`~protocol.UsageError` at once for what no retry can mend (see :func:`connect`) and for a negative
     ``drain_timeout_s``; an owner that is not up yet is waited for, each failed attempt logged (at most one line per
@@ -74,6 +91,7 @@ async def serve(
     if fault_kill is not None and not isinstance(fault_kill, WorkerKill):
         raise UsageError(f"fault_kill is an actors.WorkerKill or None, not {fault_kill!r}")
     kill_switch = None if fault_kill is None else fault_kill.switch(log)
+    telemetry = _telemetry(otel, tracer_provider)
     signals = handle_signals and threading.current_thread() is threading.main_thread()
     receiver = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) if signals else contextlib.nullcontext()
     # Listening from the start: a worker still waiting for its owner stops on SIGTERM too.
@@ -96,11 +114,27 @@ async def serve(
                     max_leases=max_leases,
                     log=log,
                     kill_switch=kill_switch,
+                    telemetry=telemetry,
                     task_status=task_status,
                 )
                 nursery.cancel_scope.cancel(reason="the worker stopped")
 
             task_status.started(await nursery.start(connections))
+
+
+def _telemetry(otel: bool | None, tracer_provider: Any) -> WorkerTelemetry | None:
+    """The worker's spans, if telemetry is on (see :func:`serve`); only then is OpenTelemetry imported."""
+    if otel is None:
+        otel = tracer_provider is not None or otel_from_environment()
+    if not otel:
+        return None
+    try:
+        from ._telemetry import WorkerTelemetry
+    except ImportError as exc:
+        raise UsageError(
+            f"telemetry needs OpenTelemetry, which is not installed ({exc}): pip install 'tether[otel]'"
+        ) from exc
+    return WorkerTelemetry(tracer_provider, given_back=(ModelUnavailable,))
 
 
 async def _stop_on_signals(
@@ -161,6 +195,7 @@ async def _serve_connections(
     max_leases: int,
     log: Callable[[str], None],
     kill_switch: KillSwitch | None,
+    telemetry: WorkerTelemetry | None,
     task_status: trio.TaskStatus[Client],
 ) -> None:
     """Serve ``app`` until the stop's drain is over, connecting afresh whenever a connection cannot be kept up."""
@@ -172,7 +207,16 @@ async def _serve_connections(
                 connect(role="worker", wait_for_owner_s=math.inf, on_attempt=attempts, **connect_args) as client,
                 trio.open_nursery() as nursery,
             ):
-                worker = Worker(app, client, nursery, log, stopping, max_leases=max_leases, kill_switch=kill_switch)
+                worker = Worker(
+                    app,
+                    client,
+                    nursery,
+                    log,
+                    stopping,
+                    max_leases=max_leases,
+                    kill_switch=kill_switch,
+                    telemetry=telemetry,
+                )
                 client.connection.attach_worker(worker)  # its announcement is re-sent after every reconnection
                 stopping.worker = worker
                 await client.announce(worker.announcement())

@@ -170,33 +170,48 @@ class ToolRun:
             await self._execute(rt, op)
             return
         failure: str | None = None
-        async with partial_output(rt, operation_id, attempt, PROGRESS_INTERVAL_MS) as progress:
-            call = ToolCall(
-                operation_id=operation_id,
-                run_id=run_id,
-                conversation_id=rt.conversation_id,
-                attempt=attempt,
-                tool=tool.name,
-                version=tool.version,
-                progress=progress.feed,
-                host=CallHost(rt, tool, operation_id),
-            )
-            try:
-                returned = await tool.handler(call, dict(args))
-                result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
-                output = json_value(result.output, "output")
-                extra = {
-                    name: json_value(value, name)
-                    for name, value in (("structured", result.structured), ("details", result.details))
-                    if value is not None
-                }
-            except Exception as exc:  # the handler's failure is the model's to read
-                failure = f"error: {type(exc).__name__}: {exc}"
+        raised: Exception | None = None
+        telemetry = rt._telemetry
+        span = None
+        if telemetry is not None:
+            span = telemetry.start_tool_call(tool, str(inp["call_id"]), operation_id, attempt, policy)
+        try:
+            async with partial_output(rt, operation_id, attempt, PROGRESS_INTERVAL_MS) as progress:
+                call = ToolCall(
+                    operation_id=operation_id,
+                    run_id=run_id,
+                    conversation_id=rt.conversation_id,
+                    attempt=attempt,
+                    tool=tool.name,
+                    version=tool.version,
+                    progress=progress.feed,
+                    host=CallHost(rt, tool, operation_id),
+                )
+                try:
+                    returned = await tool.handler(call, dict(args))
+                    result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
+                    output = json_value(result.output, "output")
+                    extra = {
+                        name: json_value(value, name)
+                        for name, value in (("structured", result.structured), ("details", result.details))
+                        if value is not None
+                    }
+                except Exception as exc:  # the handler's failure is the model's to read
+                    failure = f"error: {type(exc).__name__}: {exc}"
+                    raised = exc
+        except BaseException as exc:  # cut off while the handler ran (cancelled, the connection lost)
+            if span is not None:
+                span.cut_off(exc)
+            raise
         pieces = progress.final_writes()  # the progress not stored yet, in the result's commit
         if failure is not None:
+            if span is not None:
+                span.end("error", raised)
             await self._finish(rt, operation_id, failure, is_error=True, pieces=pieces)
             return
         errors = tool.validate_output(result.structured) if tool.output_schema is not None else ()
+        if span is not None:
+            span.end("invalid_output" if errors else "completed")
         if errors:
             content = "error: the tool's structured output does not match its output_schema: " + "; ".join(errors)
             await self._finish(rt, operation_id, content, is_error=True, usage=result.usage, pieces=pieces)

@@ -9,7 +9,7 @@ import os
 import socket
 import traceback
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -37,6 +37,9 @@ from ._journal import AGENT_PREFIX, TOOL_PREFIX
 from ._phase import Phase
 from ._tool_run import ToolRun
 
+if TYPE_CHECKING:
+    from ._telemetry import WorkerTelemetry
+
 MAX_ERROR_CHARS: Final = 4000
 RELEASE_TIMEOUT_S: Final = 10.0
 
@@ -63,6 +66,7 @@ class Worker:
         *,
         max_leases: int = DEFAULT_MAX_LEASES,
         kill_switch: KillSwitch | None = None,
+        telemetry: WorkerTelemetry | None = None,
     ) -> None:
         self.app = app
         self.client = client
@@ -73,6 +77,8 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._drain_announced = False
         self._kill_switch = kill_switch
+        self._telemetry = telemetry
+        """The worker's spans; ``None`` (the default): telemetry is off, and a phase pays this one check."""
 
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
@@ -189,6 +195,7 @@ class Worker:
                 self._log(f"tether worker: task {lease.lease.task_id}: migrate({lease.version}) failed: {message}")
                 await self._release(lease, migration_error=message)
                 return
+        telemetry = self._telemetry
         rt = Phase(
             self.client,
             lease,
@@ -196,8 +203,19 @@ class Worker:
             definition.version,
             stopping=lambda: self._stop.draining,
             kill_switch=self._kill_switch,
+            telemetry=telemetry,
         )
-        if lease.mode == "abort":
+        if telemetry is None:
+            await self._run_function(rt, definition)
+            return
+        with telemetry.phase(rt):
+            await self._run_function(rt, definition)
+
+    async def _run_function(self, rt: Phase, definition: TaskDefinition) -> None:
+        """Run the phase (or the abort handler) ``rt`` names; a function that raised or made no progress faults the
+        task."""
+        checkpoint = rt.checkpoint
+        if rt.mode == "abort":
             function = definition.abort
             if function is None:
                 await rt.aborted()
@@ -206,7 +224,7 @@ class Worker:
             function = definition.phases.get(rt.phase or "")
             if function is None:
                 known = ", ".join(sorted(definition.phases))
-                await rt.fault("unknown_phase", f"checkpoint {checkpoint!r} names no phase of {lease.kind} ({known})")
+                await rt.fault("unknown_phase", f"checkpoint {checkpoint!r} names no phase of {rt.kind} ({known})")
                 return
         try:
             await function(rt)

@@ -3,7 +3,7 @@
 from ._checks import MAX_READ_LIMIT, same_json
 from ._commits import MAX_WRITES_PER_COMMIT
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Output, PeerId
-from ._owner import BatchEffects, BatchOrderError, OwnerCore
+from ._owner import BatchEffects, BatchOrderError, CoreGauges, OwnerCore
 from ._ports import (
     NO_CHANGE,
     TASK_ROW_FIELDS,
@@ -24,7 +24,7 @@ from ._ports import (
     TaskStore,
     UsageStore,
 )
-from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS
+from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS, run_task_id
 from ._run_status import run_status
 from ._task_settle import ORPHAN_GRACE_MS
 from ._tasks import TaskEngine
@@ -44,6 +44,7 @@ __all__ = [
     "BatchOrderError",
     "ConversationReads",
     "ConversationStore",
+    "CoreGauges",
     "LogStore",
     "LoggedCommit",
     "OperationReads",
@@ -63,5 +64,6 @@ __all__ = [
     "TaskStore",
     "UsageStore",
     "run_status",
+    "run_task_id",
     "same_json",
 ]

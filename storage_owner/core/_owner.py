@@ -72,6 +72,7 @@ from protocol import (
     Respond,
     RetryRun,
     RunRecord,
+    RunUsage,
     SetBudget,
     SetPrices,
     Submit,
@@ -129,6 +130,22 @@ class BatchEffects:
 
     clock_ms: int | None = None
     """A manual clock was advanced to this time."""
+    ended_runs: tuple[RunRecord, ...] = ()
+    """The runs the batch ended (terminal), with telemetry on (:meth:`OwnerCore.observe`)."""
+
+
+@attrs.frozen
+class CoreGauges:
+    """What the owner's telemetry reads of the core, at one instant (:meth:`OwnerCore.gauges`)."""
+
+    runs_by_status: dict[str, int]
+    """Live (not terminal) runs by status."""
+    ready_tasks: int
+    blocked_tasks: int
+    leased_tasks: int
+    workers: int
+    usage: dict[tuple[str, str], RunUsage]
+    """The usage committed since :meth:`OwnerCore.observe`, by kind and name (see ``Usage.totals``)."""
 
 
 class OwnerCore:
@@ -195,7 +212,9 @@ class OwnerCore:
             stored_tasks=store,
             max_concurrent_runs=max_concurrent_runs,
         )
-        self.usage = Usage(store, self.tasks, self.runs, stored_conversations=store, stored_tasks=store)
+        self.usage = Usage(
+            store, self.tasks, self.runs, stored_conversations=store, stored_tasks=store, journal=journal
+        )
         self.operations = Operations(
             store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=store
         )
@@ -253,6 +272,30 @@ class OwnerCore:
     def head_seq(self) -> int:
         """The ``seq`` of the newest commit applied (committed once the current batch commits)."""
         return self._head.seq
+
+    def observe(self) -> None:
+        """Keep what telemetry reads from now on: the runs each batch ends (:attr:`BatchEffects.ended_runs`) and the
+        usage committed (:meth:`gauges`). Off by default: a core nobody observes pays one check where a run ends
+        and where usage is added."""
+        if self.runs.ended is None:
+            self.runs.ended = []
+            self.usage.totals = {}
+
+    def gauges(self) -> CoreGauges:
+        """Live runs by status, the task queues, and the usage committed (empty unless :meth:`observe` was
+        called). Call between batches."""
+        by_status: dict[str, int] = {}
+        for run in self.runs.live.values():
+            by_status[run.status] = by_status.get(run.status, 0) + 1
+        ready, blocked, leased, workers = self.tasks.queue_depths()
+        return CoreGauges(
+            runs_by_status=by_status,
+            ready_tasks=ready,
+            blocked_tasks=blocked,
+            leased_tasks=leased,
+            workers=workers,
+            usage=dict(self.usage.totals or {}),
+        )
 
     def stored_clock_ms(self) -> int:
         """The manual clock's time as last committed (0 on a new database)."""
@@ -339,7 +382,12 @@ class OwnerCore:
         self._expect_batch("take_output", _RAN)
         self._batch_state = _IDLE
         out, self._encoded = self._outbox.take()
-        effects = BatchEffects(clock_ms=self._clock_ms)
+        ended = self.runs.ended
+        if ended:
+            effects = BatchEffects(clock_ms=self._clock_ms, ended_runs=tuple(ended))
+            ended.clear()
+        else:
+            effects = BatchEffects(clock_ms=self._clock_ms)
         self._clock_ms = None
         return out, effects
 

@@ -133,6 +133,8 @@ class Runs:
         self._admit_due = False
         self._cancels: list[tuple[PeerId, int, str]] = []
         """``cancel_run`` requests of this batch, answered once it has settled, with the run as it is then."""
+        self.ended: list[RunRecord] | None = None
+        """With telemetry on (``OwnerCore.observe``): the runs that ended in this batch, for the shell to take."""
         self._waiting: set[str] = set()
         """Runs whose task was last seen waiting (on its tool calls): when it stops, a tool round ended, a boundary
         where the inbox places a steer (``_inbox``)."""
@@ -345,6 +347,10 @@ class Runs:
         self._remember(record)
         old = self.live.get(record.run_id)
         if record.status in TERMINAL:
+            ended = self.ended
+            if ended is not None:
+                ended.append(record)
+                self._journal.undo(lambda: ended.remove(record))
             self._inbox.run_ended(record, record.seq)
             self._waiting.discard(record.run_id)
             self._live_pop(record.run_id)

@@ -524,6 +524,14 @@ class TaskEngine:
 
     # -------------------------------------------------------------------------------------------- settling
 
+    def queue_depths(self) -> tuple[int, int, int, int]:
+        """The tasks ready for a worker, blocked (runnable by no attached worker), leased, and the workers attached:
+        what the owner's telemetry reads (``storage_owner.io._telemetry``)."""
+        placement = self._placement
+        ready = sum(len(tasks) for tasks in placement.ready.values())
+        blocked = sum(len(tasks) for tasks in placement.blocked.values())
+        return ready, blocked, len(placement.leases), len(placement.workers)
+
     def needs_settle(self, now_ms: int) -> bool:
         """Whether :meth:`settle` has anything to do at ``now_ms`` (the shell then runs a batch)."""
         return self._settling.needs_settle(now_ms)

@@ -60,7 +60,7 @@ from ._ports import ConversationReads, TaskReads, UsageStore
 from ._run_rules import AGENT_KIND_PREFIX, run_task_id
 from ._runs import Runs
 from ._tasks import TaskEngine
-from ._unit import UnitOfWork
+from ._unit import Journal, UnitOfWork
 
 TOKENS_PER_PRICE_UNIT: Final = 1_000_000
 MAX_PRICED_MODELS: Final = 10_000
@@ -145,6 +145,7 @@ class Usage:
         *,
         stored_conversations: ConversationReads,
         stored_tasks: TaskReads,
+        journal: Journal,
     ) -> None:
         self._store = store
         self._stored_conversations = stored_conversations
@@ -154,6 +155,10 @@ class Usage:
         self.prices: dict[str, ModelPrice] = {price.model: price for price in store.prices()}
         self._has_budgets = store.budget_count() > 0
         self._roots: dict[str, str] = {}
+        self._journal = journal
+        self.totals: dict[tuple[str, str], RunUsage] | None = None
+        """With telemetry on (``OwnerCore.observe``): the usage committed since the owner started, by kind (``model``
+        or ``tool``) and name, for its token and cost counters."""
 
     # --------------------------------------------------------------------------------------------- trees
 
@@ -214,6 +219,19 @@ class Usage:
         store.add_usage("conversation", run.conversation_id, usage)
         store.add_usage("model" if kind == "model" else "tool", model, usage)
         store.add_usage("tree", self.tree_root(task.task_id), usage)
+        totals = self.totals
+        if totals is not None:
+            key = ("model" if kind == "model" else "tool", model)
+            before = totals.get(key)
+            totals[key] = usage if before is None else add_usage(before, usage)
+
+            def undo() -> None:
+                if before is None:
+                    del totals[key]
+                else:
+                    totals[key] = before
+
+            self._journal.undo(undo)
 
     def check_budget(self, run: RunRecord, task: TaskRecord, model: str, lease: LeaseRef | None) -> None:
         """Refuse a model request's intent past the budget of the run's conversation or task tree (rule 4)."""

@@ -27,7 +27,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from functools import partial
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 import trio
@@ -55,6 +55,7 @@ from protocol import (
     encode_frame,
     is_batch_message,
     new_id,
+    otel_from_environment,
     remove_runtime,
     take_message,
     write_runtime,
@@ -65,6 +66,7 @@ from storage_owner.core import (
     DEFAULT_PEER_OUTPUT_BYTES,
     DEFAULT_TOTAL_OUTPUT_BYTES,
     ORPHAN_GRACE_MS,
+    CoreGauges,
     Output,
     OwnerCore,
     PeerId,
@@ -95,6 +97,9 @@ from ._listener import (
     server_ssl_context,
     websocket_request,
 )
+
+if TYPE_CHECKING:
+    from ._telemetry import OwnerTelemetry
 
 MAX_BATCH_REQUESTS: Final = 8192
 """At most this many frames are handled in one transaction; the rest wait for the next one."""
@@ -259,6 +264,19 @@ class _Connection:
                 self.server.work.set()
 
 
+def _owner_telemetry(server: OwnerServer, tracer_provider: Any, meter_provider: Any) -> OwnerTelemetry:
+    """The owner's telemetry; only now is OpenTelemetry imported."""
+    try:
+        from ._telemetry import OwnerTelemetry
+    except ImportError as exc:
+        raise TetherError(
+            f"telemetry needs OpenTelemetry, which is not installed ({exc}): pip install 'tether[otel]'"
+        ) from exc
+    return OwnerTelemetry(
+        server.telemetry_gauges, log=server.log, tracer_provider=tracer_provider, meter_provider=meter_provider
+    )
+
+
 def _batch_size(pending: int) -> int:
     """How many pending frames the next transaction takes.
 
@@ -275,7 +293,18 @@ def _batch_size(pending: int) -> int:
 class OwnerServer:
     """One running owner: ownership, store, core, server and commit loop."""
 
-    def __init__(self, config: OwnerConfig, *, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: OwnerConfig,
+        *,
+        log: Callable[[str], None] | None = None,
+        otel: bool | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+    ) -> None:
+        """``otel``: telemetry (docs/telemetry.md) on ``tracer_provider`` and ``meter_provider`` (the global
+        OpenTelemetry ones when ``None``); ``None`` turns it on if a provider is given or ``TETHER_OTEL=1``. Off, the
+        owner never imports OpenTelemetry."""
         self.config = config
         self.db = os.path.abspath(config.db)
         self.instance = new_id()
@@ -308,6 +337,12 @@ class OwnerServer:
         tls_ca = config.tls_ca or config.tls_cert
         self._tls_ca = None if tls_ca is None else os.path.abspath(tls_ca)
         self._gate = HandshakeGate(config.max_unauthenticated)
+        if otel is None:
+            otel = tracer_provider is not None or meter_provider is not None or otel_from_environment()
+        self._telemetry: OwnerTelemetry | None = None
+        """The owner's metrics and run spans; ``None`` (the default): off, and a batch pays this one check."""
+        if otel:
+            self._telemetry = _owner_telemetry(self, tracer_provider, meter_provider)
         self.core: OwnerCore
         self._store: SqliteStore
         self._clock: Clock
@@ -402,6 +437,8 @@ class OwnerServer:
                     total_output_budget=config.max_queued_output,
                 )
                 self._clock = ManualClock(self.core.stored_clock_ms()) if config.clock == "manual" else WallClock()
+            if self._telemetry is not None:
+                self.core.observe()
             await self._serve(listeners, task_status)
         finally:
             self._close()
@@ -480,9 +517,13 @@ class OwnerServer:
         )
         task_status.started(self.url)
         nursery.start_soon(self._drop_silent_peers)
+        if self._telemetry is not None:
+            self._telemetry.start(self.core.head_seq)
         try:
             await self._commit_loop()
         finally:
+            if self._telemetry is not None:
+                self._telemetry.stop()
             with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
                 scope.shield = True
                 await self._say_goodbye()
@@ -695,7 +736,15 @@ class OwnerServer:
         if effects.clock_ms is not None:
             self._clock.advance_to(effects.clock_ms)
         self._dispatch(out, core.take_encoded())
+        if self._telemetry is not None:
+            self._telemetry.batch(len(batch), core.head_seq, wrote, effects.ended_runs)
         self._maybe_checkpoint()
+
+    def telemetry_gauges(self) -> tuple[CoreGauges, int, int, int]:
+        """What the owner's observable instruments read (on its trio thread): the core's gauges, the frames waiting
+        for the commit loop, the output queued for peers (bytes), the peers attached."""
+        queued = sum(connection.queued_bytes for connection in self._connections.values())
+        return self.core.gauges(), len(self.pending), queued, len(self._connections)
 
     def _maybe_checkpoint(self) -> None:
         pages = self._store.wal_pages
