@@ -223,6 +223,7 @@ def run(
 
 
 def _print(results: dict[str, Any]) -> None:
+    print(f"telemetry: {'on (--otel)' if results.get('otel') else 'off'}")
     print(f"in-process baseline: {results['baseline_commits_per_s']:,} commits/s")
     print(results["tether_settings"])
     print(f"DBOS Transact {results['dbos_version']}: {results['dbos_settings']}")
@@ -274,12 +275,23 @@ def main() -> None:
         default="normal",
         help="the owner's and the baseline's synchronous setting (normal, the owner's default)",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="the owner and the worker trace and measure (TETHER_OTEL=1) on SDK providers that drop what they "
+        "export (bench/_otel_site/sitecustomize.py): the overhead of telemetry on",
+    )
     parser.add_argument("--stream-runs", type=int, default=16, help="variant stream: runs streaming at once (16)")
     parser.add_argument("--stream-turns", type=int, default=8, help="variant stream: steps per run (8)")
     parser.add_argument(
         "--stream-seconds", type=float, default=4.0, help="variant stream: the unrelated client's window (4)"
     )
     args = parser.parse_args()
+    if args.otel:
+        # Read by bench_env for the owner and worker processes (this process, a client, makes no telemetry).
+        os.environ["TETHER_OTEL"] = "1"
+        site = str(Path(__file__).parent / "_otel_site")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH", "")]))
     if args.calls_per_turn < 1 or args.tool_steps < 1 or args.steps < 1:
         parser.error("--steps, --tool-steps and --calls-per-turn must be 1 or more")
     if args.stream_runs < 1 or args.stream_turns < 1 or not args.stream_seconds > 0:
@@ -289,6 +301,7 @@ def main() -> None:
     else:
         variants = ("task", "tool") if args.variant == "both" else (args.variant,)
         results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
+        results["otel"] = args.otel
     if args.json:
         print(json.dumps(results))
     elif args.variant == "stream":
