@@ -361,7 +361,15 @@ def _add_runs_commands(commands: Any) -> None:
         type=_listen_address,
         default=("127.0.0.1", 8765),
         metavar="HOST:PORT",
-        help="where to serve the page (default 127.0.0.1:8765; a loopback address, and a port other than 0)",
+        help="where to serve the page (default 127.0.0.1:8765; port 0: a free one); another address than loopback "
+        "needs --tls-cert and --tls-key, or --insecure-listen",
+    )
+    ui.add_argument("--tls-cert", metavar="FILE", help="serve https with this certificate (PEM), with --tls-key")
+    ui.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    ui.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="serve plain http beyond loopback (the login token crosses the network in clear)",
     )
 
     watch = commands.add_parser(
@@ -834,14 +842,14 @@ def _add_exposure_arguments(owner: argparse.ArgumentParser) -> None:
 
 
 def _exposure_problem(args: argparse.Namespace) -> str | None:
-    """Why ``tether owner`` or ``tether up`` must not start (exit 2, nothing started): a non-loopback --listen
-    without TLS or --insecure-listen, half a TLS pair, TLS files that cannot be used; ``None`` if none."""
+    """Why ``tether owner``, ``tether up`` or ``tether ui`` must not start (exit 2, nothing started): a non-loopback
+    --listen without TLS or --insecure-listen, half a TLS pair, TLS files that cannot be used; ``None`` if none."""
     from storage_owner.io import check_exposure, server_ssl_context
 
     host, _ = args.listen
     if (args.tls_cert is None) != (args.tls_key is None):
         return "--tls-cert and --tls-key go together: give both, or neither; nothing was started"
-    if args.tls_ca is not None and args.tls_cert is None:
+    if getattr(args, "tls_ca", None) is not None and args.tls_cert is None:
         return "--tls-ca needs --tls-cert and --tls-key; nothing was started"
     try:
         check_exposure(host, tls=args.tls_cert is not None, insecure_listen=args.insecure_listen)
@@ -1272,22 +1280,21 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from storage_owner.io import is_loopback
-
     from ._ui import serve_ui
 
+    problem = _exposure_problem(args)
+    if problem is not None:
+        return _fail(f"ui: {problem}", EXIT_USAGE)
     host, port = args.listen
-    if not is_loopback(host):
-        return _fail(
-            f"ui: refusing to serve on {host}: the page is served on a loopback address only (there is no TLS for it "
-            "yet); nothing was started",
-            EXIT_USAGE,
-        )
-    if port == 0:
-        return _fail(
-            "ui: give a port other than 0 (--listen 127.0.0.1:8765): the page's origin must be known", EXIT_USAGE
-        )
-    function = partial(serve_ui, os.path.abspath(args.db), host, port, say=lambda _url: None)
+    function = partial(
+        serve_ui,
+        os.path.abspath(args.db),
+        host,
+        port,
+        say=lambda _url: None,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
     _run_trio(partial(_serve_until_stopped, function, supervised=False, started=lambda url: str(url)))
     return EXIT_OK
 

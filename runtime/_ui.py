@@ -6,11 +6,13 @@ events. The page itself is plain HTML, CSS and one small script (``runtime/_ui_p
 
 Security (docs/ui.md):
 
-- It listens on loopback only (a wider address is refused: there is no TLS here yet).
+- It listens on loopback unless told otherwise, and then only over TLS (``--tls-cert``, ``--tls-key``), or with
+  ``--insecure-listen``: the owner's rules.
 - Every page, read and action needs the login token ``tether ui`` prints in its URL (as Jupyter does): the URL's
   ``?token=`` sets an HttpOnly, ``SameSite=Strict`` session cookie; ``Authorization: Bearer TOKEN`` works for scripts.
 - Actions are POSTs of JSON that carry the page's anti-forgery value (``X-Tether-CSRF``, from the page's own HTML)
-  and, when the browser sends one, an ``Origin`` of this server: a cross-site page can neither read nor act.
+  and, when the browser sends one, an ``Origin`` naming the host the request was sent to: a cross-site page can
+  neither read nor act.
 - What a page may ask is bounded as for any client: request bodies at :data:`MAX_BODY_BYTES`, event streams at
   :data:`MAX_STREAMS`, each stream's unsent events at :data:`MAX_QUEUED_EVENTS` (past it the stream is told to read
   again, and starts afresh), pages of lists at :data:`MAX_LISTED`.
@@ -300,8 +302,9 @@ class Login:
         return bool(bearer) and hmac.compare_digest(bearer, self.token)
 
 
-def build_app(client: actors.Client, hub: Hub, login: Login, origin: str) -> Any:
-    """The ASGI application (Starlette): the page, its reads, its actions and its event stream."""
+def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = False) -> Any:
+    """The ASGI application (Starlette): the page, its reads, its actions and its event stream. ``secure``: served
+    over TLS (the session cookie is then ``Secure``, and the origin actions must come from is ``https``)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import (
@@ -334,7 +337,9 @@ def build_app(client: actors.Client, hub: Hub, login: Login, origin: str) -> Any
             if not hmac.compare_digest(token, login.token):
                 return denied()
             response = RedirectResponse("/", status_code=303)
-            response.set_cookie(SESSION_COOKIE, login.session, httponly=True, samesite="strict", path="/")
+            response.set_cookie(
+                SESSION_COOKIE, login.session, httponly=True, samesite="strict", secure=secure, path="/"
+            )
             return response
         if not admitted(request):
             return denied()
@@ -362,6 +367,7 @@ def build_app(client: actors.Client, hub: Hub, login: Login, origin: str) -> Any
         if not admitted(request):
             return denied()
         sent_origin = request.headers.get("origin")
+        origin = f"{'https' if secure else 'http'}://{request.headers.get('host', '')}"
         csrf = request.headers.get(CSRF_HEADER, "")
         if (sent_origin is not None and sent_origin != origin) or not hmac.compare_digest(csrf, login.csrf):
             return JSONResponse(
@@ -450,14 +456,15 @@ async def serve_ui(
     *,
     say: Callable[[str], None],
     token: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the page until cancelled; ``say`` gets the URL to open first (its login token in it)."""
+    """Serve the page until cancelled (over TLS with ``tls_cert`` and ``tls_key``); ``say`` gets the URL to open
+    first (its login token in it). Where it may listen is the caller's to check (``tether ui``: loopback, or TLS)."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
-    if port == 0:
-        raise TetherError("tether ui needs a port number (not 0): the page's origin, which actions must come from")
     login = Login.new(token)
     async with actors.connect(db=db, name="tether-ui", wait_for_owner_s=10) as client:
         hub = Hub(client)
@@ -467,14 +474,16 @@ async def serve_ui(
         config.errorlog = "-"  # a failure inside a request is printed to stderr, with its traceback
         config.loglevel = "WARNING"
         config.graceful_timeout = 1
+        if tls_cert is not None:
+            config.certfile, config.keyfile = tls_cert, tls_key
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
             bound: list[str] = await nursery.start(
                 lambda task_status: serve(
-                    build_app(client, hub, login, origin=f"http://{host}:{port}"), config, task_status=task_status
+                    build_app(client, hub, login, secure=tls_cert is not None), config, task_status=task_status
                 )
             )
-            address = bound[0] if bound else f"http://{host}:{port}"
+            address = bound[0]
             url = f"{address}/?token={login.token}"
             say(url)
             task_status.started(url)

@@ -1,7 +1,7 @@
 """The owner's trio shell: WebSocket server, commit loop, clocks, process lifecycle."""
 
 from ._clock import Clock, ManualClock, WallClock
-from ._listener import ExposureRefused, check_exposure, is_loopback, server_ssl_context
+from ._listener import ExposureRefused, check_exposure, server_ssl_context
 from ._server import OwnerConfig, OwnerFailed, OwnerServer
 
 __all__ = [
@@ -13,6 +13,5 @@ __all__ = [
     "OwnerServer",
     "WallClock",
     "check_exposure",
-    "is_loopback",
     "server_ssl_context",
 ]

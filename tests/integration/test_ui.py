@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,7 @@ import pytest
 import trio
 
 import actors
+from protocol import new_id as protocol_id
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
@@ -56,10 +58,10 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def ui_process(db: str) -> AsyncIterator[str]:
+async def ui_process(db: str, *extra: str) -> AsyncIterator[str]:
     """``tether ui`` on a free loopback port: the URL it printed first (with its login token); stopped and reaped."""
     port = free_port()
-    command = tether_command("ui", "--db", db, "--listen", f"127.0.0.1:{port}")
+    command = tether_command("ui", "--db", db, "--listen", f"127.0.0.1:{port}", *extra)
     process = await trio.lowlevel.open_process(
         command, cwd=ROOT, env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -230,3 +232,35 @@ async def test_the_page_admits_only_its_login_and_its_own_actions(owner: OwnerPr
                 assert again.status_code == 409 and "already answered" in again.json()["error"]
             run = await client.wait_for_run(run_id)
     assert run.status == "completed"  # denied: the model read the error and answered
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a certificate")
+async def test_the_page_is_served_over_tls_and_beyond_loopback_only_so(owner: OwnerProcess, tmp_path: Path) -> None:
+    cert, key = tmp_path / "ui.crt", tmp_path / "ui.key"
+    await trio.run_process(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256"),
+            *("-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+    )
+    with trio.fail_after(TIMEOUT_S):
+        refused = await trio.run_process(
+            tether_command("ui", "--db", owner.db, "--listen", "0.0.0.0:0"), capture_stderr=True, check=False
+        )
+        assert refused.returncode == 2 and b"not a loopback address" in refused.stderr  # nothing started
+        async with ui_process(owner.db, "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+            assert url.startswith("https://127.0.0.1:")
+            base, token = url.split("/?token=", 1)
+            trusted = ssl.create_default_context(cafile=str(cert))
+            async with httpx.AsyncClient(base_url=base, verify=trusted) as http:
+                login = await http.get(f"/?token={token}")
+                assert login.status_code == 303 and "secure" in login.headers["set-cookie"].lower()
+                csrf = (await http.get("/")).text.split('name="tether-csrf" content="', 1)[1].split('"', 1)[0]
+                headers = {"X-Tether-CSRF": csrf, "Origin": base}
+                missing = await http.post("/api/actions/retry", json={"run_id": protocol_id()}, headers=headers)
+                assert missing.status_code == 404  # the owner's refusal, through the page's own origin over https
+                plain = {"X-Tether-CSRF": csrf, "Origin": base.replace("https://", "http://")}
+                assert (await http.post("/api/actions/retry", json={"run_id": "x"}, headers=plain)).status_code == 403
