@@ -78,7 +78,9 @@ def inbox_holds(sim: RunSim, conversations: list[str], submissions: list[str], r
             assert run.status == "completed" and record.answer == run.answer, (record, run)
         elif record.status == "placed":
             assert run.status not in RUN_TERMINAL, (record, run)  # a run settles its inputs as it ends
-        elif record.status == "unanswered" and record.reason != "withdrawn":
+        elif record.status == "unanswered" and record.reason not in ("withdrawn", "run_failed"):
+            # (Settled without being placed, withdrawn by a person or by after_failed_run="withdraw": final, even
+            # once a retry of its run goes on and answers the run's own input.)
             assert run.status in ("failed", "cancelled"), (record, run)
     for conversation_id in conversations:
         # Runs held after a failed run are the whole of their conversation's queue, admitted by nothing but a release.
