@@ -395,19 +395,24 @@ def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = F
             try:
                 yield "event: hello\ndata: {}\n\n"
                 while True:
-                    with trio.move_on_after(15):
-                        event = await stream.receive.receive()
-                        if stream.overflowed:
-                            stream.overflowed = False
-                            while True:  # what was queued is stale: read everything again
-                                try:
-                                    stream.receive.receive_nowait()
-                                except trio.WouldBlock:
-                                    break
-                            event = {"type": "resync"}
-                        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                    event: dict[str, Any] | None = None
+                    with trio.move_on_after(15):  # (never held across a yield: the consumer is another task)
+                        try:
+                            event = await stream.receive.receive()
+                        except trio.EndOfChannel:
+                            return
+                    if event is None:
+                        yield ": keep-alive\n\n"
                         continue
-                    yield ": keep-alive\n\n"
+                    if stream.overflowed:
+                        stream.overflowed = False
+                        while True:  # what was queued is stale: read everything again
+                            try:
+                                stream.receive.receive_nowait()
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                break
+                        event = {"type": "resync"}
+                    yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
             finally:
                 hub.close(stream)
 
