@@ -489,15 +489,9 @@ def _place_handoff(
     ``_reset_since_answer``). It follows what the owner placed at the round's end (steers, writes the model sees): the
     new context keeps them after the handoff text (``MessageFold``)."""
     entry_id = _derived(model_operation_id(run_id, turn), "handoff")
-    results: dict[str, Mapping[str, Any]] = {}
-    for entry in reversed(entries):
-        data = entry.data if isinstance(entry.data, dict) else {}
-        if entry.kind == ASSISTANT_ENTRY and data.get("run_id") == run_id:
-            break
-        if entry.kind == TOOL_RESULT_ENTRY:
-            results[str(data.get("operation_id"))] = data
-        elif entry.kind == RESET_ENTRY:
-            return  # this round's handoff, placed already; or a client's reset, which ends the run
+    results, placed = _round_tail(entries, run_id)
+    if any(entry.kind == RESET_ENTRY for entry in placed):
+        return  # this round's handoff, placed already; or a client's reset, which ends the run
     for call in reversed(calls):
         result = results.get(str(call["operation_id"]))
         handoff = None if result is None else result.get("handoff")
@@ -511,20 +505,29 @@ def _place_handoff(
             return
 
 
-def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
-    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
-    after the round that the model must see first (a steer or a client's reset placed when it ended; not the run's
-    own handoff): the last call's output, in call order. ``None``: the run goes on."""
+def _round_tail(entries: Sequence[EntryRecord], run_id: str) -> tuple[dict[str, Mapping[str, Any]], list[EntryRecord]]:
+    """What follows the run's last assistant entry (its last tool round): the result entries' data by operation id,
+    and every other entry, newest first."""
     results: dict[str, Mapping[str, Any]] = {}
+    others: list[EntryRecord] = []
     for entry in reversed(entries):
         data = entry.data if isinstance(entry.data, dict) else {}
         if entry.kind == ASSISTANT_ENTRY and data.get("run_id") == run_id:
             break
         if entry.kind == TOOL_RESULT_ENTRY:
             results[str(data.get("operation_id"))] = data
-        elif _own_handoff(entry, run_id):
-            continue
-        elif entry.kind in (USER_ENTRY, RESET_ENTRY) or entry.model is not None:
+        else:
+            others.append(entry)
+    return results, others
+
+
+def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
+    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
+    after the round that the model must see first (a steer or a client's reset placed when it ended; not the run's
+    own handoff): the last call's output, in call order. ``None``: the run goes on."""
+    results, placed = _round_tail(entries, run_id)
+    for entry in placed:
+        if not _own_handoff(entry, run_id) and (entry.kind in (USER_ENTRY, RESET_ENTRY) or entry.model is not None):
             return None  # placed at the round's end: the model answers it
     found = [results.get(str(call["operation_id"])) for call in calls]
     if not found or any(data is None or data.get("terminate") is not True or data.get("is_error") for data in found):
