@@ -205,14 +205,10 @@ class _Show(LiveView):
     def __init__(self, client: actors.Client) -> None:
         super().__init__(client)
         self.run_id: str | None = None
-        self._last: dict[str, tuple[Any, ...]] = {}
-
-    def note(self, text: str) -> None:
-        print(f"     {'':<24}{text}", flush=True)
 
     async def show(self, record: Any, seq: int) -> None:
         if isinstance(record, RunRecord) and record.run_id == self.run_id:
-            self._line("run", (record.status, record.reason), f"{record.status}" + _why(record.reason))
+            self.line("run", (record.status, record.reason), f"{record.status}" + _why(record.reason))
         elif isinstance(record, OperationRecord) and record.run_id == self.run_id:
             label = f"model turn {record.turn}" if record.kind == "model" else f"{record.name}"
             detail = f"{record.status}, attempt {record.attempt}"
@@ -222,20 +218,14 @@ class _Show(LiveView):
                 detail += f": {json.dumps(record.result)}"
             if record.resolved_by:
                 detail += f", by {record.resolved_by}"
-            self._line(record.operation_id, (record.status, record.attempt), detail, label)
+            self.line(record.operation_id, (record.status, record.attempt), detail, label)
         elif isinstance(record, InteractionRecord) and record.run_id == self.run_id:
             if record.answer is None:
                 detail = f"approval asked: {json.dumps(record.args)}"
             else:
                 verdict = "approved" if record.answer.approve else "denied"
                 detail = f"approval answered: {verdict} by {record.answer.responded_by}"
-            self._line(record.interaction_id, (record.status,), detail, "  approval")
-
-    def _line(self, key: str, state: tuple[Any, ...], detail: str, label: str = "run") -> None:
-        if self._last.get(key) == state:
-            return
-        self._last[key] = state
-        print(f"     {label:<22}  {detail}", flush=True)
+            self.line(record.interaction_id, (record.status,), detail, "  approval")
 
 
 def _why(reason: str | None) -> str:

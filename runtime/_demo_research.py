@@ -23,7 +23,7 @@ import trio
 import actors
 from protocol import InteractionRecord, OperationRecord, RunRecord, new_id
 
-from ._demo_agents import _say, _title, _wait_for_worker
+from ._demo_agents import _open_interaction, _say, _title, _wait_for_worker
 from ._demo_up import demo_up
 from ._demo_view import LiveView
 from .demo_app import DESK_ENV, Desk
@@ -70,7 +70,7 @@ async def _scenario(client: actors.Client, show: _Show, desk: Desk, db: str) -> 
     _say(f"the researcher, in conversation {report.get('conversation_id')}, reported: {report.get('answer')!r}")
 
     _title("3. settle_refund asks a person how much to refund; SIGKILL of the worker before anyone answers")
-    question = await _open_question(client, run_id)
+    question = await _open_interaction(client, run_id)
     await show.settled(question.seq)
     victim = await _wait_for_worker(client)
     assert victim.pid is not None
@@ -78,7 +78,7 @@ async def _scenario(client: actors.Client, show: _Show, desk: Desk, db: str) -> 
     show.note(f"SIGKILL {victim.peer_name} (pid {victim.pid}); tether up restarts it")
     settle = await _operation(client, run_id, "settle_refund", "started", attempt=2)
     await show.settled(settle.seq)
-    again = await _open_question(client, run_id)
+    again = await _open_interaction(client, run_id)
     _say(f"settle_refund runs again (safe) and finds its question open, asked once: {again.interaction_id}")
     _say(f"$ tether respond {question.interaction_id} --db {db} --answer true")
     answered = await client.respond(question.interaction_id, answer=True, responded_by="ops")
@@ -152,33 +152,23 @@ async def _structured(client: actors.Client, conversation_id: str, operation_id:
     return {}
 
 
-async def _open_question(client: actors.Client, run_id: str) -> InteractionRecord:
-    while True:
-        found = await client.interactions(status="open", run_id=run_id)
-        if found:
-            return found[0]
-        await trio.sleep(POLL_S)
-
-
 class _Show(LiveView):
     """Prints what the owner commits about the run, live: its status, its operations (nested ones under their
     caller), its question."""
 
+    LABEL_WIDTH = 30
+
     def __init__(self, client: actors.Client) -> None:
         super().__init__(client)
         self.run_id: str | None = None
-        self._last: dict[str, tuple[Any, ...]] = {}
         self._names: dict[str, str] = {}
-
-    def note(self, text: str) -> None:
-        print(f"     {'':<32}{text}", flush=True)
 
     async def show(self, record: Any, seq: int) -> None:
         if isinstance(record, RunRecord) and record.run_id == self.run_id:
             why = f" ({record.reason})" if record.reason else ""
-            self._line("run", (record.status, record.reason), f"{record.status}{why}")
+            self.line("run", (record.status, record.reason), f"{record.status}{why}")
         elif isinstance(record, RunRecord) and record.agent == "researcher":
-            self._line(record.run_id, (record.status,), record.status, "  the researcher's run")
+            self.line(record.run_id, (record.status,), record.status, "  the researcher's run")
         elif isinstance(record, OperationRecord) and record.run_id == self.run_id:
             self._names[record.operation_id] = record.name
             label = f"model turn {record.turn}" if record.kind == "model" else record.name
@@ -189,20 +179,14 @@ class _Show(LiveView):
                 detail += f" ({record.policy})"
             if record.status == "completed" and record.kind == "tool":
                 detail += f": {_short(record.result)}"
-            self._line(record.operation_id, (record.status, record.attempt), detail, label)
+            self.line(record.operation_id, (record.status, record.attempt), detail, label)
         elif isinstance(record, InteractionRecord) and record.run_id == self.run_id:
             if record.answer is None:
                 text = record.args.get("text") if isinstance(record.args, dict) else record.args
                 detail = f"question asked: {text!r}"
             else:
                 detail = f"question answered: {json.dumps(record.answer.value)} by {record.answer.responded_by}"
-            self._line(record.interaction_id, (record.status,), detail, "  question")
-
-    def _line(self, key: str, state: tuple[Any, ...], detail: str, label: str = "run") -> None:
-        if self._last.get(key) == state:
-            return
-        self._last[key] = state
-        print(f"     {label:<30}  {detail}", flush=True)
+            self.line(record.interaction_id, (record.status,), detail, "  question")
 
 
 def _short(value: Any, limit: int = 90) -> str:

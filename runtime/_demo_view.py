@@ -13,10 +13,25 @@ class LiveView:
     """Shows the records of every commit as they are committed (from a watch of everything); a demo step waits with
     :meth:`settled` until what it caused has been shown, so the output reads in the order things happened."""
 
+    LABEL_WIDTH = 22
+    """The width of a line's label column (:meth:`line`)."""
+
     def __init__(self, client: actors.Client) -> None:
         self._client = client
         self._seq = 0
         self._seen = trio.Event()
+        self._last: dict[str, tuple[Any, ...]] = {}
+
+    def note(self, text: str) -> None:
+        """A line of the demo's own, under the records' details."""
+        print(f"     {'':<{self.LABEL_WIDTH + 2}}{text}", flush=True)
+
+    def line(self, key: str, state: tuple[Any, ...], detail: str, label: str = "run") -> None:
+        """Print ``label`` and ``detail`` unless ``key``'s last line was shown for the same ``state``."""
+        if self._last.get(key) == state:
+            return
+        self._last[key] = state
+        print(f"     {label:<{self.LABEL_WIDTH}}  {detail}", flush=True)
 
     async def settled(self, seq: int) -> None:
         """Wait until the watch has shown everything up to ``seq``."""
