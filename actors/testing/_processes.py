@@ -142,20 +142,7 @@ class ScratchOwner:
         """Wait (at most ``timeout_s``) for the kill the last :meth:`start` asked for. Raises ``AssertionError``,
         with the end of its log, if the owner exited otherwise, or is still running then (it is killed: nothing is
         left running); the kill point was never reached."""
-        process = self._process()
-        with trio.move_on_after(timeout_s):
-            await process.wait()
-        if process.returncode is None:
-            await kill_and_reap(process)
-            raise AssertionError(
-                f"the owner of {self.db} did not reach its kill point within {timeout_s:g} s (it was killed now); "
-                f"its log ends: {_log_tail(self._log_path)}"
-            )
-        if process.returncode != -signal.SIGKILL:
-            raise AssertionError(
-                f"the owner of {self.db} ended with {_status_text(process.returncode)}, not by its kill point; its "
-                f"log ends: {_log_tail(self._log_path)}"
-            )
+        await _killed(self._process(), f"the owner of {self.db}", "its kill point", self._log_path, timeout_s)
 
     async def advance_clock(self, by_ms: int) -> int:
         """Move the owner's manual clock forward by ``by_ms`` and return its new time: what fell due meanwhile is
@@ -276,20 +263,8 @@ class WorkerProcess:
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the worker to die at its kill point. Raises ``AssertionError``, with
         the end of its log, if it exited otherwise or still runs then (it is killed: nothing is left running)."""
-        process = self._process()
-        with trio.move_on_after(timeout_s):
-            await process.wait()
-        if process.returncode is None:
-            await kill_and_reap(process)
-            raise AssertionError(
-                f"worker {self.name} did not reach its kill point {self.kill_at} within {timeout_s:g} s (it was "
-                f"killed now); its log ends: {_log_tail(self.log_path)}"
-            )
-        if process.returncode != -signal.SIGKILL:
-            raise AssertionError(
-                f"worker {self.name} ended with {_status_text(process.returncode)}, not at its kill point "
-                f"{self.kill_at}; its log ends: {_log_tail(self.log_path)}"
-            )
+        point = f"its kill point {self.kill_at}"
+        await _killed(self._process(), f"worker {self.name}", point, self.log_path, timeout_s)
 
     async def kill(self) -> int:
         """SIGKILL the worker now and reap it: its exit status."""
@@ -351,3 +326,20 @@ async def serving(
     block."""
     async with connect(db) as client, served(db, app, name=name, log=log):
         yield client
+
+
+async def _killed(process: trio.Process, who: str, point: str, log_path: Path | None, timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) for ``process`` to die by SIGKILL at ``point``; otherwise kill it (nothing is left
+    running) and raise ``AssertionError`` with the end of its log."""
+    with trio.move_on_after(timeout_s):
+        await process.wait()
+    if process.returncode is None:
+        await kill_and_reap(process)
+        raise AssertionError(
+            f"{who} did not reach {point} within {timeout_s:g} s (it was killed now); its log ends: "
+            f"{_log_tail(log_path)}"
+        )
+    if process.returncode != -signal.SIGKILL:
+        raise AssertionError(
+            f"{who} ended with {_status_text(process.returncode)}, not at {point}; its log ends: {_log_tail(log_path)}"
+        )
