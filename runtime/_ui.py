@@ -77,6 +77,23 @@ class Hub:
     def __init__(self, client: actors.Client) -> None:
         self._client = client
         self._streams: set[_Stream] = set()
+        self._runs: dict[str, RunRecord] = {}
+        """The :data:`MAX_LISTED` newest runs (by id: UUIDv7, so by creation), as the watch last showed each: the
+        overview reads them here, not from the owner on each change (that read grew with every run stored)."""
+
+    @property
+    def newest_runs(self) -> list[RunRecord]:
+        """The newest runs, newest first."""
+        return sorted(self._runs.values(), key=lambda run: run.run_id, reverse=True)
+
+    def remember(self, run: RunRecord) -> None:
+        """Keep ``run`` if it is among the newest (a later state of one replaces an earlier, never the reverse)."""
+        known = self._runs.get(run.run_id)
+        if known is not None and known.seq > run.seq:
+            return
+        self._runs[run.run_id] = run
+        if len(self._runs) > MAX_LISTED:
+            del self._runs[min(self._runs)]
 
     def open(self) -> _Stream | None:
         if len(self._streams) >= MAX_STREAMS:
@@ -95,10 +112,16 @@ class Hub:
         return len(self._streams)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read the newest runs once, then follow every commit from before that read (nothing falls between)."""
         head = (await self._client.ping()).head_seq
+        async for run in self._client.iter_runs():
+            self.remember(run)
         async with self._client.watch(from_seq=head) as changes:
             task_status.started()
             async for change in changes:
+                for record in change.records:
+                    if isinstance(record, RunRecord):
+                        self.remember(record)
                 for event in events_of(change):
                     self.publish(event)
 
@@ -222,14 +245,12 @@ class Actions:
 class Reads:
     """What a page shows, each read bounded (:data:`MAX_LISTED`, the newest)."""
 
-    def __init__(self, client: actors.Client) -> None:
+    def __init__(self, client: actors.Client, hub: Hub) -> None:
         self._client = client
+        self._hub = hub
 
     async def overview(self) -> dict[str, Any]:
-        newest: deque[RunRecord] = deque(maxlen=MAX_LISTED)
-        async for run in self._client.iter_runs():
-            newest.append(run)
-        runs = list(newest)[::-1]
+        runs = self._hub.newest_runs
         interactions = await self._client.interactions(status="open")
         return {
             "runs": [_record(run) for run in runs],
@@ -318,7 +339,7 @@ def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = F
     )
     from starlette.routing import Route
 
-    reads = Reads(client)
+    reads = Reads(client, hub)
     actions = Actions(client)
     page = (PAGE_DIR / "index.html").read_text(encoding="utf-8").replace("{{CSRF}}", login.csrf)
 

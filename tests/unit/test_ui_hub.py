@@ -69,3 +69,31 @@ def test_a_commit_becomes_its_partial_pieces_then_what_it_touched() -> None:
         "status": "streaming",
     }
     assert events[1] == {"type": "change", "seq": 7, "conversations": ["c"], "runs": ["run"]}
+
+
+def test_the_overview_keeps_the_newest_runs_each_in_its_latest_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ui, "MAX_LISTED", 3)
+    hub = _ui.Hub(client=None)  # type: ignore[arg-type]  (remember needs no owner)
+
+    def run(n: int, status: str, seq: int) -> RunRecord:
+        return RunRecord(
+            run_id=f"run-{n}",
+            conversation_id="c",
+            agent="a",
+            version=1,
+            status=status,  # type: ignore[arg-type]
+            submission_id="s",
+            seq=seq,
+            created_at_ms=0,
+            updated_at_ms=0,
+        )
+
+    for n in range(5):
+        hub.remember(run(n, "queued", n))
+    hub.remember(run(4, "completed", 9))
+    hub.remember(run(4, "running", 5))  # an older state, seen late: it does not replace the newer one
+    assert [(one.run_id, one.status) for one in hub.newest_runs] == [
+        ("run-4", "completed"),
+        ("run-3", "queued"),
+        ("run-2", "queued"),
+    ]  # at most MAX_LISTED: the oldest dropped
