@@ -564,6 +564,9 @@ class StartOperation:
     arguments: JsonValue = JsonValue(None)
     parent_operation_id: str | None = None
     """A nested tool call's caller (``call.execute_tool``): a tool call of the same run."""
+    task_id: str | None = None
+    """A tool call's task created earlier in this same commit (the model's result, under the run task's lease), never
+    leased yet: the intent is that task's attempt 1, committed with it, and its lease runs the call."""
 
 
 @attrs.frozen(kw_only=True)

@@ -68,6 +68,7 @@ from ._journal import (
     _run_attempt,
     _start,
     content_text,
+    digest,
     journaled,
     model_operation_id,
     run_usage,
@@ -212,7 +213,7 @@ class AgentRun:
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
             async with rt.commit() as tx:
-                self._next(tx, rt, agent, run_id, turn, _assistant_message(op.result))
+                self._next(tx, rt, agent, run_id, turn, _assistant_message(op.result), fold=False)
             return
         if op is not None and has_result(op):
             await rt.fail(f"model request failed: {op.error}", reason="model_error")
@@ -338,9 +339,13 @@ class AgentRun:
         run_id: str,
         turn: int,
         message: AssistantMessage,
+        *,
+        fold: bool = True,
     ) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
-        results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion."""
+        results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion.
+        ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`);
+        not when going on from a result committed before (its commit created the tasks already)."""
         if not message.tool_calls:
             value, problem = agent.parse_answer(message.text)
             if problem is not None:  # an agent with an output_schema, answered otherwise
@@ -385,6 +390,7 @@ class AgentRun:
                     is_error=True,
                 )
                 continue
+            started = fold and run_attempt == 1 and _starts_with_its_task(tool, call.arguments)
             task_id = tx.create_task(
                 TOOL_PREFIX + tool.name,
                 {
@@ -395,11 +401,29 @@ class AgentRun:
                     "name": call.name,
                     "arguments": call.arguments,
                     **({} if run_attempt == 1 else {"run_attempt": run_attempt}),
+                    **({"started": True} if started else {}),
                 },
                 task_id=_derived(rt.task_id, "tool", turn, call.call_id),
                 owner_task_id=rt.task_id,
                 version=tool.version,
             )
+            if started:  # its intent, attempt 1, in this commit: its lease runs the call with no commit first
+                tx.start_operation(
+                    StartOperation(
+                        operation_id=operation_id,
+                        run_id=run_id,
+                        kind="tool",
+                        name=tool.name,
+                        version=tool.version,
+                        turn=turn,
+                        attempt=1,
+                        digest=digest(call.arguments),
+                        tool_call_id=call.call_id,
+                        policy=tool.recovery,
+                        arguments=json_value(call.arguments),
+                        task_id=task_id,
+                    )
+                )
             calls.append({"call_id": call.call_id, "name": call.name, "task_id": task_id, "operation_id": operation_id})
         if calls:
             tx.wait(on=[call["task_id"] for call in calls], checkpoint={"phase": "tools", "turn": turn, "calls": calls})
@@ -468,6 +492,20 @@ class AgentRun:
                 is_error=is_error,
             )
         return entries
+
+
+def _starts_with_its_task(tool: ToolDefinition, arguments: Any) -> bool:
+    """Whether a call's intent goes in the commit that creates its tool task (the model's result) rather than in one
+    of the tool task's own just before the handler runs: for a call that re-runs when cut off (``safe``,
+    ``idempotent``: cut off after its lease but before its handler, it is re-run as if it had run) with valid
+    arguments and no approval to ask. A ``report`` or ``manual`` call keeps its intent next to its handler, so that an
+    interruption still means that it may have run."""
+    if tool.recovery not in ("safe", "idempotent") or not isinstance(arguments, dict) or tool.validate(arguments):
+        return False
+    try:
+        return not tool.approval_required(arguments)
+    except Exception:  # the tool task asks again, and fails the call with the error
+        return False
 
 
 def _own_handoff(entry: EntryRecord, run_id: str) -> bool:

@@ -1,7 +1,9 @@
 """A tool call's task (``tool:<name>``), which a run's turn creates for each call of its model's answer (or a tool's
 handler for a nested call): validates the arguments, asks for an approval if the tool wants one (and waits), then
 commits the call's intent, runs the handler (whose questions, nested calls and subagents ``_call_host`` serves), and
-commits its result, the ``tether.tool_result`` entry (none for a nested call) and its completion in ONE commit. An
+commits its result, the ``tether.tool_result`` entry (none for a nested call) and its completion in ONE commit. A
+``safe`` or ``idempotent`` call the model made with valid arguments and no approval to ask has its intent committed
+with its task, in the model result's commit (input ``started``): its first lease runs the handler at once. An
 interrupted call is the owner's to decide (docs/runs.md); the worker follows the journal. The same task kind also
 runs a background subagent (``subagent_tool(background=True)``), its input naming it.
 """
@@ -87,6 +89,10 @@ class ToolRun:
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
         guessed = _fresh(rt)
+        if guessed and rt.input.get("started") is True:
+            # Attempt 1's intent was committed with this task (the model's result): run the call, no commit first.
+            await self._execute(rt, None, started=True)
+            return
         op = None if guessed else await journaled(rt, operation_id)
         if op is not None and has_result(op):
             await self._replay(rt, op)  # its result entry (a call the model made) was committed with it
@@ -135,7 +141,11 @@ class ToolRun:
             return
         await self._execute(rt, op)
 
-    async def _execute(self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False) -> None:
+    async def _execute(
+        self, rt: Phase, op: OperationRecord | None, *, guessed: bool = False, started: bool = False
+    ) -> None:
+        """Commit the call's next intent (``started``: attempt 1's is committed already), run the handler, commit its
+        result."""
         tool = self.tool
         inp = rt.input
         if op is not None and op.status == "interrupted" and op.policy == "report":
@@ -162,7 +172,7 @@ class ToolRun:
             arguments=json_value(args),
             parent_operation_id=_parent(inp),
         )
-        if not await _start(rt, intent, guessed):
+        if not started and not await _start(rt, intent, guessed):
             op = await journaled(rt, operation_id)  # the journal has an attempt: decide from it
             if op is not None and has_result(op):
                 await self._replay(rt, op)

@@ -7,11 +7,16 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    policy (tools) and retry (models) of the first intent win; a tool call's arguments never change; a manual tool
    call whose attempt was interrupted takes no new intent (only ``resolve`` settles it). A model request's intent is
    checked against the run's budgets first (``_usage`` rule 4).
+   1b. A tool call's intent may instead be committed by the run's task, in the commit of its model's result, for a
+   tool task created earlier in that commit (``task_id``, never leased): its attempt 1, the operation that task's, so
+   its lease runs the call with no commit before it. A worker does so only for a ``safe`` or ``idempotent`` call that
+   asks no approval: cut off before it ran, such a call is re-run, as if it had been.
 2. **Result** (``finish_operation``): ``completed`` or ``failed``, once per attempt, under the lease that started it;
    its usage is added exactly once (``_usage`` rule 2). A committed result is final (:func:`protocol.has_result`).
    A task that ends otherwise than ``completed`` with an operation still open (its phase raised after the intent,
    such as a tool whose result was too large to commit) settles it ``failed`` with the task's error, in that commit
-   (:meth:`Operations.settle_open`).
+   (:meth:`Operations.settle_open`). So does a run's task or tool task that the engine ends (aborted bottom-up, before
+   its lease or while it ran), in the settling commit (:meth:`Operations.settle_ended`).
    An interrupted tool call under the ``report`` policy is not run again: its tool task, leased again, settles it
    ``failed`` (the error the model reads says it was interrupted and may have partially run).
 3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
@@ -42,6 +47,7 @@ from typing import Final, Literal
 import attrs
 
 from protocol import (
+    AGENT_TASK_PREFIX,
     TOOL_TASK_PREFIX,
     CreateInteraction,
     CreateTask,
@@ -89,6 +95,8 @@ from ._unit import UnitOfWork
 from ._usage import Usage, add_usage, check_usage
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
+_JOURNAL_WRITERS: Final = (AGENT_TASK_PREFIX, TOOL_TASK_PREFIX)
+"""The kinds of task whose leases write a run's journal: its run task and its tool tasks."""
 InteractionStatus = Literal["open", "answered", "cancelled"]
 """An interaction record's ``status`` (its field's type on the wire)."""
 OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report"]
@@ -270,9 +278,18 @@ class Operations:
             if write.retry is not None or write.policy not in ("manual", "safe", "idempotent", "report"):
                 message = f"{where}: a tool call names a policy (manual, safe, idempotent or report) and no retry"
                 raise Refusal(ErrorCode.INVALID, message)
-        elif write.policy is not None or write.tool_call_id is not None or write.parent_operation_id is not None:
-            message = f"{where}: a model request names a retry, no policy, tool_call_id nor parent_operation_id"
+        elif (
+            write.policy is not None
+            or write.tool_call_id is not None
+            or write.parent_operation_id is not None
+            or write.task_id is not None
+        ):
+            message = (
+                f"{where}: a model request names a retry, no policy, tool_call_id, parent_operation_id nor task_id"
+            )
             raise Refusal(ErrorCode.INVALID, message)
+        if write.task_id is not None:
+            task = self._created_tool_task(write, task, seq, where)
         if write.parent_operation_id is not None:
             check_id(write.parent_operation_id, f"{where}.parent_operation_id")
             parent = self._store.operation(write.parent_operation_id)
@@ -350,6 +367,33 @@ class Operations:
         )
         self._records.put(existing, record, "attempt")
         return record
+
+    def _created_tool_task(self, write: StartOperation, writer: TaskRecord, seq: int, where: str) -> TaskRecord:
+        """Rule 1b: the tool task a run's task names for a call's intent in the commit of its model's result. It must
+        have been created earlier in this very commit (never leased), owned by the committing task, and run this
+        tool: the intent is its attempt 1, and the operation is its own, as if its lease had committed it."""
+        assert write.task_id is not None
+        check_id(write.task_id, f"{where}.task_id")
+        named = self._tasks.live(write.task_id)
+        if (
+            named is None
+            or named.seq != seq
+            or named.epoch != 0
+            or named.owner_task_id != writer.task_id
+            or named.kind != TOOL_KIND_PREFIX + write.name
+        ):
+            message = (
+                f"{where}.task_id: {write.task_id} is not a task of kind {TOOL_KIND_PREFIX}{write.name} created "
+                f"earlier in this commit by task {writer.task_id}; nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        if write.attempt != 1 or write.policy not in ("safe", "idempotent"):
+            message = (
+                f"{where}: an intent committed with its tool task is the attempt 1 of a safe or idempotent call (a "
+                "manual or report call commits its own, right before it runs); nothing was written"
+            )
+            raise Refusal(ErrorCode.INVALID, message)
+        return named
 
     def finish_operation(
         self, write: FinishOperation, lease: LeaseRef | None, seq: int, now_ms: int, where: str
@@ -589,6 +633,18 @@ class Operations:
     def settle_open(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> list[Record]:
         """Rule 2b (:meth:`OperationRecords.settle_open`), for the commit that ended ``task_id``."""
         return self._records.settle_open(task_id, outcome, seq, now_ms)
+
+    def settle_ended(self, ended: Iterable[TaskRecord], seq: int, now_ms: int) -> list[Record]:
+        """Rule 2b for the tasks a settle ended otherwise than ``completed`` (the engine's abort, not a commit of their
+        own): a run's task or tool task's operations left open become ``failed``, such as the intent of a tool task
+        aborted before its lease, which the model result's commit wrote (rule 1b)."""
+        records: list[Record] = []
+        for task in ended:
+            outcome = task.outcome
+            if outcome is None or outcome.status == "completed" or not task.kind.startswith(_JOURNAL_WRITERS):
+                continue
+            records += self._records.settle_open(task.task_id, outcome, seq, now_ms)
+        return records
 
     def on_resolve(self, unit: UnitOfWork, request: Resolve) -> Frame:
         operation, records = self.resolve(request, unit.seq, unit.now_ms)

@@ -468,8 +468,8 @@ class OwnerCore:
     def _settle(self, unit: UnitOfWork) -> None:
         """Rule 3: the runs, then the task engine, settle what this batch changed, inside the batch's transaction;
         their changes are one more commit (``unit``), in this order: admitted runs' user entries and tasks, the
-        operations cut-off phases interrupted and the interactions whose approval ended unanswered, the task records,
-        the runs, the partial output those ended."""
+        operations cut-off phases interrupted, those the run tasks and tool tasks it ended left open (failed), the
+        interactions whose approval ended unanswered, the task records, the runs, the partial output those ended."""
         seq, now_ms = unit.seq, unit.now_ms
         runs = self.runs
         changed_runs: dict[str, RunRecord] = {}
@@ -483,6 +483,8 @@ class OwnerCore:
             runs.tasks_changed(result.records)
             runs.refresh(seq, now_ms, changed_runs)
         records += result.cut_off
+        if result.ended:
+            records += self.operations.settle_ended(result.ended, seq, now_ms)
         records += self.operations.close_interactions(result.records, seq, now_ms)
         if admitted:
             settled = {record.task_id for record in result.records}

@@ -1,5 +1,6 @@
 """SIGKILL of a WORKER at the points of a run's journal that tests/integration/test_agents.py does not cover (it
-kills a worker mid-tool and mid-stream): before a tool call's intent, and after a tool's result is committed, when
+kills a worker mid-tool and mid-stream): before a tool call's intent (for a safe or idempotent call, in the run's
+turn, before the model result's commit that carries it), and after a tool's result is committed, when
 the run's next model request starts (also after a tool's handoff: its reset is placed once); and mid-request in a
 configured conversation whose configuration changes before the request is tried again (the retry runs with what the
 intent recorded). The worker process kills itself there once (``tests/faults/_run_apps.py``); a worker served in this
@@ -44,9 +45,14 @@ async def test_worker_killed_before_a_tool_intent_runs_it_once_under_every_polic
         async with actors.connect(owner.db) as client:
             attribute = f"{policy}_dies_before_intent"
             conversation_id, run_id = await killed_at_its_point(client, owner.db, attribute, ledger)
-            # No intent was stored: nothing is interrupted, a manual tool does not stop the run.
             ops = await client.operations(run_id)
-            assert [(op.kind, op.status) for op in ops] == [("model", "completed")]
+            if policy == "manual":
+                # No intent was stored: nothing is interrupted, a manual tool does not stop the run.
+                assert [(op.kind, op.status) for op in ops] == [("model", "completed")]
+            else:
+                # A safe or idempotent call's intent goes in the model result's commit, so its needs_approval runs in
+                # the run's turn, before that commit: the model request was cut off, and is tried again.
+                assert [(op.kind, op.status) for op in ops] == [("model", "interrupted")]
             assert read_ledger(ledger) == []
             async with served(owner.db, getattr(_run_apps, attribute), name="second"):
                 run = await client.wait_for_run(run_id)

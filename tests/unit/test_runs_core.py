@@ -1219,6 +1219,92 @@ def test_a_tool_task_that_faults_with_its_call_open_settles_the_call_failed_in_t
     assert settled.result == settled.error  # a tool call's result is its error, as the model reads it
 
 
+def model_result_with_a_call(
+    worker: Worker, task_id: str, run_id: str, policy: Any = "safe"
+) -> tuple[str, str, tuple[Any, ...]]:
+    """The writes of a model result's commit that creates a tool task and commits its call's intent with it (rule
+    1b), and waits on it: (tool task, operation, writes)."""
+    tool_id, op = fresh_id(), fresh_id()
+    writes = (
+        CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
+        attrs.evolve(tool_intent(run_id, op, policy), task_id=tool_id),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    return tool_id, op, writes
+
+
+def test_a_call_intent_committed_with_its_tool_task_is_that_tasks_attempt_1(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tools = sim.worker(kinds=("tool:lookup",))
+    tool_id, op, writes = model_result_with_a_call(worker, task_id, run_id)
+    done = expect(worker.commit(task_id, *writes), Committed)
+    stored = sim.store.operation(op)
+    assert stored is not None
+    assert (stored.task_id, stored.status, stored.attempt, stored.seq) == (tool_id, "started", 1, done.seq)
+    # Its lease runs the call with no intent of its own; cut off, the call is interrupted and runs again.
+    assert tools.holds(tool_id)
+    tools.leave()
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.status == "interrupted"
+    again = sim.worker(kinds=("tool:lookup",))
+    assert again.holds(tool_id)
+    again.ok(tool_id, tool_intent(run_id, op, "safe", attempt=2))
+    again.ok(tool_id, FinishOperation(operation_id=op, status="completed", result=JsonValue(7)), completed(tool_id, 7))
+    assert worker.holds(task_id)
+
+
+@pytest.mark.parametrize("case", ["created_before", "not_created", "another_tool", "model_request", "attempt_2"])
+def test_an_intent_naming_a_task_not_created_with_it_is_refused_and_writes_nothing(sim: RunSim, case: str) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, op, (create, intent, wait) = model_result_with_a_call(worker, task_id, run_id)
+    writes: tuple[Any, ...] = {
+        "created_before": (intent, wait),
+        "not_created": (intent, wait),
+        "another_tool": (attrs.evolve(create, kind="tool:other"), intent, wait),
+        "model_request": (create, attrs.evolve(model_intent(run_id, op), task_id=tool_id), wait),
+        "attempt_2": (create, attrs.evolve(intent, attempt=2), wait),
+    }[case]
+    if case == "created_before":
+        worker.ok(task_id, create)
+    head = sim.core.head_seq
+    assert error_code(worker.commit(task_id, *writes)) == ErrorCode.INVALID
+    assert sim.core.head_seq == head and sim.store.operation(op) is None
+
+
+def test_a_tool_task_aborted_before_its_lease_settles_its_committed_intent_failed(sim: RunSim) -> None:
+    tools = sim.worker(kinds=("tool:lookup",), max_leases=1)
+    busy_run, busy_task, worker = leased_run(sim)
+    busy_tool, busy_op, busy_writes = model_result_with_a_call(worker, busy_task, busy_run)
+    worker.ok(busy_task, *busy_writes)
+    assert tools.holds(busy_tool)  # its one lease: the next call waits
+    run_id = sim.start_run(sim.agent_conversation())
+    task_id = run_task_id(run_id, 1)
+    assert worker.holds(task_id)
+    tool_id, op, writes = model_result_with_a_call(worker, task_id, run_id)
+    worker.ok(task_id, *writes)
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    tools.ok(busy_tool, FinishOperation(operation_id=busy_op, status="completed"), completed(busy_tool, None))
+    assert tools.lease(tool_id).mode == "abort"  # its first lease: the call never ran
+    done = expect(tools.commit(tool_id, aborted(tool_id)), Committed)
+    settled = sim.store.operation(op)
+    assert settled is not None and (settled.status, settled.is_error, settled.seq) == ("failed", True, done.seq)
+    assert settled.error == "its task ended aborted"
+
+
+def test_a_tool_task_the_engine_ends_before_its_lease_settles_its_committed_intent_failed(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, op, writes = model_result_with_a_call(worker, task_id, run_id)
+    done = expect(worker.commit(task_id, *writes), Committed)
+    # No worker runs tool:lookup: cancelled, the call is ended by the engine at once (nobody can run its abort).
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    tool = sim.task(tool_id)
+    assert tool.outcome is not None and (tool.status, tool.outcome.status) == ("terminal", "orphaned")
+    settled = sim.store.operation(op)
+    assert settled is not None and (settled.status, settled.is_error) == ("failed", True)
+    assert settled.seq == tool.seq > done.seq  # in the settling commit that ended it
+    assert settled.error == "its task ended orphaned (missing_task): no attached worker has task kind tool:lookup"
+
+
 def test_resolving_a_manual_call_whose_nested_call_still_runs_is_refused(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)

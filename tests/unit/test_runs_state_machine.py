@@ -167,7 +167,10 @@ class RunMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.leases("agent:"))
     @rule(
         step=st.sampled_from(
-            ["intent", "intent", "guess", "result", "tool", "tool", "tool", "complete", "answer", "answer", "fail"]
+            [
+                *("intent", "intent", "guess", "result", "tool", "tool", "tool", "tool_started", "tool_started"),
+                *("complete", "answer", "answer", "fail"),
+            ]
         ),
         which=picks,
         policy=st.sampled_from(["manual", "safe", "idempotent"]),
@@ -217,6 +220,34 @@ class RunMachine(RuleBasedStateMachine):
                 SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
             )
             assert isinstance(reply, Committed), reply
+        elif step == "tool_started":
+            # The model result's commit creates the tool task and commits its call's intent with it (rule 1b): only
+            # a call that re-runs when cut off; the owner refuses the others, and nothing is written.
+            tool_id, op_id = fresh_id(), fresh_id()
+            writes = (
+                CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
+                StartOperation(
+                    operation_id=op_id,
+                    run_id=run_id,
+                    kind="tool",
+                    name="lookup",
+                    version=1,
+                    turn=1,
+                    attempt=1,
+                    digest="args",
+                    tool_call_id="c",
+                    policy=policy,  # type: ignore[arg-type]
+                    task_id=tool_id,
+                ),
+                SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
+            )
+            reply = worker.commit(task_id, *writes)
+            if policy in ("safe", "idempotent"):
+                assert isinstance(reply, Committed), reply
+                self.tool_ops[tool_id] = (op_id, policy)
+            else:
+                assert isinstance(reply, Error) and reply.code == "invalid", reply
+                assert self.sim.store.operation(op_id) is None and self.sim.store.task(tool_id) is None
         elif step in ("complete", "answer"):
             # answer: as the run loop ends a run, naming where it goes on if a steer is queued (placed after it).
             steer = JsonValue({"phase": "turn"}) if step == "answer" else JsonValue(None)
@@ -366,6 +397,10 @@ class RunMachine(RuleBasedStateMachine):
                 elif final(op):
                     self.results[op.operation_id] = op
             assert run.usage == total, (run.usage, total)
+            for op in operations:  # an ended task's call is never in flight, unless the task said it completed
+                task = store.task(op.task_id) if op.status == "started" else None
+                ended = None if task is None or task.status != "terminal" else task.outcome
+                assert ended is None or ended.status == "completed", (op, task)
         assert fresh_busy <= MAX_RUNS, fresh_busy
         # An interaction is open only while its run awaits it: never once the run ended or is being cancelled.
         still_open, _ = store.interaction_page("open", None, None, 1000)
