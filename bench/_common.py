@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+import apsw
 import trio
 
 from protocol import RuntimeInfo
@@ -95,6 +96,17 @@ async def owner_stats(owner: trio.Process, path: Path) -> dict[str, float]:
                 if stats["dumped_at"] >= asked:
                     return stats
             await trio.sleep(0.01)
+
+
+def commit_seq(db: str) -> int:
+    """The commit log's last sequence number, read on a connection of our own (WAL: beside the owner's writes)."""
+    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = connection.execute("SELECT coalesce(max(seq), 0) FROM commits").fetchone()
+    finally:
+        connection.close()
+    assert row is not None
+    return int(row[0])
 
 
 class Snapshot(NamedTuple):

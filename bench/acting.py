@@ -34,10 +34,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import apsw
 import trio
 from _acting_app import ANSWER, ANSWERER_AGENT, NESTED_AGENT, PLAIN_AGENT, SUBAGENT_AGENT
-from _common import Served, Snapshot, bench_env, owner_and_worker, per_step, profiled_owner_command, snapshot
+from _common import (
+    Served,
+    Snapshot,
+    bench_env,
+    commit_seq,
+    owner_and_worker,
+    per_step,
+    profiled_owner_command,
+    snapshot,
+)
 from commit_throughput import baseline_commits_per_s
 
 import actors
@@ -47,17 +55,6 @@ AGENTS: Final = {"plain": PLAIN_AGENT, "nested": NESTED_AGENT, "subagent": SUBAG
 VARIANTS: Final = tuple(AGENTS)
 BASELINE_S: Final = 2.0
 DEADLINE_S: Final = 600
-
-
-def _commit_records(db: str) -> int:
-    """The commit log's last sequence number, read on a connection of our own (WAL: beside the owner's writes)."""
-    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        row = connection.execute("SELECT coalesce(max(seq), 0) FROM commits").fetchone()
-    finally:
-        connection.close()
-    assert row is not None
-    return int(row[0])
 
 
 class _Window:
@@ -105,7 +102,7 @@ async def _measure(
     run completed, then the check (outside the window)."""
     conversations = [await client.create_conversation(agent=AGENTS[variant]) for _ in range(runs)]
     answers = await _completed_answers(client) if variant == "subagent" else 0
-    commits = _commit_records(db)
+    commits = commit_seq(db)
     before = await snapshot(served, stats_path)
     started = time.perf_counter()
     run_ids: list[str] = []
@@ -117,7 +114,7 @@ async def _measure(
         await client.wait_for_run(run_id)
     elapsed = time.perf_counter() - started
     after = await snapshot(served, stats_path, ending=True)
-    commits = _commit_records(db) - commits
+    commits = commit_seq(db) - commits
     done = await _check(client, variant, run_ids, steps)
     if variant == "subagent":
         answered = await _completed_answers(client) - answers

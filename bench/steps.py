@@ -1,10 +1,11 @@
 """Durable steps per second: Tether's against DBOS Transact's, in the same run, beside the commit baseline.
 
-    python bench/steps.py [--json] [--variant both|task|tool|stream] [--steps 300] [--tool-steps 100]
+    python bench/steps.py [--json] [--variant all|both|task|tool|tool10|stream] [--steps 300] [--tool-steps 100]
                           [--calls-per-turn 1] [--sync normal|full] [--stream-runs 16] [--stream-turns 8]
                           [--stream-seconds 4]
 
-By default both Tether variants are measured, against one DBOS measurement, and reported in one JSON object.
+By default the Tether variants ``task``, ``tool`` and ``tool10`` are measured, against one DBOS measurement, and
+reported in one JSON object, with issue 20's goals (ratios of figures of this same run) and whether each is met.
 
 - Tether, variant ``task``: an owner and one worker started by the benchmark; a task kind whose every phase does
   trivial work and commits one new checkpoint (``rt.advance``; the last one completes), so one durable step is one
@@ -12,10 +13,11 @@ By default both Tether variants are measured, against one DBOS measurement, and 
 - Tether, variant ``tool``: agent runs on the scripted model (``_steps_app.py``, agent ``bench-tools``), each making
   ``--tool-steps`` calls of a trivial ``safe`` tool, ``--calls-per-turn`` to a model turn (1 by default: every tool
   step carries a whole model turn), then a text answer; 1 run and then 16 runs at once (one conversation each). A
-  tool step is one tool call: its task's lease, its intent and its result commits, with its share of the model
-  turn's intent and result and of the run's wait and resume. Counted as the runs' completed operations of kind
-  ``tool`` over the wall time from the submits until every run completed.
-- Tether, variant ``stream`` (``_steps_stream.py``, not in ``both``, no DBOS): ``--stream-runs`` runs whose model
+  tool step is one tool call: its task's lease, its intent (in the model result's commit, for this ``safe`` tool)
+  and its result commit, with its share of the model turn's intent and result and of the run's wait and resume;
+  variant ``tool10`` the same at ten calls per turn. Counted as the runs' completed operations of kind ``tool``
+  over the wall time from the submits until every run completed.
+- Tether, variant ``stream`` (``_steps_stream.py``, not in ``all``, no DBOS): ``--stream-runs`` runs whose model
   streams (a delta every 20 ms, a partial piece every 100 ms, ``--stream-turns`` turns each ending in a tool call):
   the time from the end of each model stream to the start of the tool call it asked for (the owner's overhead per
   step) p50/p99, from stamps taken in the worker, and the appends/s of an unrelated client (16 actors on their own
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _common import bench_env, owner_and_worker, per_step, profiled_owner_command, snapshot
+from _common import bench_env, commit_seq, owner_and_worker, per_step, profiled_owner_command, snapshot
 from commit_throughput import baseline_commits_per_s
 
 import actors
@@ -52,6 +54,9 @@ HERE = Path(__file__).parent
 CONCURRENCY = (1, 16)
 GOAL_RATIO_AT_16 = 15.0
 TOOL_AGENT = "bench-tools"
+BATCHED_CALLS_PER_TURN = 10
+"""Variant ``tool10``: the tool steps of a model that calls ten tools per turn."""
+VARIANTS = {"all": ("task", "tool", "tool10"), "both": ("task", "tool")}
 
 
 async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
@@ -109,12 +114,13 @@ async def _tether_steps(
                 per_s: dict[int, float] = {}
                 profile: dict[str, float] = {}
                 for concurrency in CONCURRENCY:
-                    before = await snapshot(served, stats_path)
+                    before, first_seq = await snapshot(served, stats_path), commit_seq(db)
                     elapsed, total = await run_once(client, concurrency, steps)
-                    after = await snapshot(served, stats_path, ending=True)
+                    after, last_seq = await snapshot(served, stats_path, ending=True), commit_seq(db)
                     per_s[concurrency] = total / elapsed
                     if concurrency == max(CONCURRENCY):
                         profile = per_step(before, after, total)
+                        profile["commits_per_step"] = (last_seq - first_seq) / total
     return {"steps_per_s": per_s, "profile_at_16": profile}
 
 
@@ -142,9 +148,21 @@ def dbos_steps(directory: str, steps: int) -> dict[str, Any]:
 
 WHAT = {
     "task": "task steps (one committed checkpoint per phase)",
-    "tool": "tool steps (one tool call: its tool task's lease, intent and result + completion commits, and its "
+    "tool": "tool steps (one tool call: its tool task's lease and result + completion commit, its intent, and its "
     "share of the model turn's intent and result and of the run's wait and resume; {calls} call(s) per model turn)",
 }
+WHAT["tool10"] = WHAT["tool"]
+
+GOALS: tuple[tuple[str, str, str, float], ...] = (
+    # (what, how it is computed, comparison, target): issue 20's table, each a ratio measured in this run
+    ("owner CPU per tool step / per task step", "owner_cpu_tool_over_task", "<=", 2.5),
+    ("worker CPU per tool step / per task step", "worker_cpu_tool_over_task", "<=", 3.0),
+    ("tool steps/s at 16 runs / DBOS's, one call per turn", "tool_over_dbos_at_16", ">=", 4.0),
+    ("tool steps/s at 16 runs / DBOS's, ten calls per turn", "tool10_over_dbos_at_16", ">=", 8.0),
+    ("tool steps/s at 1 run / DBOS's (one agent's latency)", "tool_over_dbos_at_1", ">=", 1.5),
+    ("task steps/s at 16 / DBOS's", "task_over_dbos_at_16", ">=", 15.0),
+)
+"""Issue 20's goals this benchmark measures: each is reported with its value and whether it is met."""
 
 
 def _variant(name: str, tether: dict[str, Any], dbos: dict[str, Any], baseline: float) -> dict[str, Any]:
@@ -207,6 +225,8 @@ def run(
             measured["task"] = trio.run(task_steps, directory, steps, sync)
         if "tool" in variants:
             measured["tool"] = trio.run(tool_steps, directory, tool_steps_per_run, sync, calls_per_turn)
+        if "tool10" in variants:
+            measured["tool10"] = trio.run(tool_steps, directory, tool_steps_per_run, sync, BATCHED_CALLS_PER_TURN)
     results: dict[str, Any] = {
         "variants": list(variants),
         "steps_per_run": steps,
@@ -218,8 +238,34 @@ def run(
         "dbos_settings": dbos["settings"],
     }
     for name, tether in measured.items():
-        results[name] = {"what": WHAT[name].format(calls=calls_per_turn), **_variant(name, tether, dbos, baseline)}
+        calls = BATCHED_CALLS_PER_TURN if name == "tool10" else calls_per_turn
+        results[name] = {"what": WHAT[name].format(calls=calls), **_variant(name, tether, dbos, baseline)}
+    results["goals"] = goals(results)
     return results
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 20's goals whose figures this run measured: what, the value, the target and whether it is met. The
+    ``tool`` ratios are those of one call per turn only when the run used ``--calls-per-turn 1``."""
+    values: dict[str, float] = {}
+    task, tool, tool10 = results.get("task"), results.get("tool"), results.get("tool10")
+    if task is not None and tool is not None:
+        values["owner_cpu_tool_over_task"] = tool["owner_cpu_us_per_step"] / task["owner_cpu_us_per_step"]
+        values["worker_cpu_tool_over_task"] = tool["worker_cpu_us_per_step"] / task["worker_cpu_us_per_step"]
+    if tool is not None and results["tool_calls_per_turn"] == 1:
+        values["tool_over_dbos_at_16"] = tool["tether_over_dbos_at_16"]
+        values["tool_over_dbos_at_1"] = tool["tether_over_dbos_at_1"]
+    if tool10 is not None:
+        values["tool10_over_dbos_at_16"] = tool10["tether_over_dbos_at_16"]
+    if task is not None:
+        values["task_over_dbos_at_16"] = task["tether_over_dbos_at_16"]
+    found = []
+    for what, key, comparison, target in GOALS:
+        if key in values:
+            value = values[key]
+            met = value <= target if comparison == "<=" else value >= target
+            found.append({"goal": what, "value": round(value, 2), "target": f"{comparison} {target:g}x", "met": met})
+    return found
 
 
 def _print(results: dict[str, Any]) -> None:
@@ -229,7 +275,7 @@ def _print(results: dict[str, Any]) -> None:
     print(f"DBOS Transact {results['dbos_version']}: {results['dbos_settings']}")
     for name in results["variants"]:
         variant = results[name]
-        per_run = results["tool_steps_per_run" if name == "tool" else "steps_per_run"]
+        per_run = results["steps_per_run" if name == "task" else "tool_steps_per_run"]
         print(f"\nTether {variant['what']}, {per_run} per run (DBOS: {results['steps_per_run']} per workflow)")
         print(f"{'concurrent':<11} {'Tether steps/s':>15} {'DBOS steps/s':>13} {'Tether/DBOS':>12} {'Tether/base':>12}")
         for c in CONCURRENCY:
@@ -241,10 +287,18 @@ def _print(results: dict[str, Any]) -> None:
             f"owner at 16: {variant['owner_cpu_us_per_step']:.1f} us CPU per step (process), of which "
             f"{variant['owner_batch_us_per_step']:.1f} us in batches (BEGIN, core, COMMIT, send; "
             f"{variant['owner_core_us_per_step']:.1f} us in the core) over {variant['owner_batches']:.0f} batches; "
-            f"worker {variant['worker_cpu_us_per_step']:.1f} us CPU per step"
+            f"worker {variant['worker_cpu_us_per_step']:.1f} us CPU per step; per step "
+            f"{variant['commits_per_step']:.2f} commits (requests' and settles', from the commit log) and "
+            f"{variant['owner_statements_per_step']:.1f} SQL statements"
         )
-        verdict = "met" if variant["goal_met"] else "NOT met"
-        print(f"goal at 16: {variant['goal_at_16']}: {verdict} ({variant['tether_over_dbos_at_16']:.2f}x)")
+        if name == "task":
+            verdict = "met" if variant["goal_met"] else "NOT met"
+            print(f"goal at 16: {variant['goal_at_16']}: {verdict} ({variant['tether_over_dbos_at_16']:.2f}x)")
+    if results["goals"]:
+        print("\nissue 20's goals, measured in this run:")
+        for goal in results["goals"]:
+            verdict = "met" if goal["met"] else "NOT met"
+            print(f"  {goal['goal']:<56} {goal['value']:>7.2f}x  goal {goal['target']:<8} {verdict}")
 
 
 def main() -> None:
@@ -252,11 +306,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--variant",
-        choices=("both", "task", "tool", "stream"),
-        default="both",
+        choices=("all", "both", "task", "tool", "tool10", "stream"),
+        default="all",
         help=(
-            "task: durable task steps; tool: tool calls on the scripted model; both (default: task and tool); "
-            "stream: the owner's overhead per step while runs stream, and its cost to another client"
+            "task: durable task steps; tool: tool calls on the scripted model (--calls-per-turn to a turn); tool10: "
+            "the same at ten calls per turn; all (default): task, tool and tool10, with issue 20's goals; both: task "
+            "and tool; stream: the owner's overhead per step while runs stream, and its cost to another client"
         ),
     )
     parser.add_argument("--steps", type=int, default=300, help="steps per task, run or workflow (300)")
@@ -299,7 +354,7 @@ def main() -> None:
     if args.variant == "stream":
         results = run_stream(args.stream_runs, args.stream_turns, args.stream_seconds)
     else:
-        variants = ("task", "tool") if args.variant == "both" else (args.variant,)
+        variants = VARIANTS.get(args.variant, (args.variant,))
         results = run(variants, args.steps, args.sync, args.tool_steps, args.calls_per_turn)
         results["otel"] = args.otel
     if args.json:
