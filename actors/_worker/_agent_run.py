@@ -20,10 +20,11 @@ committed result:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import attrs
+import trio
 
 from protocol import (
     ASSISTANT_ENTRY,
@@ -78,6 +79,13 @@ from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
 from ._transcript import transcript
+
+
+class _Unread:
+    """No configuration was read yet: ``_turn`` reads it."""
+
+
+UNREAD: Final = _Unread()
 
 
 @contextlib.asynccontextmanager
@@ -194,13 +202,20 @@ class AgentRun:
         await self._turn(rt, int(rt.checkpoint["turn"]))
 
     async def _turn(
-        self, rt: Phase, turn: int, entries: Sequence[EntryRecord] | None = None, *, guess: bool = True
+        self,
+        rt: Phase,
+        turn: int,
+        entries: Sequence[EntryRecord] | None = None,
+        *,
+        guess: bool = True,
+        configuration: Configuration | _Unread | None = UNREAD,
     ) -> None:
         """Model turn ``turn``, from phase ``turn`` or straight after the tools of turn ``turn - 1`` (``entries``:
-        the transcript already read there). ``guess``: a fresh state may skip reading the journal (:func:`_start`)."""
+        the transcript already read there; ``configuration``: the conversation's, read beside it). ``guess``: a fresh
+        state may skip reading the journal (:func:`_start`)."""
         run_id = str(rt.input["run_id"])
         operation_id = model_operation_id(run_id, turn)
-        current = await Configuration.read(rt)
+        current = await Configuration.read(rt) if isinstance(configuration, _Unread) else configuration
         guessed = guess and _fresh(rt)
         op = None if guessed else await journaled(rt, operation_id)
         configuration = self._replayed(op, current)
@@ -439,8 +454,12 @@ class AgentRun:
         turn = int(rt.checkpoint["turn"])
         run_id = str(rt.input["run_id"])
         calls: Sequence[Mapping[str, Any]] = rt.checkpoint["calls"]
+        # The next request's configuration is read beside the transcript: the two reads travel together.
+        configuration, entries = await _both(
+            lambda: Configuration.read(rt), lambda: transcript(rt.client, rt.conversation_id)
+        )
         async with rt.commit() as tx:
-            entries = await self._missing_results(rt, tx, cancelled=False)
+            await self._missing_results(rt, tx, cancelled=False, entries=entries)
             _place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
             answer = _terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
             if answer is not None:
@@ -454,7 +473,7 @@ class AgentRun:
                 tx.advance({"phase": "turn", "turn": turn + 1})
         if rt.ended:
             return
-        await self._turn(rt, turn + 1, None if tx.writes else entries)
+        await self._turn(rt, turn + 1, None if tx.writes else entries, configuration=configuration)
 
     async def abort(self, rt: Phase) -> None:
         """A cancelled run: the calls of its last turn without a result get an error result, then it ends."""
@@ -463,16 +482,16 @@ class AgentRun:
                 await self._missing_results(rt, tx, cancelled=True)
             tx.aborted()
 
-    async def _missing_results(self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool) -> Sequence[EntryRecord]:
-        """Add to ``tx`` a result entry for every call of the turn without one; the transcript as read before."""
+    async def _missing_results(
+        self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool, entries: Sequence[EntryRecord] | None = None
+    ) -> None:
+        """Add to ``tx`` a result entry for every call of the turn without one (``entries``: the transcript, read
+        here when not given)."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
-        entries = await transcript(rt.client, rt.conversation_id)
-        done = {
-            entry.data.get("operation_id")
-            for entry in entries
-            if entry.kind == TOOL_RESULT_ENTRY and isinstance(entry.data, dict)
-        }
+        if entries is None:
+            entries = await transcript(rt.client, rt.conversation_id)
+        done, _ = _round_tail(entries, run_id)  # the round's results follow its assistant entry: no whole scan
         missing = [call for call in calls if call["operation_id"] not in done]
         outcomes = await rt.outcomes([call["task_id"] for call in missing]) if missing else {}
         for call in missing:
@@ -491,7 +510,6 @@ class AgentRun:
                 content=content,
                 is_error=is_error,
             )
-        return entries
 
 
 def _starts_with_its_task(tool: ToolDefinition, arguments: Any) -> bool:
@@ -506,6 +524,30 @@ def _starts_with_its_task(tool: ToolDefinition, arguments: Any) -> bool:
         return not tool.approval_required(arguments)
     except Exception:  # the tool task asks again, and fails the call with the error
         return False
+
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+async def _both(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitable[B]]) -> tuple[A, B]:
+    """``first()`` and ``second()`` at once (their requests leave in one message and are answered in one batch of the
+    owner): both results, or the first error either raised, as itself (not in an exception group)."""
+    results: dict[int, Any] = {}
+    errors: list[Exception] = []
+
+    async def run(index: int, function: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            results[index] = await function()
+        except Exception as exc:  # raised below, as it is: callers catch StaleLease, NotFound, ...
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, 0, first)
+        nursery.start_soon(run, 1, second)
+    if errors:
+        raise errors[0]
+    return results[0], results[1]
 
 
 def _own_handoff(entry: EntryRecord, run_id: str) -> bool:

@@ -254,10 +254,10 @@ class ToolRun:
         pieces: Sequence[Write] = (),
     ) -> None:
         """ONE commit: the operation's result (with what the call reported it cost), the result entry and the task's
-        completion. A call that ran nothing (``operation_id`` ``None``: invalid arguments, a denial) is journaled by
-        :func:`_refused_call`. A nested call (``call.execute_tool``) has no result entry (the model did not make it):
-        its task completes with what its caller reads (its ``structured`` value, else its output), or fails with the
-        error."""
+        completion (with no result: the journal and the transcript hold it). A call that ran nothing (``operation_id``
+        ``None``: invalid arguments, a denial) is journaled by :func:`_refused_call`. A nested call
+        (``call.execute_tool``) has no result entry (the model did not make it): its task completes with what its
+        caller reads (its ``structured`` value, else its output), or fails with the error."""
         inp = rt.input
         nested = _nested(inp)
         async with rt.commit() as tx:
@@ -302,4 +302,4 @@ class ToolRun:
                 is_error=is_error,
                 extra=extra,
             )
-            tx.complete(result)
+            tx.complete(None)  # the result is the journal's and the entry's: not a third copy in the commit

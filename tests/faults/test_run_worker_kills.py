@@ -51,7 +51,11 @@ async def test_worker_killed_before_a_tool_intent_runs_it_once_under_every_polic
                 assert [(op.kind, op.status) for op in ops] == [("model", "completed")]
             else:
                 # A safe or idempotent call's intent goes in the model result's commit, so its needs_approval runs in
-                # the run's turn, before that commit: the model request was cut off, and is tried again.
+                # the run's turn, before that commit: the model request is cut off (once the owner saw the worker
+                # go), and is tried again.
+                while [(op.kind, op.status) for op in ops] == [("model", "started")]:
+                    await trio.sleep(0.02)
+                    ops = await client.operations(run_id)
                 assert [(op.kind, op.status) for op in ops] == [("model", "interrupted")]
             assert read_ledger(ledger) == []
             async with served(owner.db, getattr(_run_apps, attribute), name="second"):
