@@ -91,7 +91,7 @@ from ._run_status import APPROVAL_KIND, ATTENTION_KIND, INTERACTION_KINDS, QUEST
 from ._runs import Runs
 from ._task_settle import CutOffRule
 from ._tasks import TaskEngine
-from ._unit import UnitOfWork
+from ._unit import Journal, UnitOfWork
 from ._usage import Usage, add_usage, check_usage
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
@@ -123,18 +123,49 @@ INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent
 """The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
 
 
+MAX_CACHED_OPEN_OPERATIONS: Final = 1024
+"""The most operations with an open attempt whose records the owner keeps in memory (:class:`OperationRecords`):
+past it the oldest is dropped, and read from the store when its result comes."""
+
+
 class OperationRecords:
     """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
-    and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
+    and the changes the owner makes to them outside a request of their room (rules 3 and 6).
 
-    def __init__(self, store: OperationStore) -> None:
+    It keeps the records of the operations with an open attempt (``started``), as stored, so that an attempt's result
+    does not read back the intent its batch or a recent one wrote: at most :data:`MAX_CACHED_OPEN_OPERATIONS`, the
+    oldest dropped first; a refused request drops them all (its writes are rolled back; the store is read again)."""
+
+    def __init__(self, store: OperationStore, journal: Journal) -> None:
         self._store = store
+        self._open: dict[str, OperationRecord] = {}
+        journal.cache(self._open.clear)
+
+    def get(self, operation_id: str) -> OperationRecord | None:
+        """An operation's record: from memory while its attempt is open, else from the store."""
+        cached = self._open.get(operation_id)
+        return cached if cached is not None else self._store.operation(operation_id)
+
+    def insert(self, record: OperationRecord) -> None:
+        """Store a new operation (raises :class:`StoreConflict` if its id exists)."""
+        self._store.insert_operation(record)
+        self._remember(record)
 
     def put(self, previous: OperationRecord, record: OperationRecord, event: OperationEvent) -> None:
         """Store an operation's next record, which ``event`` made of ``previous``: refused loudly if the table
         forbids it."""
         check_move(OPERATION_TRANSITIONS, "operation", previous.operation_id, previous.status, event, record.status)
         self._store.update_operation(record)
+        self._remember(record)
+
+    def _remember(self, record: OperationRecord) -> None:
+        cached = self._open
+        if record.status != "started":
+            cached.pop(record.operation_id, None)
+            return
+        if record.operation_id not in cached and len(cached) >= MAX_CACHED_OPEN_OPERATIONS:
+            del cached[next(iter(cached))]
+        cached[record.operation_id] = record
 
     def put_interaction(self, previous: InteractionRecord, record: InteractionRecord, event: InteractionEvent) -> None:
         """Store an interaction's next record, which ``event`` made of ``previous``: refused loudly if the table
@@ -292,7 +323,7 @@ class Operations:
             task = self._created_tool_task(write, task, seq, where)
         if write.parent_operation_id is not None:
             check_id(write.parent_operation_id, f"{where}.parent_operation_id")
-            parent = self._store.operation(write.parent_operation_id)
+            parent = self._records.get(write.parent_operation_id)
             if parent is None or parent.run_id != run.run_id or parent.kind != "tool":
                 message = (
                     f"{where}.parent_operation_id: {write.parent_operation_id} is not a tool call of run {run.run_id}"
@@ -301,7 +332,10 @@ class Operations:
         retry = write.retry if write.kind == "tool" else (write.retry or Retry())
         if retry is not None and (retry.attempts < 1 or retry.first_delay_ms < 0 or retry.max_delay_ms < 0):
             raise Refusal(ErrorCode.INVALID, f"{where}.retry: attempts 1 or more, delays 0 or more")
-        existing = self._store.operation(write.operation_id)
+        # A tool call's first intent is written at once (a second one is refused by the store, and read below): no
+        # read of the journal before it. A model request's is checked against the budgets first, only when new.
+        first_tool_intent = write.kind == "tool" and write.attempt == 1
+        existing = None if first_tool_intent else self._records.get(write.operation_id)
         what = f"{where}: operation {write.operation_id}"
         if existing is None:
             if write.attempt != 1:
@@ -329,8 +363,12 @@ class Operations:
                 created_at_ms=now_ms,
                 updated_at_ms=now_ms,
             )
-            self._store.insert_operation(record)
-            return record
+            try:
+                self._records.insert(record)
+                return record
+            except StoreConflict:
+                existing = self._records.get(write.operation_id)
+                assert existing is not None and first_tool_intent, "only a tool call's first intent skips the read"
         if existing.run_id != run.run_id or existing.kind != write.kind or existing.name != write.name:
             raise Refusal(ErrorCode.CONFLICT, f"{what} is another run's or another {existing.kind}'s")
         if has_result(existing):
@@ -402,7 +440,7 @@ class Operations:
         the conversation's and the model's, exactly once (a second result is a ``conflict``). An operation's own
         ``usage`` sums its attempts', so a run's usage is the sum of its operations'."""
         check_id(write.operation_id, f"{where}.operation_id")
-        op = self._store.operation(write.operation_id)
+        op = self._records.get(write.operation_id)
         if op is None:
             raise Refusal(ErrorCode.NOT_FOUND, f"{where}: operation {write.operation_id} does not exist")
         run, _ = self._writer(op.run_id, lease, where)
