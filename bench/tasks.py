@@ -2,7 +2,8 @@
 
     python bench/tasks.py [--json] [--live 100000]
 
-- chain: settle a chain of 500 tasks, each owned by (and waited on by) the one before it (goal: under 1 s);
+- chain: settle a chain of 500 tasks, each owned by (and waited on by) the one before it (goal: under 0.8 s, issue
+  20's; it was 1 s, and read 0.84 s before the agent layer);
 - fan-out: a parent with 1,000 children on ``all_settled`` (goal: under 2 s);
 - abort: abort a tree of 1,111 tasks (branching 10, 10, 10; the leaves sleep) until every node is terminal
   (goal: under 2 s);
@@ -40,7 +41,7 @@ CHAIN = 500
 FANOUT = 1000
 TREE_LEVELS = [10, 10, 10]
 CREATE_BATCH = 1000
-GOALS_S = {"chain_s": 1.0, "fanout_s": 2.0, "abort_tree_s": 2.0, "restart_first_lease_s": 1.0}
+GOALS_S = {"chain_s": 0.8, "fanout_s": 2.0, "abort_tree_s": 2.0, "restart_first_lease_s": 1.0}
 
 
 async def _settle(client: actors.Client, kind: str, payload: Any) -> float:
