@@ -21,7 +21,8 @@ from protocol import FinishOperation, StartOperation, UsageError, Write
 KillPoint = Literal["before_commit", "after_commit", "after_intent", "before_result", "after_result"]
 """Where a worker kills itself: around its N-th phase commit (``before_commit``: it is never sent;
 ``after_commit``: acknowledged, nothing after it runs), right after the commit holding its N-th operation intent is
-acknowledged (``after_intent``: a tool's handler or a model's request has not started), right before sending the
+acknowledged (``after_intent``: a tool's handler or a model's request has not started; for a call whose intent
+the model result's commit wrote with its task, as that task's lease starts the call), right before sending the
 commit holding its N-th operation result (``before_result``: the effect happened, its result never reaches the
 owner) or right after it is acknowledged (``after_result``)."""
 KILL_POINTS: Final[tuple[str, ...]] = get_args(KillPoint)
@@ -123,9 +124,21 @@ class KillSwitch:
         if self.kill.point == "after_commit":
             self._count(1)
         elif self.kill.point == "after_intent":
-            self._count(sum(isinstance(w, StartOperation) and self._matches(w.kind, w.name) for w in writes))
+            # An intent committed with its tool task (``task_id``) is reached when that task starts its call.
+            self._count(
+                sum(
+                    isinstance(w, StartOperation) and w.task_id is None and self._matches(w.kind, w.name)
+                    for w in writes
+                )
+            )
         elif self.kill.point == "after_result":
             self._count(self._results(writes, task_kind))
+
+    def call_started(self, name: str) -> None:
+        """A tool task's lease starts the call whose intent the model result's commit wrote with it: its
+        ``after_intent`` point, the handler not started yet."""
+        if self.kill.point == "after_intent":
+            self._count(self._matches("tool", name))
 
     def _remember(self, writes: Sequence[Write]) -> None:
         for write in writes:

@@ -91,6 +91,8 @@ class ToolRun:
         guessed = _fresh(rt)
         if guessed and rt.input.get("started") is True:
             # Attempt 1's intent was committed with this task (the model's result): run the call, no commit first.
+            if rt._kill_switch is not None:
+                rt._kill_switch.call_started(tool.name)  # fault injection's after_intent point for this call
             await self._execute(rt, None, started=True)
             return
         op = None if guessed else await journaled(rt, operation_id)
