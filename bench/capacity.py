@@ -1,0 +1,412 @@
+"""How many concurrent agent runs one owner with two workers sustains, each run within 1.2x its ideal wall time.
+
+    python bench/capacity.py [--json] [--ladder 1,50,100,200,400,800,1000,1600,2000,3200,4000] [--turns 10]
+                             [--turn-s 1.0] [--limit 1.2] [--spread-s 1.0] [--connections 4] [--max-leases 20000]
+                             [--max-concurrent-runs 100000] [--deadline-s 900]
+
+One owner (``tether owner``) and two worker processes (``tether worker``) serving ``_capacity_app.py``, started
+as ``bench/steps.py`` starts its owner and worker. The agent ``bench-capacity`` has a model that takes ``--turn-s``
+(1 s) before each of its ``--turns`` (10) turns, each of which calls a trivial ``safe`` tool once, then answers
+with a text at once: a run is 10 model turns and 10 tool calls, and its ideal wall time is ``turns x turn_s``
+(10 s); everything above it is Tether's (and the machine's).
+
+For each N of the ladder, on the same processes: N conversations bound to the agent are created first, then N
+runs are submitted, one per conversation, spread evenly over ``--spread-s`` (one model turn by default: a steady
+load, not a burst; 0 submits all at once), from one process over ``--connections`` client connections. A run's
+wall time is measured from the start of its submit to the return of its ``wait_for_run`` (what a caller sees),
+and divided by the ideal. The criterion is the **max** over the N runs (every run within ``--limit`` x its ideal;
+p50 and p99 are printed beside it). The ladder stops at the first N past the limit (or that does not complete
+within 3x the ideal plus a minute), or when ``--deadline-s`` would be passed; the figure is the largest N measured
+within the limit (the true capacity lies between it and the next N of the ladder).
+
+Per N: the CPU of the owner, each worker and this client over the window (from the first submit to the last
+completion, ``/proc``, in % of one core), and the peak resident memory (VmRSS, sampled every 0.25 s) of the owner
+and each worker.
+
+Bounds raised for the measurement, and said in the output: a worker holds one lease per running run (also while it
+waits on its model) and one per running tool call, and runs at most ``--max-leases`` of them (``tether worker``'s
+default, 64, would bound the capacity at about 128 runs for two workers whatever the CPU); the owner lets at most
+``--max-concurrent-runs`` runs be busy at once (``tether owner``'s default, 64; later ones wait ``queued``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import trio
+from _capacity_app import AGENT, ANSWER, TURN_S_ENV, TURNS_ENV, WARM_AGENT
+from _common import bench_env, cpu_s
+
+import actors
+from runtime import stop_gracefully, tether_command, wait_for_owner
+
+APP: Final = "_capacity_app:app"
+WORKERS: Final = 2
+LADDER: Final = (1, 50, 100, 200, 400, 800, 1000, 1600, 2000, 3200, 4000)
+GOAL_RUNS: Final = 1000
+CREATE_PER_COMMIT: Final = 200
+"""Conversations created per transaction before a window."""
+SAMPLE_S: Final = 0.25
+"""How often the resident memory of the processes is read during a window."""
+WINDOW_GRACE_S: Final = 60.0
+"""A window is given up after 3x the ideal plus this (its N counts as past the limit)."""
+SETTLE_S: Final = 2.0
+"""Pause between two windows, so a window starts on idle processes."""
+
+
+class Served(NamedTuple):
+    owner: trio.Process
+    workers: tuple[trio.Process, ...]
+
+
+@contextlib.asynccontextmanager
+async def owner_and_workers(
+    db: str, env: dict[str, str], max_leases: int, max_concurrent_runs: int
+) -> AsyncIterator[Served]:
+    """An owner on ``db`` letting ``max_concurrent_runs`` runs be busy at once and, once it listens, ``WORKERS``
+    workers serving the capacity app with ``max_leases`` each; all stopped gracefully when the block ends."""
+    owner_command = tether_command("owner", "--db", db, "--max-concurrent-runs", str(max_concurrent_runs))
+    owner = await trio.lowlevel.open_process(owner_command, stdout=subprocess.DEVNULL, env=env)
+    workers: list[trio.Process] = []
+    try:
+        await wait_for_owner(db, owner)
+        for number in range(WORKERS):
+            command = tether_command(
+                "worker", "--db", db, "--app", APP, "--name", f"capacity-{number + 1}", "--max-leases", str(max_leases)
+            )
+            workers.append(await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, env=env))
+        yield Served(owner=owner, workers=tuple(workers))
+    finally:
+        for worker in workers:
+            await stop_gracefully(worker)
+        await stop_gracefully(owner)
+
+
+def rss_mib(pid: int) -> float:
+    """The resident memory of a process now (VmRSS, /proc), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmRSS for process {pid}")
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """CPU seconds of the whole machine so far, busy and in all (every core, /proc/stat)."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+async def _sample_rss(pids: Sequence[int], peaks: list[float]) -> None:
+    """Keep in ``peaks`` the largest resident memory of each process seen so far, until cancelled."""
+    while True:
+        for index, pid in enumerate(pids):
+            peaks[index] = max(peaks[index], rss_mib(pid))
+        await trio.sleep(SAMPLE_S)
+
+
+async def _wait_for_workers(client: actors.Client) -> None:
+    """Until ``WORKERS`` attached workers announce the capacity agent."""
+    while True:
+        peers = await client.peers()
+        serving = [p for p in peers if p.role == "worker" and any(c.name == AGENT for c in p.capabilities)]
+        if len(serving) >= WORKERS:
+            return
+        await trio.sleep(0.1)
+
+
+async def _conversations(client: actors.Client, agent: str, count: int) -> list[str]:
+    """``count`` new conversations bound to ``agent``, ``CREATE_PER_COMMIT`` to a transaction."""
+    created: list[str] = []
+    while len(created) < count:
+        async with client.commit() as tx:
+            batch = min(CREATE_PER_COMMIT, count - len(created))
+            created.extend(tx.create_conversation(agent=agent) for _ in range(batch))
+    return created
+
+
+class _Runs:
+    """What the runs of one window measured: each run's wall time (client), its owner-recorded time, its outcome."""
+
+    def __init__(self) -> None:
+        self.walls_s: list[float] = []
+        self.recorded_s: list[float] = []
+        self.failed: list[str] = []
+
+
+async def _one_run(client: actors.Client, conversation: str, delay_s: float, runs: _Runs) -> None:
+    """Wait ``delay_s``, submit one input to ``conversation``, wait for its run, and note the wall time between."""
+    await trio.sleep(delay_s)
+    started = time.perf_counter()
+    submission = await client.submit(conversation, kind="input", payload="go", request_id="capacity")
+    assert submission.run_id is not None, submission
+    record = await client.wait_for_run(submission.run_id)
+    runs.walls_s.append(time.perf_counter() - started)
+    runs.recorded_s.append((record.updated_at_ms - record.created_at_ms) / 1000)
+    if record.status != "completed" or record.answer is None or record.answer.text != ANSWER:
+        runs.failed.append(f"{record.run_id}: {record.status} {record.reason or ''} {record.error or ''}".strip())
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+async def _window(
+    served: Served, clients: Sequence[actors.Client], runs: int, ideal_s: float, spread_s: float
+) -> dict[str, Any]:
+    """``runs`` runs at once: conversations made first (outside the window), then the window from the first submit
+    to the last completion, with the processes' CPU and peak memory over it."""
+    conversations = await _conversations(clients[0], AGENT, runs)
+    pids = [served.owner.pid, *(worker.pid for worker in served.workers)]
+    peaks = [0.0] * len(pids)
+    measured = _Runs()
+    cpu_before = [cpu_s(pid) for pid in pids]
+    client_cpu_before = cpu_s(os.getpid())
+    machine_before = machine_cpu_s()
+    started = time.perf_counter()
+    completed = False
+    async with trio.open_nursery() as sampler:
+        sampler.start_soon(_sample_rss, pids, peaks)
+        with trio.move_on_after(3 * ideal_s + spread_s + WINDOW_GRACE_S):
+            async with trio.open_nursery() as nursery:
+                for index, conversation in enumerate(conversations):
+                    client = clients[index % len(clients)]
+                    nursery.start_soon(_one_run, client, conversation, spread_s * index / runs, measured)
+            completed = True
+        sampler.cancel_scope.cancel(reason="the window ended")
+    elapsed = time.perf_counter() - started
+    cpu_after = [cpu_s(pid) for pid in pids]
+    client_cpu = cpu_s(os.getpid()) - client_cpu_before
+    machine_after = machine_cpu_s()
+    ours = sum(cpu_after) - sum(cpu_before) + client_cpu
+    # Busy CPU of every other process on the machine (other users' builds on a shared machine), from /proc/stat
+    # less ours; in % of one core, as ours.
+    others_pct = max(0.0, (machine_after[0] - machine_before[0] - ours) / elapsed * 100)
+    result: dict[str, Any] = {
+        "runs": runs,
+        "completed": completed,
+        "completed_runs": len(measured.walls_s),
+        "failed_runs": len(measured.failed),
+        "window_s": round(elapsed, 2),
+        "owner_cpu_pct": round((cpu_after[0] - cpu_before[0]) / elapsed * 100, 1),
+        "worker_cpu_pct": [
+            round((a - b) / elapsed * 100, 1) for a, b in zip(cpu_after[1:], cpu_before[1:], strict=True)
+        ],
+        "client_cpu_pct": round(client_cpu / elapsed * 100, 1),
+        "others_cpu_pct": round(others_pct, 1),
+        "owner_rss_mib": round(peaks[0]),
+        "worker_rss_mib": [round(peak) for peak in peaks[1:]],
+    }
+    if measured.failed:
+        result["failures"] = measured.failed[:5]
+    if completed and not measured.failed:
+        walls = [wall / ideal_s for wall in measured.walls_s]
+        recorded = [wall / ideal_s for wall in measured.recorded_s]
+        result.update(
+            {
+                "wall_p50_over_ideal": round(statistics.median(walls), 3),
+                "wall_p99_over_ideal": round(_percentile(walls, 0.99), 3),
+                "wall_max_over_ideal": round(max(walls), 3),
+                "recorded_max_over_ideal": round(max(recorded), 3),
+            }
+        )
+    return result
+
+
+def _within(window: dict[str, Any], limit: float) -> bool:
+    return bool(window["completed"]) and not window["failed_runs"] and window["wall_max_over_ideal"] <= limit
+
+
+async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each N of the ladder in turn on one owner and two workers, until one is past the limit or time is up."""
+    db = os.path.join(directory, "capacity.db")
+    env = bench_env(**{TURNS_ENV: str(args.turns), TURN_S_ENV: str(args.turn_s)})
+    ideal_s = args.turns * args.turn_s
+    deadline = time.monotonic() + args.deadline_s
+    windows: list[dict[str, Any]] = []
+    stopped = "the ladder ended"
+    async with (
+        owner_and_workers(db, env, args.max_leases, args.max_concurrent_runs) as served,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients = [
+            await stack.enter_async_context(actors.connect(db=db, wait_for_owner_s=30)) for _ in range(args.connections)
+        ]
+        with trio.fail_after(60):
+            await _wait_for_workers(clients[0])
+            # Warm-up: each worker imports, leases, reads and answers once before the first window.
+            warm = await _conversations(clients[0], WARM_AGENT, 2 * WORKERS)
+            submitted = [await clients[0].submit(c, kind="input", payload="go") for c in warm]
+            for submission in submitted:
+                assert submission.run_id is not None
+                await clients[0].wait_for_run(submission.run_id)
+        for runs in args.ladder:
+            needed_s = (args.limit * ideal_s + args.spread_s) * 1.5 + runs / 500
+            if time.monotonic() + needed_s > deadline:
+                stopped = f"--deadline-s {args.deadline_s:g} would pass before N={runs} ended"
+                break
+            window = await _window(served, clients, runs, ideal_s, args.spread_s)
+            windows.append(window)
+            if not args.json:
+                _print_row(window, args.limit)
+            if not _within(window, args.limit):
+                stopped = f"N={runs} was past the limit"
+                break
+            await trio.sleep(SETTLE_S)
+    within = [window for window in windows if _within(window, args.limit)]
+    best = within[-1] if within else None
+    return {
+        "what": f"agent runs of {args.turns} model turns x {args.turn_s:g} s, each turn one call of a trivial safe "
+        f"tool, then a text answer at once; ideal wall time {ideal_s:g} s per run",
+        "processes": f"one owner (tether owner --max-concurrent-runs {args.max_concurrent_runs}), {WORKERS} workers "
+        f"(tether worker --max-leases {args.max_leases} each), this client over {args.connections} connection(s)",
+        "submits": f"spread evenly over {args.spread_s:g} s" if args.spread_s > 0 else "all at once",
+        "criterion": f"every run's wall time (submit to completion, as the client sees it) <= {args.limit:g} x ideal "
+        "(the max)",
+        "cpu_count": os.cpu_count(),
+        "windows": windows,
+        "stopped": stopped,
+        "capacity_runs": best["runs"] if best else 0,
+        "at_capacity": best,
+        "goal": f">= {GOAL_RUNS}",
+        "goal_met": best is not None and best["runs"] >= GOAL_RUNS,
+    }
+
+
+HEADER: Final = (
+    f"{'N':>6} {'p50':>6} {'p99':>6} {'max':>6} {'owner':>6} {'workers CPU %':>14} {'client':>7} {'others':>7} "
+    f"{'owner':>6} {'workers RSS':>12}  verdict"
+)
+
+
+def _print_header(args: argparse.Namespace) -> None:
+    ideal_s = args.turns * args.turn_s
+    print(
+        f"capacity: agent runs of {args.turns} model turns x {args.turn_s:g} s, each turn one call of a trivial tool, "
+        f"then a text answer at once (ideal wall time {ideal_s:g} s per run)"
+    )
+    print(
+        f"one owner (--max-concurrent-runs {args.max_concurrent_runs:,}), {WORKERS} workers (--max-leases "
+        f"{args.max_leases:,} each: the defaults, 64 and 64, would bound N at about 64 runs), one client process over "
+        f"{args.connections} connection(s); submits spread over {args.spread_s:g} s; {os.cpu_count()} CPUs"
+    )
+    print(
+        f"wall time per run from its submit to its completion, over the ideal (p50, p99, max); criterion: max <= "
+        f"{args.limit:g}; CPU in % of one core over the window (others: every other process on the machine); peak "
+        "RSS in MiB"
+    )
+    print(HEADER)
+
+
+def _print_row(window: dict[str, Any], limit: float) -> None:
+    workers_cpu = " / ".join(f"{pct:.0f}" for pct in window["worker_cpu_pct"])
+    workers_rss = " / ".join(str(mib) for mib in window["worker_rss_mib"])
+    if not window["completed"]:
+        ratios, verdict = f"{'-':>6} {'-':>6} {'-':>6}", f"not completed in {window['window_s']:.0f} s"
+    elif window["failed_runs"]:
+        ratios, verdict = f"{'-':>6} {'-':>6} {'-':>6}", f"{window['failed_runs']} runs failed"
+    else:
+        ratios = " ".join(
+            f"{window[key]:>6.2f}" for key in ("wall_p50_over_ideal", "wall_p99_over_ideal", "wall_max_over_ideal")
+        )
+        verdict = "within" if window["wall_max_over_ideal"] <= limit else "PAST the limit"
+    print(
+        f"{window['runs']:>6} {ratios} {window['owner_cpu_pct']:>6.0f} {workers_cpu:>14} "
+        f"{window['client_cpu_pct']:>7.0f} {window['others_cpu_pct']:>7.0f} {window['owner_rss_mib']:>6} "
+        f"{workers_rss:>12}  {verdict}",
+        flush=True,
+    )
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    print(f"stopped: {results['stopped']}")
+    best = results["at_capacity"]
+    if best is None:
+        print(f"capacity: no N of the ladder stayed within the limit; goal {results['goal']}: not met")
+        return
+    workers_cpu = ", ".join(f"{pct:.0f} %" for pct in best["worker_cpu_pct"])
+    workers_rss = ", ".join(f"{mib} MiB" for mib in best["worker_rss_mib"])
+    print(
+        f"capacity: {best['runs']:,} concurrent runs within the limit (max {best['wall_max_over_ideal']:.2f} x "
+        f"ideal, p50 {best['wall_p50_over_ideal']:.2f}); there the owner used {best['owner_cpu_pct']:.0f} % of a "
+        f"core and {best['owner_rss_mib']} MiB, the workers {workers_cpu} and {workers_rss}"
+    )
+    verdict = "met" if results["goal_met"] else "not met"
+    print(f"goal {results['goal']}: {verdict}")
+
+
+def _ladder(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of run counts, not {text!r}") from None
+    if not values or any(value < 1 for value in values) or list(values) != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"run counts of 1 or more, increasing, not {text!r}")
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0]
+        + " One owner and two workers; runs of 10 model turns of 1 s, each calling a trivial tool; N grows along a "
+        "ladder until the slowest run takes more than 1.2x its ideal (10 s). Prints a table per N (wall time over "
+        "ideal, CPU and RSS of each process) and the largest N within the limit.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object (and no table)")
+    parser.add_argument(
+        "--ladder",
+        type=_ladder,
+        default=LADDER,
+        help=f"the concurrent runs to try, in order (default {','.join(map(str, LADDER))})",
+    )
+    parser.add_argument("--turns", type=int, default=10, help="model turns per run, each calling the tool once (10)")
+    parser.add_argument("--turn-s", type=float, default=1.0, help="the model's time per turn, seconds (1.0)")
+    parser.add_argument(
+        "--limit", type=float, default=1.2, help="the slowest run's wall time over ideal, at most (1.2)"
+    )
+    parser.add_argument(
+        "--spread-s",
+        type=float,
+        default=None,
+        help="submit the N runs evenly over S seconds (default one turn; 0: all at once)",
+    )
+    parser.add_argument("--connections", type=int, default=4, help="client connections the runs are spread over (4)")
+    parser.add_argument("--max-leases", type=int, default=20_000, help="each worker's --max-leases (20000)")
+    parser.add_argument(
+        "--max-concurrent-runs", type=int, default=100_000, help="the owner's --max-concurrent-runs (100000)"
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, default=900.0, help="no new N is started that would end past this (900)"
+    )
+    args = parser.parse_args()
+    if args.spread_s is None:
+        args.spread_s = args.turn_s
+    if args.turns < 1 or not args.turn_s > 0 or not args.limit >= 1 or args.spread_s < 0 or args.connections < 1:
+        parser.error("--turns and --connections must be 1 or more, --turn-s positive, --limit >= 1, --spread-s >= 0")
+    if not args.json:
+        _print_header(args)
+    with tempfile.TemporaryDirectory(prefix="tether-bench-capacity-") as directory:
+        results = trio.run(measure, directory, args)
+    if args.json:
+        print(json.dumps(results))
+    else:
+        _print_summary(results)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
