@@ -166,10 +166,11 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 
 
 async def _window(
-    served: Served, clients: Sequence[actors.Client], runs: int, ideal_s: float, spread_s: float
+    served: Served, clients: Sequence[actors.Client], runs: int, turns: int, ideal_s: float, spread_s: float
 ) -> dict[str, Any]:
     """``runs`` runs at once: conversations made first (outside the window), then the window from the first submit
-    to the last completion, with the processes' CPU and peak memory over it."""
+    to the last completion, with the processes' CPU (also per model turn of the runs, each with its tool call) and
+    peak memory over it."""
     conversations = await _conversations(clients[0], AGENT, runs)
     pids = [served.owner.pid, *(worker.pid for worker in served.workers)]
     peaks = [0.0] * len(pids)
@@ -210,6 +211,9 @@ async def _window(
         "others_cpu_pct": round(others_pct, 1),
         "owner_rss_mib": round(peaks[0]),
         "worker_rss_mib": [round(peak) for peak in peaks[1:]],
+        "owner_cpu_ms_per_turn": round((cpu_after[0] - cpu_before[0]) / (runs * turns) * 1000, 2),
+        "workers_cpu_ms_per_turn": round((sum(cpu_after[1:]) - sum(cpu_before[1:])) / (runs * turns) * 1000, 2),
+        "client_cpu_ms_per_turn": round(client_cpu / (runs * turns) * 1000, 2),
     }
     if measured.failed:
         result["failures"] = measured.failed[:5]
@@ -259,7 +263,7 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
             if time.monotonic() + needed_s > deadline:
                 stopped = f"--deadline-s {args.deadline_s:g} would pass before N={runs} ended"
                 break
-            window = await _window(served, clients, runs, ideal_s, args.spread_s)
+            window = await _window(served, clients, runs, args.turns, ideal_s, args.spread_s)
             windows.append(window)
             if not args.json:
                 _print_row(window, args.limit)
@@ -269,6 +273,7 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
             await trio.sleep(SETTLE_S)
     within = [window for window in windows if _within(window, args.limit)]
     best = within[-1] if within else None
+    busiest = next((window for window in reversed(windows) if window["completed"]), None)
     return {
         "what": f"agent runs of {args.turns} model turns x {args.turn_s:g} s, each turn one call of a trivial safe "
         f"tool, then a text answer at once; ideal wall time {ideal_s:g} s per run",
@@ -284,6 +289,23 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
         "at_capacity": best,
         "goal": f">= {GOAL_RUNS}",
         "goal_met": best is not None and best["runs"] >= GOAL_RUNS,
+        "cpu_bound": _cpu_bound(busiest, args.turn_s) if busiest is not None else None,
+    }
+
+
+def _cpu_bound(window: dict[str, Any], turn_s: float) -> dict[str, Any]:
+    """What the CPU per model turn measured at the largest N that completed would allow at most, queueing aside:
+    the runs whose turns (one every ``turn_s``) one core of owner CPU serves, and those the machine's cores serve
+    with the owner, the workers and the client together."""
+    owner_ms = window["owner_cpu_ms_per_turn"]
+    all_ms = owner_ms + window["workers_cpu_ms_per_turn"] + window["client_cpu_ms_per_turn"]
+    cores = os.cpu_count() or 1
+    return {
+        "at_runs": window["runs"],
+        "owner_cpu_ms_per_turn": owner_ms,
+        "all_cpu_ms_per_turn": round(all_ms, 2),
+        "owner_core_runs": round(1000 * turn_s / owner_ms),
+        "machine_runs": round(cores * 1000 * turn_s / all_ms),
     }
 
 
@@ -336,8 +358,23 @@ def _print_summary(results: dict[str, Any]) -> None:
     print(f"stopped: {results['stopped']}")
     best = results["at_capacity"]
     if best is None:
-        print(f"capacity: no N of the ladder stayed within the limit; goal {results['goal']}: not met")
-        return
+        print("capacity: no N of the ladder stayed within the limit")
+    else:
+        _print_best(best)
+    verdict = "met" if results["goal_met"] else "not met"
+    print(f"goal {results['goal']}: {verdict}")
+    bound = results["cpu_bound"]
+    if bound is not None:
+        print(
+            f"CPU per tool turn (its model turn and tool call, with its share of the run's submit and answer) at "
+            f"N={bound['at_runs']:,}: owner {bound['owner_cpu_ms_per_turn']} ms, owner + workers + client "
+            f"{bound['all_cpu_ms_per_turn']} ms; at that cost one core of owner serves at most "
+            f"~{bound['owner_core_runs']:,} runs, the machine's {results['cpu_count']} cores "
+            f"~{bound['machine_runs']:,} (if nothing else ran; queueing aside)"
+        )
+
+
+def _print_best(best: dict[str, Any]) -> None:
     workers_cpu = ", ".join(f"{pct:.0f} %" for pct in best["worker_cpu_pct"])
     workers_rss = ", ".join(f"{mib} MiB" for mib in best["worker_rss_mib"])
     print(
@@ -345,8 +382,6 @@ def _print_summary(results: dict[str, Any]) -> None:
         f"ideal, p50 {best['wall_p50_over_ideal']:.2f}); there the owner used {best['owner_cpu_pct']:.0f} % of a "
         f"core and {best['owner_rss_mib']} MiB, the workers {workers_cpu} and {workers_rss}"
     )
-    verdict = "met" if results["goal_met"] else "not met"
-    print(f"goal {results['goal']}: {verdict}")
 
 
 def _ladder(text: str) -> tuple[int, ...]:
