@@ -2,7 +2,7 @@
 
     python bench/capacity.py [--json] [--ladder 1,50,100,200,400,800,1000,1600,2000,3200,4000] [--turns 10]
                              [--turn-s 1.0] [--limit 1.2] [--spread-s 1.0] [--connections 4] [--max-leases 20000]
-                             [--max-concurrent-runs 100000] [--deadline-s 900]
+                             [--max-concurrent-runs 100000] [--refine 3] [--deadline-s 900]
 
 One owner (``tether owner``) and two worker processes (``tether worker``) serving ``_capacity_app.py``, started
 as ``bench/steps.py`` starts its owner and worker. The agent ``bench-capacity`` has a model that takes ``--turn-s``
@@ -16,12 +16,17 @@ load, not a burst; 0 submits all at once), from one process over ``--connections
 wall time is measured from the start of its submit to the return of its ``wait_for_run`` (what a caller sees),
 and divided by the ideal. The criterion is the **max** over the N runs (every run within ``--limit`` x its ideal;
 p50 and p99 are printed beside it). The ladder stops at the first N past the limit (or that does not complete
-within 3x the ideal plus a minute), or when ``--deadline-s`` would be passed; the figure is the largest N measured
-within the limit (the true capacity lies between it and the next N of the ladder).
+within 3x the ideal plus a minute), then tries up to ``--refine`` N halfway between the largest N within the limit
+and the smallest past it (until they are within 10 % of each other), or stops when ``--deadline-s`` would be passed;
+the figure is the largest N measured within the limit (the true capacity lies between it and the smallest N past
+it).
 
 Per N: the CPU of the owner, each worker and this client over the window (from the first submit to the last
-completion, ``/proc``, in % of one core), and the peak resident memory (VmRSS, sampled every 0.25 s) of the owner
-and each worker.
+completion, ``/proc``, in % of one core), the CPU every other process on the machine took meanwhile (``/proc/stat``
+less ours: on a shared machine, what the runs competed with), and the peak resident memory (VmRSS, sampled every
+0.25 s) of the owner and each worker. At the end, the CPU per tool turn (one model turn with its tool call, and its
+share of the run's submit and answer) of the owner and of all the processes at the largest N that completed, and
+the N that CPU alone would allow: one core of owner, and the machine's cores for everything.
 
 Bounds raised for the measurement, and said in the output: a worker holds one lease per running run (also while it
 waits on its model) and one per running tool call, and runs at most ``--max-leases`` of them (``tether worker``'s
@@ -61,7 +66,7 @@ CREATE_PER_COMMIT: Final = 200
 SAMPLE_S: Final = 0.25
 """How often the resident memory of the processes is read during a window."""
 WINDOW_GRACE_S: Final = 60.0
-"""A window is given up after 3x the ideal plus this (its N counts as past the limit)."""
+"""A window is given up after 3x the ideal (the limit plus one, if more) plus this: its N counts as past the limit."""
 SETTLE_S: Final = 2.0
 """Pause between two windows, so a window starts on idle processes."""
 
@@ -166,7 +171,13 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 
 
 async def _window(
-    served: Served, clients: Sequence[actors.Client], runs: int, turns: int, ideal_s: float, spread_s: float
+    served: Served,
+    clients: Sequence[actors.Client],
+    runs: int,
+    turns: int,
+    ideal_s: float,
+    spread_s: float,
+    limit: float,
 ) -> dict[str, Any]:
     """``runs`` runs at once: conversations made first (outside the window), then the window from the first submit
     to the last completion, with the processes' CPU (also per model turn of the runs, each with its tool call) and
@@ -182,7 +193,7 @@ async def _window(
     completed = False
     async with trio.open_nursery() as sampler:
         sampler.start_soon(_sample_rss, pids, peaks)
-        with trio.move_on_after(3 * ideal_s + spread_s + WINDOW_GRACE_S):
+        with trio.move_on_after(_give_up_s(ideal_s, spread_s, limit)):
             async with trio.open_nursery() as nursery:
                 for index, conversation in enumerate(conversations):
                     client = clients[index % len(clients)]
@@ -231,6 +242,18 @@ async def _window(
     return result
 
 
+def _between(passed: int, failed: int) -> int | None:
+    """The N halfway between the largest N within the limit and the smallest past it, or ``None`` once they are
+    within a tenth of each other (or adjacent)."""
+    if failed - passed <= max(1, passed // 10):
+        return None
+    return (passed + failed) // 2
+
+
+def _give_up_s(ideal_s: float, spread_s: float, limit: float) -> float:
+    return max(3.0, limit + 1) * ideal_s + spread_s + WINDOW_GRACE_S
+
+
 def _within(window: dict[str, Any], limit: float) -> bool:
     return bool(window["completed"]) and not window["failed_runs"] and window["wall_max_over_ideal"] <= limit
 
@@ -258,22 +281,39 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
             for submission in submitted:
                 assert submission.run_id is not None
                 await clients[0].wait_for_run(submission.run_id)
-        for runs in args.ladder:
-            needed_s = (args.limit * ideal_s + args.spread_s) * 1.5 + runs / 500
+        passed, failed, refined = 0, None, 0
+        queue = list(args.ladder)
+        while queue:
+            runs = queue.pop(0)
+            # The window's likely length (1.5x the limit's, and the conversations made before it), not its bound
+            # (``_give_up_s``), so a slow step stops the ladder without every step paying for its worst case.
+            needed_s = 1.5 * args.limit * ideal_s + args.spread_s + runs / 500
             if time.monotonic() + needed_s > deadline:
                 stopped = f"--deadline-s {args.deadline_s:g} would pass before N={runs} ended"
                 break
-            window = await _window(served, clients, runs, args.turns, ideal_s, args.spread_s)
+            window = await _window(served, clients, runs, args.turns, ideal_s, args.spread_s, args.limit)
             windows.append(window)
             if not args.json:
                 _print_row(window, args.limit)
-            if not _within(window, args.limit):
-                stopped = f"N={runs} was past the limit"
-                break
+            if _within(window, args.limit):
+                passed = max(passed, runs)
+            else:
+                failed = runs if failed is None else min(failed, runs)
+                queue.clear()
+            if failed is not None:
+                stopped = f"N={failed} was past the limit"
+                middle = _between(passed, failed)
+                if middle is not None and refined < args.refine:
+                    refined += 1
+                    queue.append(middle)
+                elif refined:
+                    stopped += f" (refined {refined} time(s) between the last N within it and the first past it)"
             await trio.sleep(SETTLE_S)
     within = [window for window in windows if _within(window, args.limit)]
-    best = within[-1] if within else None
-    busiest = next((window for window in reversed(windows) if window["completed"]), None)
+    best = max(within, key=lambda window: int(window["runs"])) if within else None
+    past = sorted((window for window in windows if not _within(window, args.limit)), key=lambda w: int(w["runs"]))
+    completed = [window for window in windows if window["completed"]]
+    busiest = max(completed, key=lambda window: int(window["runs"])) if completed else None
     return {
         "what": f"agent runs of {args.turns} model turns x {args.turn_s:g} s, each turn one call of a trivial safe "
         f"tool, then a text answer at once; ideal wall time {ideal_s:g} s per run",
@@ -286,6 +326,7 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
         "windows": windows,
         "stopped": stopped,
         "capacity_runs": best["runs"] if best else 0,
+        "first_past_limit": past[0] if past else None,
         "at_capacity": best,
         "goal": f">= {GOAL_RUNS}",
         "goal_met": best is not None and best["runs"] >= GOAL_RUNS,
@@ -360,7 +401,7 @@ def _print_summary(results: dict[str, Any]) -> None:
     if best is None:
         print("capacity: no N of the ladder stayed within the limit")
     else:
-        _print_best(best)
+        _print_best(best, results["first_past_limit"])
     verdict = "met" if results["goal_met"] else "not met"
     print(f"goal {results['goal']}: {verdict}")
     bound = results["cpu_bound"]
@@ -374,7 +415,7 @@ def _print_summary(results: dict[str, Any]) -> None:
         )
 
 
-def _print_best(best: dict[str, Any]) -> None:
+def _print_best(best: dict[str, Any], past: dict[str, Any] | None) -> None:
     workers_cpu = ", ".join(f"{pct:.0f} %" for pct in best["worker_cpu_pct"])
     workers_rss = ", ".join(f"{mib} MiB" for mib in best["worker_rss_mib"])
     print(
@@ -382,6 +423,9 @@ def _print_best(best: dict[str, Any]) -> None:
         f"ideal, p50 {best['wall_p50_over_ideal']:.2f}); there the owner used {best['owner_cpu_pct']:.0f} % of a "
         f"core and {best['owner_rss_mib']} MiB, the workers {workers_cpu} and {workers_rss}"
     )
+    if past is not None:
+        how = f"max {past['wall_max_over_ideal']:.2f} x ideal" if "wall_max_over_ideal" in past else "not completed"
+        print(f"the smallest N past the limit: {past['runs']:,} ({how})")
 
 
 def _ladder(text: str) -> tuple[int, ...]:
@@ -423,6 +467,12 @@ def main() -> None:
     parser.add_argument("--max-leases", type=int, default=20_000, help="each worker's --max-leases (20000)")
     parser.add_argument(
         "--max-concurrent-runs", type=int, default=100_000, help="the owner's --max-concurrent-runs (100000)"
+    )
+    parser.add_argument(
+        "--refine",
+        type=int,
+        default=3,
+        help="after the first N past the limit, try up to this many N halfway between it and the last within (3)",
     )
     parser.add_argument(
         "--deadline-s", type=float, default=900.0, help="no new N is started that would end past this (900)"
