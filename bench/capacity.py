@@ -222,12 +222,14 @@ async def _window(
         "others_cpu_pct": round(others_pct, 1),
         "owner_rss_mib": round(peaks[0]),
         "worker_rss_mib": [round(peak) for peak in peaks[1:]],
-        "owner_cpu_ms_per_turn": round((cpu_after[0] - cpu_before[0]) / (runs * turns) * 1000, 2),
-        "workers_cpu_ms_per_turn": round((sum(cpu_after[1:]) - sum(cpu_before[1:])) / (runs * turns) * 1000, 2),
-        "client_cpu_ms_per_turn": round(client_cpu / (runs * turns) * 1000, 2),
     }
     if measured.failed:
         result["failures"] = measured.failed[:5]
+    if completed:  # every turn of every run was taken: the CPU per turn is known
+        turns_done = runs * turns
+        result["owner_cpu_ms_per_turn"] = round((cpu_after[0] - cpu_before[0]) / turns_done * 1000, 2)
+        result["workers_cpu_ms_per_turn"] = round((sum(cpu_after[1:]) - sum(cpu_before[1:])) / turns_done * 1000, 2)
+        result["client_cpu_ms_per_turn"] = round(client_cpu / turns_done * 1000, 2)
     if completed and not measured.failed:
         walls = [wall / ideal_s for wall in measured.walls_s]
         recorded = [wall / ideal_s for wall in measured.recorded_s]
