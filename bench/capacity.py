@@ -26,7 +26,8 @@ completion, ``/proc``, in % of one core), the CPU every other process on the mac
 less ours: on a shared machine, what the runs competed with), and the peak resident memory (VmRSS, sampled every
 0.25 s) of the owner and each worker. At the end, the CPU per tool turn (one model turn with its tool call, and its
 share of the run's submit and answer) of the owner and of all the processes at the largest N that completed, and
-the N that CPU alone would allow: one core of owner, and the machine's cores for everything.
+the N that CPU alone would allow: one core of owner, and the machine's cores for everything; and the commit-log
+records written per turn (the database's ``commits`` table).
 
 Bounds raised for the measurement, and said in the output: a worker holds one lease per running run (also while it
 waits on its model) and one per running tool call, and runs at most ``--max-leases`` of them (``tether worker``'s
@@ -50,6 +51,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+import apsw
 import trio
 from _capacity_app import AGENT, ANSWER, TURN_S_ENV, TURNS_ENV, WARM_AGENT
 from _common import bench_env, cpu_s
@@ -97,6 +99,17 @@ async def owner_and_workers(
         for worker in workers:
             await stop_gracefully(worker)
         await stop_gracefully(owner)
+
+
+def commit_records(db: str) -> int:
+    """The commit log's last sequence number, read on a connection of our own (WAL: beside the owner's writes)."""
+    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = connection.execute("SELECT coalesce(max(seq), 0) FROM commits").fetchone()
+    finally:
+        connection.close()
+    assert row is not None
+    return int(row[0])
 
 
 def rss_mib(pid: int) -> float:
@@ -171,6 +184,7 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 
 
 async def _window(
+    db: str,
     served: Served,
     clients: Sequence[actors.Client],
     runs: int,
@@ -186,6 +200,7 @@ async def _window(
     pids = [served.owner.pid, *(worker.pid for worker in served.workers)]
     peaks = [0.0] * len(pids)
     measured = _Runs()
+    records_before = commit_records(db)
     cpu_before = [cpu_s(pid) for pid in pids]
     client_cpu_before = cpu_s(os.getpid())
     machine_before = machine_cpu_s()
@@ -230,6 +245,7 @@ async def _window(
         result["owner_cpu_ms_per_turn"] = round((cpu_after[0] - cpu_before[0]) / turns_done * 1000, 2)
         result["workers_cpu_ms_per_turn"] = round((sum(cpu_after[1:]) - sum(cpu_before[1:])) / turns_done * 1000, 2)
         result["client_cpu_ms_per_turn"] = round(client_cpu / turns_done * 1000, 2)
+        result["commit_records_per_turn"] = round((commit_records(db) - records_before) / turns_done, 2)
     if completed and not measured.failed:
         walls = [wall / ideal_s for wall in measured.walls_s]
         recorded = [wall / ideal_s for wall in measured.recorded_s]
@@ -293,7 +309,7 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
             if time.monotonic() + needed_s > deadline:
                 stopped = f"--deadline-s {args.deadline_s:g} would pass before N={runs} ended"
                 break
-            window = await _window(served, clients, runs, args.turns, ideal_s, args.spread_s, args.limit)
+            window = await _window(db, served, clients, runs, args.turns, ideal_s, args.spread_s, args.limit)
             windows.append(window)
             if not args.json:
                 _print_row(window, args.limit)
@@ -349,6 +365,7 @@ def _cpu_bound(window: dict[str, Any], turn_s: float) -> dict[str, Any]:
         "all_cpu_ms_per_turn": round(all_ms, 2),
         "owner_core_runs": round(1000 * turn_s / owner_ms),
         "machine_runs": round(cores * 1000 * turn_s / all_ms),
+        "commit_records_per_turn": window["commit_records_per_turn"],
     }
 
 
@@ -413,7 +430,8 @@ def _print_summary(results: dict[str, Any]) -> None:
             f"N={bound['at_runs']:,}: owner {bound['owner_cpu_ms_per_turn']} ms, owner + workers + client "
             f"{bound['all_cpu_ms_per_turn']} ms; at that cost one core of owner serves at most "
             f"~{bound['owner_core_runs']:,} runs, the machine's {results['cpu_count']} cores "
-            f"~{bound['machine_runs']:,} (if nothing else ran; queueing aside)"
+            f"~{bound['machine_runs']:,} (if nothing else ran; queueing aside); {bound['commit_records_per_turn']} "
+            "commit-log records per turn"
         )
 
 
