@@ -383,8 +383,9 @@ def _print_header(args: argparse.Namespace) -> None:
     )
     print(
         f"one owner (--max-concurrent-runs {args.max_concurrent_runs:,}), {WORKERS} workers (--max-leases "
-        f"{args.max_leases:,} each: the defaults, 64 and 64, would bound N at about 64 runs), one client process over "
-        f"{args.connections} connection(s); submits spread over {args.spread_s:g} s; {os.cpu_count()} CPUs"
+        f"{args.max_leases:,} each; the defaults, 64 busy runs and 64 leases a worker, would bound N at 64), one "
+        f"client process over {args.connections} connection(s); submits spread over {args.spread_s:g} s; "
+        f"{os.cpu_count()} CPUs"
     )
     print(
         f"wall time per run from its submit to its completion, over the ideal (p50, p99, max); criterion: max <= "
