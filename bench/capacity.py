@@ -29,10 +29,11 @@ share of the run's submit and answer) of the owner and of all the processes at t
 the N that CPU alone would allow: one core of owner, and the machine's cores for everything; and the commit-log
 records written per turn (the database's ``commits`` table).
 
-Bounds raised for the measurement, and said in the output: a worker holds one lease per running run (also while it
-waits on its model) and one per running tool call, and runs at most ``--max-leases`` of them (``tether worker``'s
-default, 64, would bound the capacity at about 128 runs for two workers whatever the CPU); the owner lets at most
-``--max-concurrent-runs`` runs be busy at once (``tether owner``'s default, 64; later ones wait ``queued``).
+Bounds raised for the measurement, and said in the output: the owner lets at most ``--max-concurrent-runs`` runs be
+busy at once (``tether owner``'s default, 64: later ones wait ``queued``, so with the defaults N stops at 64 whatever
+the CPU); a worker holds one lease per running run (also while it waits on its model) and one per running tool call,
+and runs at most ``--max-leases`` of them (``tether worker``'s default, 64, would hold two workers to some 128 runs
+less their tool calls in flight).
 """
 
 from __future__ import annotations
