@@ -23,11 +23,12 @@ it).
 
 Per N: the CPU of the owner, each worker and this client over the window (from the first submit to the last
 completion, ``/proc``, in % of one core), the CPU every other process on the machine took meanwhile (``/proc/stat``
-less ours: on a shared machine, what the runs competed with), and the peak resident memory (VmRSS, sampled every
-0.25 s) of the owner and each worker. At the end, the CPU per tool turn (one model turn with its tool call, and its
-share of the run's submit and answer) of the owner and of all the processes at the largest N that completed, and
-the N that CPU alone would allow: one core of owner, and the machine's cores for everything; and the commit-log
-records written per turn (the database's ``commits`` table).
+less ours: on a shared machine, what the runs competed with), the time the owner's and the workers' main threads
+waited for a core while runnable (``/proc/<pid>/schedstat``: work ready, no CPU to run it), and the peak resident
+memory (VmRSS, sampled every 0.25 s) of the owner and each worker. At the end, the CPU per tool turn (one model turn
+with its tool call, and its share of the run's submit and answer) of the owner and of all the processes at the
+largest N that completed, and the N that CPU alone would allow: one core of owner, and the machine's cores for
+everything; and the commit-log records written per turn (the database's ``commits`` table).
 
 Bounds raised for the measurement, and said in the output: the owner lets at most ``--max-concurrent-runs`` runs be
 busy at once (``tether owner``'s default, 64: later ones wait ``queued``, so with the defaults N stops at 64 whatever
@@ -111,6 +112,12 @@ def commit_records(db: str) -> int:
         connection.close()
     assert row is not None
     return int(row[0])
+
+
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread has waited for a CPU while runnable so far (``/proc/<pid>/schedstat``'s
+    second field): time it had work to do and no core to do it on."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def rss_mib(pid: int) -> float:
@@ -203,6 +210,7 @@ async def _window(
     measured = _Runs()
     records_before = commit_records(db)
     cpu_before = [cpu_s(pid) for pid in pids]
+    waits_before = [runqueue_wait_s(pid) for pid in pids]
     client_cpu_before = cpu_s(os.getpid())
     machine_before = machine_cpu_s()
     started = time.perf_counter()
@@ -218,6 +226,7 @@ async def _window(
         sampler.cancel_scope.cancel(reason="the window ended")
     elapsed = time.perf_counter() - started
     cpu_after = [cpu_s(pid) for pid in pids]
+    waits = [(runqueue_wait_s(pid) - before) / elapsed * 100 for pid, before in zip(pids, waits_before, strict=True)]
     client_cpu = cpu_s(os.getpid()) - client_cpu_before
     machine_after = machine_cpu_s()
     ours = sum(cpu_after) - sum(cpu_before) + client_cpu
@@ -235,6 +244,8 @@ async def _window(
             round((a - b) / elapsed * 100, 1) for a, b in zip(cpu_after[1:], cpu_before[1:], strict=True)
         ],
         "client_cpu_pct": round(client_cpu / elapsed * 100, 1),
+        "owner_wait_pct": round(waits[0], 1),
+        "worker_wait_pct": [round(wait, 1) for wait in waits[1:]],
         "others_cpu_pct": round(others_pct, 1),
         "owner_rss_mib": round(peaks[0]),
         "worker_rss_mib": [round(peak) for peak in peaks[1:]],
@@ -372,6 +383,7 @@ def _cpu_bound(window: dict[str, Any], turn_s: float) -> dict[str, Any]:
 
 HEADER: Final = (
     f"{'N':>6} {'p50':>6} {'p99':>6} {'max':>6} {'owner':>6} {'workers CPU %':>14} {'client':>7} {'others':>7} "
+    f"{'owner waits %':>13} "
     f"{'owner':>6} {'workers RSS':>12}  verdict"
 )
 
@@ -390,8 +402,8 @@ def _print_header(args: argparse.Namespace) -> None:
     )
     print(
         f"wall time per run from its submit to its completion, over the ideal (p50, p99, max); criterion: max <= "
-        f"{args.limit:g}; CPU in % of one core over the window (others: every other process on the machine); peak "
-        "RSS in MiB"
+        f"{args.limit:g}; CPU in % of one core over the window (others: every other process on the machine); owner "
+        "waits: the time its main thread was runnable but had no core, in % of the window; peak RSS in MiB"
     )
     print(HEADER)
 
@@ -410,7 +422,8 @@ def _print_row(window: dict[str, Any], limit: float) -> None:
         verdict = "within" if window["wall_max_over_ideal"] <= limit else "PAST the limit"
     print(
         f"{window['runs']:>6} {ratios} {window['owner_cpu_pct']:>6.0f} {workers_cpu:>14} "
-        f"{window['client_cpu_pct']:>7.0f} {window['others_cpu_pct']:>7.0f} {window['owner_rss_mib']:>6} "
+        f"{window['client_cpu_pct']:>7.0f} {window['others_cpu_pct']:>7.0f} {window['owner_wait_pct']:>13.0f} "
+        f"{window['owner_rss_mib']:>6} "
         f"{workers_rss:>12}  {verdict}",
         flush=True,
     )
@@ -443,7 +456,8 @@ def _print_best(best: dict[str, Any], past: dict[str, Any] | None) -> None:
     print(
         f"capacity: {best['runs']:,} concurrent runs within the limit (max {best['wall_max_over_ideal']:.2f} x "
         f"ideal, p50 {best['wall_p50_over_ideal']:.2f}); there the owner used {best['owner_cpu_pct']:.0f} % of a "
-        f"core and {best['owner_rss_mib']} MiB, the workers {workers_cpu} and {workers_rss}"
+        f"core (and waited for one {best['owner_wait_pct']:.0f} % of the time) and {best['owner_rss_mib']} MiB, the "
+        f"workers {workers_cpu} and {workers_rss}"
     )
     if past is not None:
         how = f"max {past['wall_max_over_ideal']:.2f} x ideal" if "wall_max_over_ideal" in past else "not completed"
