@@ -128,12 +128,13 @@ def rss_mib(pid: int) -> float:
     raise ValueError(f"no VmRSS for process {pid}")
 
 
-def machine_cpu_s() -> tuple[float, float]:
-    """CPU seconds of the whole machine so far, busy and in all (every core, /proc/stat)."""
-    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields) - idle) / tick, sum(fields) / tick
+def machine_cpu_s() -> float:
+    """CPU seconds the machine's processes ran so far, every core (``/proc/stat``: user, nice, system, irq and
+    softirq; not idle, iowait, or the time the hypervisor stole, and guest time is inside user already)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 async def _sample_rss(pids: Sequence[int], peaks: list[float]) -> None:
@@ -232,7 +233,7 @@ async def _window(
     ours = sum(cpu_after) - sum(cpu_before) + client_cpu
     # Busy CPU of every other process on the machine (other users' builds on a shared machine), from /proc/stat
     # less ours; in % of one core, as ours.
-    others_pct = max(0.0, (machine_after[0] - machine_before[0] - ours) / elapsed * 100)
+    others_pct = max(0.0, (machine_after - machine_before - ours) / elapsed * 100)
     result: dict[str, Any] = {
         "runs": runs,
         "completed": completed,
