@@ -175,12 +175,17 @@ class _Runs:
 
 
 async def _one_run(client: actors.Client, conversation: str, delay_s: float, runs: _Runs) -> None:
-    """Wait ``delay_s``, submit one input to ``conversation``, wait for its run, and note the wall time between."""
+    """Wait ``delay_s``, submit one input to ``conversation``, wait for its run, and note the wall time between (or
+    the error that ended the attempt: an N whose runs fail is past the limit)."""
     await trio.sleep(delay_s)
     started = time.perf_counter()
-    submission = await client.submit(conversation, kind="input", payload="go", request_id="capacity")
-    assert submission.run_id is not None, submission
-    record = await client.wait_for_run(submission.run_id)
+    try:
+        submission = await client.submit(conversation, kind="input", payload="go", request_id="capacity")
+        assert submission.run_id is not None, submission
+        record = await client.wait_for_run(submission.run_id)
+    except actors.TetherError as exc:  # such as Overloaded: the owner refused for a minute; the N is past the limit
+        runs.failed.append(f"{conversation}: {type(exc).__name__}: {exc}")
+        return
     runs.walls_s.append(time.perf_counter() - started)
     runs.recorded_s.append((record.updated_at_ms - record.created_at_ms) / 1000)
     if record.status != "completed" or record.answer is None or record.answer.text != ANSWER:
