@@ -311,7 +311,7 @@ async def measure(directory: str, args: argparse.Namespace) -> dict[str, Any]:
         ]
         with trio.fail_after(60):
             await _wait_for_workers(clients[0])
-            # Warm-up: each worker imports, leases, reads and answers once before the first window.
+            # Warm-up: four one-turn runs, spread over the workers by the owner's placement, before the first window.
             warm = await _conversations(clients[0], WARM_AGENT, 2 * WORKERS)
             submitted = [await clients[0].submit(c, kind="input", payload="go") for c in warm]
             for submission in submitted:
