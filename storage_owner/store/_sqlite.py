@@ -127,7 +127,8 @@ class SqliteStore(PartialsSql):
         self.wal_commits = 0
         """Commits that wrote to the WAL (counted once background checkpoints are on)."""
         self.wal_restarts = 0
-        """Commits that started the WAL over from its beginning (counted once background checkpoints are on)."""
+        """Commits that started the WAL over from its beginning (counted once background checkpoints are on), seen
+        as a WAL that holds fewer pages than before: one that wrote more frames than the WAL held is not counted."""
         self.created = False
         """:meth:`open` created the database (there was no file)."""
         self.checked_fully = False
