@@ -750,6 +750,8 @@ class OwnerServer:
         return self.core.gauges(), len(self.pending), queued, len(self._connections)
 
     def _maybe_checkpoint(self) -> None:
+        """After a batch: wake a copy-back that waits for a commit, and start one once the WAL holds
+        ``CHECKPOINT_START_PAGES`` (it runs until the WAL starts over; see :meth:`_copy_back`)."""
         store = self._store
         if store.wal_commits != self._wal_commits_seen:
             self._wal_commits_seen = store.wal_commits
