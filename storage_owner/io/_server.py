@@ -73,6 +73,7 @@ from storage_owner.core import (
 )
 from storage_owner.store import (
     CHECKPOINT_HOLD_PAGES,
+    CHECKPOINT_PASS_PAGES,
     CHECKPOINT_START_PAGES,
     FILE_MODE,
     GROUP_READABLE_FILE_MODE,
@@ -767,16 +768,17 @@ class OwnerServer:
         commit loop starts the WAL over; the commit loop waits for none of it but past a hard bound.
 
         SQLite starts the WAL over in a transaction that began while every frame was copied (see
-        ``SqliteStore.use_background_checkpoints``). Each pass copies what was committed during the one before, a
-        shorter stretch each time; a pass during which nothing was committed has copied everything, and the next
-        transaction starts the WAL over (this is how an owner that pauses, even briefly, restarts it without ever
-        holding a batch). An owner that is never idle never lets a pass end between two of its transactions: once
-        the WAL passes ``CHECKPOINT_HOLD_PAGES`` one pass runs with the commit loop held before its next batch (two
-        fsyncs and the frames of the pass before; the loop awaits it, so the owner still reads and sends meanwhile).
+        ``SqliteStore.use_background_checkpoints``). Each pass copies what was committed since the one before (once
+        that is ``CHECKPOINT_PASS_PAGES``, or at the next commit if the pass before copied everything); a pass
+        during which nothing was committed has copied everything, and the next transaction starts the WAL over (this
+        is how an owner that pauses, even briefly, restarts it without ever holding a batch). An owner that is never
+        idle never lets a pass end between two of its transactions: once the WAL passes ``CHECKPOINT_HOLD_PAGES``
+        one pass runs with the commit loop held before its next batch (two fsyncs and the frames committed since the
+        pass before; the loop awaits it, so the owner still reads and sends meanwhile).
 
-        A pass that could not copy everything (a reader's old snapshot, or another connection's checkpoint, is in the
-        way) is tried again once the WAL has grown by ``CHECKPOINT_START_PAGES``, not at every commit. A storage
-        error is handed to the commit loop, which fails closed."""
+        A pass that could not copy everything (a reader's old snapshot is in the way) is tried again once the WAL has
+        grown by ``CHECKPOINT_START_PAGES``, not at every commit; one that SQLite answered busy, after the next
+        commit. A storage error is handed to the commit loop, which fails closed."""
         assert self._checkpointer is not None
         checkpointer = self._checkpointer
         store = self._store
@@ -790,10 +792,14 @@ class OwnerServer:
                 else:
                     result = await self._copy_holding_the_loop(checkpointer)
                     hold_at_pages = store.wal_pages + CHECKPOINT_START_PAGES
-                if result is None or result[1] < result[0]:
+                if result is not None and result[1] < result[0]:  # a reader's old snapshot is in the way
                     await self._wal_grown_to(store.wal_pages + CHECKPOINT_START_PAGES, restarts)
-                elif store.wal_commits == commits:
-                    await self._committed.wait()  # copied up to the last commit: the next transaction restarts the WAL
+                elif result is None or store.wal_commits == commits:
+                    # Copied up to the last commit: the next transaction restarts the WAL. Or SQLite answered busy
+                    # (another checkpoint runs, or the pass met a commit updating the WAL's index): try again after it.
+                    await self._committed.wait()
+                else:  # writes went on during the pass: the next one copies them once they are worth its fsyncs
+                    await self._wal_grown_to(min(result[0] + CHECKPOINT_PASS_PAGES, hold_at_pages), restarts)
         except StorageError as exc:
             self._storage_failed = exc
         finally:

@@ -14,6 +14,7 @@ from ._reads import StoredTasks, read_live_tasks
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
     CHECKPOINT_HOLD_PAGES,
+    CHECKPOINT_PASS_PAGES,
     CHECKPOINT_START_PAGES,
     Checkpointer,
     SqliteStore,
@@ -26,6 +27,7 @@ from ._sqlite import (
 __all__ = [
     "APPLICATION_ID",
     "CHECKPOINT_HOLD_PAGES",
+    "CHECKPOINT_PASS_PAGES",
     "CHECKPOINT_START_PAGES",
     "FILE_MODE",
     "GROUP_READABLE_FILE_MODE",
