@@ -66,9 +66,10 @@ Sync = Literal["normal", "full"]
 BUSY_TIMEOUT_MS: Final = 5_000
 CHECKPOINT_START_PAGES: Final = 2_000
 """With background checkpoints, the WAL size (in pages) past which the shell starts one."""
-CHECKPOINT_PASS_PAGES: Final = 256
+CHECKPOINT_PASS_PAGES: Final = 64
 """With background checkpoints, the frames committed during a pass of the checkpoint thread that make the next
-pass worth its two fsyncs (passes back to back after every commit cost a lone writer 10-20 % in a measurement)."""
+pass worth its two fsyncs: a lone writer's commits do not each bring a pass, an owner's batches nearly do (so the
+tail a hold copies stays short)."""
 CHECKPOINT_HOLD_PAGES: Final = 5_000
 """With background checkpoints, the WAL size (in pages) past which the shell holds its writes for the moment the
 checkpoint thread copies the WAL's tail, so that its next transaction starts the WAL over (the last resort of a
