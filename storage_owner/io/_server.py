@@ -796,7 +796,7 @@ class OwnerServer:
                     await self._wal_grown_to(store.wal_pages + CHECKPOINT_START_PAGES, restarts)
                 elif result is None or store.wal_commits == commits:
                     # Copied up to the last commit: the next transaction restarts the WAL. Or SQLite answered busy
-                    # (another checkpoint runs, or the pass met a commit updating the WAL's index): try again after it.
+                    # (another checkpoint runs, or the pass met the writer at a moment it does not wait out): retry.
                     await self._committed.wait()
                 else:  # writes went on during the pass: the next one copies them once they are worth its fsyncs
                     await self._wal_grown_to(min(result[0] + CHECKPOINT_PASS_PAGES, hold_at_pages), restarts)
