@@ -3,7 +3,8 @@
 The owner runs in its own process; writers run in other processes and use the project's own client
 (``actors.connect``). Each run reports commits per second and p50/p99 acknowledgement latency. In the same run the
 baseline measures one-row-per-transaction commits per second with APSW in-process, under the same sync setting,
-so the figures read as ratios rather than machine-dependent times.
+so the figures read as ratios rather than machine-dependent times. It ends with the goals of issue 20 (a commit path
+that keeps its speed with checkpoints running) that these figures measure, each said met or not.
 
     python bench/commit_throughput.py [--json] [--sync normal|full] [--duration 3]
 """
@@ -28,6 +29,11 @@ from runtime import start_owner, stop_gracefully
 RUNS = ((1, 1), (16, 1), (256, 2))
 """(actors, processes) per run."""
 WRITER = str(Path(__file__).with_name("_writer.py"))
+GOALS = (
+    ("commits/s at 256 actors / in-process baseline, checkpoints running", 256, "ratio_to_baseline", ">=", 0.3),
+    ("p99 ms at 16 actors", 16, "p99_ms", "<=", 3.0),
+)
+"""Issue 20's goals: (what, actors of the run, its figure, comparison, target)."""
 
 
 def baseline_commits_per_s(directory: str, sync: str, duration_s: float) -> float:
@@ -108,7 +114,19 @@ async def run(sync: str, duration_s: float) -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "baseline_commits_per_s": round(baseline),
         "runs": runs,
+        "goals": goals(runs),
     }
+
+
+def goals(runs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each goal of :data:`GOALS` with the figure measured and whether it is met."""
+    by_actors = {entry["actors"]: entry for entry in runs}
+    measured = []
+    for what, actors, figure, comparison, target in GOALS:
+        value = float(by_actors[actors][figure])  # type: ignore[arg-type]
+        met = value >= target if comparison == ">=" else value <= target
+        measured.append({"goal": f"{what} {comparison} {target:g}", "measured": value, "met": met})
+    return measured
 
 
 def main() -> None:
@@ -129,6 +147,9 @@ def main() -> None:
             f"{entry['actors']:>7} {entry['processes']:>5} {entry['commits_per_s']:>10,} "
             f"{entry['ratio_to_baseline']:>10} {entry['p50_ms']:>8} {entry['p99_ms']:>8}"
         )
+    print("goals of issue 20:")
+    for goal in result["goals"]:  # type: ignore[attr-defined]
+        print(f"  {goal['goal']}: {goal['measured']:g}, {'met' if goal['met'] else 'NOT met'}")
 
 
 if __name__ == "__main__":

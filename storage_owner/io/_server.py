@@ -72,6 +72,8 @@ from storage_owner.core import (
     PeerId,
 )
 from storage_owner.store import (
+    CHECKPOINT_HOLD_PAGES,
+    CHECKPOINT_PASS_PAGES,
     CHECKPOINT_START_PAGES,
     FILE_MODE,
     GROUP_READABLE_FILE_MODE,
@@ -324,12 +326,15 @@ class OwnerServer:
             unhandled="the owner stopped before handling this request; nothing was written",
         )
         self._checkpointing = False
-        self._checkpoint_tail = False
-        """A background checkpoint finished: the commit loop copies the WAL's tail before its next batch."""
+        self._committed = trio.Event()
+        """Set (and replaced) after each commit that wrote to the WAL: a caught-up checkpoint waits for the next."""
+        self._held: trio.Event | None = None
+        """While the checkpoint thread copies the WAL's tail with the commit loop held: the loop waits for it before
+        its next batch (see :meth:`_copy_back`)."""
         self._storage_failed: StorageError | None = None
         """A storage error met outside the commit loop (on the checkpoint thread), for the loop to fail closed on."""
-        self._checkpoint_mark = 0
-        """WAL size (pages) when the last checkpoint started; the next starts once the WAL grew as much again."""
+        self._wal_commits_seen = 0
+        """``SqliteStore.wal_commits`` at the last batch: one more means a batch wrote (see :attr:`_committed`)."""
         self._nursery: trio.Nursery | None = None
         self._checkpointer: Checkpointer | None = None
         self.url = ""
@@ -675,11 +680,10 @@ class OwnerServer:
                     with trio.move_on_after(wait_s):
                         await self.work.wait()
                 self.work = trio.Event()
+                if self._held is not None:
+                    await self._held.wait()
                 if self._storage_failed is not None:
                     raise self._storage_failed
-                if self._checkpoint_tail:
-                    self._checkpoint_tail = False
-                    self._store.finish_checkpoint()
                 if self.pending or core.needs_settle(clock.now_ms()):
                     take = _batch_size(len(self.pending))
                     batch = self.pending[:take]
@@ -747,28 +751,77 @@ class OwnerServer:
         return self.core.gauges(), len(self.pending), queued, len(self._connections)
 
     def _maybe_checkpoint(self) -> None:
-        pages = self._store.wal_pages
-        if pages < self._checkpoint_mark:
-            self._checkpoint_mark = 0  # a writer restarted the WAL after a complete checkpoint
-        if self._checkpointing or self._nursery is None or pages - self._checkpoint_mark < CHECKPOINT_START_PAGES:
+        """After a batch: wake a copy-back that waits for a commit, and start one once the WAL holds
+        ``CHECKPOINT_START_PAGES`` (it runs until the WAL starts over; see :meth:`_copy_back`)."""
+        store = self._store
+        if store.wal_commits != self._wal_commits_seen:
+            self._wal_commits_seen = store.wal_commits
+            self._committed.set()
+            self._committed = trio.Event()
+        if self._checkpointing or self._nursery is None or store.wal_pages < CHECKPOINT_START_PAGES:
             return
-        self._checkpoint_mark = pages
         self._checkpointing = True
-        self._nursery.start_soon(self._checkpoint)
+        self._nursery.start_soon(self._copy_back)
 
-    async def _checkpoint(self) -> None:
-        """Copy the WAL back into the database on another thread, beside the commit loop; the commit loop copies
-        the tail before its next batch (see ``SqliteStore.finish_checkpoint``)."""
+    async def _copy_back(self) -> None:
+        """Copy the WAL back into the database on the checkpoint thread, pass after pass, until a transaction of the
+        commit loop starts the WAL over; the commit loop waits for none of it but past a hard bound.
+
+        SQLite starts the WAL over in a transaction that began while every frame was copied (see
+        ``SqliteStore.use_background_checkpoints``). Each pass copies what was committed since the one before (once
+        that is ``CHECKPOINT_PASS_PAGES``, or at the next commit if the pass before copied everything); a pass
+        during which nothing was committed has copied everything, and the next transaction starts the WAL over (this
+        is how an owner that pauses, even briefly, restarts it without ever holding a batch). An owner that is never
+        idle never lets a pass end between two of its transactions: once the WAL passes ``CHECKPOINT_HOLD_PAGES``
+        one pass runs with the commit loop held before its next batch (two fsyncs and the frames committed since the
+        pass before; the loop awaits it, so the owner still reads and sends meanwhile).
+
+        A pass that could not copy everything (a reader's old snapshot is in the way) is tried again once the WAL has
+        grown by ``CHECKPOINT_START_PAGES``, not at every commit; one that SQLite answered busy, after the next
+        commit. A storage error is handed to the commit loop, which fails closed."""
         assert self._checkpointer is not None
+        checkpointer = self._checkpointer
+        store = self._store
+        restarts = store.wal_restarts
+        hold_at_pages = CHECKPOINT_HOLD_PAGES
         try:
-            await trio.to_thread.run_sync(self._checkpointer.checkpoint)
+            while store.wal_restarts == restarts:
+                commits = store.wal_commits
+                if store.wal_pages < hold_at_pages:
+                    result = await trio.to_thread.run_sync(checkpointer.checkpoint)
+                else:
+                    result = await self._copy_holding_the_loop(checkpointer)
+                    hold_at_pages = store.wal_pages + CHECKPOINT_START_PAGES
+                if result is not None and result[1] < result[0]:  # a reader's old snapshot is in the way
+                    await self._wal_grown_to(store.wal_pages + CHECKPOINT_START_PAGES, restarts)
+                elif result is None or store.wal_commits == commits:
+                    # Copied up to the last commit: the next transaction restarts the WAL. Or SQLite answered busy
+                    # (another checkpoint runs, or the pass met the writer at a moment it does not wait out): retry.
+                    await self._committed.wait()
+                else:  # writes went on during the pass: the next one copies them once they are worth its fsyncs
+                    await self._wal_grown_to(min(result[0] + CHECKPOINT_PASS_PAGES, hold_at_pages), restarts)
         except StorageError as exc:
             self._storage_failed = exc
-        else:
-            self._checkpoint_tail = True
         finally:
             self._checkpointing = False
             self.work.set()
+
+    async def _copy_holding_the_loop(self, checkpointer: Checkpointer) -> tuple[int, int] | None:
+        """One checkpoint pass while the commit loop waits before its next batch (from its next turn on: this task
+        runs only while the loop is between two transactions)."""
+        held = trio.Event()
+        self._held = held
+        try:
+            return await trio.to_thread.run_sync(checkpointer.checkpoint)
+        finally:
+            self._held = None
+            held.set()
+
+    async def _wal_grown_to(self, pages: int, restarts: int) -> None:
+        """Wait until the WAL holds ``pages`` pages, or a transaction started it over since ``restarts``."""
+        store = self._store
+        while store.wal_pages < pages and store.wal_restarts == restarts:
+            await self._committed.wait()
 
     def _fail_closed(self, batch: list[tuple[PeerId, Received]], exc: StorageError) -> None:
         """The one way a storage error stops the owner: answer the failed batch (if one was running) with

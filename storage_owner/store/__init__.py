@@ -13,6 +13,8 @@ from ._ownership import LOCK_SUFFIX, Ownership, OwnershipWait, is_owned, lock_is
 from ._reads import StoredTasks, read_live_tasks
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sqlite import (
+    CHECKPOINT_HOLD_PAGES,
+    CHECKPOINT_PASS_PAGES,
     CHECKPOINT_START_PAGES,
     Checkpointer,
     SqliteStore,
@@ -24,6 +26,8 @@ from ._sqlite import (
 
 __all__ = [
     "APPLICATION_ID",
+    "CHECKPOINT_HOLD_PAGES",
+    "CHECKPOINT_PASS_PAGES",
     "CHECKPOINT_START_PAGES",
     "FILE_MODE",
     "GROUP_READABLE_FILE_MODE",

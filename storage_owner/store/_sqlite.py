@@ -66,6 +66,14 @@ Sync = Literal["normal", "full"]
 BUSY_TIMEOUT_MS: Final = 5_000
 CHECKPOINT_START_PAGES: Final = 2_000
 """With background checkpoints, the WAL size (in pages) past which the shell starts one."""
+CHECKPOINT_PASS_PAGES: Final = 64
+"""With background checkpoints, the frames committed during a pass of the checkpoint thread that make the next
+pass worth its two fsyncs: a lone writer's commits do not each bring a pass, an owner's batches nearly do (so the
+tail a hold copies stays short)."""
+CHECKPOINT_HOLD_PAGES: Final = 5_000
+"""With background checkpoints, the WAL size (in pages) past which the shell holds its writes for the moment the
+checkpoint thread copies the WAL's tail, so that its next transaction starts the WAL over (the last resort of a
+writer that is never idle; see :meth:`SqliteStore.use_background_checkpoints`)."""
 JOURNAL_SIZE_LIMIT_BYTES: Final = 64 << 20
 """A WAL file larger than this is truncated back to it after a checkpoint resets the log."""
 
@@ -120,6 +128,11 @@ class SqliteStore(PartialsSql):
         self.path = path
         self.wal_pages = 0
         """Pages in the WAL after the last commit (tracked once background checkpoints are on)."""
+        self.wal_commits = 0
+        """Commits that wrote to the WAL (counted once background checkpoints are on)."""
+        self.wal_restarts = 0
+        """Commits that started the WAL over from its beginning (counted once background checkpoints are on), seen
+        as a WAL that holds fewer pages than before: one that wrote more frames than the WAL held is not counted."""
         self.created = False
         """:meth:`open` created the database (there was no file)."""
         self.checked_fully = False
@@ -168,27 +181,26 @@ class SqliteStore(PartialsSql):
 
     def use_background_checkpoints(self) -> Checkpointer:
         """Stop checkpointing inside COMMIT; the caller runs the returned checkpointer on another thread whenever
-        :attr:`wal_pages` passes :data:`CHECKPOINT_START_PAGES`.
+        :attr:`wal_pages` passes :data:`CHECKPOINT_START_PAGES`, and until :attr:`wal_restarts` counts one more.
 
         SQLite's automatic checkpoint copies the WAL into the database inside whichever COMMIT crosses the
-        threshold, which stalls the commit loop; a passive checkpoint on its own connection runs beside it.
+        threshold, which stalls the commit loop; a passive checkpoint on its own connection runs beside it. But
+        SQLite starts the WAL over only in a transaction that began while every frame was copied (wal.c: a reader
+        that begins then takes read lock 0, and its first write restarts the log): under sustained writes a
+        checkpoint that runs while this connection commits never gets there. So the checkpointer copies again and
+        again, each pass what was committed during the one before, until one ends between two of this
+        connection's transactions; past :data:`CHECKPOINT_HOLD_PAGES` the caller makes that moment by holding its
+        next transaction while one last pass runs. Nothing here checkpoints on this connection.
         """
         self._db.set_wal_hook(self._on_wal)  # replaces (and so disables) the automatic checkpoint
         return Checkpointer(self.path)
 
     def _on_wal(self, _db: apsw.Connection, _name: str, pages: int) -> int:
+        if pages < self.wal_pages:
+            self.wal_restarts += 1
         self.wal_pages = pages
+        self.wal_commits += 1
         return apsw.SQLITE_OK
-
-    def finish_checkpoint(self) -> None:
-        """Copy the WAL's tail (what was committed while a background checkpoint ran) into the database, between
-        transactions, so that the next transaction starts the WAL over from its beginning.
-
-        Under sustained writes a background checkpoint never sees the whole WAL copied: the commit loop appends
-        frames while it runs, and SQLite restarts the WAL only once every frame is in the database. Without this
-        the WAL grows without bound (and the database file stays empty) until the owner stops.
-        """
-        _passive_checkpoint(self._db, "checkpointing the WAL's tail")
 
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
@@ -936,8 +948,9 @@ _task_row, _task_record = _task_codecs()
 
 
 def _passive_checkpoint(db: apsw.Connection, action: str) -> tuple[int, int] | None:
-    """Run a passive checkpoint on ``db``: (WAL frames, frames copied), or ``None`` if another connection was
-    checkpointing (SQLite answers SQLITE_BUSY at once; nothing is wrong, the next checkpoint copies the rest).
+    """Run a passive checkpoint on ``db``: (WAL frames, frames copied), or ``None`` if SQLite answered SQLITE_BUSY at
+    once: another connection was checkpointing, or (seen under sustained writes with no other checkpointer) the
+    pass met the writer at a moment a passive checkpoint does not wait out. Nothing is wrong; the next pass copies.
 
     Raises :class:`StorageError` for any other failure, and if SQLite did not run it: it answers (-1, -1) instead
     of failing when the connection is not in WAL mode."""

@@ -503,17 +503,44 @@ def test_a_background_checkpoint_copies_the_wal_into_the_database(store: SqliteS
         checkpointer.close()
 
 
-def test_the_wal_starts_over_once_its_tail_is_copied_under_sustained_writes(store: SqliteStore) -> None:
+def test_the_wal_starts_over_once_a_pass_of_the_checkpointer_ends_between_two_transactions(
+    store: SqliteStore,
+) -> None:
     checkpointer = store.use_background_checkpoints()
     conversation_id = with_conversation(store)
     try:
         _append_commits(store, conversation_id, 200, 0)
+        store.begin()  # the commit loop went on while the checkpoint ran
         checkpointer.checkpoint()
-        _append_commits(store, conversation_id, 50, 200)  # the commit loop went on while the checkpoint ran
+        store.insert_entry(entry_record(conversation_id, 200))
+        store.commit()
+        _append_commits(store, conversation_id, 50, 201)
         grown = store.wal_pages
-        store.finish_checkpoint()
-        _append_commits(store, conversation_id, 1, 250)
+        assert store.wal_restarts == 0
+        frames, copied = checkpointer.checkpoint()  # the next pass copies the tail, on its own connection
+        assert copied == frames == grown
+        _append_commits(store, conversation_id, 1, 251)
         assert store.wal_pages < 10 < grown  # the next transaction wrote at the start of the WAL again
+        assert store.wal_restarts == 1
+    finally:
+        checkpointer.close()
+
+
+def test_a_pass_that_ends_inside_a_transaction_does_not_start_the_wal_over(store: SqliteStore) -> None:
+    """SQLite's rule the owner's copy-back is built on: the WAL starts over only in a transaction that began after
+    every frame was copied; one that was open during the pass appends, and so does the next after it."""
+    checkpointer = store.use_background_checkpoints()
+    conversation_id = with_conversation(store)
+    try:
+        _append_commits(store, conversation_id, 200, 0)
+        store.begin()
+        frames, copied = checkpointer.checkpoint()  # every committed frame, though the writer's transaction is open
+        assert copied == frames == store.wal_pages
+        store.insert_entry(entry_record(conversation_id, 200))
+        store.commit()
+        assert store.wal_pages > frames  # appended
+        _append_commits(store, conversation_id, 1, 201)
+        assert store.wal_restarts == 0  # the frames of that transaction were never copied
     finally:
         checkpointer.close()
 
