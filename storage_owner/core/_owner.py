@@ -209,14 +209,14 @@ class OwnerCore:
             outbox,
             operation_records.reset_attempts,
             self.inbox,
-            stored_tasks=store,
+            stored_tasks=self.tasks.data,
             max_concurrent_runs=max_concurrent_runs,
         )
         self.usage = Usage(
-            store, self.tasks, self.runs, stored_conversations=store, stored_tasks=store, journal=journal
+            store, self.tasks, self.runs, stored_conversations=store, stored_tasks=self.tasks.data, journal=journal
         )
         self.operations = Operations(
-            store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=store
+            store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=self.tasks.data
         )
         self.partials = Partials(store, journal, head, stored_runs=store, stored_operations=store)
         self.conversations = Conversations(store, entries, self.tasks, self.runs, self.inbox)

@@ -278,10 +278,13 @@ class TaskReads(Protocol):
 class TaskStore(TaskReads, Protocol):
     """Tasks (``_tasks``, ``_task_records``, ``_task_settle``)."""
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
+        """Store a new task; the stored size of its input, in bytes."""
+        ...
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
-        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``."""
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
+        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``. The stored
+        size of the checkpoint written, in bytes (0 if none)."""
         ...
 
     def task(self, task_id: str) -> TaskRecord | None: ...

@@ -48,6 +48,7 @@ from protocol import TaskOutcome, TaskRecord, TaskStatus
 
 from ._checks import IllegalTransition
 from ._ports import NO_CHANGE, TaskStore
+from ._task_data import TaskData
 from ._unit import Journal
 
 ABORT: Final = "abort"
@@ -148,6 +149,8 @@ class TaskRecords:
         self.journal = journal
         """Where a change made inside a request journals its undo (the owner's one journal)."""
         self.tasks = LiveTasks(store)
+        self.data = TaskData(store, journal)
+        """The input and checkpoint of the tasks written lately: what a lease carries, read from here."""
         self.children: dict[str, set[str]] = {}
         """Live tasks by their owner task."""
         self.conversation_tasks: dict[str, set[str]] = {}
@@ -186,7 +189,7 @@ class TaskRecords:
         if checkpoint is NO_CHANGE:
             self.store.update_task(record)
         else:
-            self.store.update_task(record, checkpoint=checkpoint)
+            self.data.advanced(record.task_id, checkpoint, self.store.update_task(record, checkpoint=checkpoint))
         self.put(record)
 
     def put(self, record: TaskRecord) -> None:

@@ -710,18 +710,22 @@ class MemoryStore:
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
         t = self._t
         if record.task_id in t.tasks:
             raise StoreConflict("task", record.task_id)
-        self._put(t.tasks, record.task_id, _Task(_task_copy(record), pack(input), pack(checkpoint)))
+        packed = pack(input)
+        self._put(t.tasks, record.task_id, _Task(_task_copy(record), packed, pack(checkpoint)))
+        return len(packed)
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
         t = self._t
         stored = t.tasks.get(record.task_id)
-        if stored is not None:
-            kept = stored.checkpoint if checkpoint is NO_CHANGE else pack(checkpoint)
-            self._put(t.tasks, record.task_id, _Task(_task_copy(record), stored.input, kept))
+        if stored is None:
+            return 0
+        kept = stored.checkpoint if checkpoint is NO_CHANGE else pack(checkpoint)
+        self._put(t.tasks, record.task_id, _Task(_task_copy(record), stored.input, kept))
+        return 0 if checkpoint is NO_CHANGE else len(kept)
 
     def task(self, task_id: str) -> TaskRecord | None:
         stored = self._t.tasks.get(task_id)

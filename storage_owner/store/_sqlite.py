@@ -776,22 +776,23 @@ class SqliteStore(PartialsSql):
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
+        packed = pack(input)
         try:
-            self._db.execute(
-                _INSERT_TASK,
-                (*_task_row(record), pack(input), pack(checkpoint)),
-            )
+            self._db.execute(_INSERT_TASK, (*_task_row(record), packed, pack(checkpoint)))
         except apsw.ConstraintError as exc:
             raise StoreConflict("task", record.task_id) from exc
+        return len(packed)
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
         """Store ``record`` (every column but the input); the checkpoint too when one is given."""
         row = _task_row(record)
         if checkpoint is NO_CHANGE:
             self._db.execute(_UPDATE_TASK, (*row[1:], row[0]))
-        else:
-            self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], pack(checkpoint), row[0]))
+            return 0
+        packed = pack(checkpoint)
+        self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], packed, row[0]))
+        return len(packed)
 
     def task(self, task_id: str) -> TaskRecord | None:
         row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
