@@ -263,6 +263,8 @@ class Inbox:
         oldest queued steer (every one with ``steering="all"``), up to a queued reset, which is placed too (with the
         writes that waited behind it) and ends the group: what follows a reset waits for the new context's run.
         Returns whether a steer was placed (the run answers it)."""
+        if not self.queued.get(run.conversation_id):  # nothing waits (every step of a run): the mode is not read
+            return False
         first = self.config.mode(run.conversation_id, "steering") == "first"
         steered = False
         for record in list(self.queued.get(run.conversation_id, ())):  # writes the model sees first
