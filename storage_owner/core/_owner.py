@@ -374,6 +374,7 @@ class OwnerCore:
         for peer, received in frames:
             self._handle(peer, received.call_id, received.frame, now_ms)
         self._log.settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms), self._settle)
+        self.tasks.write_saved()
         self._batch_state = _RAN
         return self._head.seq != head_before
 

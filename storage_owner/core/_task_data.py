@@ -16,13 +16,16 @@ written of each task's input and checkpoint, as the values the commit carried, a
    kept is what is stored once the request is undone; an entry pushed out is only read from the store again.
 4. The values are shared with the frames they came from and go to (a lease's input is the object the create
    carried): nothing in the owner mutates a decoded payload.
+5. A checkpoint saved in this batch is stored at its end (:meth:`~._task_records.TaskRecords.write_saved`, which
+   keeps it here then): until then it is read from the saved records, whatever is kept or stored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
-from ._ports import TaskReads
+from ._ports import NO_CHANGE, TaskReads
 from ._unit import Journal
 
 MAX_CACHED_TASKS: Final = 1024
@@ -39,11 +42,13 @@ _Entry = tuple[Any, Any, int, int]
 class TaskData:
     """See the module docstring. Answers :class:`~._ports.TaskReads` for every room of the owner."""
 
-    __slots__ = ("_bytes", "_entries", "_journal", "_store")
+    __slots__ = ("_bytes", "_entries", "_journal", "_store", "_unwritten")
 
-    def __init__(self, store: TaskReads, journal: Journal) -> None:
+    def __init__(self, store: TaskReads, journal: Journal, unwritten: Mapping[str, tuple[object, object]]) -> None:
         self._store = store
         self._journal = journal
+        self._unwritten = unwritten
+        """The task engine's records saved in this batch and not stored yet, with their checkpoints (rule 5)."""
         self._entries: dict[str, _Entry] = {}
         self._bytes = 0
 
@@ -62,8 +67,13 @@ class TaskData:
         """A stored task's ``(input, checkpoint)``: kept, or read from the store."""
         entry = self._entries.get(task_id)
         if entry is None:
-            return self._store.task_data(task_id)
-        return entry[0], entry[1]
+            input_value, checkpoint = self._store.task_data(task_id)
+        else:
+            input_value, checkpoint = entry[0], entry[1]
+        unwritten = self._unwritten.get(task_id)
+        if unwritten is not None and unwritten[1] is not NO_CHANGE:  # rule 5
+            checkpoint = unwritten[1]
+        return input_value, checkpoint
 
     def created(self, task_id: str, input_value: object, input_bytes: int) -> None:
         """A task was stored with ``input_value`` (of ``input_bytes`` stored) and no checkpoint (rule 1)."""

@@ -150,6 +150,10 @@ class TaskEngine:
 
     # ------------------------------------------------------------------------------------------ inspection
 
+    def write_saved(self) -> None:
+        """Store the task records this batch saved (each once); see :meth:`TaskRecords.write_saved`."""
+        self._records.write_saved()
+
     @property
     def data(self) -> TaskData:
         """The stored input and checkpoint of tasks (those written lately kept in memory, :mod:`._task_data`)."""
@@ -319,7 +323,7 @@ class TaskEngine:
         check_id(write.task_id, f"{where}.task_id")
         record = self._tasks.get(write.task_id)
         if record is None:
-            stored = self._store.task(write.task_id)
+            stored = self._records.record(write.task_id)
             if stored is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"{where}: task {write.task_id} does not exist")
             return stored, 0

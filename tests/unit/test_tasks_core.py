@@ -688,6 +688,37 @@ def test_a_refused_commit_puts_back_the_checkpoint_it_would_have_kept(sim: Owner
     assert data(worker.lease(task_id).checkpoint) == {"phase": "b"}
 
 
+def test_a_task_changed_twice_in_a_batch_is_stored_once_as_the_batch_leaves_it(sim: OwnerSim) -> None:
+    """A phase's new state and the lease granted again in the same batch's settle are one write of the task's row,
+    stored with the batch; inside the batch, what reads the task sees its newest record."""
+    worker = sim.worker()
+    task_id = sim.create_task()
+    writes: list[str] = []
+    update_task = sim.store.update_task
+
+    def counted(record: TaskRecord, **changes: Any) -> int:
+        writes.append(record.task_id)
+        return update_task(record, **changes)
+
+    sim.store.update_task = counted  # type: ignore[method-assign]
+    worker.ok(task_id, advance(task_id, {"phase": "b"}))
+    assert writes == [task_id]  # advanced (pending) and granted (running): one UPDATE
+    stored = sim.store.task(task_id)
+    assert stored == sim.task(task_id)
+    assert (stored.status, stored.phase, stored.epoch) == ("running", "b", 2)
+    assert sim.store.task_data(task_id) == ({"n": 1}, {"phase": "b"})
+
+    ref = worker.lease(task_id).lease
+    end = sent(Commit(writes=(completed(task_id, "done"),), lease=ref))
+    abort = sent(Commit(writes=(AbortTask(task_id=task_id),)))
+    read = sent(ReadTask(task_id=task_id))
+    out = sim.batch((worker.peer, end), (sim.client, abort), (sim.client, read))
+    assert expect(reply_to(out, sim.client, abort), Committed).results == (0,)  # it ended already
+    task = expect(reply_to(out, sim.client, read), TaskReply).task
+    assert (task.status, task.outcome) == ("terminal", TaskOutcome(status="completed", result=JsonValue("done")))
+    assert sim.store.task(task_id) == task
+
+
 def test_two_commits_under_one_lease_in_one_batch_the_second_is_stale(sim: OwnerSim) -> None:
     worker = sim.worker()
     task_id = sim.create_task()
