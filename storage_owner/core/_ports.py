@@ -22,7 +22,7 @@ Every store keeps these rules (the conformance suite, ``tests/unit/test_store_co
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -308,6 +308,10 @@ class UsageStore(Protocol):
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         """Add ``usage`` to a total (a new one starts at zero); a cost of ``None`` leaves the total's cost as is."""
+        ...
+
+    def add_usages(self, totals: Sequence[tuple[str, str]], usage: RunUsage) -> None:
+        """:meth:`add_usage` to each of ``totals``, distinct ``(scope, key)`` pairs (one statement in SQLite)."""
         ...
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]:

@@ -25,7 +25,7 @@ raises ``StorageError``); :meth:`MemoryStore.reopen` is the same data opened aga
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
@@ -647,6 +647,10 @@ class MemoryStore:
         return [_unpack_interaction(blob) for blob in found[:limit]], len(found) > limit
 
     # ---------------------------------------------------------------------------------------------- usage
+
+    def add_usages(self, totals: Sequence[tuple[str, str]], usage: RunUsage) -> None:
+        for scope, key in totals:
+            self.add_usage(scope, key, usage)
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         t = self._t
