@@ -512,19 +512,22 @@ class Conversations:
         if request.cursor is not None and not 0 <= request.cursor <= MAX_CURSOR:
             message = f"cursor must be a position (0 or more) or null, not {request.cursor}"
             raise Refusal(ErrorCode.INVALID, message)
-        if self._store.conversation(request.conversation_id) is None:
-            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         entries, more = self._store.entry_page(
             request.conversation_id, request.order, request.cursor, request.limit, max_data_bytes=READ_BUDGET_BYTES
         )
+        # Entries are stored only in a conversation that exists, and none is ever removed: only an empty page asks.
+        if not entries and self._store.conversation(request.conversation_id) is None:
+            raise Refusal(ErrorCode.NOT_FOUND, no_conversation(request.conversation_id))
         next_cursor = entries[-1].position if more else None
         return EntriesReply(entries=tuple(entries), next_cursor=next_cursor)
 
     def on_read_document(self, peer: PeerId, call_id: int, request: ReadDocument, now_ms: int) -> Frame:
         conversation_id = request.conversation_id
-        if conversation_id is not None and self._store.conversation(conversation_id) is None:
+        document = self._store.document(conversation_id, request.name)
+        # Likewise a conversation's document: only when there is none is the conversation looked for.
+        if document is None and conversation_id is not None and self._store.conversation(conversation_id) is None:
             raise Refusal(ErrorCode.NOT_FOUND, no_conversation(conversation_id))
-        return DocumentReply(document=self._store.document(conversation_id, request.name))
+        return DocumentReply(document=document)
 
     def on_read_submissions(self, peer: PeerId, call_id: int, request: ReadSubmissions, now_ms: int) -> Frame:
         check_limit(request.limit)
