@@ -103,8 +103,10 @@ class LogStore(Protocol):
         """Undo what was written since the newest open savepoint, and close it."""
         ...
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
-        """Append a commit to the log; ``conversation_ids``: the conversations its records touch."""
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
+        """Append a commit to the log; ``conversation_ids``: the conversations its records touch. Returns its records
+        as stored: msgpack of their plain structure, the very bytes of a ``Change`` frame's ``records`` (a watch fed
+        the whole commit sends them as they are)."""
         ...
 
     def read_log(

@@ -300,13 +300,15 @@ class MemoryStore:
         seqs = self._t.seqs
         return seqs[-1] if seqs else 0
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
         t = self._t
         if commit.seq in t.log:
             raise StorageError(f"storage failed: commit {commit.seq} is already logged")
         only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
-        self._put(t.log, commit.seq, (only, commit.committed_at_ms, pack(unstructure_records(commit.records))))
+        blob = pack(unstructure_records(commit.records))
+        self._put(t.log, commit.seq, (only, commit.committed_at_ms, blob))
         self._insert_sorted(t.seqs, commit.seq)
+        return blob
 
     def read_log(
         self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None

@@ -250,13 +250,14 @@ class SqliteStore(PartialsSql):
         row = self._db.execute("SELECT MAX(seq) FROM commits").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
         blob = pack(unstructure_records(commit.records))
         only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
         self._db.execute(
             "INSERT INTO commits (seq, conversation_id, committed_at_ms, records) VALUES (?, ?, ?, ?)",
             (commit.seq, only, commit.committed_at_ms, blob),
         )
+        return blob
 
     def read_log(
         self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
