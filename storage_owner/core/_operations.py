@@ -91,7 +91,7 @@ from ._run_status import APPROVAL_KIND, ATTENTION_KIND, INTERACTION_KINDS, QUEST
 from ._runs import Runs
 from ._task_settle import CutOffRule
 from ._tasks import TaskEngine
-from ._unit import Journal, UnitOfWork
+from ._unit import UnitOfWork
 from ._usage import Usage, add_usage, check_usage
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
@@ -123,49 +123,27 @@ INTERACTION_TRANSITIONS: Final[Mapping[tuple[InteractionStatus, InteractionEvent
 """The interaction state machine (rule 4): answered once, or closed when its approval ended unanswered."""
 
 
-MAX_CACHED_OPEN_OPERATIONS: Final = 1024
-"""The most operations with an open attempt whose records the owner keeps in memory (:class:`OperationRecords`):
-past it the oldest is dropped, and read from the store when its result comes."""
-
-
 class OperationRecords:
     """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
-    and the changes the owner makes to them outside a request of their room (rules 3 and 6).
+    and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
 
-    It keeps the records of the operations with an open attempt (``started``), as stored, so that an attempt's result
-    does not read back the intent its batch or a recent one wrote: at most :data:`MAX_CACHED_OPEN_OPERATIONS`, the
-    oldest dropped first; a refused request drops them all (its writes are rolled back; the store is read again)."""
-
-    def __init__(self, store: OperationStore, journal: Journal) -> None:
+    def __init__(self, store: OperationStore) -> None:
         self._store = store
-        self._open: dict[str, OperationRecord] = {}
-        journal.cache(self._open.clear)
 
     def get(self, operation_id: str) -> OperationRecord | None:
-        """An operation's record: from memory while its attempt is open, else from the store."""
-        cached = self._open.get(operation_id)
-        return cached if cached is not None else self._store.operation(operation_id)
+        """An operation's record (the store keeps those it wrote lately: an intent read back by its result's commit
+        costs no read of the database)."""
+        return self._store.operation(operation_id)
 
     def insert(self, record: OperationRecord) -> None:
         """Store a new operation (raises :class:`StoreConflict` if its id exists)."""
         self._store.insert_operation(record)
-        self._remember(record)
 
     def put(self, previous: OperationRecord, record: OperationRecord, event: OperationEvent) -> None:
         """Store an operation's next record, which ``event`` made of ``previous``: refused loudly if the table
         forbids it."""
         check_move(OPERATION_TRANSITIONS, "operation", previous.operation_id, previous.status, event, record.status)
         self._store.update_operation(record)
-        self._remember(record)
-
-    def _remember(self, record: OperationRecord) -> None:
-        cached = self._open
-        if record.status != "started":
-            cached.pop(record.operation_id, None)
-            return
-        if record.operation_id not in cached and len(cached) >= MAX_CACHED_OPEN_OPERATIONS:
-            del cached[next(iter(cached))]
-        cached[record.operation_id] = record
 
     def put_interaction(self, previous: InteractionRecord, record: InteractionRecord, event: InteractionEvent) -> None:
         """Store an interaction's next record, which ``event`` made of ``previous``: refused loudly if the table

@@ -99,15 +99,15 @@ class OutputLedger:
         """Encode ``frame`` for ``peer`` and count it."""
         self._count(peer, encode_frame(frame, call_id=call_id))
 
-    def change(self, peer: PeerId, change: Change, conversation_id: str | None) -> None:
+    def change(self, peer: PeerId, change: Change, conversation_id: str | None, packed: bytes | None = None) -> None:
         """Encode a watch's ``change`` for ``peer``, sharing the records' bytes with every other watch fed the same
-        commit with the same filter (``conversation_id``)."""
+        commit with the same filter (``conversation_id``); ``packed``: those bytes already (the commit log's)."""
         key = (change.seq, conversation_id)
         cached = self._records.get(key)
         if cached is None:
             if len(self._records) > 64:
                 self._records.clear()
-            cached = (len(change.records), _pack_records(change.records))
+            cached = (len(change.records), _pack_records(change.records) if packed is None else packed)
             self._records[key] = cached
         count, packed = cached
         assert count == len(change.records)
@@ -144,10 +144,11 @@ class Outbox:
         self._out.append((peer, None, frame))
         self.ledger.add(peer, None, frame)
 
-    def change(self, peer: PeerId, change: Change, conversation_id: str | None) -> None:
-        """Send a watch its ``change`` (its records' bytes shared with the other watches of the same filter)."""
+    def change(self, peer: PeerId, change: Change, conversation_id: str | None, packed: bytes | None = None) -> None:
+        """Send a watch its ``change`` (its records' bytes shared with the other watches of the same filter, or
+        ``packed`` already by the commit log)."""
         self._out.append((peer, None, change))
-        self.ledger.change(peer, change, conversation_id)
+        self.ledger.change(peer, change, conversation_id, packed)
 
     def take(self) -> tuple[list[Output], list[bytes]]:
         """What was produced since the last call, and its encoded frames (one per output, in order)."""

@@ -184,7 +184,7 @@ class OwnerCore:
             head, token=token, instance=instance, clock=clock, heartbeat_ms=heartbeat_ms, announced=self._announced
         )
         self._attached = self.peers.attached
-        operation_records = OperationRecords(store, journal)
+        operation_records = OperationRecords(store)
         self.config = Configurations(store, journal)
         self.tasks = TaskEngine(
             store,
@@ -209,14 +209,14 @@ class OwnerCore:
             outbox,
             operation_records.reset_attempts,
             self.inbox,
-            stored_tasks=store,
+            stored_tasks=self.tasks.data,
             max_concurrent_runs=max_concurrent_runs,
         )
         self.usage = Usage(
-            store, self.tasks, self.runs, stored_conversations=store, stored_tasks=store, journal=journal
+            store, self.tasks, self.runs, stored_conversations=store, stored_tasks=self.tasks.data, journal=journal
         )
         self.operations = Operations(
-            store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=store
+            store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=self.tasks.data
         )
         self.partials = Partials(store, journal, head, stored_runs=store, stored_operations=store)
         self.conversations = Conversations(store, entries, self.tasks, self.runs, self.inbox)
@@ -374,6 +374,7 @@ class OwnerCore:
         for peer, received in frames:
             self._handle(peer, received.call_id, received.frame, now_ms)
         self._log.settle(now_ms if self._clock_ms is None else max(now_ms, self._clock_ms), self._settle)
+        self.tasks.write_saved()
         self._batch_state = _RAN
         return self._head.seq != head_before
 

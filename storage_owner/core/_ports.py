@@ -22,7 +22,7 @@ Every store keeps these rules (the conformance suite, ``tests/unit/test_store_co
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -103,8 +103,10 @@ class LogStore(Protocol):
         """Undo what was written since the newest open savepoint, and close it."""
         ...
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
-        """Append a commit to the log; ``conversation_ids``: the conversations its records touch."""
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
+        """Append a commit to the log; ``conversation_ids``: the conversations its records touch. Returns its records
+        as stored: msgpack of their plain structure, the very bytes of a ``Change`` frame's ``records`` (a watch fed
+        the whole commit sends them as they are)."""
         ...
 
     def read_log(
@@ -278,10 +280,13 @@ class TaskReads(Protocol):
 class TaskStore(TaskReads, Protocol):
     """Tasks (``_tasks``, ``_task_records``, ``_task_settle``)."""
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None: ...
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
+        """Store a new task; the stored size of its input, in bytes."""
+        ...
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
-        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``."""
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
+        """Store ``record`` (every column but the input); the checkpoint too unless it is ``NO_CHANGE``. The stored
+        size of the checkpoint written, in bytes (0 if none)."""
         ...
 
     def task(self, task_id: str) -> TaskRecord | None: ...
@@ -305,6 +310,10 @@ class UsageStore(Protocol):
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         """Add ``usage`` to a total (a new one starts at zero); a cost of ``None`` leaves the total's cost as is."""
+        ...
+
+    def add_usages(self, totals: Sequence[tuple[str, str]], usage: RunUsage) -> None:
+        """:meth:`add_usage` to each of ``totals``, distinct ``(scope, key)`` pairs (one statement in SQLite)."""
         ...
 
     def usage(self, scope: str, key: str | None) -> list[tuple[str, RunUsage]]:

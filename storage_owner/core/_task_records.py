@@ -48,6 +48,7 @@ from protocol import TaskOutcome, TaskRecord, TaskStatus
 
 from ._checks import IllegalTransition
 from ._ports import NO_CHANGE, TaskStore
+from ._task_data import TaskData
 from ._unit import Journal
 
 ABORT: Final = "abort"
@@ -148,6 +149,12 @@ class TaskRecords:
         self.journal = journal
         """Where a change made inside a request journals its undo (the owner's one journal)."""
         self.tasks = LiveTasks(store)
+        self.unwritten: dict[str, tuple[TaskRecord, object]] = {}
+        """Records saved in this batch, not yet stored, each with the checkpoint to store with it (``NO_CHANGE``: none):
+        :meth:`write_saved` stores each once, as the batch leaves it (a task advanced and leased again in one batch is
+        one UPDATE, not two)."""
+        self.data = TaskData(store, journal, self.unwritten)
+        """The input and checkpoint of the tasks written lately: what a lease carries, read from here."""
         self.children: dict[str, set[str]] = {}
         """Live tasks by their owner task."""
         self.conversation_tasks: dict[str, set[str]] = {}
@@ -174,20 +181,47 @@ class TaskRecords:
         return self.tasks.get(task_id)
 
     def record(self, task_id: str) -> TaskRecord | None:
-        """A task's record, live or terminal."""
-        return self.tasks.get(task_id) or self.store.task(task_id)
+        """A task's record, live or terminal (one that ended in this batch is not stored yet)."""
+        record = self.tasks.get(task_id)
+        if record is not None:
+            return record
+        unwritten = self.unwritten.get(task_id)
+        return self.store.task(task_id) if unwritten is None else unwritten[0]
 
     # ------------------------------------------------------------------------------------------ changes
 
     def save(self, old: TaskRecord, record: TaskRecord, event: TaskEvent, *, checkpoint: object = NO_CHANGE) -> None:
-        """Store a task's next record, which ``event`` made of ``old``, and put it: refused loudly if the table
-        forbids it."""
+        """Save a task's next record, which ``event`` made of ``old``, and put it: refused loudly if the table
+        forbids it. It is stored at the batch's end (:meth:`write_saved`); :meth:`record` and :attr:`data` read it
+        before."""
         check_transition(old, event, record)
-        if checkpoint is NO_CHANGE:
-            self.store.update_task(record)
-        else:
-            self.store.update_task(record, checkpoint=checkpoint)
+        task_id = record.task_id
+        unwritten = self.unwritten
+        before = unwritten.get(task_id)
+        if checkpoint is NO_CHANGE and before is not None:
+            checkpoint = before[1]  # an earlier save of this batch gave it one
+        unwritten[task_id] = (record, checkpoint)
+        if self.journal.open:
+            self.journal.undo(lambda: self._unsave(task_id, before))
         self.put(record)
+
+    def _unsave(self, task_id: str, before: tuple[TaskRecord, object] | None) -> None:
+        if before is None:
+            del self.unwritten[task_id]
+        else:
+            self.unwritten[task_id] = before
+
+    def write_saved(self) -> None:
+        """Store every record saved since the last call, each once, with its checkpoint; at the end of each batch,
+        inside its transaction (so in the same commit of the database as the commit log that names them)."""
+        store = self.store
+        data = self.data
+        for task_id, (record, checkpoint) in self.unwritten.items():
+            if checkpoint is NO_CHANGE:
+                store.update_task(record)
+            else:
+                data.advanced(task_id, checkpoint, store.update_task(record, checkpoint=checkpoint))
+        self.unwritten.clear()
 
     def put(self, record: TaskRecord) -> None:
         """Replace a task's record in memory (journaled), keeping every index in step."""

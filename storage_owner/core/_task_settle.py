@@ -375,7 +375,7 @@ class Settling:
         self._placement.add_lease(
             task_id, peer, HeldLease(peer=peer, epoch=epoch, mode=mode, version=capability.version)
         )
-        input_value, checkpoint = self._store.task_data(task_id)
+        input_value, checkpoint = self._records.data.task_data(task_id)
         self._emit(
             peer,
             Lease(

@@ -52,6 +52,7 @@ from ._checks import MAX_READ_LIMIT, Refusal, check_id, check_limit, check_name,
 from ._output import READ_BUDGET_BYTES, Outbox, fit_page, fitting
 from ._peers import Peers, Waits
 from ._ports import NO_CHANGE, ConversationReads, StoreConflict, TaskStore
+from ._task_data import TaskData
 from ._task_placement import PeerId, Placement
 from ._task_records import ABORT, EXTERNAL_PREFIX, RESTART, TaskEvent, TaskRecords, describe_state
 from ._task_settle import ORPHAN_GRACE_MS, CutOffHook, SettleResult, Settling
@@ -148,6 +149,15 @@ class TaskEngine:
         self._placement.place = bool(ready)
 
     # ------------------------------------------------------------------------------------------ inspection
+
+    def write_saved(self) -> None:
+        """Store the task records this batch saved (each once); see :meth:`TaskRecords.write_saved`."""
+        self._records.write_saved()
+
+    @property
+    def data(self) -> TaskData:
+        """The stored input and checkpoint of tasks (those written lately kept in memory, :mod:`._task_data`)."""
+        return self._records.data
 
     def live(self, task_id: str) -> TaskRecord | None:
         return self._tasks.get(task_id)
@@ -293,9 +303,10 @@ class TaskEngine:
             updated_at_ms=now_ms,
         )
         try:
-            self._store.insert_task(record, write.input, None)
+            input_bytes = self._store.insert_task(record, write.input, None)
         except StoreConflict as exc:
             raise Refusal(ErrorCode.DUPLICATE, f"{where}: task id {exc.key} already exists") from exc
+        self._records.data.created(record.task_id, write.input, input_bytes)
         self._records.put(record)
         return record
 
@@ -312,7 +323,7 @@ class TaskEngine:
         check_id(write.task_id, f"{where}.task_id")
         record = self._tasks.get(write.task_id)
         if record is None:
-            stored = self._store.task(write.task_id)
+            stored = self._records.record(write.task_id)
             if stored is None:
                 raise Refusal(ErrorCode.NOT_FOUND, f"{where}: task {write.task_id} does not exist")
             return stored, 0
@@ -519,7 +530,7 @@ class TaskEngine:
                     self._outbox.reply(peer, call_id, reply)
 
     def _task_reply(self, record: TaskRecord) -> TaskReply:
-        input_value, checkpoint = self._store.task_data(record.task_id)
+        input_value, checkpoint = self._records.data.task_data(record.task_id)
         return TaskReply(task=record, input=input_value, checkpoint=checkpoint)
 
     # -------------------------------------------------------------------------------------------- settling

@@ -50,7 +50,9 @@ class Head:
 class FanOut(Protocol):
     """Who is fed each logged commit (the watches, ``_watches``)."""
 
-    def fan_out(self, logged: LoggedCommit, touched: set[str]) -> None: ...
+    def fan_out(self, logged: LoggedCommit, touched: set[str], packed: bytes) -> None:
+        """Feed ``logged`` (its records ``packed`` as the log stored them) to whoever watches what it touched."""
+        ...
 
 
 class Journal:
@@ -160,11 +162,11 @@ class CommitLog:
         if records:
             touched = {record.conversation_id for record in records if record.conversation_id is not None}
             logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
-            store.log_commit(logged, frozenset(touched))
+            packed = store.log_commit(logged, frozenset(touched))
             self._head.seq = unit.seq
             if reply is not None:
                 self._reply(peer, call_id, reply)
-            self._fan_out(logged, touched)
+            self._fan_out(logged, touched, packed)
         elif reply is not None:
             self._reply(peer, call_id, reply)
         if unit.after:
@@ -181,9 +183,9 @@ class CommitLog:
         if records:
             touched = {record.conversation_id for record in records if record.conversation_id is not None}
             logged = LoggedCommit(seq=unit.seq, committed_at_ms=now_ms, records=tuple(records))
-            self._store.log_commit(logged, frozenset(touched))
+            packed = self._store.log_commit(logged, frozenset(touched))
             self._head.seq = unit.seq
-            self._fan_out(logged, touched)
+            self._fan_out(logged, touched, packed)
         if unit.after:
             for action in unit.after:
                 action()

@@ -215,10 +215,12 @@ class Usage:
     def add(self, run: RunRecord, task: TaskRecord, kind: str, model: str, usage: RunUsage) -> None:
         """Add a committed result's usage to its conversation, model (model requests) or tool (tool calls: the usage
         its handler reported) and task tree (rule 2)."""
-        store = self._store
-        store.add_usage("conversation", run.conversation_id, usage)
-        store.add_usage("model" if kind == "model" else "tool", model, usage)
-        store.add_usage("tree", self.tree_root(task.task_id), usage)
+        scopes = (
+            ("conversation", run.conversation_id),
+            ("model" if kind == "model" else "tool", model),
+            ("tree", self.tree_root(task.task_id)),
+        )
+        self._store.add_usages(scopes, usage)  # one statement: three scopes, so three distinct rows
         totals = self.totals
         if totals is not None:
             key = ("model" if kind == "model" else "tool", model)

@@ -121,9 +121,10 @@ class Watches:
 
     # ------------------------------------------------------------------------------------------- feeding
 
-    def fan_out(self, logged: LoggedCommit, touched: set[str]) -> None:
+    def fan_out(self, logged: LoggedCommit, touched: set[str], packed: bytes) -> None:
         """A commit was logged: every live watch it matches is fed it, but one whose peer is past its output budget,
-        which turns lagging and reads it from the log once its peer has read (rule 2)."""
+        which turns lagging and reads it from the log once its peer has read (rule 2). A watch fed every record of
+        the commit sends them as the log packed them (``packed``), encoded once for both."""
         if not self._live:
             return
         ledger = self._outbox.ledger
@@ -134,7 +135,8 @@ class Watches:
                     over.append(watch)  # not fed: it reads this commit from the log once its peer has read
                     continue
                 change = _change(watch, logged)
-                self._outbox.change(watch.peer, change, conversation_id)
+                whole = len(change.records) == len(logged.records)
+                self._outbox.change(watch.peer, change, conversation_id, packed if whole else None)
                 watch.delivered_seq = logged.seq
         for watch in over:
             self._to_lagging(watch)

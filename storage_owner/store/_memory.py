@@ -25,7 +25,7 @@ raises ``StorageError``); :meth:`MemoryStore.reopen` is the same data opened aga
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
@@ -300,13 +300,15 @@ class MemoryStore:
         seqs = self._t.seqs
         return seqs[-1] if seqs else 0
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
         t = self._t
         if commit.seq in t.log:
             raise StorageError(f"storage failed: commit {commit.seq} is already logged")
         only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
-        self._put(t.log, commit.seq, (only, commit.committed_at_ms, pack(unstructure_records(commit.records))))
+        blob = pack(unstructure_records(commit.records))
+        self._put(t.log, commit.seq, (only, commit.committed_at_ms, blob))
         self._insert_sorted(t.seqs, commit.seq)
+        return blob
 
     def read_log(
         self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
@@ -648,6 +650,10 @@ class MemoryStore:
 
     # ---------------------------------------------------------------------------------------------- usage
 
+    def add_usages(self, totals: Sequence[tuple[str, str]], usage: RunUsage) -> None:
+        for scope, key in totals:
+            self.add_usage(scope, key, usage)
+
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
         t = self._t
         total = t.usage.get((scope, key))
@@ -710,18 +716,22 @@ class MemoryStore:
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
         t = self._t
         if record.task_id in t.tasks:
             raise StoreConflict("task", record.task_id)
-        self._put(t.tasks, record.task_id, _Task(_task_copy(record), pack(input), pack(checkpoint)))
+        packed = pack(input)
+        self._put(t.tasks, record.task_id, _Task(_task_copy(record), packed, pack(checkpoint)))
+        return len(packed)
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
         t = self._t
         stored = t.tasks.get(record.task_id)
-        if stored is not None:
-            kept = stored.checkpoint if checkpoint is NO_CHANGE else pack(checkpoint)
-            self._put(t.tasks, record.task_id, _Task(_task_copy(record), stored.input, kept))
+        if stored is None:
+            return 0
+        kept = stored.checkpoint if checkpoint is NO_CHANGE else pack(checkpoint)
+        self._put(t.tasks, record.task_id, _Task(_task_copy(record), stored.input, kept))
+        return 0 if checkpoint is NO_CHANGE else len(kept)
 
     def task(self, task_id: str) -> TaskRecord | None:
         stored = self._t.tasks.get(task_id)

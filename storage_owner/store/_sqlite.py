@@ -14,8 +14,9 @@ apsw errors are mapped at this boundary, in two ways:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -76,6 +77,12 @@ checkpoint thread copies the WAL's tail, so that its next transaction starts the
 writer that is never idle; see :meth:`SqliteStore.use_background_checkpoints`)."""
 JOURNAL_SIZE_LIMIT_BYTES: Final = 64 << 20
 """A WAL file larger than this is truncated back to it after a checkpoint resets the log."""
+MAX_KEPT_OPERATIONS: Final = 256
+"""Operation records the store keeps as last written (:meth:`SqliteStore.operation` answers from them; an intent is
+read back by its result's commit, a batch or so later)."""
+MAX_KEPT_OPERATION_BYTES: Final = 4 << 20
+"""Their stored size at most (4 MiB); one record past 64 KiB is not kept."""
+MAX_KEPT_OPERATION_RECORD_BYTES: Final = 64 << 10
 
 
 @contextlib.contextmanager
@@ -137,6 +144,11 @@ class SqliteStore(PartialsSql):
         """:meth:`open` created the database (there was no file)."""
         self.checked_fully = False
         """:meth:`open`'s start check read the whole file within its time budget."""
+        self._operations: dict[str, bytes] = {}
+        """The operation records written lately, as stored (so what they read back is detached from the caller's
+        objects, as a read of the table), least recent first: dropped whole by any rollback, so they are always what
+        the open transaction holds."""
+        self._operation_bytes = 0
 
     # ------------------------------------------------------------------------------------------- lifecycle
 
@@ -226,6 +238,7 @@ class SqliteStore(PartialsSql):
         self._db.execute("COMMIT")
 
     def rollback(self) -> None:
+        self._forget_operations()
         self._db.execute("ROLLBACK")
 
     @property
@@ -239,6 +252,7 @@ class SqliteStore(PartialsSql):
         self._db.execute("RELEASE request")
 
     def rollback_savepoint(self) -> None:
+        self._forget_operations()
         self._db.execute("ROLLBACK TO request")
         self._db.execute("RELEASE request")
 
@@ -248,13 +262,14 @@ class SqliteStore(PartialsSql):
         row = self._db.execute("SELECT MAX(seq) FROM commits").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> None:
+    def log_commit(self, commit: LoggedCommit, conversation_ids: frozenset[str]) -> bytes:
         blob = pack(unstructure_records(commit.records))
         only = next(iter(conversation_ids)) if len(conversation_ids) == 1 else None
         self._db.execute(
             "INSERT INTO commits (seq, conversation_id, committed_at_ms, records) VALUES (?, ?, ?, ?)",
             (commit.seq, only, commit.committed_at_ms, blob),
         )
+        return blob
 
     def read_log(
         self, after_seq: int, conversation_id: str | None, limit: int, *, until_seq: int | None = None
@@ -589,24 +604,55 @@ class SqliteStore(PartialsSql):
 
     def insert_operation(self, record: OperationRecord) -> None:
         """Journal a new operation, after the run's others."""
+        packed = pack_operation(record)
         try:
             self._db.execute(
                 "INSERT INTO operations (operation_id, run_id, ordinal, task_id, status, record) VALUES "
                 "(?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM operations WHERE run_id = ?2), ?3, ?4, ?5)",
-                (record.operation_id, record.run_id, record.task_id, record.status, pack_operation(record)),
+                (record.operation_id, record.run_id, record.task_id, record.status, packed),
             )
         except apsw.ConstraintError as exc:
             raise StoreConflict("operation", record.operation_id) from exc
+        self._keep_operation(record.operation_id, packed)
 
     def update_operation(self, record: OperationRecord) -> None:
+        packed = pack_operation(record)
         self._db.execute(
             "UPDATE operations SET task_id = ?, status = ?, record = ? WHERE operation_id = ?",
-            (record.task_id, record.status, pack_operation(record), record.operation_id),
+            (record.task_id, record.status, packed, record.operation_id),
         )
+        self._keep_operation(record.operation_id, packed)
 
     def operation(self, operation_id: str) -> OperationRecord | None:
+        kept = self._operations.get(operation_id)
+        if kept is not None:
+            return unpack_operation(kept)
         row = self._db.execute("SELECT record FROM operations WHERE operation_id = ?", (operation_id,)).fetchone()
         return None if row is None else unpack_operation(row[0])
+
+    def _keep_operation(self, operation_id: str, packed: bytes) -> None:
+        """Keep an operation's record as just stored, within :data:`MAX_KEPT_OPERATIONS` and
+        :data:`MAX_KEPT_OPERATION_BYTES` (the least recently written dropped first; one past
+        :data:`MAX_KEPT_OPERATION_RECORD_BYTES` not kept)."""
+        kept = self._operations
+        previous = kept.pop(operation_id, None)
+        if previous is not None:
+            self._operation_bytes -= len(previous)
+        if len(packed) > MAX_KEPT_OPERATION_RECORD_BYTES:
+            return
+        kept[operation_id] = packed
+        self._operation_bytes += len(packed)
+        while len(kept) > MAX_KEPT_OPERATIONS or self._operation_bytes > MAX_KEPT_OPERATION_BYTES:
+            self._operation_bytes -= len(kept.pop(next(iter(kept))))
+
+    def _forget_operations(self) -> None:
+        self._operations.clear()
+        self._operation_bytes = 0
+
+    @property
+    def kept_operations(self) -> tuple[int, int]:
+        """How many operation records are kept, and their stored size (the bound's test reads it)."""
+        return len(self._operations), self._operation_bytes
 
     def open_operations(self, task_id: str) -> list[OperationRecord]:
         """The operations a task's lease started that have no result yet."""
@@ -680,18 +726,15 @@ class SqliteStore(PartialsSql):
         return page, len(rows) > limit
 
     def add_usage(self, scope: str, key: str, usage: RunUsage) -> None:
+        self.add_usages(((scope, key),), usage)
+
+    def add_usages(self, totals: Sequence[tuple[str, str]], usage: RunUsage) -> None:
+        """Add ``usage`` to each of ``totals`` (distinct ``(scope, key)`` pairs: a row is upserted once per
+        statement), in one statement."""
         self._db.execute(
-            "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost, "
-            "unpriced_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, key) DO UPDATE SET "
-            "input_tokens = input_tokens + excluded.input_tokens, "
-            "output_tokens = output_tokens + excluded.output_tokens, "
-            "cached_tokens = cached_tokens + excluded.cached_tokens, "
-            "reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, "
-            "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END, "
-            "unpriced_tokens = unpriced_tokens + excluded.unpriced_tokens",
+            _add_usage_statement(len(totals)),
             (
-                scope,
-                key,
+                *(part for total in totals for part in total),
                 usage.input_tokens,
                 usage.output_tokens,
                 usage.cached_tokens,
@@ -788,22 +831,23 @@ class SqliteStore(PartialsSql):
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> None:
+    def insert_task(self, record: TaskRecord, input: object, checkpoint: object) -> int:
+        packed = pack(input)
         try:
-            self._db.execute(
-                _INSERT_TASK,
-                (*_task_row(record), pack(input), pack(checkpoint)),
-            )
+            self._db.execute(_INSERT_TASK, (*_task_row(record), packed, pack(checkpoint)))
         except apsw.ConstraintError as exc:
             raise StoreConflict("task", record.task_id) from exc
+        return len(packed)
 
-    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> None:
+    def update_task(self, record: TaskRecord, *, checkpoint: object = NO_CHANGE) -> int:
         """Store ``record`` (every column but the input); the checkpoint too when one is given."""
         row = _task_row(record)
         if checkpoint is NO_CHANGE:
             self._db.execute(_UPDATE_TASK, (*row[1:], row[0]))
-        else:
-            self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], pack(checkpoint), row[0]))
+            return 0
+        packed = pack(checkpoint)
+        self._db.execute(_UPDATE_TASK_CHECKPOINT, (*row[1:], packed, row[0]))
+        return len(packed)
 
     def task(self, task_id: str) -> TaskRecord | None:
         row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
@@ -831,6 +875,26 @@ class SqliteStore(PartialsSql):
 
     def task_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])  # type: ignore[index]
+
+
+@functools.cache
+def _add_usage_statement(count: int) -> str:
+    """The upsert of one usage into ``count`` totals: their ``(scope, key)`` pairs bound first, then the usage's six
+    values once (one statement shape per count, and the owner uses one count: a result's three totals)."""
+    values = ", ".join(
+        f"(?{2 * index + 1}, ?{2 * index + 2}, {', '.join(f'?{2 * count + field}' for field in range(1, 7))})"
+        for index in range(count)
+    )
+    return (
+        "INSERT INTO usage (scope, key, input_tokens, output_tokens, cached_tokens, reasoning_tokens, cost, "
+        f"unpriced_tokens) VALUES {values} ON CONFLICT (scope, key) DO UPDATE SET "
+        "input_tokens = input_tokens + excluded.input_tokens, "
+        "output_tokens = output_tokens + excluded.output_tokens, "
+        "cached_tokens = cached_tokens + excluded.cached_tokens, "
+        "reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, "
+        "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END, "
+        "unpriced_tokens = unpriced_tokens + excluded.unpriced_tokens"
+    )
 
 
 def _usage_row(i: int, o: int, c: int, r: int, cost: float | None, unpriced: int) -> RunUsage:

@@ -5,6 +5,7 @@ one change fed to many watches shares its encoded records."""
 from __future__ import annotations
 
 import itertools
+import typing
 from collections.abc import Iterator
 
 import pytest
@@ -18,19 +19,23 @@ from protocol import (
     Error,
     ErrorCode,
     Hello,
+    PartialsReply,
     Ping,
     Pong,
     Received,
+    Record,
     WaitTask,
     Watching,
     Welcome,
     decode_frame,
     encode_frame,
 )
-from storage_owner.core import OwnerCore, PeerId
+from storage_owner.core import LoggedCommit, OwnerCore, PeerId
 from storage_owner.core import _peers as peers_module
 from storage_owner.core import _watches as watches_module
+from storage_owner.core._output import OutputLedger
 from storage_owner.store import MemoryStore
+from tests.unit import test_codec
 from tests.unit.test_core import (
     INSTANCE,
     START_MS,
@@ -306,3 +311,26 @@ def test_pages_of_large_operations_stay_under_the_message_limit() -> None:
         assert pages > 1
     finally:
         sim.close()
+
+
+def test_a_commits_records_as_the_log_stores_them_are_the_bytes_a_watch_sends() -> None:
+    """A watch fed a whole commit sends the commit log's bytes as they are (``OutputLedger.change`` with
+    ``packed``): they must be what encoding the ``Change`` frame's records gives, for every kind of record."""
+    records = (
+        test_codec.CONVERSATION_RECORD,
+        test_codec.ENTRY_RECORD,
+        test_codec.DOCUMENT_RECORD,
+        test_codec.SUBMISSION_RECORD,
+        test_codec.TASK_RECORD,
+        test_codec.CHILD_TASK_RECORD,
+        test_codec.RUN_RECORD,
+        test_codec.OPERATION_RECORD,
+        test_codec.INTERACTION_RECORD,
+        *next(frame for frame in test_codec.EXAMPLES if isinstance(frame, PartialsReply)).partials,
+    )
+    assert {type(record) for record in records} == set(typing.get_args(Record))
+    packed = MemoryStore().log_commit(LoggedCommit(seq=7, committed_at_ms=1, records=records), frozenset())
+    change = Change(watch_id=3, seq=7, committed_at_ms=1, records=records)
+    ledger = OutputLedger(peer_budget=1 << 30, total_budget=1 << 30)
+    ledger.change(1, change, None, packed)
+    assert ledger.take() == [encode_frame(change)]

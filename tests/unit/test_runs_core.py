@@ -1305,30 +1305,6 @@ def test_a_tool_task_the_engine_ends_before_its_lease_settles_its_committed_inte
     assert settled.error == "its task ended orphaned (missing_task): no attached worker has task kind tool:lookup"
 
 
-def test_open_operations_kept_in_memory_are_bounded_and_dropped_by_a_refusal(
-    sim: RunSim, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("storage_owner.core._operations.MAX_CACHED_OPEN_OPERATIONS", 2)
-    kept = sim.core.operations._records._open
-    worker = sim.agent_worker()
-    runs = [sim.start_run(sim.agent_conversation()) for _ in range(3)]
-    leased = [(run_id, run_task_id(run_id, 1), worker) for run_id in runs]
-    assert all(worker.holds(task_id) for _, task_id, _ in leased)
-    ops = [fresh_id() for _ in leased]
-    for (run_id, task_id, worker), op in zip(leased, ops, strict=True):
-        worker.ok(task_id, model_intent(run_id, op))
-    assert list(kept) == ops[1:]  # the oldest was dropped past the bound
-    run_id, task_id, worker = leased[1]
-    # A refused request drops them all: its writes were rolled back, and the store is read again.
-    assert error_code(worker.commit(task_id, model_intent(run_id, ops[1], attempt=3))) == ErrorCode.CONFLICT
-    assert kept == {}
-    for (_, task_id, worker), op in zip(leased, ops, strict=True):  # each result finds its intent
-        worker.ok(task_id, FinishOperation(operation_id=op, status="completed", result=JsonValue("done")))
-        stored = sim.store.operation(op)
-        assert stored is not None and stored.status == "completed"
-    assert kept == {}
-
-
 def test_resolving_a_manual_call_whose_nested_call_still_runs_is_refused(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)

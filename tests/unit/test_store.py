@@ -48,6 +48,12 @@ from storage_owner.store import (
     read_schema_version,
 )
 from storage_owner.store._blobs import pack_interaction
+from storage_owner.store._sqlite import (
+    MAX_KEPT_OPERATION_BYTES,
+    MAX_KEPT_OPERATION_RECORD_BYTES,
+    MAX_KEPT_OPERATIONS,
+)
+from tests.unit._records import operation_record
 from tests.unit._stores import conversation_record, entry_record, task_record, with_conversation
 
 
@@ -687,3 +693,31 @@ def test_open_waits_for_a_lock_another_connection_holds_a_moment(path: str) -> N
     finally:
         release.join()
     store.close()
+
+
+def test_operations_written_lately_are_kept_within_their_bound_and_forgotten_by_a_rollback(store: SqliteStore) -> None:
+    """The store answers ``operation`` from the records it wrote lately (an intent read back by its result): never
+    more than its bound, and after any rollback only what the database holds."""
+    store.begin()
+    ops = [operation_record("started", seq=1, op=f"op-{number:04d}") for number in range(MAX_KEPT_OPERATIONS + 10)]
+    for op in ops:
+        store.insert_operation(op)
+    large = operation_record("started", seq=1, op="op-large", name="x" * MAX_KEPT_OPERATION_RECORD_BYTES)
+    store.insert_operation(large)
+    count, size = store.kept_operations
+    assert count == MAX_KEPT_OPERATIONS and size <= MAX_KEPT_OPERATION_BYTES
+    assert [store.operation(op.operation_id) for op in ops] == ops
+    assert store.operation(large.operation_id) == large
+    store.commit()
+
+    store.begin()
+    store.savepoint()
+    finished = attrs.evolve(ops[-1], status="completed", result=JsonValue(1), seq=2)
+    store.update_operation(finished)
+    assert store.operation(finished.operation_id) == finished
+    store.rollback_savepoint()
+    assert store.kept_operations == (0, 0)
+    assert store.operation(finished.operation_id) == ops[-1]
+    store.update_operation(finished)
+    store.rollback()
+    assert store.operation(finished.operation_id) == ops[-1]

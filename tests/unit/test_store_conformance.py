@@ -588,6 +588,16 @@ def test_usage_totals_add_up_by_key_and_page_in_key_order(store: StoreUnderTest)
     assert store.usage_page("conversation", keys[1], 2) == ([(keys[2], rest)], False)
 
 
+def test_one_usage_added_to_several_totals_at_once_adds_to_each(store: StoreUnderTest) -> None:
+    scopes = (("conversation", "c"), ("model", "m"), ("tree", "t"))
+    store.add_usage("model", "m", RunUsage(input_tokens=1, cost=None))
+    store.add_usages(scopes, RunUsage(input_tokens=2, output_tokens=1, cost=0.5, unpriced_tokens=0))
+    store.add_usages(scopes, RunUsage(reasoning_tokens=3, cost=None, unpriced_tokens=3))
+    twice = RunUsage(input_tokens=2, output_tokens=1, reasoning_tokens=3, cost=0.5, unpriced_tokens=3)
+    assert store.usage("conversation", "c") == [("c", twice)] == [("c", store.usage("tree", "t")[0][1])]
+    assert store.usage("model", "m") == [("m", attrs.evolve(twice, input_tokens=3))]
+
+
 def test_run_partials_page_in_the_order_their_operations_first_streamed(store: StoreUnderTest) -> None:
     conversation_id = with_conversation(store)
     run, other = _run(conversation_id), _run(conversation_id)

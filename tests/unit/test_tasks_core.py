@@ -59,6 +59,7 @@ from protocol import (
     encode_frame,
 )
 from storage_owner.core import TASK_ROW_FIELDS, Output, OwnerCore, PeerId
+from storage_owner.core._task_data import MAX_CACHED_BYTES, MAX_CACHED_TASKS, MAX_CACHED_VALUE_BYTES
 from storage_owner.core._task_records import TRANSITIONS, IllegalTransition, check_transition
 from storage_owner.core._task_settle import MAX_SETTLE_CHANGES
 from storage_owner.store import MemoryStore
@@ -632,6 +633,90 @@ def test_advance_stores_the_checkpoint_and_leases_again_at_the_next_epoch(sim: O
     # The current lease still commits.
     worker.ok(task_id, completed(task_id))
     assert sim.outcome(task_id).status == "completed"
+
+
+def test_leases_carry_what_is_stored_and_the_kept_input_and_checkpoint_stay_within_their_bound(
+    sim: OwnerSim,
+) -> None:
+    """The owner keeps the input and checkpoint of the tasks written lately (``_task_data``): every lease still
+    carries what the store holds, and what is kept stays within its count and its size, past both bounds."""
+    worker = sim.worker()
+    conversation_id = sim.new_conversation()
+    large = "x" * (MAX_CACHED_VALUE_BYTES + 1)  # never kept
+    sizable = "y" * (MAX_CACHED_VALUE_BYTES // 2)  # kept; enough of them pass the bound in bytes
+    count = MAX_CACHED_TASKS + 50
+    inputs = [{"n": n, "pad": large if n == 0 else sizable if n % 7 == 0 else ""} for n in range(count)]
+    writes = [
+        CreateTask(task_id=fresh_id(), kind="other.kind", input=JsonValue(value), conversation_id=conversation_id)
+        for value in inputs
+    ]
+    expect(sim.commit(*writes), Committed)
+    kept = sim.core.tasks.data
+    assert len(kept) == MAX_CACHED_TASKS
+    assert kept.size_bytes <= MAX_CACHED_BYTES
+    assert writes[0].task_id not in kept and writes[-1].task_id in kept
+    for write, value in zip(writes, inputs, strict=True):
+        assert kept.task_data(write.task_id) == (value, None) == sim.store.task_data(write.task_id)
+
+    task_id = sim.create_task(input={"pad": large})
+    assert data(worker.lease(task_id).input) == {"pad": large}
+    worker.ok(task_id, advance(task_id, {"phase": "b"}))
+    assert data(worker.lease(task_id).checkpoint) == {"phase": "b"}
+    task_id = sim.create_task(input={"n": 2})
+    worker.ok(task_id, advance(task_id, {"phase": "large", "pad": large}))  # its entry is dropped, not left stale
+    assert data(worker.lease(task_id).checkpoint) == {"phase": "large", "pad": large}
+    assert task_id not in kept
+    worker.ok(task_id, advance(task_id, {"phase": "c"}))
+    assert data(worker.lease(task_id).checkpoint) == {"phase": "c"}
+    for lease in worker.granted:
+        assert data(lease.input) == sim.store.task_data(lease.lease.task_id)[0]
+    assert len(kept) <= MAX_CACHED_TASKS
+    assert kept.size_bytes <= MAX_CACHED_BYTES
+
+
+def test_a_refused_commit_puts_back_the_checkpoint_it_would_have_kept(sim: OwnerSim) -> None:
+    worker = sim.worker()
+    task_id = sim.create_task()
+    worker.ok(task_id, advance(task_id, {"phase": "b"}))
+    taken = sim.create_task()
+    refused = worker.commit(task_id, advance(task_id, {"phase": "z"}), child(task_id, task_id=taken))
+    assert error_code(refused) == ErrorCode.DUPLICATE
+    refused = worker.commit(task_id, child(task_id, task_id=taken))  # a create put back too
+    assert error_code(refused) == ErrorCode.DUPLICATE
+    assert sim.core.tasks.data.task_data(task_id) == sim.store.task_data(task_id) == ({"n": 1}, {"phase": "b"})
+    expect(worker.release(task_id), Ok)
+    assert data(worker.lease(task_id).checkpoint) == {"phase": "b"}
+
+
+def test_a_task_changed_twice_in_a_batch_is_stored_once_as_the_batch_leaves_it(sim: OwnerSim) -> None:
+    """A phase's new state and the lease granted again in the same batch's settle are one write of the task's row,
+    stored with the batch; inside the batch, what reads the task sees its newest record."""
+    worker = sim.worker()
+    task_id = sim.create_task()
+    writes: list[str] = []
+    update_task = sim.store.update_task
+
+    def counted(record: TaskRecord, **changes: Any) -> int:
+        writes.append(record.task_id)
+        return update_task(record, **changes)
+
+    sim.store.update_task = counted  # type: ignore[method-assign]
+    worker.ok(task_id, advance(task_id, {"phase": "b"}))
+    assert writes == [task_id]  # advanced (pending) and granted (running): one UPDATE
+    stored = sim.store.task(task_id)
+    assert stored == sim.task(task_id)
+    assert (stored.status, stored.phase, stored.epoch) == ("running", "b", 2)
+    assert sim.store.task_data(task_id) == ({"n": 1}, {"phase": "b"})
+
+    ref = worker.lease(task_id).lease
+    end = sent(Commit(writes=(completed(task_id, "done"),), lease=ref))
+    abort = sent(Commit(writes=(AbortTask(task_id=task_id),)))
+    read = sent(ReadTask(task_id=task_id))
+    out = sim.batch((worker.peer, end), (sim.client, abort), (sim.client, read))
+    assert expect(reply_to(out, sim.client, abort), Committed).results == (0,)  # it ended already
+    task = expect(reply_to(out, sim.client, read), TaskReply).task
+    assert (task.status, task.outcome) == ("terminal", TaskOutcome(status="completed", result=JsonValue("done")))
+    assert sim.store.task(task_id) == task
 
 
 def test_two_commits_under_one_lease_in_one_batch_the_second_is_stale(sim: OwnerSim) -> None:
