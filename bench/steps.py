@@ -59,7 +59,15 @@ BATCHED_CALLS_PER_TURN = 10
 VARIANTS = {"all": ("task", "tool", "tool10"), "both": ("task", "tool")}
 
 
-async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
+Verify = Callable[[], Awaitable[None]]
+"""What a measurement checks once its window is closed (reads that are not part of the steps' cost)."""
+
+
+async def _nothing() -> None:
+    pass
+
+
+async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int, Verify]:
     """Seconds from creating ``concurrency`` tasks of ``steps`` steps each until every one completed, and the steps."""
     started = time.perf_counter()
     async with client.commit() as tx:
@@ -70,12 +78,13 @@ async def _task_run(client: actors.Client, concurrency: int, steps: int) -> tupl
     for task_id in ids:
         record = await client.wait_for_task(task_id)
         assert record.outcome is not None and record.outcome.status == "completed", record
-    return time.perf_counter() - started, concurrency * steps
+    return time.perf_counter() - started, concurrency * steps, _nothing
 
 
-async def _tool_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int]:
+async def _tool_run(client: actors.Client, concurrency: int, steps: int) -> tuple[float, int, Verify]:
     """Seconds from submitting one input to each of ``concurrency`` conversations bound to the bench agent until
-    every run completed, and the tool steps done: the runs' operations of kind ``tool`` that completed."""
+    every run completed, the tool steps done, and the check that they were: the runs' operations of kind ``tool``
+    that completed (read once the window is closed: reading every run's journal is not a step's cost)."""
     conversations = [await client.create_conversation(agent=TOOL_AGENT) for _ in range(concurrency)]
     started = time.perf_counter()
     runs = [
@@ -87,16 +96,19 @@ async def _tool_run(client: actors.Client, concurrency: int, steps: int) -> tupl
         record = await client.wait_for_run(run_id)
         assert record.status == "completed", record
     elapsed = time.perf_counter() - started
-    done = 0
-    for run_id in runs:
-        assert run_id is not None
-        operations = await client.operations(run_id)
-        done += sum(1 for op in operations if op.kind == "tool" and op.status == "completed")
-    assert done == concurrency * steps, (done, concurrency, steps)
-    return elapsed, done
+
+    async def verify() -> None:
+        done = 0
+        for run_id in runs:
+            assert run_id is not None
+            operations = await client.operations(run_id)
+            done += sum(1 for op in operations if op.kind == "tool" and op.status == "completed")
+        assert done == concurrency * steps, (done, concurrency, steps)
+
+    return elapsed, concurrency * steps, verify
 
 
-RunOnce = Callable[[actors.Client, int, int], Awaitable[tuple[float, int]]]
+RunOnce = Callable[[actors.Client, int, int], Awaitable[tuple[float, int, Verify]]]
 
 
 async def _tether_steps(
@@ -110,13 +122,15 @@ async def _tether_steps(
     async with owner_and_worker(db, bench_env(**extra_env), owner_command) as served:
         with trio.fail_after(300):
             async with actors.connect(db=db, wait_for_owner_s=30) as client:
-                await run_once(client, 1, warm_steps)  # the worker is attached and warm
+                *_, verify = await run_once(client, 1, warm_steps)  # the worker is attached and warm
+                await verify()
                 per_s: dict[int, float] = {}
                 profile: dict[str, float] = {}
                 for concurrency in CONCURRENCY:
                     before, first_seq = await snapshot(served, stats_path), commit_seq(db)
-                    elapsed, total = await run_once(client, concurrency, steps)
+                    elapsed, total, verify = await run_once(client, concurrency, steps)
                     after, last_seq = await snapshot(served, stats_path, ending=True), commit_seq(db)
+                    await verify()
                     per_s[concurrency] = total / elapsed
                     if concurrency == max(CONCURRENCY):
                         profile = per_step(before, after, total)
@@ -135,7 +149,8 @@ async def tool_steps(directory: str, steps: int, sync: str, calls_per_turn: int)
     :func:`task_steps`. The agent's script is fixed when the worker imports the app, so the warm-up run makes the
     same ``steps`` calls."""
     extra_env = {"BENCH_TOOL_STEPS": str(steps), "BENCH_TOOL_CALLS_PER_TURN": str(calls_per_turn)}
-    return await _tether_steps(directory, "tool", sync, _tool_run, steps, steps, extra_env)
+    name = "tool" if calls_per_turn == 1 else f"tool{calls_per_turn}"  # a database of its own
+    return await _tether_steps(directory, name, sync, _tool_run, steps, steps, extra_env)
 
 
 def dbos_steps(directory: str, steps: int) -> dict[str, Any]:
