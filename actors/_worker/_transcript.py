@@ -33,8 +33,10 @@ from protocol import EntryRecord, converter
 if TYPE_CHECKING:
     from .._client._client import Client
 
-MAX_CONVERSATIONS: Final = 256
-"""Conversations cached per client (a worker runs at most this many conversations' runs before one is re-read)."""
+MAX_CONVERSATIONS: Final = 4096
+"""Conversations cached per client (a worker runs at most this many conversations' runs before one is re-read; the
+entries and bytes below bound the memory: 256 made a worker serving more concurrent runs than that read every
+turn's transcript whole, which ``bench/capacity.py`` reaches)."""
 MAX_ENTRIES: Final = 200_000
 """Entries cached per client, over all its conversations."""
 MAX_BYTES: Final = 64 << 20
