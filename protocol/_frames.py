@@ -12,7 +12,7 @@ pushed by the owner without one: ``Change`` (a watch's commit), ``Lease`` and ``
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, NewType, TypeAlias
+from typing import Any, ClassVar, Final, Literal, NewType, TypeAlias
 
 import attrs
 
@@ -185,6 +185,9 @@ def retry_delay_ms(retry: Retry, attempt: int) -> int:
 
 OperationKind: TypeAlias = Literal["model", "tool"]
 RecoveryPolicy: TypeAlias = Literal["manual", "safe", "idempotent", "report"]
+RERUN_POLICIES: Final[frozenset[str]] = frozenset({"safe", "idempotent"})
+"""The recovery policies under which a call cut off runs again: only such a call's intent may be committed with its
+tool task, in the model result's commit (``StartOperation.task_id``), since a cut-off there may precede the handler."""
 OperationStatus: TypeAlias = Literal["started", "completed", "failed", "interrupted", "resolved"]
 
 

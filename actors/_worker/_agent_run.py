@@ -29,6 +29,7 @@ import trio
 from protocol import (
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
+    RERUN_POLICIES,
     RESET_ENTRY,
     TOOL_RESULT_ENTRY,
     USER_ENTRY,
@@ -69,10 +70,10 @@ from ._journal import (
     _run_attempt,
     _start,
     content_text,
-    digest,
     journaled,
     model_operation_id,
     run_usage,
+    tool_intent,
     tool_operation_id,
 )
 from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
@@ -424,18 +425,13 @@ class AgentRun:
             )
             if started:  # its intent, attempt 1, in this commit: its lease runs the call with no commit first
                 tx.start_operation(
-                    StartOperation(
-                        operation_id=operation_id,
+                    tool_intent(
+                        tool,
                         run_id=run_id,
-                        kind="tool",
-                        name=tool.name,
-                        version=tool.version,
+                        operation_id=operation_id,
                         turn=turn,
-                        attempt=1,
-                        digest=digest(call.arguments),
-                        tool_call_id=call.call_id,
-                        policy=tool.recovery,
-                        arguments=json_value(call.arguments),
+                        call_id=call.call_id,
+                        arguments=call.arguments,
                         task_id=task_id,
                     )
                 )
@@ -518,7 +514,7 @@ def _starts_with_its_task(tool: ToolDefinition, arguments: Any) -> bool:
     ``idempotent``: cut off after its lease but before its handler, it is re-run as if it had run) with valid
     arguments and no approval to ask. A ``report`` or ``manual`` call keeps its intent next to its handler, so that an
     interruption still means that it may have run."""
-    if tool.recovery not in ("safe", "idempotent") or not isinstance(arguments, dict) or tool.validate(arguments):
+    if tool.recovery not in RERUN_POLICIES or not isinstance(arguments, dict) or tool.validate(arguments):
         return False
     try:
         return not tool.approval_required(arguments)

@@ -23,6 +23,7 @@ from protocol import (
     JsonValue,
     NotFound,
     OperationRecord,
+    RecoveryPolicy,
     RunUsage,
     StartOperation,
     digest_json,
@@ -149,6 +150,39 @@ def _result_entry(
     )
 
 
+def tool_intent(
+    tool: ToolDefinition,
+    *,
+    run_id: str,
+    operation_id: str,
+    turn: int,
+    call_id: str,
+    arguments: Any,
+    attempt: int = 1,
+    policy: RecoveryPolicy | None = None,
+    parent_operation_id: str | None = None,
+    task_id: str | None = None,
+) -> StartOperation:
+    """The intent of a call of ``tool`` with ``arguments``: its attempt, under ``policy`` (the tool's own by default;
+    a later attempt keeps the stored one), naming its caller for a nested call and its task when the model result's
+    commit writes it (``task_id``)."""
+    return StartOperation(
+        operation_id=operation_id,
+        run_id=run_id,
+        kind="tool",
+        name=tool.name,
+        version=tool.version,
+        turn=turn,
+        attempt=attempt,
+        digest=digest(arguments),
+        tool_call_id=call_id,
+        policy=tool.recovery if policy is None else policy,
+        arguments=json_value(arguments),
+        parent_operation_id=parent_operation_id,
+        task_id=task_id,
+    )
+
+
 def _refused_call(
     tx: PhaseTransaction,
     tool: ToolDefinition,
@@ -165,18 +199,13 @@ def _refused_call(
     intent and its ``failed`` result (the error the model sees) in the commit that writes its result entry, so the
     journal lists it and a call and its result still land together. Never for a call that started an attempt."""
     tx.start_operation(
-        StartOperation(
-            operation_id=operation_id,
+        tool_intent(
+            tool,
             run_id=run_id,
-            kind="tool",
-            name=tool.name,
-            version=tool.version,
+            operation_id=operation_id,
             turn=turn,
-            attempt=1,
-            digest=digest(arguments),
-            tool_call_id=call_id,
-            policy=tool.recovery,
-            arguments=json_value(arguments),
+            call_id=call_id,
+            arguments=arguments,
             parent_operation_id=parent_operation_id,
         )
     )

@@ -18,7 +18,6 @@ from protocol import (
     FinishOperation,
     JsonValue,
     OperationRecord,
-    StartOperation,
     Write,
     approval_task_id,
     has_result,
@@ -40,6 +39,7 @@ from ._journal import (
     digest,
     journaled,
     run_usage,
+    tool_intent,
 )
 from ._partials import partial_output
 from ._phase import Phase
@@ -160,18 +160,15 @@ class ToolRun:
         args = inp["arguments"]
         attempt = 1 if op is None else op.attempt + 1
         policy = tool.recovery if op is None or op.policy is None else op.policy
-        intent = StartOperation(
-            operation_id=operation_id,
+        intent = tool_intent(
+            tool,
             run_id=run_id,
-            kind="tool",
-            name=tool.name,
-            version=tool.version,
+            operation_id=operation_id,
             turn=int(inp["turn"]),
+            call_id=str(inp["call_id"]),
+            arguments=args,
             attempt=attempt,
-            digest=digest(args),
-            tool_call_id=str(inp["call_id"]),
             policy=policy,
-            arguments=json_value(args),
             parent_operation_id=_parent(inp),
         )
         if not started and not await _start(rt, intent, guessed):

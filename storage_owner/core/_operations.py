@@ -48,6 +48,7 @@ import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
+    RERUN_POLICIES,
     TOOL_TASK_PREFIX,
     CreateInteraction,
     CreateTask,
@@ -403,7 +404,7 @@ class Operations:
                 f"earlier in this commit by task {writer.task_id}; nothing was written"
             )
             raise Refusal(ErrorCode.INVALID, message)
-        if write.attempt != 1 or write.policy not in ("safe", "idempotent"):
+        if write.attempt != 1 or write.policy not in RERUN_POLICIES:
             message = (
                 f"{where}: an intent committed with its tool task is the attempt 1 of a safe or idempotent call (a "
                 "manual or report call commits its own, right before it runs); nothing was written"
