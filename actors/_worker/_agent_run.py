@@ -9,12 +9,12 @@ committed result:
 - a run's task, phase ``turn`` (checkpoint ``{"phase": "turn", "turn": n}``): reads the transcript into messages,
   commits the model request's intent (attempt from the journal), streams the model, then commits in ONE commit the
   result, the ``tether.assistant`` entry and the task's next state: its tool calls as ``tool:<name>`` tasks it waits
-  on (phase ``tools``), or its completion with the answer. A retryable model error sleeps until the shared delay;
-  a final one (or attempts spent) fails the run.
+  on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer. A
+  retryable model error sleeps until the shared delay; a final one (or attempts spent) fails the run.
 - a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
-  by a person) gets one, and a tool's handoff its reset entry, in one commit; then the next turn (or the run's answer,
-  in that commit, when every call asked to terminate). Its abort handler writes the missing results too, so a
-  cancelled run's transcript holds no call without a result.
+  by a person) gets one, and a tool's handoff its reset entry, in one commit (the round as the transcript holds it:
+  ``_rounds.py``); then the next turn (or the run's answer, in that commit, when every call asked to terminate). Its
+  abort handler writes the missing results too, so a cancelled run's transcript holds no call without a result.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from protocol import (
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
     RERUN_POLICIES,
-    RESET_ENTRY,
-    TOOL_RESULT_ENTRY,
-    USER_ENTRY,
     EntryRecord,
     FinishOperation,
     JsonValue,
@@ -79,6 +76,7 @@ from ._journal import (
 from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
+from ._rounds import place_handoff, reset_since_answer, round_tail, terminated
 from ._transcript import transcript
 
 
@@ -238,7 +236,7 @@ class AgentRun:
         attempt = 1 if op is None else op.attempt + 1
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
-        if turn > 1 and op is None and _reset_since_answer(entries, run_id):
+        if turn > 1 and op is None and reset_since_answer(entries, run_id):
             # A reset was placed when this run's tool round ended: the run ends there, unanswered.
             await rt.fail("a reset was placed at the end of the run's tool round: the run ends there", reason="reset")
             return
@@ -456,8 +454,8 @@ class AgentRun:
         )
         async with rt.commit() as tx:
             await self._missing_results(rt, tx, cancelled=False, entries=entries)
-            _place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
-            answer = _terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
+            place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
+            answer = terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
             if answer is not None:
                 # Every call of the round asked to end the run: no other model request; its answer is the last
                 # call's output (a steer queued meanwhile still gets one more request of this run: the owner
@@ -487,7 +485,7 @@ class AgentRun:
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
-        done, _ = _round_tail(entries, run_id)  # the round's results follow its assistant entry: no whole scan
+        done, _ = round_tail(entries, run_id)  # the round's results follow its assistant entry: no whole scan
         missing = [call for call in calls if call["operation_id"] not in done]
         outcomes = await rt.outcomes([call["task_id"] for call in missing]) if missing else {}
         for call in missing:
@@ -544,84 +542,6 @@ async def _both(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitabl
     if errors:
         raise errors[0]
     return results[0], results[1]
-
-
-def _own_handoff(entry: EntryRecord, run_id: str) -> bool:
-    """Whether ``entry`` is the reset the run placed for a tool's handoff (a client's names its submission)."""
-    return entry.kind == RESET_ENTRY and isinstance(entry.data, dict) and entry.data.get("run_id") == run_id
-
-
-def _place_handoff(
-    tx: PhaseTransaction,
-    conversation_id: str,
-    entries: Sequence[EntryRecord],
-    calls: Sequence[Mapping[str, Any]],
-    run_id: str,
-    turn: int,
-) -> None:
-    """Add to ``tx`` the reset of the round's handoff: the last call's in call order whose result has one, whatever
-    the order they completed in. Its id derives from the round, so a run of the phase again after a crash finds it
-    placed. None when no call handed off, or when a client's reset was placed as the round ended (it ends the run:
-    ``_reset_since_answer``). It follows what the owner placed at the round's end (steers, writes the model sees): the
-    new context keeps them after the handoff text (``MessageFold``)."""
-    entry_id = _derived(model_operation_id(run_id, turn), "handoff")
-    results, placed = _round_tail(entries, run_id)
-    if any(entry.kind == RESET_ENTRY for entry in placed):
-        return  # this round's handoff, placed already; or a client's reset, which ends the run
-    for call in reversed(calls):
-        result = results.get(str(call["operation_id"]))
-        handoff = None if result is None else result.get("handoff")
-        if isinstance(handoff, str) and handoff:
-            tx.append(
-                conversation_id,
-                kind=RESET_ENTRY,
-                entry_id=entry_id,
-                data={"handoff": handoff, "run_id": run_id, "operation_id": call["operation_id"], "name": call["name"]},
-            )
-            return
-
-
-def _round_tail(entries: Sequence[EntryRecord], run_id: str) -> tuple[dict[str, Mapping[str, Any]], list[EntryRecord]]:
-    """What follows the run's last assistant entry (its last tool round): the result entries' data by operation id,
-    and every other entry, newest first."""
-    results: dict[str, Mapping[str, Any]] = {}
-    others: list[EntryRecord] = []
-    for entry in reversed(entries):
-        data = entry.data if isinstance(entry.data, dict) else {}
-        if entry.kind == ASSISTANT_ENTRY and data.get("run_id") == run_id:
-            break
-        if entry.kind == TOOL_RESULT_ENTRY:
-            results[str(data.get("operation_id"))] = data
-        else:
-            others.append(entry)
-    return results, others
-
-
-def _terminated(entries: Sequence[EntryRecord], calls: Sequence[Mapping[str, Any]], run_id: str) -> str | None:
-    """The run's answer if every call of its round returned ``terminate=True`` (``ToolResult``) and nothing came
-    after the round that the model must see first (a steer or a client's reset placed when it ended; not the run's
-    own handoff): the last call's output, in call order. ``None``: the run goes on."""
-    results, placed = _round_tail(entries, run_id)
-    for entry in placed:
-        if not _own_handoff(entry, run_id) and (entry.kind in (USER_ENTRY, RESET_ENTRY) or entry.model is not None):
-            return None  # placed at the round's end: the model answers it
-    found = [results.get(str(call["operation_id"])) for call in calls]
-    if not found or any(data is None or data.get("terminate") is not True or data.get("is_error") for data in found):
-        return None
-    last = found[-1]
-    assert last is not None
-    return str(last.get("content", ""))
-
-
-def _reset_since_answer(entries: Sequence[EntryRecord], run_id: str) -> bool:
-    """Whether a client's reset entry follows the run's last assistant entry (its last tool round's calls); the run's
-    own handoff is not one: the run goes on from it."""
-    for entry in reversed(entries):
-        if entry.kind == RESET_ENTRY and not _own_handoff(entry, run_id):
-            return True
-        if entry.kind == ASSISTANT_ENTRY and isinstance(entry.data, dict) and entry.data.get("run_id") == run_id:
-            return False
-    return False
 
 
 def _answerable(messages: Sequence[Message]) -> bool:
