@@ -53,10 +53,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-import apsw
 import trio
 from _capacity_app import AGENT, ANSWER, TURN_S_ENV, TURNS_ENV, WARM_AGENT
-from _common import bench_env, cpu_s
+from _common import bench_env, commit_seq, cpu_s
 
 import actors
 from runtime import stop_gracefully, tether_command, wait_for_owner
@@ -101,17 +100,6 @@ async def owner_and_workers(
         for worker in workers:
             await stop_gracefully(worker)
         await stop_gracefully(owner)
-
-
-def commit_records(db: str) -> int:
-    """The commit log's last sequence number, read on a connection of our own (WAL: beside the owner's writes)."""
-    connection = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        row = connection.execute("SELECT coalesce(max(seq), 0) FROM commits").fetchone()
-    finally:
-        connection.close()
-    assert row is not None
-    return int(row[0])
 
 
 def runqueue_wait_s(pid: int) -> float:
@@ -214,7 +202,7 @@ async def _window(
     pids = [served.owner.pid, *(worker.pid for worker in served.workers)]
     peaks = [0.0] * len(pids)
     measured = _Runs()
-    records_before = commit_records(db)
+    records_before = commit_seq(db)
     cpu_before = [cpu_s(pid) for pid in pids]
     waits_before = [runqueue_wait_s(pid) for pid in pids]
     client_cpu_before = cpu_s(os.getpid())
@@ -263,7 +251,7 @@ async def _window(
         result["owner_cpu_ms_per_turn"] = round((cpu_after[0] - cpu_before[0]) / turns_done * 1000, 2)
         result["workers_cpu_ms_per_turn"] = round((sum(cpu_after[1:]) - sum(cpu_before[1:])) / turns_done * 1000, 2)
         result["client_cpu_ms_per_turn"] = round(client_cpu / turns_done * 1000, 2)
-        result["commit_records_per_turn"] = round((commit_records(db) - records_before) / turns_done, 2)
+        result["commit_records_per_turn"] = round((commit_seq(db) - records_before) / turns_done, 2)
     if completed and not measured.failed:
         walls = [wall / ideal_s for wall in measured.walls_s]
         recorded = [wall / ideal_s for wall in measured.recorded_s]

@@ -66,6 +66,23 @@ def final(op: OperationRecord) -> bool:
     return op.status in ("completed", "resolved") or (op.kind == "tool" and op.status == "failed")
 
 
+def tool_intent(run_id: str, op_id: str, policy: str, attempt: int, task_id: str | None = None) -> StartOperation:
+    """The intent of the machine's one tool call (``task_id``: committed with its task, by the model result)."""
+    return StartOperation(
+        operation_id=op_id,
+        run_id=run_id,
+        kind="tool",
+        name="lookup",
+        version=1,
+        turn=1,
+        attempt=attempt,
+        digest="args",
+        tool_call_id="c",
+        policy=policy,  # type: ignore[arg-type]
+        task_id=task_id,
+    )
+
+
 def may_start(op: OperationRecord | None) -> bool:
     if op is None:
         return True
@@ -226,19 +243,7 @@ class RunMachine(RuleBasedStateMachine):
             tool_id, op_id = fresh_id(), fresh_id()
             writes = (
                 CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id),
-                StartOperation(
-                    operation_id=op_id,
-                    run_id=run_id,
-                    kind="tool",
-                    name="lookup",
-                    version=1,
-                    turn=1,
-                    attempt=1,
-                    digest="args",
-                    tool_call_id="c",
-                    policy=policy,  # type: ignore[arg-type]
-                    task_id=tool_id,
-                ),
+                tool_intent(run_id, op_id, policy, 1, task_id=tool_id),
                 SetTaskState(task_id=task_id, status="waiting", on=(tool_id,)),
             )
             reply = worker.commit(task_id, *writes)
@@ -273,18 +278,7 @@ class RunMachine(RuleBasedStateMachine):
             # guess: the worker's fresh phase commits attempt 1 without reading the journal; only an operation
             # with no attempt takes it, anything else is refused (conflict) and nothing changes.
             attempt = 1 if stored is None or step == "guess" else stored.attempt + 1
-            intent = StartOperation(
-                operation_id=op_id,
-                run_id=run_id,
-                kind="tool",
-                name="lookup",
-                version=1,
-                turn=1,
-                attempt=attempt,
-                digest="args",
-                tool_call_id="c",
-                policy=policy,  # type: ignore[arg-type]
-            )
+            intent = tool_intent(run_id, op_id, policy, attempt)
             allowed = may_start(stored) if step == "intent" else stored is None
             self.expect_answer(worker.commit(tool_id, intent), allowed)
             assert allowed or self.sim.store.operation(op_id) == stored
