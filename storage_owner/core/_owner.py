@@ -91,7 +91,8 @@ from ._commits import ONE_STATEMENT_WRITES, Commits
 from ._config import Configurations
 from ._conversations import Conversations, Entries
 from ._inbox import Inbox
-from ._operations import OperationRecords, Operations
+from ._operation_records import OperationRecords
+from ._operations import Operations
 from ._output import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES, Outbox, Output, OutputLedger, PeerId
 from ._partials import Partials
 from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits

@@ -78,7 +78,7 @@ from protocol import (
 )
 from storage_owner.core._checks import IllegalTransition, Refusal
 from storage_owner.core._inbox import SUBMISSION_TRANSITIONS
-from storage_owner.core._operations import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
+from storage_owner.core._operation_records import INTERACTION_TRANSITIONS, OPERATION_TRANSITIONS
 from storage_owner.core._run_rules import RUN_TRANSITIONS, attention_task_id, run_task_id, user_entry_id
 from storage_owner.core._run_status import Derived, run_status
 from storage_owner.store import SqliteStore
@@ -1581,7 +1581,7 @@ def doc_table(marker: str, path: Path = ROOT / "docs" / "runs.md") -> dict[tuple
     [
         ("Its transition table (`SUBMISSION_TRANSITIONS` in `_inbox.py`)", SUBMISSION_TRANSITIONS),
         ("(`RUN_TRANSITIONS` in `_run_rules.py`)", RUN_TRANSITIONS),
-        ("(`OPERATION_TRANSITIONS` in `_operations.py`)", OPERATION_TRANSITIONS),
+        ("(`OPERATION_TRANSITIONS` in `_operation_records.py`)", OPERATION_TRANSITIONS),
         ("(`INTERACTION_TRANSITIONS`, see", INTERACTION_TRANSITIONS),
     ],
 )
