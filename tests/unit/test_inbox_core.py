@@ -237,17 +237,26 @@ def test_steers_are_placed_one_per_boundary_in_admission_order(sim: RunSim) -> N
     assert sim.run(busy.run_id).status == "completed"
 
 
-def test_a_completion_naming_no_steer_checkpoint_completes_and_the_next_run_places_the_steer_first(
-    sim: RunSim,
-) -> None:
+def test_a_completion_naming_no_steer_checkpoint_completes_and_the_steer_gets_a_run_of_its_own(sim: RunSim) -> None:
+    """A run answering at its last allowed turn names no ``steer_checkpoint``: an answer always ends the run."""
     busy = Busy(sim)
     steer = submitted(sim, busy.conversation_id, "late", when_busy="steer")
     answer(busy.worker, busy.task_id, busy.conversation_id, "answered", steer=False)
-    assert sim.run(busy.run_id).status == "completed"
-    assert submission(sim, steer).status == "queued"  # the run ended without reaching it: it stays in the inbox
-    follow = submitted(sim, busy.conversation_id, "next question")
-    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "late", "next question"]
-    assert submission(sim, steer).run_id == follow.submission_id
+    run = sim.run(busy.run_id)
+    assert (run.status, run.answer is not None and run.answer.text) == ("completed", "answered")
+    assert submission(sim, busy.own).status == "done"
+    # The run ended without reaching it, and nothing is queued behind it: a run of its own, at once.
+    placed = submission(sim, steer)
+    assert (placed.status, placed.run_id) == ("placed", steer.submission_id)
+    assert sim.run(steer.submission_id).status == "running"
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "late"]
+    # With a follow-up queued behind the run, that run places it first instead.
+    other = Busy(sim, workers=busy)
+    late = submitted(sim, other.conversation_id, "late", when_busy="steer")
+    follow = submitted(sim, other.conversation_id, "next question")
+    answer(other.worker, other.task_id, other.conversation_id, "answered", steer=False)
+    assert [text for kind, text in other.kinds() if kind == USER_ENTRY] == ["first", "late", "next question"]
+    assert submission(sim, late).run_id == follow.submission_id
 
 
 def test_a_failed_run_settles_its_inputs_unanswered_and_leaves_its_queued_steers(sim: RunSim) -> None:
@@ -355,6 +364,48 @@ def test_by_default_a_failed_run_holds_the_runs_queued_behind_it_until_the_next_
     texts = [text for kind, text in busy.kinds() if kind == USER_ENTRY]
     assert texts[-2:] == ["a steer it never reached", "follow one"]
     assert submission(sim, left).status == "placed" and submission(sim, left).run_id == first.submission_id
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "holds"),
+    [
+        ("failed", "model_error", True),
+        ("failed", "no_model", True),
+        ("failed", "nothing_to_answer", True),
+        ("failed", "max_turns", True),
+        ("failed", "model_retries_exhausted", True),
+        ("faulted", "restart_limit", True),
+        ("faulted", "phase_error", True),
+        ("failed", "budget_exceeded", True),
+        ("failed", "invalid_output", True),
+        ("failed", "reset", False),  # what follows a reset runs in the new context
+        ("cancelled", None, False),  # someone stopped it: the next run starts at once
+    ],
+)
+def test_only_a_failure_holds_the_runs_and_steers_queued_behind_it(
+    sim: RunSim, status: str, reason: str | None, holds: bool
+) -> None:
+    busy = Busy(sim)
+    follow = submitted(sim, busy.conversation_id, "follow")
+    lone = Busy(sim, workers=busy)
+    steer = submitted(sim, lone.conversation_id, "steer it", when_busy="steer")
+    for one in (busy, lone):
+        if status == "cancelled":
+            expect(sim.request(sim.client, CancelRun(run_id=one.run_id)), RunReply)
+            expect(one.worker.release(one.task_id), Ok)
+            one.worker.ok(one.task_id, aborted(one.task_id))
+        else:
+            one.worker.ok(one.task_id, ended(one.task_id, status, error="it ended", reason=reason))  # type: ignore[arg-type]
+        assert sim.run(one.run_id).status == ("cancelled" if status == "cancelled" else "failed")
+    if holds:
+        assert sim_status(sim, follow.submission_id) == ("queued", "held")
+        assert submission(sim, steer).status == "queued"
+        assert sim.store.run(steer.submission_id) is None
+    else:
+        assert sim_status(sim, follow.submission_id) == ("running", None)
+        # A steer the run never reached, nothing queued behind it: a run of its own at once.
+        assert sim.run(steer.submission_id).status == "running"
+        assert (submission(sim, steer).status, submission(sim, steer).run_id) == ("placed", steer.submission_id)
 
 
 def test_a_continue_joins_the_oldest_held_run_and_a_retry_releases_them(sim: RunSim) -> None:

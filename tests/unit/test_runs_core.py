@@ -217,7 +217,18 @@ def _task(status: str, **fields: Any) -> TaskRecord:
         (None, {}, Derived("queued")),
         (_task("terminal", outcome=TaskOutcome(status="completed")), {}, Derived("completed")),
         (_task("terminal", outcome=TaskOutcome(status="aborted")), {}, Derived("cancelled")),
-        (_task("terminal", abort="abort", outcome=TaskOutcome(status="orphaned")), {}, Derived("cancelled")),
+        (
+            _task("terminal", abort="abort", outcome=TaskOutcome(status="orphaned", reason="task_too_old", error="x")),
+            {},
+            Derived(
+                "failed", "orphaned", error="the run's task was orphaned (task_too_old): x", unanswered="task_too_old"
+            ),
+        ),
+        (
+            _task("terminal", abort="abort", outcome=TaskOutcome(status="faulted", reason="restart_limit")),
+            {},
+            Derived("cancelled"),  # its abort handler cut off past its limit: a run someone aborted ends aborted
+        ),
         (_task("terminal", outcome=TaskOutcome(status="failed")), {}, Derived("failed", "failed")),
         (
             _task("terminal", outcome=TaskOutcome(status="faulted", reason="restart_limit")),
@@ -450,8 +461,7 @@ def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
 
 
 def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(sim: RunSim) -> None:
-    conversation_id = sim.agent_conversation()
-    sim.configure(conversation_id, after_failed_run="continue")  # (the default holds the next run: test_inbox_core)
+    conversation_id = sim.agent_conversation()  # (after_failed_run="wait", the default: a cancel holds nothing)
     first = sim.start_run(conversation_id)
     second = sim.start_run(conversation_id)
     worker = sim.agent_worker()
@@ -482,10 +492,10 @@ def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(si
 def test_cancel_run_answers_with_the_run_as_the_batch_left_it(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     run_id = sim.start_run(conversation_id)
-    # No worker holds its task and none can run its abort handler (no grace here): it ends in the same batch, and
-    # the reply says so (it used to be the run as the cancel found it: pending).
+    # No worker holds its task and none can run its abort handler (no grace here): it ends orphaned in the same
+    # batch, and the reply says so (it used to be the run as the cancel found it: pending).
     reply = expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
-    assert (reply.run.status, reply.run.reason) == ("cancelled", None)
+    assert (reply.run.status, reply.run.reason) == ("failed", "orphaned")
     assert reply.run == sim.run(run_id)
     waiting_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
@@ -540,12 +550,18 @@ def test_read_runs_pages_by_conversation_and_status(sim: RunSim) -> None:
     assert len(queued.runs) == 2
 
 
-def test_an_aborted_run_task_nobody_runs_cancels_the_run(sim: RunSim) -> None:
+def test_an_aborted_run_task_nobody_runs_fails_the_run_orphaned_its_input_saying_why(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     run_id = sim.start_run(conversation_id)
+    follow = sim.start_run(conversation_id)
     sim.commit(AbortTask(task_id=run_task_id(run_id, 1)))  # no worker, no grace: it ends orphaned
     run = sim.run(run_id)
-    assert (run.status, run.reason) == ("cancelled", None)
+    assert (run.status, run.reason) == ("failed", "orphaned")
+    assert run.error == f"the run's task was orphaned (missing_task): no attached worker has task kind agent:{AGENT}"
+    own = sim.store.submission_by_id(run_id)
+    assert own is not None and (own.status, own.reason) == ("unanswered", "missing_task")
+    # Someone aborted it: it holds nothing queued behind it (only a failure of its own work does).
+    assert (sim.run(follow).status, sim.run(follow).reason) == ("pending", "agent_missing")
 
 
 # ------------------------------------------------------------------------------------ operation journal
