@@ -157,7 +157,7 @@ async def test_inputs_that_may_only_join_a_run_writes_and_withdrawal(
             assert texts == ["Where is A1?"]
 
 
-async def test_a_cancelled_run_holds_its_follow_up_until_the_next_input_and_steering_all_places_both_steers(
+async def test_a_cancelled_run_holds_nothing_behind_it_and_steering_all_places_both_steers(
     owner: OwnerProcess, ledger: Path, tmp_path: Path
 ) -> None:
     app, model = build(BLOCKING_TURNS)
@@ -170,27 +170,46 @@ async def test_a_cancelled_run_holds_its_follow_up_until_the_next_input_and_stee
             assert own.run_id is not None and follow.run_id is not None
             await client.cancel_run(own.run_id)
             assert (await client.wait_for_run(own.run_id)).status == "cancelled"
-            held = await client.run(follow.run_id)
-            assert (held.status, held.reason) == ("queued", "held")  # after_failed_run="wait": nobody looked yet
+            # Someone stopped it: the follow-up starts at once (after_failed_run="wait" holds only after a failure).
+            await ledger_lines(ledger, 2)  # the follow-up's tool call blocks at the gate
+            started = await client.run(follow.run_id)
+            assert (started.status, started.reason) == ("running", None)
             await client.configure(conversation_id, steering="all")
-            later = await client.submit(conversation_id, kind="input", payload="And A3?", when_idle="reject")
-            assert later.status == "queued" and later.run_id is not None  # behind the held run, which it released
-            await ledger_lines(ledger, 2)  # the released run's tool call blocks at the gate
             first = await client.submit(conversation_id, kind="input", payload="use pnpm", when_busy="steer")
             second = await client.submit(conversation_id, kind="input", payload="and be brief", when_busy="steer")
             (tmp_path / "gate").touch()
-            assert (await client.wait_for_run(later.run_id)).status == "completed"
             answered = await client.wait_for_run(follow.run_id)
+            assert answered.status == "completed"
             for steer in (first, second):
                 assert (await client.wait_for_submission(steer.submission_id)).answer == answered.answer
-            # The released run answered first, both steers placed at its one boundary; then the later input's run.
-            asked = [users for _, users in model.asked]
-            assert asked[1:] == [
+            # The follow-up answered, both steers placed at its one boundary.
+            assert [users for _, users in model.asked][1:] == [
                 ["Where is A1?", "And A2?"],
                 ["Where is A1?", "And A2?", "use pnpm", "and be brief"],
-                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
-                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
             ]
+
+
+async def test_a_steer_after_the_answer_at_the_turn_limit_gets_a_run_of_its_own(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    app, model = build([actors.ScriptedTurn(text="A slow first answer.", delay_s=0.2, chunk_chars=8)])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.configure(conversation_id, max_turns=1)
+            own = await client.submit(conversation_id, kind="input", payload="Is A fine?")
+            assert own.run_id is not None
+            await run_in(client, own.run_id, "running")
+            steer = await client.submit(conversation_id, kind="input", payload="And B?", when_busy="steer")
+            assert (steer.status, steer.run_id) == ("queued", own.run_id)  # it came while the run answered
+            # The run answered at its last allowed turn: an answer always ends the run, never cut off by the limit.
+            run = await client.wait_for_run(own.run_id)
+            assert (run.status, run.answer is not None and run.answer.text) == ("completed", "A slow first answer.")
+            # The steer it never reached, with nothing queued behind: a run of its own, which answers it.
+            done = await client.wait_for_submission(steer.submission_id)
+            assert (done.status, done.run_id) == ("done", steer.submission_id)
+            assert (await client.wait_for_run(steer.submission_id)).status == "completed"
+            assert model.asked == [(1, ["Is A fine?"]), (1, ["Is A fine?", "And B?"])]
 
 
 async def test_abort_conversation_withdraws_what_waits_keeps_writes_and_cancels_the_run(
