@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import actors
+from storage_owner.core import MODEL_GRACE_MS
 from tests.conftest import OwnerProcess
 from tests.integration._agent_helpers import ledger, run_in, served, serving
 from tests.integration._inbox_apps import build, build_gated, build_with_models
@@ -367,7 +368,7 @@ async def test_a_conversation_moved_to_a_model_mid_run_waits_for_a_worker_naming
             own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
             assert own.run_id is not None
             await ledger_lines(ledger, 1)  # the first turn ran with the agent's model, its tool blocks
-            document = await client.configure(conversation_id, model="fast")
+            document = await client.configure(conversation_id, model="fast", force=True)  # no worker names it yet
             assert document is not None and document.value == {"model": "fast"}
             (tmp_path / "gate").touch()
             # The plain worker, at the next model request, gives the lease back: no attached worker names "fast".
@@ -383,6 +384,49 @@ async def test_a_conversation_moved_to_a_model_mid_run_waits_for_a_worker_naming
             assert [(op.turn, op.name) for op in operations] == [(1, "recording"), (2, "fast-model")]
             assert operations[0].arguments is None  # no configuration then
             assert operations[1].arguments == {"configuration": {"version": 1, "value": {"model": "fast"}}}
+
+
+async def test_configure_checks_names_and_a_model_nobody_names_fails_the_run_once_the_grace_is_over(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    plain, fast, _ = build_with_models(
+        [actors.ScriptedTurn(text="never asked")], [actors.ScriptedTurn(text="Fast answer.")]
+    )
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, plain, name="plain") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            with pytest.raises(actors.InvalidRequest, match=r"tools 'nope': .*\(they name 'lookup', 'track'\)"):
+                await client.configure(conversation_id, tools=["lookup", "nope"])
+            with pytest.raises(actors.InvalidRequest, match=r"model 'fast': .*\(they name no model\)"):
+                await client.configure(conversation_id, model="fast")
+            assert await client.configuration(conversation_id) == {}  # nothing was changed
+            await client.configure(conversation_id, model="fast", force=True)  # a deploy brings it
+            own = await client.submit(conversation_id, kind="input", payload="Hi?")
+            assert own.run_id is not None
+            stuck = await run_in(client, own.run_id, "needs_attention")
+            assert stuck.reason == "no_model"
+            await client.advance_clock(MODEL_GRACE_MS - 1)  # within the grace it waits
+            async with served(db, fast, name="fast"):
+                run = await client.wait_for_run(own.run_id)
+                assert run.status == "completed" and run.answer is not None and run.answer.text == "Fast answer."
+                # A model no worker names, forced: the run waits out the grace, then fails no_model.
+                other = await client.create_conversation(agent="support")
+                with pytest.raises(actors.InvalidRequest, match=r"model 'slow': .*\(they name 'fast'\)"):
+                    await client.configure(other, model="slow")
+                await client.configure(other, model="slow", force=True)
+                lost = await client.submit(other, kind="input", payload="Hi?")
+                follow = await client.submit(other, kind="input", payload="And then?")
+                assert lost.run_id is not None and follow.run_id is not None
+                await run_in(client, lost.run_id, "needs_attention")
+                await client.advance_clock(MODEL_GRACE_MS)
+                failed = await client.wait_for_run(lost.run_id)
+                assert (failed.status, failed.reason) == ("failed", "no_model")
+                assert failed.error is not None and "names the model 'slow'" in failed.error, failed.error
+                settled = await client.wait_for_submission(lost.submission_id)
+                assert (settled.status, settled.reason) == ("unanswered", "no_model")
+                held = await client.run(follow.run_id)
+                assert (held.status, held.reason) == ("queued", "held")  # a failure holds what follows
 
 
 async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_nothing_to_answer(

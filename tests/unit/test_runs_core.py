@@ -117,12 +117,19 @@ class RunSim(OwnerSim):
         self.batch()
 
     def agent_worker(
-        self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64, models: tuple[str, ...] = ()
+        self,
+        agent: str = AGENT,
+        *,
+        version: int = 1,
+        max_leases: int = 64,
+        models: tuple[str, ...] = (),
+        tools: tuple[str, ...] = (),
     ) -> Worker:
-        """Attach a worker that runs ``agent`` and names ``models`` (``app.define_model``)."""
+        """Attach a worker that runs ``agent``, names ``models`` (``app.define_model``) and runs ``tools``."""
         worker = self.attach_worker()
         capabilities = (
             Capability(kind="agent", name=agent, version=version),
+            *(Capability(kind="tool", name=tool, version=1) for tool in tools),
             *(Capability(kind="model", name=model, version=1) for model in models),
         )
         announce = Announce(pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=max_leases)
