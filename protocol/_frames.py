@@ -900,7 +900,8 @@ class ReadRun:
 
 @attrs.frozen(kw_only=True)
 class ReadRuns:
-    """A page of runs in run id order after ``after_run_id``, of one conversation and/or one status."""
+    """A page of runs in creation order after the run ``after_run_id`` (the last of the page before; ``not_found`` if
+    it names no run), of one conversation and/or one status."""
 
     TYPE: ClassVar[str] = "read_runs"
     conversation_id: str | None = None

@@ -609,7 +609,16 @@ class Runs:
         return RunReply(run=self.require(request.run_id))
 
     def on_read_runs(self, peer: PeerId, call_id: int, request: ReadRuns, now_ms: int) -> Frame:
+        """A page of runs in creation order (the commit that created each: a subagent's run, whose id is derived,
+        in its place), keyed by the last run of the page before."""
         check_limit(request.limit)
+        after = request.after_run_id
+        if after is not None and after not in self.live and self._store.run(after) is None:
+            message = (
+                f"after_run_id {after!r} names no run: read the first page without it, then pass the "
+                "next_after_run_id each page gives"
+            )
+            raise Refusal(ErrorCode.NOT_FOUND, message)
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
         runs, more = fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
         next_after = runs[-1].run_id if more else None

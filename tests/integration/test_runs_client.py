@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 import trio.testing
@@ -10,6 +12,7 @@ import trio.testing
 import actors
 from storage_owner.core import ORPHAN_GRACE_MS
 from tests.conftest import OwnerProcess
+from tests.integration._up_helpers import run_tether
 
 PAST_GRACE_MS = ORPHAN_GRACE_MS + 1
 """With no worker, a cancelled pending run's task ends ``orphaned`` (its abort handler cannot run: the run is
@@ -86,6 +89,26 @@ async def test_runs_lists_by_conversation_and_status(manual_owner: OwnerProcess)
             assert [run.run_id for run in await client.runs(conversation_id=a, status="pending")] == [a1.run_id]
             with pytest.raises(actors.NotFound):
                 await client.run(actors.new_id())
+
+
+async def test_runs_are_listed_in_the_order_they_were_created_not_by_id(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            a = await client.create_conversation(agent="support")
+            b = await client.create_conversation(agent="support")
+            # Ids that sort against the order of submission, as a subagent's derived (uuid5) run id does.
+            ids = sorted((actors.new_id() for _ in range(3)), reverse=True)
+            created = []
+            for conversation_id, submission_id in zip((a, b, a), ids, strict=True):
+                submitted = await client.submit(
+                    conversation_id, kind="input", payload="hi", submission_id=submission_id
+                )
+                created.append(submitted.run_id)
+            assert [run.run_id for run in await client.runs()] == created
+            assert [run.run_id async for run in client.iter_runs(conversation_id=a)] == [created[0], created[2]]
+            listed = await run_tether("runs", "--db", manual_owner.db, "--json")
+            assert listed.returncode == 0, listed.stderr
+            assert [run["run_id"] for run in json.loads(listed.stdout)["runs"]] == created
 
 
 async def test_cancel_a_queued_run_and_a_pending_one_nobody_can_run_which_ends_orphaned(

@@ -545,16 +545,20 @@ def _commit(worker: Worker, task_id: str) -> Any:
     return Commit(writes=(completed(task_id, {"text": "ok"}),), lease=worker.lease(task_id).lease)
 
 
-def test_read_runs_pages_by_conversation_and_status(sim: RunSim) -> None:
+def test_read_runs_pages_in_creation_order_by_conversation_and_status(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
-    runs = sorted(sim.start_run(conversation_id) for _ in range(3))
+    # Ids that sort against the order the runs were submitted (a subagent's run id is derived: uuid5).
+    ids = sorted((fresh_id() for _ in range(3)), reverse=True)
+    runs = [sim.start_run(conversation_id, submission_id=run_id) for run_id in ids]
     sim.start_run(sim.agent_conversation())
     page = expect(sim.request(sim.client, ReadRuns(conversation_id=conversation_id, limit=2)), RunsReply)
     assert [run.run_id for run in page.runs] == runs[:2] and page.next_after_run_id == runs[1]
     rest = ReadRuns(conversation_id=conversation_id, after_run_id=runs[1], limit=2)
     assert [run.run_id for run in expect(sim.request(sim.client, rest), RunsReply).runs] == runs[2:]
     queued = expect(sim.request(sim.client, ReadRuns(status="queued")), RunsReply)
-    assert len(queued.runs) == 2
+    assert [run.run_id for run in queued.runs] == runs[1:]
+    unknown = sim.request(sim.client, ReadRuns(after_run_id=fresh_id()))
+    assert expect(unknown, Error).code == ErrorCode.NOT_FOUND and "names no run" in unknown.message
 
 
 def test_an_aborted_run_task_nobody_runs_fails_the_run_orphaned_its_input_saying_why(sim: RunSim) -> None:
