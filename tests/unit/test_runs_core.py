@@ -575,6 +575,25 @@ def test_an_aborted_run_task_nobody_runs_fails_the_run_orphaned_its_input_saying
     assert (sim.run(follow).status, sim.run(follow).reason) == ("pending", "agent_missing")
 
 
+def test_a_cancelled_run_whose_agent_version_is_gone_fails_orphaned_its_input_saying_task_too_old(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    newer = sim.agent_worker(version=2)
+    task_id = run_task_id(run_id, 1)
+    assert newer.holds(task_id)  # its lease bound the run to version 2
+    newer.leave()
+    sim.agent_worker(version=1)  # an older deploy is back
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("needs_attention", "agent_version_missing")
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)  # its abort handler cannot run: no grace
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("failed", "orphaned")
+    assert run.error is not None and run.error.startswith(
+        "the run's task was orphaned (task_too_old): stored at version 2"
+    )
+    own = sim.store.submission_by_id(run_id)
+    assert own is not None and (own.status, own.reason) == ("unanswered", "task_too_old")
+
+
 # ------------------------------------------------------------------------------------ operation journal
 
 MODEL_RETRY = Retry(attempts=3, first_delay_ms=1_000, max_delay_ms=1_500, multiplier=2.0)
