@@ -323,6 +323,7 @@ OutcomeReason: TypeAlias = Literal[
     "nothing_to_answer",
     "reset",
     "invalid_output",
+    "no_model",
 ]
 """Why a task ended as it did, where one applies: a fault, the blocked reason of an ``orphaned`` task, or
 ``restart`` for ``abandon_on_restart`` work aborted after a restart, ``model_retries_exhausted`` for a run's task whose
@@ -331,7 +332,9 @@ model request was cut off past its last attempt; ``max_turns`` and ``model_error
 that the owner ended instead of starting a model request past its conversation's or task tree's budget;
 ``nothing_to_answer`` for a run a ``continue`` started on a context with nothing to answer (empty, or ending in an
 answer); ``reset`` for a run that a reset placed at the end of its tool round ended there; ``invalid_output`` for a
-run whose agent has an ``output_schema`` and whose final answer is not JSON that matches it."""
+run whose agent has an ``output_schema`` and whose final answer is not JSON that matches it; ``no_model`` for a run's
+task the owner ended ``failed`` once it had been blocked ``missing_model`` (no attached worker of its agent naming its
+conversation's model) for longer than the model grace."""
 
 
 def phase_of(checkpoint: object) -> str | None:
@@ -758,12 +761,15 @@ class AbortConversation:
 @attrs.frozen(kw_only=True)
 class Configure:
     """Change a conversation's configuration (its ``tether.config`` document): each key of ``changes`` is set, each
-    name in ``clear`` goes back to the agent's default; answered with the document as it is now (a ``document``)."""
+    name in ``clear`` goes back to the agent's default; answered with the document as it is now (a ``document``).
+    A ``model`` or ``tools`` name no attached worker announces is refused, unless ``force`` (a deploy that brings it
+    later)."""
 
     TYPE: ClassVar[str] = "configure"
     conversation_id: str
     changes: JsonValue = JsonValue(None)
     clear: tuple[str, ...] = ()
+    force: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -894,7 +900,8 @@ class ReadRun:
 
 @attrs.frozen(kw_only=True)
 class ReadRuns:
-    """A page of runs in run id order after ``after_run_id``, of one conversation and/or one status."""
+    """A page of runs in creation order after the run ``after_run_id`` (the last of the page before; ``not_found`` if
+    it names no run), of one conversation and/or one status."""
 
     TYPE: ClassVar[str] = "read_runs"
     conversation_id: str | None = None

@@ -178,16 +178,21 @@ class ConversationCalls(BaseClient):
         after_failed_run: Literal["wait", "continue", "withdraw"] | None = None,
         model: str | None = None,
         clear: Sequence[str] = (),
+        force: bool = False,
     ) -> DocumentRecord | None:
         """Change the conversation's configuration in one commit and return it (its ``tether.config`` document: a new
         version per change). ``None`` leaves a field as it is; ``clear`` names fields that go back to the agent's
         definition. ``model`` (a name the app gives a model with ``app.define_model``), ``tools`` (names of the app's
         tools), ``instructions`` and ``max_turns`` apply from the run's next model request (only workers whose app
-        names the model run the conversation's runs; with none attached the run needs attention, ``no_model``);
-        ``steering="all"`` places every queued steer at a boundary (``"first"``: one per boundary), ``follow_ups="all"``
-        queues follow-ups together in one run; ``after_failed_run`` says what becomes of the runs queued behind one
-        that fails: ``"wait"`` (the default: held until the next input, continue or retry), ``"continue"`` or
-        ``"withdraw"``. A bad value raises :class:`~protocol.InvalidRequest` naming it, and nothing changes."""
+        names the model run the conversation's runs; with none attached the run needs attention, ``no_model``, and
+        fails ``no_model`` once none has come for the owner's model grace, 10 s by default). A ``model`` or ``tools``
+        name that no attached worker announces (of those running the conversation's agent, when some are attached)
+        raises :class:`~protocol.InvalidRequest` naming the unknown and the known names, unless ``force`` (a deploy
+        that brings it later). ``steering="all"`` places every queued steer at a boundary (``"first"``: one per
+        boundary), ``follow_ups="all"`` queues follow-ups together in one run; ``after_failed_run`` says what becomes
+        of the runs queued behind one that fails: ``"wait"`` (the default: held until the next input, continue or
+        retry), ``"continue"`` or ``"withdraw"``; a cancelled run holds nothing. A bad value raises
+        :class:`~protocol.InvalidRequest` naming it, and nothing changes."""
         fields = {
             "tools": None if tools is None else list(tools),
             "instructions": instructions,
@@ -198,7 +203,9 @@ class ConversationCalls(BaseClient):
             "model": model,
         }
         changes = {name: value for name, value in fields.items() if value is not None}
-        request = Configure(conversation_id=conversation_id, changes=json_value(changes, "changes"), clear=tuple(clear))
+        request = Configure(
+            conversation_id=conversation_id, changes=json_value(changes, "changes"), clear=tuple(clear), force=force
+        )
         reply = await self.connection.call(request, DocumentReply)
         return reply.document
 

@@ -63,9 +63,9 @@ class RunCalls(BaseClient):
         return reply.run
 
     async def runs(self, *, conversation_id: str | None = None, status: str | None = None) -> list[RunRecord]:
-        """Every run (of one conversation and/or in one status when given), in run id order: the order they were
-        submitted (exactly for one process's submissions, whose UUIDv7 ids strictly increase; to the millisecond
-        across processes)."""
+        """Every run (of one conversation and/or in one status when given), in the order they were created: by the
+        commit that created each (a subagent's run, whose id is derived from its caller's, in its place; a retried
+        run keeps its place), runs of one commit by id."""
         return [run async for run in self.iter_runs(conversation_id=conversation_id, status=status)]
 
     async def iter_runs(

@@ -176,6 +176,13 @@ class AgentRun:
             changes["tools"] = tuple(self._app_tools[name] for name in config["tools"] if name in self._app_tools)
         return attrs.evolve(self.agent, **changes) if changes else self.agent
 
+    def _max_turns(self, configuration: Configuration | None) -> int | None:
+        """The turn limit a configuration gives the agent (as :meth:`configured` reads it), without its model."""
+        if configuration is not None and "max_turns" in configuration.value:
+            limit = configuration.value["max_turns"]
+            return limit if isinstance(limit, int) else None
+        return self.agent.max_turns
+
     def _replayed(self, op: OperationRecord | None, current: Configuration | None) -> Configuration | None:
         """The configuration a model request runs with: the one its first attempt recorded in its intent (none, if
         the conversation had none then), so a later attempt of the same turn repeats the same request; unless this
@@ -367,7 +374,7 @@ class AgentRun:
                 return
             # A steer that came after the last tool round is placed after this answer, and answered by one more
             # request of this run (the owner decides, in this commit: nothing can slip between).
-            tx.answer(message.text, {"phase": "turn", "turn": turn + 1}, value)
+            tx.answer(message.text, _steer_checkpoint(agent.max_turns, turn), value)
             return
         calls: list[dict[str, Any]] = []
         run_attempt = _run_attempt(rt.input, "attempt")
@@ -460,7 +467,7 @@ class AgentRun:
                 # Every call of the round asked to end the run: no other model request; its answer is the last
                 # call's output (a steer queued meanwhile still gets one more request of this run: the owner
                 # decides), in the commit that places the round's handoff, if it has one.
-                tx.answer(answer, {"phase": "turn", "turn": turn + 1})
+                tx.answer(answer, _steer_checkpoint(self._max_turns(configuration), turn))
             elif rt.stopping:
                 # The worker drains: the next model request is the next run's of phase ``turn`` (another worker's,
                 # or this one's once back), not a stream this stop would wait for.
@@ -504,6 +511,15 @@ class AgentRun:
                 content=content,
                 is_error=is_error,
             )
+
+
+def _steer_checkpoint(max_turns: int | None, turn: int) -> dict[str, Any] | None:
+    """Where a run answering at ``turn`` goes on if the owner finds a steer queued: one more turn, unless this was its
+    last allowed one. An answer always ends the run and is never cut off by its turn limit: the steer is then left
+    in the inbox, and the owner gives it a run of its own (or the run queued next places it first)."""
+    if max_turns is not None and turn >= max_turns:
+        return None
+    return {"phase": "turn", "turn": turn + 1}
 
 
 def _starts_with_its_task(tool: ToolDefinition, arguments: Any) -> bool:

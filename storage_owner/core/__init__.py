@@ -26,7 +26,7 @@ from ._ports import (
 )
 from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS, run_task_id
 from ._run_status import run_status
-from ._task_settle import ORPHAN_GRACE_MS
+from ._task_settle import MODEL_GRACE_MS, ORPHAN_GRACE_MS
 from ._tasks import TaskEngine
 from ._watches import CATCH_UP_PAGE
 
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_TOTAL_OUTPUT_BYTES",
     "MAX_READ_LIMIT",
     "MAX_WRITES_PER_COMMIT",
+    "MODEL_GRACE_MS",
     "NO_CHANGE",
     "ORPHAN_GRACE_MS",
     "TASK_ROW_FIELDS",

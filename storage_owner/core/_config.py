@@ -14,24 +14,32 @@
 4. ``model`` names a model the app defines (``app.define_model``); workers announce the names theirs define. A run's
    task in a conversation configured to use one is leased only to a worker naming it (:meth:`requirement`); with
    none attached among those that run the agent, it is blocked ``missing_model`` (the run ``needs_attention``,
-   ``no_model``), until one attaches or the configuration changes. A worker that finds, at a model request, a model
-   its app does not name gives the lease back unrun (the owner leases it again by the new requirement).
+   ``no_model``), until one attaches or the configuration changes; past the model grace (10 s on the owner's clock:
+   a restart, a deploy) the engine ends the task ``failed``, reason ``no_model`` (``_task_settle``). A worker that
+   finds, at a model request, a model its app does not name gives the lease back unrun (the owner leases it again by
+   the new requirement).
 5. A conversation created owned by a task starts with the configuration of that task's conversation (a subagent's
    transcript runs as its caller's does), copied in the creating commit as its version 1; later changes to either
    are the conversation's own. Bound to another agent than that conversation (a subagent of another kind), it takes
    only what applies to any agent (:data:`SHARED_FIELDS`: the model and the inbox's modes), not the caller's
    instructions, tools or turn limit.
+6. ``configure`` refuses (``invalid``) a ``model`` or ``tools`` name that no attached worker announces (a capability
+   of kind ``model`` or ``tool``), among the workers that run the conversation's agent when some are attached (they
+   prepare its model requests: a tool their app does not define is never offered), else among all: the message names
+   the unknown names and the known ones. With ``force`` it is stored anyway (a deploy that brings it later); a run
+   then waits for a worker naming the model up to the model grace (``_task_settle``), then fails ``no_model``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from protocol import (
     AGENT_TASK_PREFIX,
     CONFIG_DOCUMENT,
     CONFIG_FIELDS,
+    Capability,
     Configure,
     DocumentRecord,
     DocumentReply,
@@ -62,10 +70,24 @@ MAX_TOOLS: Final = 256
 MAX_NAME_CHARS: Final = 128
 
 
+MAX_NAMES_SHOWN: Final = 20
+"""Names a refusal of ``configure`` lists (the unknown ones, the known ones), the rest only counted: its message stays
+small whatever the workers announce (up to 10,000 capabilities each) or the request names (256 tools)."""
+
+
 def _check_name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME_CHARS or not value.isprintable():
         raise Refusal(ErrorCode.INVALID, f"{where} is a name of 1 to {MAX_NAME_CHARS} printable characters")
+    if value != value.strip():
+        raise Refusal(ErrorCode.INVALID, f"{where} is a name without spaces at its ends, not {value!r}")
     return value
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``names`` quoted and joined, at most :data:`MAX_NAMES_SHOWN` of them, the rest counted."""
+    shown = ", ".join(repr(name) for name in names[:MAX_NAMES_SHOWN])
+    more = len(names) - MAX_NAMES_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def check_field(name: str, value: Any) -> JsonValue:
@@ -98,8 +120,15 @@ def check_field(name: str, value: Any) -> JsonValue:
 class Configurations:
     """The conversations' configurations. See the module docstring."""
 
-    def __init__(self, store: ConversationStore, journal: Journal) -> None:
+    def __init__(
+        self,
+        store: ConversationStore,
+        journal: Journal,
+        announced: Callable[[], Iterable[Sequence[Capability]]] = lambda: (),
+    ) -> None:
         self._store = store
+        self._announced = announced
+        """What each attached worker announced (rule 6: the names ``configure`` checks)."""
         self._models: dict[str, str | None] = {}
         """The model each conversation is configured to use (``None``: its agent's), cached as it is read."""
         journal.cache(self._models.clear)
@@ -145,7 +174,8 @@ class Configurations:
     def on_configure(self, unit: UnitOfWork, request: Configure) -> Frame:
         """Rules 1 and 2."""
         check_id(request.conversation_id, "conversation_id")
-        if self._store.conversation(request.conversation_id) is None:
+        conversation = self._store.conversation(request.conversation_id)
+        if conversation is None:
             raise missing_conversation(request.conversation_id)
         changes = request.changes
         if changes is None:
@@ -159,12 +189,54 @@ class Configurations:
             if name in changes:
                 raise Refusal(ErrorCode.INVALID, f"configure: {name!r} is both set and cleared")
         checked = {name: check_field(name, value) for name, value in changes.items()}
+        if not request.force:
+            self._check_announced(conversation.agent, checked)
         before = self.current(request.conversation_id)
         after = {name: value for name, value in {**before, **checked}.items() if name not in request.clear}
         if after == before:
             return DocumentReply(document=self._store.document(request.conversation_id, CONFIG_DOCUMENT))
         stored = self._store.document(request.conversation_id, CONFIG_DOCUMENT)
         return DocumentReply(document=self._put(unit, request.conversation_id, after, stored))
+
+    def _check_announced(self, agent: str | None, checked: Mapping[str, JsonValue]) -> None:
+        """Rule 6: refuse a ``model`` or ``tools`` name that none of the attached workers that run the
+        conversation's agent announces (all attached workers, when none runs it), naming the unknown and the known
+        names."""
+        wanted: dict[str, list[str]] = {}
+        model = checked.get("model")
+        if isinstance(model, str):
+            wanted["model"] = [model]
+        tools = checked.get("tools")
+        if isinstance(tools, list):
+            wanted["tool"] = [str(tool) for tool in tools]
+        if not wanted:
+            return
+        announced = [tuple(capabilities) for capabilities in self._announced()]
+        runs_agent = [
+            capabilities
+            for capabilities in announced
+            if any(one.kind == "agent" and one.name == agent for one in capabilities)
+        ]
+        workers = runs_agent or announced
+        where = f"the attached workers that run agent {agent!r}" if runs_agent else "the attached workers"
+        then = (
+            "nothing was changed. Define it in the app (app.define_model, app.define_tool) and deploy its workers, "
+            "or pass force=True (tether configure --force) to store it anyway: a deploy that brings it later"
+        )
+        for kind, names in wanted.items():
+            known = sorted({one.name for capabilities in workers for one in capabilities if one.kind == kind})
+            unknown = [name for name in names if name not in known]
+            if not unknown:
+                continue
+            field = "model" if kind == "model" else "tools"
+            if not announced:
+                message = f"configure: {field} {_listed(unknown)}: no worker is attached to check it against; {then}"
+            else:
+                names_known = f"they name {_listed(known)}" if known else f"they name no {kind}"
+                message = f"configure: {field} {_listed(unknown)}: named by none of {where} ({names_known}); {then}"
+            if kind == "model":
+                message += " (a run then waits for a worker naming it for the model grace, then fails no_model)"
+            raise Refusal(ErrorCode.INVALID, message)
 
     def _put(
         self, unit: UnitOfWork, conversation_id: str, value: dict[str, Any], stored: DocumentRecord | None

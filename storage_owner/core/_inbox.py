@@ -24,8 +24,9 @@
    head no longer in the model's context when it is placed (before the last reset, or before a later head's cut:
    ``context_start``) settles ``unanswered`` (``stale``) and places nothing.
 4. **Settlement.** When a run ends, every input placed in it settles: ``done`` with the run's answer, or
-   ``unanswered`` with the run's reason (``aborted`` for a cancelled run). A retried run's inputs (its own, and the
-   steers placed in it) are ``placed`` again.
+   ``unanswered`` with the run's reason (``aborted`` for a cancelled run; an orphaned run's inputs carry why its task
+   was orphaned: ``missing_task``, ``task_too_old`` or ``migration_failed``). A retried run's inputs (its own, and
+   the steers placed in it) are ``placed`` again.
 5. **Withdrawal.** A queued submission settles ``unanswered`` (``withdrawn``); an input's queued run is cancelled
    with it. A placed one is ``already_placed``, a settled one ``settled``: nothing changes. After a failed run, with
    ``after_failed_run="withdraw"``, the inputs queued behind it settle so too, with the reason ``run_failed``
@@ -341,16 +342,18 @@ class Inbox:
 
     # ------------------------------------------------------------------------------------------ settlement
 
-    def run_ended(self, run: RunRecord, seq: int) -> None:
+    def run_ended(self, run: RunRecord, seq: int, unanswered: str | None = None) -> None:
         """``run`` is terminal (rule 4): the inputs placed in it settle; its own input, still queued (a queued run
-        cancelled), settles ``unanswered``."""
+        cancelled), settles ``unanswered``. ``unanswered``: why they did, where that is not the run's reason (an
+        orphaned run's: why its task was orphaned)."""
+        reason = unanswered or unanswered_reason(run)
         placed = self._placed.pop(run.run_id, [])
         if placed:
             self._journal.undo(lambda: self._placed.__setitem__(run.run_id, placed))
         if not placed:
             own = self._store.submission_by_id(run.submission_id)
             if own is not None and own.status == QUEUED:
-                self._move(own, "withdraw", seq, reason=unanswered_reason(run))
+                self._move(own, "withdraw", seq, reason=reason)
             return
         for submission_id in placed:
             record = self._store.submission_by_id(submission_id)
@@ -359,7 +362,7 @@ class Inbox:
             if run.status == "completed":
                 self._move(record, "answer", seq, answer=run.answer)
             else:
-                self._move(record, "unanswer", seq, reason=unanswered_reason(run))
+                self._move(record, "unanswer", seq, reason=reason)
 
     def run_retried(self, run: RunRecord, seq: int) -> None:
         """A failed run is queued again: the inputs placed in it (its own, and steers it took) are ``placed`` in it

@@ -99,7 +99,7 @@ from ._peers import DEFAULT_HEARTBEAT_MS, WRITER_ROLES, Peers, Waits
 from ._ports import Store
 from ._run_rules import DEFAULT_MAX_CONCURRENT_RUNS
 from ._runs import Runs
-from ._task_settle import ORPHAN_GRACE_MS
+from ._task_settle import MODEL_GRACE_MS, ORPHAN_GRACE_MS
 from ._tasks import TaskEngine
 from ._unit import CommitLog, Head, Journal, UnitOfWork, WriteHandler
 from ._usage import BudgetRefusal, Usage
@@ -161,6 +161,7 @@ class OwnerCore:
         clock: Literal["wall", "manual"] = "wall",
         heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        model_grace_ms: int = MODEL_GRACE_MS,
         max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS,
         peer_output_budget: int = DEFAULT_PEER_OUTPUT_BYTES,
         total_output_budget: int = DEFAULT_TOTAL_OUTPUT_BYTES,
@@ -186,7 +187,7 @@ class OwnerCore:
         )
         self._attached = self.peers.attached
         operation_records = OperationRecords(store)
-        self.config = Configurations(store, journal)
+        self.config = Configurations(store, journal, self.peers.announcements)  # names checked at configure
         self.tasks = TaskEngine(
             store,
             outbox,
@@ -196,6 +197,7 @@ class OwnerCore:
             self.peers,
             stored_conversations=store,
             orphan_grace_ms=orphan_grace_ms,
+            model_grace_ms=model_grace_ms,  # a run's task blocked missing_model fails no_model past it
             # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
             requires=self.config.requirement,  # a run's task in a conversation configured to use a model
@@ -407,7 +409,8 @@ class OwnerCore:
         return self.tasks.needs_settle(now_ms) or self.runs.needs_settle()
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest sleep deadline on the owner's clock, for the shell's timer."""
+        """The earliest deadline on the owner's clock (a sleep, the end of an orphan or a model grace), for the shell's
+        timer."""
         return self.tasks.next_deadline_ms()
 
     def _expect_batch(self, call: str, expected: str) -> None:

@@ -34,6 +34,7 @@ from protocol import (
     SUPPORTED_VERSIONS,
     Announce,
     BadFrame,
+    Capability,
     ErrorCode,
     Frame,
     Hello,
@@ -194,6 +195,10 @@ class Peers:
 
     def __contains__(self, peer: PeerId) -> bool:
         return peer in self.attached
+
+    def announcements(self) -> list[tuple[Capability, ...]]:
+        """What each attached worker announced (its capabilities), for the checks of ``configure``."""
+        return [state.announced.capabilities for state in self.attached.values() if state.announced is not None]
 
     def require_worker(self, peer: PeerId, message: str) -> None:
         """Refuse ``not_allowed`` with ``message`` unless ``peer`` is a worker (rule 2)."""

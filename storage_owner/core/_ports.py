@@ -223,7 +223,8 @@ class RunStore(RunReads, Protocol):
     def run_page(
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
     ) -> tuple[list[RunRecord], bool]:
-        """A page of runs in run id order after ``after_run_id``, and whether more follow."""
+        """A page of runs in creation order (the commit that created each, then run id: a retried run keeps its
+        place) after the run ``after_run_id`` (which exists), and whether more follow."""
         ...
 
 

@@ -27,6 +27,14 @@ HELD: Final = "held"
 """The reason of a queued run held after the run before it failed (rule 7: ``after_failed_run="wait"``)."""
 RUN_FAILED: Final = "run_failed"
 """Why an input queued behind a failed run settled ``unanswered`` (rule 7: ``after_failed_run="withdraw"``)."""
+ORPHANED: Final = "orphaned"
+"""The reason of a run whose task was orphaned: marked for abort (cancelled, or its owner aborted) while no attached
+worker could run it (its kind or version gone, its migration failed), past the orphan grace."""
+NOT_HOLDING: Final = frozenset({"reset", ORPHANED})
+"""The reasons of failed runs that hold nothing queued behind them (rule 7): a reset a person placed (what follows
+runs in the new context), and an orphaned run, which someone aborted (the reference's list of holding failures does
+not name it). Every other failure holds: ``model_error``, ``no_model``, ``nothing_to_answer``, ``max_turns``,
+``model_retries_exhausted``, ``restart_limit``, the faults, ``budget_exceeded``, ``invalid_output``."""
 _RUN_IDS: Final = uuid.UUID("9f1c3c1e-5a0e-4c43-9a53-0e5f2f1d7a10")
 
 RunEvent = Literal["admit", "refuse", "cancel", "derive", "account", "retry", "hold", "release"]
@@ -69,6 +77,13 @@ def queued_run(submission_id: str, conversation_id: str, agent: str, seq: int, n
         created_at_ms=now_ms,
         updated_at_ms=now_ms,
     )
+
+
+def holds_queue(run: RunRecord) -> bool:
+    """Whether ``run``, which has just ended, holds what is queued behind it as its conversation's
+    ``after_failed_run`` says (rule 7): only a failure does (not a reset, not an orphaned run), never an answer or a
+    cancel (someone stopped it: the next run starts at once)."""
+    return run.status == "failed" and run.reason not in NOT_HOLDING
 
 
 def is_held(run: RunRecord) -> bool:

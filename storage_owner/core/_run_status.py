@@ -11,6 +11,7 @@ import attrs
 from protocol import MAX_RUN_ERROR_CHARS, TOOL_TASK_PREFIX, JsonValue, RunAnswer, RunStatus, TaskRecord
 
 from ._ports import TaskReads
+from ._run_rules import ORPHANED
 from ._tasks import TaskEngine
 
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
@@ -31,6 +32,9 @@ class Derived:
     operation_id: str | None = None
     error: str | None = None
     """Why a ``failed`` run failed: its task's error text, cut at :data:`MAX_RUN_ERROR_CHARS`."""
+    unanswered: str | None = None
+    """Why its inputs settle ``unanswered``, where that is not the run's reason: an orphaned run's are its task's
+    blocked reason (``missing_task``, ``task_too_old``, ``migration_failed``)."""
 
 
 def run_error(text: str | None) -> str | None:
@@ -56,6 +60,9 @@ def run_status(
     ====================================  =========================================  ===============================
     none                                                                             ``queued``
     terminal ``completed``                                                           ``completed``
+    terminal ``orphaned``                                                            ``failed`` (``orphaned``;
+                                                                                     its inputs: the blocked
+                                                                                     reason)
     terminal ``aborted`` (or marked                                                  ``cancelled``
     ``abort`` and terminal otherwise)
     terminal otherwise                                                               ``failed`` (outcome's reason,
@@ -95,6 +102,12 @@ def run_status(
         assert outcome is not None
         if outcome.status == "completed":
             return Derived("completed")
+        if outcome.status == "orphaned":
+            # Marked for abort while no attached worker could run it (its abort handler never ran): a failure, which
+            # says so, its inputs carrying why (the reference's ``orphaned``; never shown as an ordinary cancel).
+            why = outcome.reason or "missing_task"
+            error = f"the run's task was orphaned ({why}): {outcome.error or 'no attached worker could run it'}"
+            return Derived("failed", ORPHANED, error=run_error(error), unanswered=why)
         if outcome.status == "aborted" or task.abort == "abort":
             return Derived("cancelled")
         return Derived("failed", outcome.reason or outcome.status, error=run_error(outcome.error))

@@ -22,15 +22,18 @@ tasks it owns, unchanged. This module adds what the engine does not know:
    ``cancelled`` when it is derived from that task once terminal (rule 3).
 6. **Retry.** A ``failed`` run is ``queued`` again, at the head of its conversation's queue (a later run admitted
    first refuses it); the attempts of its unfinished model requests start over (``_operations``).
-7. **After a failed run.** A run that ran and ended ``failed`` (any reason but ``reset``: a reset's follow-ups run in
-   the new context) or ``cancelled`` leaves what was queued behind it as its conversation's ``after_failed_run``
+7. **After a run.** Only a failure holds what is queued behind it: a run that ran and ended ``failed`` (any reason
+   but ``reset``, whose follow-ups run in the new context, and ``orphaned``, a run someone aborted:
+   :func:`~._run_rules.holds_queue`) leaves what was queued behind it as its conversation's ``after_failed_run``
    says, in the commit that ended it. ``wait`` (the default): its queued runs stay ``queued`` with the reason
    ``held`` and are not admitted, until the conversation's next input, continue or retry releases them (in that
    request's commit, the oldest first: the new input queues behind them, whatever its ``when_busy`` or
-   ``when_idle``; a continue joins the oldest). ``continue``: they are admitted as after an answer (inputs that
-   waited to steer it, with no run queued behind, get a run of their own). ``withdraw``: their inputs, and the
-   inputs that waited to steer it, settle ``unanswered`` with the reason ``run_failed``, and the queued runs end
-   ``cancelled``; resets and writes keep waiting for the next run.
+   ``when_idle``; a continue joins the oldest). ``withdraw``: their inputs, and the inputs that waited to steer it,
+   settle ``unanswered`` with the reason ``run_failed``, and the queued runs end ``cancelled``; resets and writes keep
+   waiting for the next run. ``continue``, and after every other end (an answer, a cancel, a reset, an orphaned
+   run): the queued runs are admitted at once, the next placing first what this one left; inputs that waited to
+   steer it (it answered before they could be placed, or ended first), with no run queued behind, get a run of
+   their own (the oldest steer's).
 
 A run is created ``queued``; its status changes only as :data:`RUN_TRANSITIONS` allows, checked on every
 :meth:`Runs.put` (an illegal transition raises :class:`~._checks.IllegalTransition`: a bug, never bad input).
@@ -84,6 +87,7 @@ from ._run_rules import (
     TOOL_KIND_PREFIX,
     RunEvent,
     admissible,
+    holds_queue,
     is_held,
     queued_run,
     run_task_id,
@@ -278,35 +282,37 @@ class Runs:
             self._admit_due = True
         return released
 
-    def _after_failed(self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
-        """Rule 7, in the commit that ended ``run``."""
-        if run.status == "failed" and run.reason == "reset":
-            return
+    def _after_run(self, run: RunRecord, seq: int, now_ms: int, changed: dict[str, RunRecord]) -> None:
+        """Rule 7, in the commit that ended ``run`` (it ran: it had a task)."""
         conversation_id = run.conversation_id
-        mode = self._inbox.config.mode(conversation_id, "after_failed_run")
         queued = self.queued_run_ids(conversation_id)
-        if mode == "wait":
-            for run_id in queued:
-                old = self.live[run_id]
-                held = attrs.evolve(old, reason=HELD, seq=seq, updated_at_ms=now_ms)
-                self.put(old, held, "hold")
-                changed[run_id] = held
-        elif mode == "withdraw":
-            for record in list(self._inbox.queued.get(conversation_id, ())):
-                if record.kind == INPUT_KIND:
-                    self._inbox.withdraw(record, seq, RUN_FAILED)
-            for run_id in queued:
-                old = self.live[run_id]
-                self._inbox.withdraw_own(old, seq, RUN_FAILED)
-                cancelled = attrs.evolve(old, status="cancelled", reason=RUN_FAILED, seq=seq, updated_at_ms=now_ms)
-                self.put(old, cancelled, "cancel")
-                changed[run_id] = cancelled
-        elif not queued:
-            waiting = [r for r in self._inbox.queued.get(conversation_id, ()) if r.kind == INPUT_KIND]
-            if waiting:  # steers of the failed run, with no run behind to place them: a run of their own
-                new = queued_run(waiting[0].submission_id, conversation_id, run.agent, seq, now_ms)
-                self.created(new, JsonValue(None))  # its input is placed as what the run left (``_inbox`` rule 3)
-                changed[new.run_id] = new
+        if holds_queue(run):
+            mode = self._inbox.config.mode(conversation_id, "after_failed_run")
+            if mode == "wait":
+                for run_id in queued:
+                    old = self.live[run_id]
+                    held = attrs.evolve(old, reason=HELD, seq=seq, updated_at_ms=now_ms)
+                    self.put(old, held, "hold")
+                    changed[run_id] = held
+                return
+            if mode == "withdraw":
+                for record in list(self._inbox.queued.get(conversation_id, ())):
+                    if record.kind == INPUT_KIND:
+                        self._inbox.withdraw(record, seq, RUN_FAILED)
+                for run_id in queued:
+                    old = self.live[run_id]
+                    self._inbox.withdraw_own(old, seq, RUN_FAILED)
+                    cancelled = attrs.evolve(old, status="cancelled", reason=RUN_FAILED, seq=seq, updated_at_ms=now_ms)
+                    self.put(old, cancelled, "cancel")
+                    changed[run_id] = cancelled
+                return
+        if queued:
+            return  # admitted as after an answer: the next run places what this one left first
+        waiting = [record for record in self._inbox.queued.get(conversation_id, ()) if record.kind == INPUT_KIND]
+        if waiting:  # steers the run never reached, with no run behind to place them: a run of their own
+            new = queued_run(waiting[0].submission_id, conversation_id, run.agent, seq, now_ms)
+            self.created(new, JsonValue(None))  # its input is placed as what the run left (``_inbox`` rule 3)
+            changed[new.run_id] = new
 
     def new_run(self, request: Submit, conversation: ConversationRecord, seq: int, now_ms: int) -> RunRecord:
         """The queued run an ``input`` submission admits (checked by :meth:`check_input`, stored by
@@ -338,10 +344,11 @@ class Runs:
             if run.task_id is not None:
                 self._dirty[run.run_id] = None
 
-    def put(self, previous: RunRecord, record: RunRecord, event: RunEvent) -> None:
+    def put(self, previous: RunRecord, record: RunRecord, event: RunEvent, *, unanswered: str | None = None) -> None:
         """Store a run's next record, which ``event`` made of ``previous`` (refused loudly if :data:`RUN_TRANSITIONS`
-        forbids it), and keep the indexes in step (a terminal run leaves memory); inside a request, what it changed
-        in memory is put back if the request is refused."""
+        forbids it), and keep the indexes in step (a terminal run leaves memory, its inputs settle: ``unanswered``
+        says why, where that is not its reason); inside a request, what it changed in memory is put back if the
+        request is refused."""
         check_move(RUN_TRANSITIONS, "run", previous.run_id, previous.status, event, record.status)
         self._store.update_run(record)
         self._remember(record)
@@ -351,7 +358,7 @@ class Runs:
             if ended is not None:
                 ended.append(record)
                 self._journal.undo(lambda: ended.remove(record))
-            self._inbox.run_ended(record, record.seq)
+            self._inbox.run_ended(record, record.seq, unanswered)
             self._waiting.discard(record.run_id)
             self._live_pop(record.run_id)
             queue = self._queues.get(record.conversation_id, [])
@@ -449,10 +456,10 @@ class Runs:
             )
             if new != run:
                 new = attrs.evolve(new, seq=seq, updated_at_ms=now_ms)
-                self.put(run, new, "derive")
+                self.put(run, new, "derive", unanswered=derived.unanswered)
                 changed[run_id] = new
-                if new.status in ("failed", "cancelled"):
-                    self._after_failed(new, seq, now_ms, changed)
+                if new.status in TERMINAL:
+                    self._after_run(new, seq, now_ms, changed)
 
     def _has_capacity(self) -> bool:
         return self._busy < self.max_concurrent_runs
@@ -602,7 +609,16 @@ class Runs:
         return RunReply(run=self.require(request.run_id))
 
     def on_read_runs(self, peer: PeerId, call_id: int, request: ReadRuns, now_ms: int) -> Frame:
+        """A page of runs in creation order (the commit that created each: a subagent's run, whose id is derived,
+        in its place), keyed by the last run of the page before."""
         check_limit(request.limit)
+        after = request.after_run_id
+        if after is not None and after not in self.live and self._store.run(after) is None:
+            message = (
+                f"after_run_id {after!r} names no run: read the first page without it, then pass the "
+                "next_after_run_id each page gives"
+            )
+            raise Refusal(ErrorCode.NOT_FOUND, message)
         runs, more = self._store.run_page(request.conversation_id, request.status, request.after_run_id, request.limit)
         runs, more = fit_page(runs, more, lambda one: RunsReply(runs=(one,)))
         next_after = runs[-1].run_id if more else None

@@ -157,10 +157,16 @@ class Placement:
 
     # ------------------------------------------------------------------------------------------ granting
 
-    def grant_leases(self, full: Callable[[], bool], grant: Callable[[TaskRecord, PeerId, Capability], None]) -> None:
+    def grant_leases(
+        self,
+        full: Callable[[], bool],
+        grant: Callable[[TaskRecord, PeerId, Capability], None],
+        blocked: Callable[[TaskRecord, Blocked], None],
+    ) -> None:
         """Lease ready tasks, oldest first per kind, to the least busy worker able to run each (``grant`` makes the
         transition and calls :meth:`add_lease`), until ``full()`` says the settling commit holds enough; move those no
-        attached worker can run to the blocked tasks."""
+        attached worker can run to the blocked tasks (``blocked`` is told of each that workers of its kind could run
+        but for why it is blocked)."""
         self.place = False
         for kind in list(self.ready):
             queue = self.ready[kind]
@@ -173,7 +179,7 @@ class Placement:
                 continue
             if not self.has_capacity():
                 return  # every worker is busy: a lease that ends brings us back
-            self._grant_from(queue, kind, full, grant)
+            self._grant_from(queue, kind, full, grant, blocked)
             if not queue:
                 self.ready.pop(kind, None)
 
@@ -183,6 +189,7 @@ class Placement:
         kind: str,
         full: Callable[[], bool],
         grant: Callable[[TaskRecord, PeerId, Capability], None],
+        blocked: Callable[[TaskRecord, Blocked], None],
     ) -> None:
         """Grant what can be granted from one kind's queue, in order. Tasks whose able workers are busy keep their
         place; past ``READY_LOOKAHEAD`` of them the rest waits too (a queue is never scanned whole for nothing)."""
@@ -208,8 +215,7 @@ class Placement:
                 del queue[task_id]
                 if isinstance(choice, Blocked):
                     self.blocked.setdefault(kind, {})[task_id] = None
-                    if record.abort is not None:
-                        self._records.dirty[task_id] = None
+                    blocked(record, choice)
                     continue
                 peer, capability = choice
                 grant(record, peer, capability)

@@ -16,7 +16,8 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
 4. ``resume``: a waiter whose tasks are all terminal is ``pending``; ``wake``: a sleeper whose deadline passed is.
 5. ``end`` from ``completing``: a task holding an outcome becomes terminal once its owned ordinary work is.
 6. ``end`` from ``pending``, ``waiting`` or ``sleeping``: a task marked for abort that no attached worker can run
-   (past the orphan grace) ends ``orphaned``.
+   (past the orphan grace) ends ``orphaned``; an unmarked ``pending`` task blocked ``missing_model`` past the model
+   grace ends ``failed`` (``no_model``).
 7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
 8. Nothing leaves ``terminal``; a task is created ``pending``.
 9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (given to the engine where it is built:

@@ -3,7 +3,8 @@ one that did) is reconciled until nothing changes, as one more commit (rules of 
 
 :meth:`Settling.settle` cascades abort marks down the ownership graph, ends ``completing`` tasks whose owned work is
 terminal, resumes waiters and due sleepers, counts restarts of cut-off phases (rule 3; a family's cut-off hook
-decides instead, rule 9), orphans what nobody can run past its grace (rule 6), and grants leases on runnable tasks
+decides instead, rule 9), orphans what nobody can run past its grace and fails what no worker of its kind can serve
+a model for past the model grace (rule 6), and grants leases on runnable tasks
 to workers that can run them (rule 1), only once everything else is settled. Everything it changes is one commit,
 within a :class:`ChangeBudget`: what is left is settled by the next batch, at once.
 
@@ -21,7 +22,7 @@ import attrs
 from protocol import CancelLease, Capability, CreateTask, Frame, Lease, LeaseRef, Record, TaskOutcome, TaskRecord
 
 from ._ports import TaskStore
-from ._task_placement import HeldLease, Mode, PeerId, Placement
+from ._task_placement import Blocked, HeldLease, Mode, PeerId, Placement
 from ._task_records import ABORT, EXTERNAL_PREFIX, RESTART, TaskEvent, TaskRecords, decided
 
 MAX_SETTLE_CHANGES: Final = 1000
@@ -31,6 +32,10 @@ ORPHAN_GRACE_MS: Final = 2_000
 ends ``orphaned``: after the owner starts (its workers are still reconnecting), and after the last worker that ran
 its kind left (a supervisor restarts a crashed worker within a second or two), so a restart does not skip the
 abort handler, the compensation."""
+MODEL_GRACE_MS: Final = 10_000
+"""How long, on the owner's clock, a task blocked ``missing_model`` (workers of its kind attached, none naming the
+model its conversation is configured to use) waits for one before it ends ``failed``, reason ``no_model``: long
+enough for a worker's restart or a deploy that brings the model (rule 6)."""
 
 
 @attrs.frozen
@@ -88,6 +93,7 @@ class Settling:
         create_task: Callable[[CreateTask, int, int, str], TaskRecord],
         *,
         orphan_grace_ms: int,
+        model_grace_ms: int = MODEL_GRACE_MS,
         cut_off_hooks: Mapping[str, CutOffHook],
     ) -> None:
         self._store = store
@@ -109,6 +115,10 @@ class Settling:
         """Task kinds of workers that left since the last settle (their grace starts at its ``now_ms``)."""
         self._orphans_due: dict[str, int] = {}
         """Tasks marked for abort that no attached worker can run, by the end of the grace they wait out."""
+        self.model_grace_ms = model_grace_ms
+        self._models_due: dict[str, int] = {}
+        """Tasks blocked ``missing_model``, by the end of the model grace they wait out (rule 6): at most the live
+        tasks; one leased, or whose requirement changed, starts a new grace when it is blocked again."""
         self._budget = ChangeBudget()
         """The settling commit being built (a new one per :meth:`settle`)."""
         self.was_running: list[str] = []
@@ -147,12 +157,22 @@ class Settling:
         return deadline is not None and deadline <= now_ms
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest stored sleep deadline or end of an orphan grace, for the shell's timer."""
-        sleep_ms = self._records.next_sleep_ms()
-        orphan_ms = min(self._orphans_due.values(), default=None)
-        if sleep_ms is None or orphan_ms is None:
-            return orphan_ms if sleep_ms is None else sleep_ms
-        return min(sleep_ms, orphan_ms)
+        """The earliest stored sleep deadline, end of an orphan grace or of a model grace, for the shell's timer."""
+        deadlines = [
+            deadline
+            for deadline in (
+                self._records.next_sleep_ms(),
+                min(self._orphans_due.values(), default=None),
+                min(self._models_due.values(), default=None),
+            )
+            if deadline is not None
+        ]
+        return min(deadlines, default=None)
+
+    def forget_model_grace(self, task_id: str) -> None:
+        """What the task needs of its worker changed (its conversation's model): a grace starts again if it is
+        blocked again."""
+        self._models_due.pop(task_id, None)
 
     # -------------------------------------------------------------------------------------------- settling
     def settle(self, seq: int, now_ms: int) -> SettleResult:
@@ -163,6 +183,7 @@ class Settling:
             self._kind_grace_until_ms[kind] = now_ms + self.orphan_grace_ms
         self.kinds_left.clear()
         self._end_orphan_graces(now_ms)
+        self._end_model_graces(now_ms)
         if self._recovering:
             self._recover()
         for task_id, epoch, counts in self.cut_off:  # at most the leases of the workers that left
@@ -180,7 +201,7 @@ class Settling:
         self._reconcile_all()
         if self._placement.place and not self._settling_left():
             # Only once everything is settled: a cascade cut short must reach a task before it may start a phase.
-            self._placement.grant_leases(self._budget.full, self._grant)
+            self._placement.grant_leases(self._budget.full, self._grant, self._blocked)
             self._reconcile_all()  # an orphaned abort may have ended something
         ended = list(self._records.ended.values())
         self._records.ended.clear()
@@ -263,6 +284,33 @@ class Settling:
                 self._records.dirty[task_id] = None
         for kind in [kind for kind, until_ms in self._kind_grace_until_ms.items() if until_ms <= now_ms]:
             del self._kind_grace_until_ms[kind]
+
+    def _blocked(self, record: TaskRecord, blocked: Blocked) -> None:
+        """Placement found ``record`` blocked while workers of its kind are attached. A marked one is reconciled again
+        (orphaned, or left waiting, rule 6); an unmarked one blocked ``missing_model`` starts its model grace."""
+        if record.abort is not None:
+            self._records.dirty[record.task_id] = None
+        elif blocked.reason == "missing_model":
+            self._models_due.setdefault(record.task_id, self._budget.now_ms + self.model_grace_ms)
+
+    def _end_model_graces(self, now_ms: int) -> None:
+        """Rule 6: a task still blocked ``missing_model`` once its model grace is over ends ``failed``, reason
+        ``no_model``, its error naming the model (a run's task: the run fails ``no_model``)."""
+        due = [task_id for task_id, until_ms in self._models_due.items() if until_ms <= now_ms]
+        for task_id in due:
+            if self._budget.full():
+                return  # the next batch, at once
+            del self._models_due[task_id]
+            record = self._tasks.get(task_id)
+            if record is None or record.status != "pending" or record.abort is not None:
+                continue
+            if self._records.owns_live_work(task_id):
+                continue
+            blocked = self._placement.blocked_reason(record)
+            if blocked is None or blocked.reason != "missing_model":
+                continue  # a worker naming it came (busy now), or none of its kind is attached: it waits
+            error = f"{blocked.detail}; none did for {self.model_grace_ms / 1000:g} s (the model grace)"
+            self._finish(record, TaskOutcome(status="failed", reason="no_model", error=error))
 
     def _wake_sleepers(self, now_ms: int) -> None:
         while not self._budget.full():
@@ -358,6 +406,7 @@ class Settling:
         """Lease ``record`` to ``peer`` (its phase, or its abort handler once marked): a transition, then the
         ``Lease`` event (sent once the settling commit has committed)."""
         task_id = record.task_id
+        self._models_due.pop(task_id, None)
         mode: Mode = "phase" if record.abort is None else "abort"
         epoch = record.epoch + 1
         version = record.version or capability.version

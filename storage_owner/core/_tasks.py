@@ -55,7 +55,7 @@ from ._ports import NO_CHANGE, ConversationReads, StoreConflict, TaskStore
 from ._task_data import TaskData
 from ._task_placement import PeerId, Placement
 from ._task_records import ABORT, EXTERNAL_PREFIX, RESTART, TaskEvent, TaskRecords, describe_state
-from ._task_settle import ORPHAN_GRACE_MS, CutOffHook, SettleResult, Settling
+from ._task_settle import MODEL_GRACE_MS, ORPHAN_GRACE_MS, CutOffHook, SettleResult, Settling
 from ._unit import Head, Journal, UnitOfWork
 
 MAX_WAIT_ON: Final = 10_000
@@ -78,6 +78,7 @@ class TaskEngine:
         *,
         stored_conversations: ConversationReads,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        model_grace_ms: int = MODEL_GRACE_MS,
         cut_off_hooks: Mapping[str, CutOffHook] = MappingProxyType({}),
         requires: Callable[[TaskRecord], str | None] | None = None,
     ) -> None:
@@ -101,6 +102,7 @@ class TaskEngine:
             self._emit,
             self.create_task,
             orphan_grace_ms=orphan_grace_ms,
+            model_grace_ms=model_grace_ms,
             cut_off_hooks=cut_off_hooks,
         )
         self._load(store)
@@ -227,6 +229,7 @@ class TaskEngine:
     def requirement_changed(self, task_id: str) -> None:
         """What a live task needs of its worker changed (its conversation's model): if it was blocked, placement
         looks again."""
+        self._settling.forget_model_grace(task_id)
         record = self._records.get(task_id)
         if record is not None and self._placement.is_blocked(record):
             self._placement.make_ready(record)
@@ -548,7 +551,7 @@ class TaskEngine:
         return self._settling.needs_settle(now_ms)
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest stored sleep deadline or end of an orphan grace, for the shell's timer."""
+        """The earliest stored sleep deadline, end of an orphan grace or of a model grace, for the shell's timer."""
         return self._settling.next_deadline_ms()
 
     def settle(self, seq: int, now_ms: int) -> SettleResult:

@@ -65,6 +65,7 @@ from storage_owner.core import (
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_PEER_OUTPUT_BYTES,
     DEFAULT_TOTAL_OUTPUT_BYTES,
+    MODEL_GRACE_MS,
     ORPHAN_GRACE_MS,
     CoreGauges,
     Output,
@@ -150,6 +151,9 @@ class OwnerConfig:
     orphan_grace_ms: int = ORPHAN_GRACE_MS
     """How long (on the owner's clock) a task marked for abort that no attached worker can run waits for one, after
     the owner starts and after the last worker of its kind left, before it ends ``orphaned``."""
+    model_grace_ms: int = MODEL_GRACE_MS
+    """How long (on the owner's clock) a run whose conversation's model no attached worker of its agent names waits
+    for one before it fails ``no_model`` (``tether owner --model-grace``)."""
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     """Runs ``pending``, ``running`` or ``retry_wait`` at once, across conversations (see docs/runs.md)."""
     max_peer_output: int = DEFAULT_PEER_OUTPUT_BYTES
@@ -437,6 +441,7 @@ class OwnerServer:
                     clock=config.clock,
                     heartbeat_ms=int(config.heartbeat_timeout_s * 1000 / HEARTBEATS_PER_SILENCE),
                     orphan_grace_ms=config.orphan_grace_ms,
+                    model_grace_ms=config.model_grace_ms,
                     max_concurrent_runs=config.max_concurrent_runs,
                     peer_output_budget=config.max_peer_output,
                     total_output_budget=config.max_queued_output,

@@ -566,12 +566,15 @@ class MemoryStore:
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
     ) -> tuple[list[RunRecord], bool]:
         runs = self._t.runs
+        after = None if after_run_id is None else runs.get(after_run_id)
+        start = (-1, "") if after is None else (after.created_seq, after.record.run_id)
+        ordered = sorted(runs.values(), key=lambda run: (run.created_seq, run.record.run_id))
         found = [
-            runs[run_id].record
-            for run_id in sorted(runs)
-            if run_id > (after_run_id or "")
-            and (conversation_id is None or runs[run_id].record.conversation_id == conversation_id)
-            and (status is None or runs[run_id].record.status == status)
+            run.record
+            for run in ordered
+            if (run.created_seq, run.record.run_id) > start
+            and (conversation_id is None or run.record.conversation_id == conversation_id)
+            and (status is None or run.record.status == status)
         ]
         return found[:limit], len(found) > limit
 

@@ -263,6 +263,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE interactions_9 RENAME TO interactions;
     CREATE UNIQUE INDEX interactions_approval ON interactions (operation_id) WHERE kind = 'approval';
     """,
+    # 10: runs are listed in creation order (`created_seq`, then `run_id`), not by id: a subagent's run id is derived
+    # (uuid5) and sorted out of place. A page of every run, or of one conversation's, reads its index range alone;
+    # the conversation's index also answers whether a later run of it started (a retry's check).
+    """
+    DROP INDEX runs_by_conversation;
+    CREATE INDEX runs_by_conversation ON runs (conversation_id, created_seq, run_id);
+    CREATE INDEX runs_by_creation ON runs (created_seq, run_id);
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -584,17 +584,23 @@ class SqliteStore(PartialsSql):
     def run_page(
         self, conversation_id: str | None, status: str | None, after_run_id: str | None, limit: int
     ) -> tuple[list[RunRecord], bool]:
-        """Up to ``limit`` runs in run id order after ``after_run_id``, filtered, and whether more follow."""
-        where = ["run_id > ?"]
-        args: list[object] = [after_run_id or ""]
+        """Up to ``limit`` runs in creation order (``created_seq``, then ``run_id``) after the run ``after_run_id``,
+        filtered, and whether more follow: a keyset page, read from the index range of ``runs_by_creation`` (or of
+        ``runs_by_conversation``, for one conversation)."""
+        where = []
+        args: list[object] = []
+        if after_run_id is not None:
+            where.append("(created_seq, run_id) > (SELECT created_seq, run_id FROM runs WHERE run_id = ?)")
+            args.append(after_run_id)
         if conversation_id is not None:
             where.append("conversation_id = ?")
             args.append(conversation_id)
         if status is not None:
             where.append("status = ?")
             args.append(status)
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
         rows = self._db.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} ORDER BY run_id LIMIT ?",
+            f"SELECT {_RUN_COLUMNS} FROM runs {condition}ORDER BY created_seq, run_id LIMIT ?",
             (*args, limit + 1),
         ).fetchall()
         page = [_run_record(row) for row in rows[:limit]]

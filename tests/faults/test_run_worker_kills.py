@@ -115,7 +115,7 @@ async def test_worker_killed_mid_request_the_retry_runs_with_the_configuration_i
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(db) as client:
             conversation_id = await client.create_conversation(agent="support")
-            await client.configure(conversation_id, model="fast", instructions="First.")
+            await client.configure(conversation_id, model="fast", instructions="First.", force=True)  # no worker yet
             async with worker_process(db, "configured", ledger, module=RUN_APPS) as process:
                 own = await client.submit(conversation_id, kind="input", payload="Hi?")
                 assert await process.wait() == -signal.SIGKILL

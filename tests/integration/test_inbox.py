@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import actors
+from storage_owner.core import MODEL_GRACE_MS
 from tests.conftest import OwnerProcess
 from tests.integration._agent_helpers import ledger, run_in, served, serving
 from tests.integration._inbox_apps import build, build_gated, build_with_models
@@ -157,7 +158,7 @@ async def test_inputs_that_may_only_join_a_run_writes_and_withdrawal(
             assert texts == ["Where is A1?"]
 
 
-async def test_a_cancelled_run_holds_its_follow_up_until_the_next_input_and_steering_all_places_both_steers(
+async def test_a_cancelled_run_holds_nothing_behind_it_and_steering_all_places_both_steers(
     owner: OwnerProcess, ledger: Path, tmp_path: Path
 ) -> None:
     app, model = build(BLOCKING_TURNS)
@@ -170,27 +171,46 @@ async def test_a_cancelled_run_holds_its_follow_up_until_the_next_input_and_stee
             assert own.run_id is not None and follow.run_id is not None
             await client.cancel_run(own.run_id)
             assert (await client.wait_for_run(own.run_id)).status == "cancelled"
-            held = await client.run(follow.run_id)
-            assert (held.status, held.reason) == ("queued", "held")  # after_failed_run="wait": nobody looked yet
+            # Someone stopped it: the follow-up starts at once (after_failed_run="wait" holds only after a failure).
+            await ledger_lines(ledger, 2)  # the follow-up's tool call blocks at the gate
+            started = await client.run(follow.run_id)
+            assert (started.status, started.reason) == ("running", None)
             await client.configure(conversation_id, steering="all")
-            later = await client.submit(conversation_id, kind="input", payload="And A3?", when_idle="reject")
-            assert later.status == "queued" and later.run_id is not None  # behind the held run, which it released
-            await ledger_lines(ledger, 2)  # the released run's tool call blocks at the gate
             first = await client.submit(conversation_id, kind="input", payload="use pnpm", when_busy="steer")
             second = await client.submit(conversation_id, kind="input", payload="and be brief", when_busy="steer")
             (tmp_path / "gate").touch()
-            assert (await client.wait_for_run(later.run_id)).status == "completed"
             answered = await client.wait_for_run(follow.run_id)
+            assert answered.status == "completed"
             for steer in (first, second):
                 assert (await client.wait_for_submission(steer.submission_id)).answer == answered.answer
-            # The released run answered first, both steers placed at its one boundary; then the later input's run.
-            asked = [users for _, users in model.asked]
-            assert asked[1:] == [
+            # The follow-up answered, both steers placed at its one boundary.
+            assert [users for _, users in model.asked][1:] == [
                 ["Where is A1?", "And A2?"],
                 ["Where is A1?", "And A2?", "use pnpm", "and be brief"],
-                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
-                ["Where is A1?", "And A2?", "use pnpm", "and be brief", "And A3?"],
             ]
+
+
+async def test_a_steer_after_the_answer_at_the_turn_limit_gets_a_run_of_its_own(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    app, model = build([actors.ScriptedTurn(text="A slow first answer.", delay_s=0.2, chunk_chars=8)])
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, app) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            await client.configure(conversation_id, max_turns=1)
+            own = await client.submit(conversation_id, kind="input", payload="Is A fine?")
+            assert own.run_id is not None
+            await run_in(client, own.run_id, "running")
+            steer = await client.submit(conversation_id, kind="input", payload="And B?", when_busy="steer")
+            assert (steer.status, steer.run_id) == ("queued", own.run_id)  # it came while the run answered
+            # The run answered at its last allowed turn: an answer always ends the run, never cut off by the limit.
+            run = await client.wait_for_run(own.run_id)
+            assert (run.status, run.answer is not None and run.answer.text) == ("completed", "A slow first answer.")
+            # The steer it never reached, with nothing queued behind: a run of its own, which answers it.
+            done = await client.wait_for_submission(steer.submission_id)
+            assert (done.status, done.run_id) == ("done", steer.submission_id)
+            assert (await client.wait_for_run(steer.submission_id)).status == "completed"
+            assert model.asked == [(1, ["Is A fine?"]), (1, ["Is A fine?", "And B?"])]
 
 
 async def test_abort_conversation_withdraws_what_waits_keeps_writes_and_cancels_the_run(
@@ -348,7 +368,7 @@ async def test_a_conversation_moved_to_a_model_mid_run_waits_for_a_worker_naming
             own = await client.submit(conversation_id, kind="input", payload="Where is A1?")
             assert own.run_id is not None
             await ledger_lines(ledger, 1)  # the first turn ran with the agent's model, its tool blocks
-            document = await client.configure(conversation_id, model="fast")
+            document = await client.configure(conversation_id, model="fast", force=True)  # no worker names it yet
             assert document is not None and document.value == {"model": "fast"}
             (tmp_path / "gate").touch()
             # The plain worker, at the next model request, gives the lease back: no attached worker names "fast".
@@ -364,6 +384,49 @@ async def test_a_conversation_moved_to_a_model_mid_run_waits_for_a_worker_naming
             assert [(op.turn, op.name) for op in operations] == [(1, "recording"), (2, "fast-model")]
             assert operations[0].arguments is None  # no configuration then
             assert operations[1].arguments == {"configuration": {"version": 1, "value": {"model": "fast"}}}
+
+
+async def test_configure_checks_names_and_a_model_nobody_names_fails_the_run_once_the_grace_is_over(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    plain, fast, _ = build_with_models(
+        [actors.ScriptedTurn(text="never asked")], [actors.ScriptedTurn(text="Fast answer.")]
+    )
+    db = manual_owner.db
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(db, plain, name="plain") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            with pytest.raises(actors.InvalidRequest, match=r"tools 'nope': .*\(they name 'lookup', 'track'\)"):
+                await client.configure(conversation_id, tools=["lookup", "nope"])
+            with pytest.raises(actors.InvalidRequest, match=r"model 'fast': .*\(they name no model\)"):
+                await client.configure(conversation_id, model="fast")
+            assert await client.configuration(conversation_id) == {}  # nothing was changed
+            await client.configure(conversation_id, model="fast", force=True)  # a deploy brings it
+            own = await client.submit(conversation_id, kind="input", payload="Hi?")
+            assert own.run_id is not None
+            stuck = await run_in(client, own.run_id, "needs_attention")
+            assert stuck.reason == "no_model"
+            await client.advance_clock(MODEL_GRACE_MS - 1)  # within the grace it waits
+            async with served(db, fast, name="fast"):
+                run = await client.wait_for_run(own.run_id)
+                assert run.status == "completed" and run.answer is not None and run.answer.text == "Fast answer."
+                # A model no worker names, forced: the run waits out the grace, then fails no_model.
+                other = await client.create_conversation(agent="support")
+                with pytest.raises(actors.InvalidRequest, match=r"model 'slow': .*\(they name 'fast'\)"):
+                    await client.configure(other, model="slow")
+                await client.configure(other, model="slow", force=True)
+                lost = await client.submit(other, kind="input", payload="Hi?")
+                follow = await client.submit(other, kind="input", payload="And then?")
+                assert lost.run_id is not None and follow.run_id is not None
+                await run_in(client, lost.run_id, "needs_attention")
+                await client.advance_clock(MODEL_GRACE_MS)
+                failed = await client.wait_for_run(lost.run_id)
+                assert (failed.status, failed.reason) == ("failed", "no_model")
+                assert failed.error is not None and "names the model 'slow'" in failed.error, failed.error
+                settled = await client.wait_for_submission(lost.submission_id)
+                assert (settled.status, settled.reason) == ("unanswered", "no_model")
+                held = await client.run(follow.run_id)
+                assert (held.status, held.reason) == ("queued", "held")  # a failure holds what follows
 
 
 async def test_continue_answers_what_a_failed_run_left_and_ends_at_once_with_nothing_to_answer(

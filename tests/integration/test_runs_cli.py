@@ -189,22 +189,28 @@ async def test_submit_wait_shows_the_run_before_waiting_and_ends_when_it_is_canc
                 await client.cancel_run(runs[0].run_id)
                 await client.advance_clock(ORPHAN_GRACE_MS + 1)  # no worker: the marked task ends after the grace
             [completed] = done
-            assert completed.returncode == 0, completed.stderr
+            # Nobody could run its abort handler: its task was orphaned, so the run failed (orphaned), exit 1.
+            failure = (
+                "failed (orphaned): the run's task was orphaned (missing_task): no attached worker has task kind "
+                "agent:support"
+            )
+            orphaned = f"run {runs[0].run_id} {failure}"
+            assert completed.returncode == 1, completed.stderr
             # No worker: unless the cancel came first, the submit said the run waits for one, and that it waits too.
             warning = (
                 "tether submit: no worker is attached, so none announces agent 'support'; the run waits until one "
                 f"that does attaches (tether up --db {db} --app MODULE:ATTR, or tether worker --db {db} --app "
                 "MODULE:ATTR); waiting for it (Ctrl-C ends the wait, not the run)"
             )
-            assert nonblank_lines(completed.stderr) in ([], [warning])
+            assert nonblank_lines(completed.stderr) in ([f"tether: {orphaned}"], [warning, f"tether: {orphaned}"])
             lines = nonblank_lines(completed.stdout)
             assert lines[0] == f"conversation {runs[0].conversation_id} (agent support)"
             # The run as the submit read it back (with its request id), then each new status while it waits: the
-            # states the run went through, in order, each shown once, ending cancelled. Which one the read saw depends
-            # on whether the test's cancel (and the grace's end) came first: pending, cancelling, or cancelled.
+            # states the run went through, in order, each shown once, ending failed (orphaned). Which one the read
+            # saw depends on whether the test's cancel (and the grace's end) came first.
             assert "; request " in lines[1]
-            run_lines = [line.partition("; request ")[0] for line in lines[1:]]
-            statuses = ("pending (agent_missing)", "pending (cancelling)", "cancelled")
+            run_lines = [line.partition("; request ")[0] for line in lines[1:] if line.startswith("run ")]
+            statuses = ("pending (agent_missing)", "pending (cancelling)", failure)
             states = [f"run {runs[0].run_id}: {status}" for status in statuses]
             assert set(run_lines) <= set(states) and run_lines == sorted(set(run_lines), key=states.index)
             assert run_lines[-1] == states[-1]

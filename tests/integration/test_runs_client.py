@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 import trio.testing
@@ -10,10 +12,12 @@ import trio.testing
 import actors
 from storage_owner.core import ORPHAN_GRACE_MS
 from tests.conftest import OwnerProcess
+from tests.integration._up_helpers import run_tether
 
 PAST_GRACE_MS = ORPHAN_GRACE_MS + 1
-"""With no worker, a cancelled pending run's task ends (``orphaned`` while marked for abort: the run is
-``cancelled``) once the orphan grace is over on the owner's clock."""
+"""With no worker, a cancelled pending run's task ends ``orphaned`` (its abort handler cannot run: the run is
+``failed``, reason ``orphaned``) once the orphan grace is over on the owner's clock."""
+ORPHANED = ("failed", "orphaned")
 
 
 async def pending_run(client: actors.Client) -> str:
@@ -87,25 +91,59 @@ async def test_runs_lists_by_conversation_and_status(manual_owner: OwnerProcess)
                 await client.run(actors.new_id())
 
 
-async def test_cancel_a_queued_and_a_pending_run(manual_owner: OwnerProcess) -> None:
+async def test_runs_are_listed_in_the_order_they_were_created_not_by_id(manual_owner: OwnerProcess) -> None:
+    with trio.fail_after(20):
+        async with actors.connect(db=manual_owner.db) as client:
+            a = await client.create_conversation(agent="support")
+            b = await client.create_conversation(agent="support")
+            # Ids that sort against the order of submission, as a subagent's derived (uuid5) run id does.
+            ids = sorted((actors.new_id() for _ in range(3)), reverse=True)
+            created = []
+            for conversation_id, submission_id in zip((a, b, a), ids, strict=True):
+                submitted = await client.submit(
+                    conversation_id, kind="input", payload="hi", submission_id=submission_id
+                )
+                created.append(submitted.run_id)
+            assert [run.run_id for run in await client.runs()] == created
+            assert [run.run_id async for run in client.iter_runs(conversation_id=a)] == [created[0], created[2]]
+            listed = await run_tether("runs", "--db", manual_owner.db, "--json")
+            assert listed.returncode == 0, listed.stderr
+            assert [run["run_id"] for run in json.loads(listed.stdout)["runs"]] == created
+
+
+async def test_cancel_a_queued_run_and_a_pending_one_nobody_can_run_which_ends_orphaned(
+    manual_owner: OwnerProcess,
+) -> None:
     with trio.fail_after(20):
         async with actors.connect(db=manual_owner.db) as client:
             conversation_id = await client.create_conversation(agent="support")
             pending = await client.submit(conversation_id, kind="input", payload="1", request_id="r-1")
             queued = await client.submit(conversation_id, kind="input", payload="2", request_id="r-2")
-            assert pending.run_id is not None and queued.run_id is not None
+            after = await client.submit(conversation_id, kind="input", payload="3", request_id="r-3")
+            assert pending.run_id is not None and queued.run_id is not None and after.run_id is not None
             assert (await client.cancel_run(queued.run_id)).status == "cancelled"
             assert (await client.run(queued.run_id)).status == "cancelled"
             marked = await client.cancel_run(pending.run_id)  # its task is marked for abort, kept for a worker
             assert (marked.status, marked.reason) == ("pending", "cancelling")
             await client.advance_clock(PAST_GRACE_MS)
-            assert (await client.wait_for_run(pending.run_id)).status == "cancelled"
-            assert (await client.cancel_run(pending.run_id)).status == "cancelled"  # again: a no-op
+            # No worker came to run its abort handler: its task was orphaned, and the run says so.
+            orphaned = await client.wait_for_run(pending.run_id)
+            assert (orphaned.status, orphaned.reason) == ORPHANED
+            assert orphaned.error == (
+                "the run's task was orphaned (missing_task): no attached worker has task kind agent:support"
+            )
+            settled = await client.wait_for_submission(pending.submission_id)
+            assert (settled.status, settled.reason) == ("unanswered", "missing_task")
+            # Someone aborted it: it holds nothing behind it, the next run was admitted at once.
+            assert ((await client.run(after.run_id)).status, (await client.run(after.run_id)).reason) == (
+                "pending",
+                "agent_missing",
+            )
             with pytest.raises(actors.Conflict):
-                await client.retry(pending.run_id)
+                await client.cancel_run(pending.run_id)  # it ended failed: nothing to cancel
             with pytest.raises(actors.Conflict):
                 await client.retry(queued.run_id)
-            assert (await client.run(pending.run_id)).status == "cancelled"
+            assert (await client.run(queued.run_id)).status == "cancelled"
 
 
 async def test_wait_for_run_ends_when_the_run_is_cancelled(manual_owner: OwnerProcess) -> None:
@@ -121,7 +159,7 @@ async def test_wait_for_run_ends_when_the_run_is_cancelled(manual_owner: OwnerPr
                 await trio.testing.wait_all_tasks_blocked()
                 assert result == []
                 await client.advance_clock(PAST_GRACE_MS)
-            assert [run.status for run in result] == ["cancelled"]
+            assert [(run.status, run.reason) for run in result] == [ORPHANED]
 
 
 async def test_a_closed_clients_wait_for_run_fails_at_a_checkpoint(manual_owner: OwnerProcess) -> None:
@@ -153,6 +191,8 @@ async def test_wait_for_run_survives_an_owner_restart(manual_owner: OwnerProcess
                         await client.cancel_run(run_id)
                         await client.advance_clock(PAST_GRACE_MS)
                         break
+                    except actors.Conflict:
+                        break  # a cancel and an advance landed, their replies lost: the run ended (failed)
                     except actors.ConnectionLost:
                         await trio.sleep(0.02)  # the cancel's reply was lost with the old connection: ask again
-            assert [run.status for run in result] == ["cancelled"]
+            assert [(run.status, run.reason) for run in result] == [ORPHANED]

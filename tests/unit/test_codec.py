@@ -425,7 +425,7 @@ EXAMPLES: list[Frame] = [
     ReadRuns(conversation_id=AGENT_CONVERSATION, status="queued", after_run_id=SUBMISSION, limit=10),
     WaitRun(run_id=RUN),
     AbortConversation(conversation_id=CONVERSATION, background=True),
-    Configure(conversation_id=CONVERSATION, changes=JsonValue({"steering": "all"}), clear=("tools",)),
+    Configure(conversation_id=CONVERSATION, changes=JsonValue({"steering": "all"}), clear=("tools",), force=True),
     ReadSubmissions(conversation_id=CONVERSATION, after_submission_id=SUBMISSION, limit=50),
     WaitSubmission(submission_id=SUBMISSION),
     Withdraw(submission_id=SUBMISSION),
@@ -802,9 +802,9 @@ GOLDEN_HEX: dict[str, str] = {
         "756e64c3"
     ),
     "Configure": (
-        "85a474797065a9636f6e666967757265a763616c6c5f696430af636f6e766572736174696f6e5f6964d9243031383930"
+        "86a474797065a9636f6e666967757265a763616c6c5f696430af636f6e766572736174696f6e5f6964d9243031383930"
         "6135642d616339362d376233632d386632652d336334643565366637613830a76368616e67657381a87374656572696e"
-        "67a3616c6ca5636c65617291a5746f6f6c73"
+        "67a3616c6ca5636c65617291a5746f6f6c73a5666f726365c3"
     ),
     "ReadSubmissions": (
         "85a474797065b0726561645f7375626d697373696f6e73a763616c6c5f69642faf636f6e766572736174696f6e5f6964"

@@ -17,6 +17,7 @@ from protocol import (
     RESET_ENTRY,
     USER_ENTRY,
     AbortConversation,
+    AdvanceClock,
     AppendEntry,
     CancelRun,
     Committed,
@@ -25,6 +26,7 @@ from protocol import (
     CreateConversation,
     CreateTask,
     DocumentReply,
+    Error,
     ErrorCode,
     JsonValue,
     Ok,
@@ -42,7 +44,7 @@ from protocol import (
     Withdraw,
     Withdrawn,
 )
-from storage_owner.core import Output, _config
+from storage_owner.core import MODEL_GRACE_MS, Output, _config
 from storage_owner.core._inbox import MAX_QUEUED_PER_CONVERSATION
 from storage_owner.core._run_rules import run_task_id
 from tests.unit._stores import open_store
@@ -237,17 +239,26 @@ def test_steers_are_placed_one_per_boundary_in_admission_order(sim: RunSim) -> N
     assert sim.run(busy.run_id).status == "completed"
 
 
-def test_a_completion_naming_no_steer_checkpoint_completes_and_the_next_run_places_the_steer_first(
-    sim: RunSim,
-) -> None:
+def test_a_completion_naming_no_steer_checkpoint_completes_and_the_steer_gets_a_run_of_its_own(sim: RunSim) -> None:
+    """A run answering at its last allowed turn names no ``steer_checkpoint``: an answer always ends the run."""
     busy = Busy(sim)
     steer = submitted(sim, busy.conversation_id, "late", when_busy="steer")
     answer(busy.worker, busy.task_id, busy.conversation_id, "answered", steer=False)
-    assert sim.run(busy.run_id).status == "completed"
-    assert submission(sim, steer).status == "queued"  # the run ended without reaching it: it stays in the inbox
-    follow = submitted(sim, busy.conversation_id, "next question")
-    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "late", "next question"]
-    assert submission(sim, steer).run_id == follow.submission_id
+    run = sim.run(busy.run_id)
+    assert (run.status, run.answer is not None and run.answer.text) == ("completed", "answered")
+    assert submission(sim, busy.own).status == "done"
+    # The run ended without reaching it, and nothing is queued behind it: a run of its own, at once.
+    placed = submission(sim, steer)
+    assert (placed.status, placed.run_id) == ("placed", steer.submission_id)
+    assert sim.run(steer.submission_id).status == "running"
+    assert [text for kind, text in busy.kinds() if kind == USER_ENTRY] == ["first", "late"]
+    # With a follow-up queued behind the run, that run places it first instead.
+    other = Busy(sim, workers=busy)
+    late = submitted(sim, other.conversation_id, "late", when_busy="steer")
+    follow = submitted(sim, other.conversation_id, "next question")
+    answer(other.worker, other.task_id, other.conversation_id, "answered", steer=False)
+    assert [text for kind, text in other.kinds() if kind == USER_ENTRY] == ["first", "late", "next question"]
+    assert submission(sim, late).run_id == follow.submission_id
 
 
 def test_a_failed_run_settles_its_inputs_unanswered_and_leaves_its_queued_steers(sim: RunSim) -> None:
@@ -355,6 +366,48 @@ def test_by_default_a_failed_run_holds_the_runs_queued_behind_it_until_the_next_
     texts = [text for kind, text in busy.kinds() if kind == USER_ENTRY]
     assert texts[-2:] == ["a steer it never reached", "follow one"]
     assert submission(sim, left).status == "placed" and submission(sim, left).run_id == first.submission_id
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "holds"),
+    [
+        ("failed", "model_error", True),
+        ("failed", "no_model", True),
+        ("failed", "nothing_to_answer", True),
+        ("failed", "max_turns", True),
+        ("failed", "model_retries_exhausted", True),
+        ("faulted", "restart_limit", True),
+        ("faulted", "phase_error", True),
+        ("failed", "budget_exceeded", True),
+        ("failed", "invalid_output", True),
+        ("failed", "reset", False),  # what follows a reset runs in the new context
+        ("cancelled", None, False),  # someone stopped it: the next run starts at once
+    ],
+)
+def test_only_a_failure_holds_the_runs_and_steers_queued_behind_it(
+    sim: RunSim, status: str, reason: str | None, holds: bool
+) -> None:
+    busy = Busy(sim)
+    follow = submitted(sim, busy.conversation_id, "follow")
+    lone = Busy(sim, workers=busy)
+    steer = submitted(sim, lone.conversation_id, "steer it", when_busy="steer")
+    for one in (busy, lone):
+        if status == "cancelled":
+            expect(sim.request(sim.client, CancelRun(run_id=one.run_id)), RunReply)
+            expect(one.worker.release(one.task_id), Ok)
+            one.worker.ok(one.task_id, aborted(one.task_id))
+        else:
+            one.worker.ok(one.task_id, ended(one.task_id, status, error="it ended", reason=reason))  # type: ignore[arg-type]
+        assert sim.run(one.run_id).status == ("cancelled" if status == "cancelled" else "failed")
+    if holds:
+        assert sim_status(sim, follow.submission_id) == ("queued", "held")
+        assert submission(sim, steer).status == "queued"
+        assert sim.store.run(steer.submission_id) is None
+    else:
+        assert sim_status(sim, follow.submission_id) == ("running", None)
+        # A steer the run never reached, nothing queued behind it: a run of its own at once.
+        assert sim.run(steer.submission_id).status == "running"
+        assert (submission(sim, steer).status, submission(sim, steer).run_id) == ("placed", steer.submission_id)
 
 
 def test_a_continue_joins_the_oldest_held_run_and_a_retry_releases_them(sim: RunSim) -> None:
@@ -678,8 +731,11 @@ def test_a_steer_to_a_run_queued_for_capacity_is_placed_after_its_input_when_it_
 # --------------------------------------------------------------------------------------------- configuration
 
 
-def configure(sim: RunSim, conversation_id: str, clear: tuple[str, ...] = (), **changes: Any) -> Any:
-    return sim.request(sim.client, Configure(conversation_id=conversation_id, changes=JsonValue(changes), clear=clear))
+def configure(
+    sim: RunSim, conversation_id: str, clear: tuple[str, ...] = (), *, force: bool = False, **changes: Any
+) -> Any:
+    request = Configure(conversation_id=conversation_id, changes=JsonValue(changes), clear=clear, force=force)
+    return sim.request(sim.client, request)
 
 
 def test_configure_checks_every_field_before_it_writes_and_versions_each_change(sim: RunSim) -> None:
@@ -704,7 +760,7 @@ def test_configure_checks_every_field_before_it_writes_and_versions_each_change(
 def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_conversation(sim: RunSim) -> None:
     busy = Busy(sim)
     expect(configure(sim, busy.conversation_id, instructions="Be brief.", max_turns=4), DocumentReply)
-    expect(configure(sim, busy.conversation_id, model="fast", steering="all"), DocumentReply)
+    expect(configure(sim, busy.conversation_id, model="fast", steering="all", force=True), DocumentReply)
     child, helper = fresh_id(), fresh_id()
     busy.worker.ok(
         busy.task_id,
@@ -741,7 +797,7 @@ def test_a_conversation_a_task_owns_starts_with_the_configuration_of_the_tasks_c
 
 def test_a_run_configured_to_use_a_model_is_leased_only_to_a_worker_naming_it(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
-    expect(configure(sim, conversation_id, model="fast"), DocumentReply)
+    expect(configure(sim, conversation_id, model="fast", force=True), DocumentReply)  # a deploy that brings it
     plain = sim.agent_worker()
     run_id = submitted(sim, conversation_id, "hi").submission_id
     task_id = run_task_id(run_id, 1)
@@ -761,7 +817,7 @@ def test_a_model_configured_away_mid_run_is_placed_again_when_the_worker_gives_t
     run_id = submitted(sim, conversation_id, "hi").submission_id
     task_id = run_task_id(run_id, 1)
     assert fast.holds(task_id)
-    expect(configure(sim, conversation_id, model="slow"), DocumentReply)
+    expect(configure(sim, conversation_id, model="slow", force=True), DocumentReply)
     # The worker finds, at its next model request, a model its app does not name: it gives the lease back unrun.
     expect(fast.release(task_id), Ok)
     assert not fast.holds(task_id)
@@ -773,11 +829,116 @@ def test_a_model_configured_away_mid_run_is_placed_again_when_the_worker_gives_t
     # Clearing the model: any worker running the agent will do.
     expect(configure(sim, conversation_id, clear=("model",)), DocumentReply)
     # A run being cancelled needs no model: its abort handler runs on any worker of the agent.
-    expect(configure(sim, conversation_id, model="slow"), DocumentReply)
+    expect(configure(sim, conversation_id, model="slow", force=True), DocumentReply)
     expect(fast.release(task_id), Ok)
     assert sim_status(sim, run_id) == ("needs_attention", "no_model")
     expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
     assert fast.lease(task_id).mode == "abort"
+
+
+def test_configure_refuses_a_model_or_tool_no_attached_worker_announces_naming_the_known_ones(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    head = sim.core.head_seq
+
+    def refusal(**changes: Any) -> str:
+        return expect(configure(sim, conversation_id, **changes), Error).message
+
+    assert "model 'fast': no worker is attached to check it against; nothing was changed" in refusal(model="fast")
+    assert "pass force=True" in refusal(tools=["lookup"])
+    # Only workers of another agent: checked against every attached worker.
+    sim.agent_worker("helper", models=("remote",), tools=("far",))
+    expect(configure(sim, conversation_id, tools=["far"]), DocumentReply)
+    # Workers of the conversation's agent attached: they prepare its requests, so their names count.
+    sim.agent_worker(models=("fast", "slow"), tools=("lookup", "track"))
+    message = refusal(model="remote")
+    assert message.startswith(
+        "configure: model 'remote': named by none of the attached workers that run agent 'support' (they name "
+        "'fast', 'slow'); nothing was changed"
+    ), message
+    assert "then fails no_model" in message
+    message = refusal(tools=["lookup", "nope", "gone"])
+    assert "tools 'nope', 'gone': named by none of" in message and "(they name 'lookup', 'track')" in message
+    # A stray space is not a name (``tether configure --tools 'lookup, track'`` stored ' track').
+    assert "without spaces at its ends, not ' track'" in refusal(tools=["lookup", " track"])
+    assert sim.core.head_seq == head + 1  # the tools=["far"] change only
+    changed = expect(configure(sim, conversation_id, model="fast", tools=["lookup", "track"]), DocumentReply)
+    assert changed.document is not None and changed.document.value == {"model": "fast", "tools": ["lookup", "track"]}
+    # ``force``: a deploy that brings it later.
+    forced = expect(configure(sim, conversation_id, model="next-week", force=True), DocumentReply).document
+    assert forced is not None and forced.value["model"] == "next-week"
+
+
+def test_a_refusal_of_configure_lists_a_bounded_number_of_names(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    sim.agent_worker(tools=tuple(f"known{index:03}" for index in range(200)))
+    message = expect(configure(sim, conversation_id, tools=[f"new{index}" for index in range(256)]), Error).message
+    assert (
+        f"and {256 - _config.MAX_NAMES_SHOWN} more" in message
+        and f"and {200 - _config.MAX_NAMES_SHOWN} more" in message
+    )
+    assert len(message) < 2_000
+
+
+@pytest.fixture
+def manual_sim(tmp_path: Path) -> Iterator[RunSim]:
+    opened = RunSim(open_store("sqlite", tmp_path), clock="manual")
+    yield opened
+    opened.close()
+
+
+def test_a_run_whose_model_no_worker_names_fails_no_model_past_the_grace_and_holds_what_follows(
+    manual_sim: RunSim,
+) -> None:
+    sim = manual_sim
+    conversation_id = sim.agent_conversation()
+    expect(configure(sim, conversation_id, model="fast", force=True), DocumentReply)
+    # No worker of the agent at all: workers are coming back (agent_missing), no grace runs.
+    own = submitted(sim, conversation_id, "hi")
+    follow = submitted(sim, conversation_id, "and then?")
+    assert own.run_id is not None and follow.run_id is not None
+    sim.request(sim.client, AdvanceClock(by_ms=MODEL_GRACE_MS))
+    assert sim_status(sim, own.run_id) == ("pending", "agent_missing") and sim.core.next_deadline_ms() is None
+    # Workers of the agent attach, none names the model: it waits, within the grace, as before.
+    plain = sim.agent_worker()
+    start_ms = sim.now_ms
+    assert sim_status(sim, own.run_id) == ("needs_attention", "no_model")
+    assert sim.core.next_deadline_ms() == start_ms + MODEL_GRACE_MS
+    sim.request(sim.client, AdvanceClock(by_ms=MODEL_GRACE_MS - 1))
+    assert sim_status(sim, own.run_id) == ("needs_attention", "no_model")
+    sim.request(sim.client, AdvanceClock(by_ms=1))
+    run = sim.run(own.run_id)
+    assert (run.status, run.reason) == ("failed", "no_model")
+    assert run.error is not None and "names the model 'fast'" in run.error and "10 s (the model grace)" in run.error
+    settled = submission(sim, own)
+    assert (settled.status, settled.reason) == ("unanswered", "no_model")
+    # A failure: what is queued behind it is held (after_failed_run="wait"), nothing was leased.
+    assert sim_status(sim, follow.run_id) == ("queued", "held")
+    assert not plain.leases and sim.core.next_deadline_ms() is None
+
+
+def test_a_model_that_comes_back_within_the_grace_lets_the_run_go_on_and_a_new_gap_starts_a_new_grace(
+    manual_sim: RunSim,
+) -> None:
+    sim = manual_sim
+    conversation_id = sim.agent_conversation()
+    sim.agent_worker()
+    expect(configure(sim, conversation_id, model="fast", force=True), DocumentReply)
+    run_id = submitted(sim, conversation_id, "hi").submission_id
+    task_id = run_task_id(run_id, 1)
+    sim.request(sim.client, AdvanceClock(by_ms=MODEL_GRACE_MS - 1))
+    fast = sim.agent_worker(models=("fast",))  # a deploy, in time
+    assert fast.holds(task_id) and sim_status(sim, run_id) == ("running", None)
+    assert sim.core.next_deadline_ms() is None
+    # Moved to a model nobody names mid-run: the worker gives the lease back; a grace of its own starts now.
+    expect(configure(sim, conversation_id, model="slow", force=True), DocumentReply)
+    expect(fast.release(task_id), Ok)
+    assert sim_status(sim, run_id) == ("needs_attention", "no_model")
+    assert sim.core.next_deadline_ms() == sim.now_ms + MODEL_GRACE_MS
+    sim.request(sim.client, AdvanceClock(by_ms=MODEL_GRACE_MS - 1))
+    expect(configure(sim, conversation_id, model="fast"), DocumentReply)  # configured back: it runs again
+    assert fast.holds(task_id) and sim_status(sim, run_id) == ("running", None)
+    sim.request(sim.client, AdvanceClock(by_ms=MODEL_GRACE_MS))
+    assert sim_status(sim, run_id) == ("running", None)
 
 
 def test_the_owner_keeps_at_most_its_bound_of_configured_models_in_memory(
@@ -786,7 +947,7 @@ def test_the_owner_keeps_at_most_its_bound_of_configured_models_in_memory(
     monkeypatch.setattr(_config, "MAX_CACHED_MODELS", 3)
     conversations = [sim.agent_conversation() for _ in range(7)]
     for index, conversation_id in enumerate(conversations):
-        expect(configure(sim, conversation_id, model=f"m{index}"), DocumentReply)
+        expect(configure(sim, conversation_id, model=f"m{index}", force=True), DocumentReply)
     for index, conversation_id in enumerate(conversations * 2):
         assert sim.core.config.model_of(conversation_id) == f"m{index % 7}"  # right, whatever was dropped
         assert len(sim.core.config._models) <= 3

@@ -117,12 +117,19 @@ class RunSim(OwnerSim):
         self.batch()
 
     def agent_worker(
-        self, agent: str = AGENT, *, version: int = 1, max_leases: int = 64, models: tuple[str, ...] = ()
+        self,
+        agent: str = AGENT,
+        *,
+        version: int = 1,
+        max_leases: int = 64,
+        models: tuple[str, ...] = (),
+        tools: tuple[str, ...] = (),
     ) -> Worker:
-        """Attach a worker that runs ``agent`` and names ``models`` (``app.define_model``)."""
+        """Attach a worker that runs ``agent``, names ``models`` (``app.define_model``) and runs ``tools``."""
         worker = self.attach_worker()
         capabilities = (
             Capability(kind="agent", name=agent, version=version),
+            *(Capability(kind="tool", name=tool, version=1) for tool in tools),
             *(Capability(kind="model", name=model, version=1) for model in models),
         )
         announce = Announce(pid=1000, host="test", app="tests", capabilities=capabilities, max_leases=max_leases)
@@ -217,7 +224,18 @@ def _task(status: str, **fields: Any) -> TaskRecord:
         (None, {}, Derived("queued")),
         (_task("terminal", outcome=TaskOutcome(status="completed")), {}, Derived("completed")),
         (_task("terminal", outcome=TaskOutcome(status="aborted")), {}, Derived("cancelled")),
-        (_task("terminal", abort="abort", outcome=TaskOutcome(status="orphaned")), {}, Derived("cancelled")),
+        (
+            _task("terminal", abort="abort", outcome=TaskOutcome(status="orphaned", reason="task_too_old", error="x")),
+            {},
+            Derived(
+                "failed", "orphaned", error="the run's task was orphaned (task_too_old): x", unanswered="task_too_old"
+            ),
+        ),
+        (
+            _task("terminal", abort="abort", outcome=TaskOutcome(status="faulted", reason="restart_limit")),
+            {},
+            Derived("cancelled"),  # its abort handler cut off past its limit: a run someone aborted ends aborted
+        ),
         (_task("terminal", outcome=TaskOutcome(status="failed")), {}, Derived("failed", "failed")),
         (
             _task("terminal", outcome=TaskOutcome(status="faulted", reason="restart_limit")),
@@ -450,8 +468,7 @@ def test_cancel_a_queued_run_ends_it_at_once(sim: RunSim) -> None:
 
 
 def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(sim: RunSim) -> None:
-    conversation_id = sim.agent_conversation()
-    sim.configure(conversation_id, after_failed_run="continue")  # (the default holds the next run: test_inbox_core)
+    conversation_id = sim.agent_conversation()  # (after_failed_run="wait", the default: a cancel holds nothing)
     first = sim.start_run(conversation_id)
     second = sim.start_run(conversation_id)
     worker = sim.agent_worker()
@@ -482,10 +499,10 @@ def test_cancel_an_active_run_aborts_its_work_bottom_up_and_lets_the_next_run(si
 def test_cancel_run_answers_with_the_run_as_the_batch_left_it(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     run_id = sim.start_run(conversation_id)
-    # No worker holds its task and none can run its abort handler (no grace here): it ends in the same batch, and
-    # the reply says so (it used to be the run as the cancel found it: pending).
+    # No worker holds its task and none can run its abort handler (no grace here): it ends orphaned in the same
+    # batch, and the reply says so (it used to be the run as the cancel found it: pending).
     reply = expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
-    assert (reply.run.status, reply.run.reason) == ("cancelled", None)
+    assert (reply.run.status, reply.run.reason) == ("failed", "orphaned")
     assert reply.run == sim.run(run_id)
     waiting_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
@@ -528,24 +545,53 @@ def _commit(worker: Worker, task_id: str) -> Any:
     return Commit(writes=(completed(task_id, {"text": "ok"}),), lease=worker.lease(task_id).lease)
 
 
-def test_read_runs_pages_by_conversation_and_status(sim: RunSim) -> None:
+def test_read_runs_pages_in_creation_order_by_conversation_and_status(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
-    runs = sorted(sim.start_run(conversation_id) for _ in range(3))
+    # Ids that sort against the order the runs were submitted (a subagent's run id is derived: uuid5).
+    ids = sorted((fresh_id() for _ in range(3)), reverse=True)
+    runs = [sim.start_run(conversation_id, submission_id=run_id) for run_id in ids]
     sim.start_run(sim.agent_conversation())
     page = expect(sim.request(sim.client, ReadRuns(conversation_id=conversation_id, limit=2)), RunsReply)
     assert [run.run_id for run in page.runs] == runs[:2] and page.next_after_run_id == runs[1]
     rest = ReadRuns(conversation_id=conversation_id, after_run_id=runs[1], limit=2)
     assert [run.run_id for run in expect(sim.request(sim.client, rest), RunsReply).runs] == runs[2:]
     queued = expect(sim.request(sim.client, ReadRuns(status="queued")), RunsReply)
-    assert len(queued.runs) == 2
+    assert [run.run_id for run in queued.runs] == runs[1:]
+    unknown = sim.request(sim.client, ReadRuns(after_run_id=fresh_id()))
+    assert expect(unknown, Error).code == ErrorCode.NOT_FOUND and "names no run" in unknown.message
 
 
-def test_an_aborted_run_task_nobody_runs_cancels_the_run(sim: RunSim) -> None:
+def test_an_aborted_run_task_nobody_runs_fails_the_run_orphaned_its_input_saying_why(sim: RunSim) -> None:
     conversation_id = sim.agent_conversation()
     run_id = sim.start_run(conversation_id)
+    follow = sim.start_run(conversation_id)
     sim.commit(AbortTask(task_id=run_task_id(run_id, 1)))  # no worker, no grace: it ends orphaned
     run = sim.run(run_id)
-    assert (run.status, run.reason) == ("cancelled", None)
+    assert (run.status, run.reason) == ("failed", "orphaned")
+    assert run.error == f"the run's task was orphaned (missing_task): no attached worker has task kind agent:{AGENT}"
+    own = sim.store.submission_by_id(run_id)
+    assert own is not None and (own.status, own.reason) == ("unanswered", "missing_task")
+    # Someone aborted it: it holds nothing queued behind it (only a failure of its own work does).
+    assert (sim.run(follow).status, sim.run(follow).reason) == ("pending", "agent_missing")
+
+
+def test_a_cancelled_run_whose_agent_version_is_gone_fails_orphaned_its_input_saying_task_too_old(sim: RunSim) -> None:
+    conversation_id = sim.agent_conversation()
+    run_id = sim.start_run(conversation_id)
+    newer = sim.agent_worker(version=2)
+    task_id = run_task_id(run_id, 1)
+    assert newer.holds(task_id)  # its lease bound the run to version 2
+    newer.leave()
+    sim.agent_worker(version=1)  # an older deploy is back
+    assert (sim.run(run_id).status, sim.run(run_id).reason) == ("needs_attention", "agent_version_missing")
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)  # its abort handler cannot run: no grace
+    run = sim.run(run_id)
+    assert (run.status, run.reason) == ("failed", "orphaned")
+    assert run.error is not None and run.error.startswith(
+        "the run's task was orphaned (task_too_old): stored at version 2"
+    )
+    own = sim.store.submission_by_id(run_id)
+    assert own is not None and (own.status, own.reason) == ("unanswered", "task_too_old")
 
 
 # ------------------------------------------------------------------------------------ operation journal

@@ -293,6 +293,17 @@ def test_migration_9_keeps_approvals_one_per_operation_and_lets_an_operation_ask
         store.close()
 
 
+def _indexes(path: str, table: str) -> set[str]:
+    db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return {
+            row[0]
+            for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (table,))
+        }
+    finally:
+        db.close()
+
+
 def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(path: str) -> None:
     conversation_id = new_id()
     _version_1_database(path, conversation_id)
@@ -301,7 +312,8 @@ def test_version_1_database_migrates_to_the_current_version_and_keeps_its_data(p
 
     store = SqliteStore.open(path)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 9
+        assert store.schema_version() == SCHEMA_VERSION == 10
+        assert {"runs_by_creation", "runs_by_conversation"} <= _indexes(path, "runs")  # 10: runs in creation order
         assert "created_seq" in _columns(path, "submissions") and "entry" in _columns(path, "submissions")
         assert {"model", "head"} <= set(_columns(path, "entries"))
         assert "char_offset" in _columns(path, "partial_pieces")

@@ -535,19 +535,33 @@ def test_an_entry_page_ends_before_the_entry_that_would_pass_its_byte_bound(stor
     assert store.entry_page(conversation_id, "desc", None, 10, max_data_bytes=306) == (big[::-1], False)
 
 
-def test_run_pages_are_in_run_id_order_filtered_and_bounded(store: StoreUnderTest) -> None:
+def test_run_pages_are_in_creation_order_filtered_and_bounded(store: StoreUnderTest) -> None:
     first, second = with_conversation(store), with_conversation(store)
-    runs = [_run(first), _run(second, status="failed"), _run(first, status="failed"), _run(first)]
-    for run in reversed(runs):
+    # Ids that sort against the order the runs were created (a derived id, such as a subagent's run's); the last two
+    # were created by one commit: by id between them.
+    ids = sorted((new_id() for _ in range(5)), reverse=True)
+    runs = [
+        _run(first, run_id=ids[0], seq=1),
+        _run(second, run_id=ids[1], status="failed", seq=2),
+        _run(first, run_id=ids[2], status="failed", seq=3),
+        _run(first, run_id=ids[4], seq=4),
+        _run(second, run_id=ids[3], seq=4),
+    ]
+    for run in runs:
         store.insert_run(run, "text")
+    moved = attrs.evolve(runs[0], status="pending", seq=9)  # a later change keeps its place
+    store.update_run(moved)
+    runs[0] = moved
     assert store.run_page(None, None, None, 10) == (runs, False)
-    assert store.run_page(None, None, None, 4) == (runs, False)
+    assert store.run_page(None, None, None, 5) == (runs, False)
     assert store.run_page(None, None, None, 3) == (runs[:3], True)
     assert store.run_page(None, None, runs[1].run_id, 10) == (runs[2:], False)
+    assert store.run_page(None, None, runs[3].run_id, 10) == (runs[4:], False)
     assert store.run_page(first, None, None, 10) == ([runs[0], runs[2], runs[3]], False)
+    assert store.run_page(first, None, runs[0].run_id, 1) == ([runs[2]], True)
     assert store.run_page(None, "failed", None, 1) == ([runs[1]], True)
     assert store.run_page(first, "failed", None, 10) == ([runs[2]], False)
-    assert store.run_page(None, None, runs[3].run_id, 10) == ([], False)
+    assert store.run_page(None, None, runs[4].run_id, 10) == ([], False)
 
 
 def test_interaction_pages_are_in_id_order_filtered_and_bounded(store: StoreUnderTest) -> None:
