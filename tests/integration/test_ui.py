@@ -90,6 +90,7 @@ class Browser:
     def __init__(self) -> None:
         self._jobs: queue.Queue[tuple[Callable[[Page], Any], list[Any], threading.Event] | None] = queue.Queue()
         self._launched = threading.Event()
+        self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name="chromium", daemon=True)
         self._thread.start()
         self._launched.wait(timeout=BROWSER_TIMEOUT_MS / 1000)  # its processes run before a test counts its own
@@ -97,8 +98,13 @@ class Browser:
     def _serve(self) -> None:
         assert sync_playwright is not None and CHROMIUM is not None
         with sync_playwright() as playwright:
-            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            self._launched.set()
+            try:
+                launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            except BaseException as exc:  # every test that asks for the browser raises it
+                self._failure = exc
+                raise
+            finally:
+                self._launched.set()
             try:
                 while (job := self._jobs.get()) is not None:
                     steps, outcome, done = job
@@ -118,10 +124,12 @@ class Browser:
     async def run(self, steps: Callable[[Page], Any]) -> Any:
         """Run ``steps`` against a fresh page in the browser's thread, while trio goes on; its result, or its
         error raised here."""
+        if self._failure is not None:
+            raise self._failure
         outcome: list[Any] = []
         done = threading.Event()
         self._jobs.put((steps, outcome, done))
-        await trio.to_thread.run_sync(done.wait)
+        await trio.to_thread.run_sync(done.wait, abandon_on_cancel=True)  # (a test's deadline still ends it)
         [result] = outcome
         if isinstance(result, BaseException):
             raise result
