@@ -66,6 +66,10 @@ class ErrorCode(enum.StrEnum):
     OVERLOADED = "overloaded"
     """The connection (or the owner as a whole) has more unread output than its budget: the request was not handled
     and nothing changed. Retryable: the client retries with back-off once its reader has drained."""
+    OWNER_UNAVAILABLE = "owner_unavailable"
+    """Never sent by an owner: no owner could be reached (none runs, or it did not answer in time), so the request
+    was not handled, or its outcome is unknown. The client raises :class:`OwnerUnavailable` (or
+    :class:`ConnectionLost`) without a reply; ``tether ui`` answers its page's reads and actions with this code."""
 
 
 class TetherError(Exception):
@@ -200,6 +204,8 @@ def error_for_code(code: str, message: str) -> TetherError:
         return StorageError(message)
     if code == ErrorCode.SHUTTING_DOWN:
         return ConnectionLost(message)
+    if code == ErrorCode.OWNER_UNAVAILABLE:
+        return OwnerUnavailable(message)
     return _REQUEST_ERRORS.get(code, RequestFailed)(code, message)
 
 

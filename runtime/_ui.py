@@ -8,14 +8,19 @@ Security (docs/ui.md):
 
 - It listens on loopback unless told otherwise, and then only over TLS (``--tls-cert``, ``--tls-key``), or with
   ``--insecure-listen``: the owner's rules.
-- Every page, read and action needs the login token ``tether ui`` prints in its URL (as Jupyter does): the URL's
-  ``?token=`` sets an HttpOnly, ``SameSite=Strict`` session cookie; ``Authorization: Bearer TOKEN`` works for scripts.
+- Every request needs the login token ``tether ui`` prints in its URL (as Jupyter does), checked once for all
+  routes by :class:`LoginRequired`: the URL's ``?token=`` sets an HttpOnly, ``SameSite=Strict`` session cookie;
+  ``Authorization: Bearer TOKEN`` works for scripts.
 - Actions are POSTs of JSON that carry the page's anti-forgery value (``X-Tether-CSRF``, from the page's own HTML)
   and, when the browser sends one, an ``Origin`` naming the host the request was sent to: a cross-site page can
   neither read nor act.
 - What a page may ask is bounded as for any client: request bodies at :data:`MAX_BODY_BYTES`, event streams at
   :data:`MAX_STREAMS`, each stream's unsent events at :data:`MAX_QUEUED_EVENTS` (past it the stream is told to read
   again, and starts afresh), pages of lists at :data:`MAX_LISTED`.
+
+The owner may not run yet, or stop and come back (:class:`OwnerLink`): the page is served either way, says so, and
+reads again once the owner answers; no read or action waits for it longer than :data:`REQUEST_TIMEOUT_S`. Every
+error the API answers is ``{"error": {"code", "message"}}``, the code one of :class:`~protocol.ErrorCode`.
 """
 
 from __future__ import annotations
@@ -24,27 +29,38 @@ import hashlib
 import hmac
 import json
 import math
+import os
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 import actors
 from protocol import (
+    RUN_ACTIVE,
     Change,
+    ConnectionLost,
     EntryRecord,
+    ErrorCode,
     InteractionRecord,
     OperationRecord,
+    OwnerUnavailable,
     PartialRecord,
     RunRecord,
+    StorageError,
     SubmissionRecord,
     TetherError,
+    UsageError,
     converter,
+    runtime_path,
 )
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 PAGE_DIR: Final = Path(__file__).with_name("_ui_page")
 MAX_BODY_BYTES: Final = 1 << 20
@@ -55,8 +71,34 @@ MAX_QUEUED_EVENTS: Final = 1000
 """Events waiting for one slow page; past it the page is told to read everything again."""
 MAX_LISTED: Final = 500
 """The most runs, entries or tasks one read returns (the newest)."""
+REQUEST_TIMEOUT_S: Final = 10.0
+"""The longest a read or an action waits for the owner's answer; then it answers ``owner_unavailable`` (504)."""
+OWNER_WAIT_S: Final = 2.0
+"""How long a read or an action waits for a dropped connection to the owner to come back (a supervised restart)
+before it answers ``owner_unavailable`` (503). Once an attempt to reach the owner failed, they answer at once."""
+FIRST_LINK_S: Final = 5.0
+"""How long ``tether ui`` waits for its first attempt to reach the owner before it serves (and prints its URL), so
+that a page opened at once finds the owner's data, or is told that no owner answers."""
+RELINK_S: Final = 1.0
+"""How often the link looks whether its connection failed for good, and the pause before it connects anew."""
 SESSION_COOKIE: Final = "tether_ui"
 CSRF_HEADER: Final = "x-tether-csrf"
+STATUS_OF_CODE: Final[dict[str, int]] = {
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.DUPLICATE: 409,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.STALE_LEASE: 409,
+    ErrorCode.BUDGET_EXCEEDED: 409,
+    ErrorCode.INVALID: 400,
+    ErrorCode.BAD_FRAME: 400,
+    ErrorCode.FRAME_TOO_LARGE: 413,
+    ErrorCode.READ_ONLY: 403,
+    ErrorCode.NOT_ALLOWED: 403,
+    ErrorCode.OVERLOADED: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.OWNER_UNAVAILABLE: 503,
+}
+"""The HTTP status of an owner's refusal, by its code (any other: 502, the owner failed us)."""
 
 
 def _record(record: Any) -> Any:
@@ -72,10 +114,10 @@ class _Stream:
 
 class Hub:
     """One watch of everything, fanned out to the open pages as small events: which conversations and runs a commit
-    touched (the page reads what it shows again) and the pieces of partial output (appended as they stream)."""
+    touched (the page reads what it shows again), the pieces of partial output (appended as they stream), and
+    whether the owner answers (``owner``, from :class:`OwnerLink`)."""
 
-    def __init__(self, client: actors.Client) -> None:
-        self._client = client
+    def __init__(self) -> None:
         self._streams: set[_Stream] = set()
         self._runs: dict[str, RunRecord] = {}
         """The :data:`MAX_LISTED` newest runs (by id: UUIDv7, so by creation), as the watch last showed each: the
@@ -111,12 +153,15 @@ class Hub:
     def open_streams(self) -> int:
         return len(self._streams)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Read the newest runs once, then follow every commit from before that read (nothing falls between)."""
-        head = (await self._client.ping()).head_seq
-        async for run in self._client.iter_runs():
+    async def run(
+        self, client: actors.Client, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Read the newest runs once, then follow every commit from before that read (nothing falls between); the
+        client's watch resumes by itself after a reconnection, with no gap."""
+        head = (await client.ping()).head_seq
+        async for run in client.iter_runs():
             self.remember(run)
-        async with self._client.watch(from_seq=head) as changes:
+        async with client.watch(from_seq=head) as changes:
             task_status.started()
             async for change in changes:
                 for record in change.records:
@@ -166,12 +211,138 @@ def events_of(change: Change) -> list[dict[str, Any]]:
 
 
 class Refused(Exception):
-    """An action the page asked for that was refused: its status and what was wrong (nothing changed)."""
+    """A read or an action the API refuses, nothing done: its HTTP status, its code (an :class:`ErrorCode` value)
+    and what happened, in words. Answered as ``{"error": {"code", "message"}}``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
         self.message = message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+def refusal_of(exc: TetherError) -> Refused:
+    """The API's answer to an error of the client: the owner's refusal with its own code (and a status that says
+    the same), or ``owner_unavailable`` when no owner answered. Never the exception's class name."""
+    if isinstance(exc, OwnerUnavailable | ConnectionLost):
+        code: str = ErrorCode.OWNER_UNAVAILABLE
+    elif isinstance(exc, StorageError):
+        code = ErrorCode.STORAGE_FAILED
+    elif isinstance(exc, UsageError):  # the client refused the call before sending it (a value it cannot send)
+        code = ErrorCode.INVALID
+    else:  # a refusal of the owner (RequestFailed), a frame it could not read (ProtocolError), a refused hello
+        code = str(getattr(exc, "code", ErrorCode.PROTOCOL_VIOLATION))  # (every other error of a client has one)
+    return Refused(STATUS_OF_CODE.get(code, 502), code, str(exc))
+
+
+async def bounded(call: Awaitable[Any], *, action: bool) -> Any:
+    """Await ``call`` (a read or an action of the client) for at most :data:`REQUEST_TIMEOUT_S`; its errors as
+    :class:`Refused`."""
+    try:
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            return await call
+    except trio.TooSlowError:
+        kept = (
+            "the action may or may not have been applied: look at it again before you repeat it"
+            if action
+            else "nothing was changed; the page reads again at the next change"
+        )
+        message = f"the owner did not answer within {REQUEST_TIMEOUT_S:g} s; {kept}"
+        raise Refused(504, ErrorCode.OWNER_UNAVAILABLE, message) from None
+    except TetherError as exc:
+        raise refusal_of(exc) from exc
+
+
+class OwnerLink:
+    """The ui's connection to the database's owner, which may not run yet, or stop and come back: the page is
+    served either way.
+
+    1. Until an owner answers, and from the first failed attempt to reach it again after its connection dropped,
+       :meth:`client` refuses at once (``owner_unavailable``, saying how to start it): no read or action waits.
+    2. Each change (it answers, it stopped answering) is pushed to the pages as an ``owner`` event: a page says
+       that no owner runs, and reads again once one does.
+    3. The client reconnects by itself (its watch resumes with no gap); a connection that failed for good (a
+       refused hello) is given up, and a new one opened :data:`RELINK_S` later.
+    """
+
+    def __init__(self, db: str, hub: Hub) -> None:
+        self.db = db
+        self.hub = hub
+        self.up = False
+        self.why = "not connected to the owner yet"
+        """What the last attempt to reach the owner met, while it does not answer."""
+        self.known = trio.Event()
+        """Set once the first attempt to reach the owner succeeded or failed."""
+        self._client: actors.Client | None = None
+
+    def status(self) -> dict[str, Any]:
+        """What the pages are told (the ``hello`` and ``owner`` events): whether the owner answers, and if not, why
+        and what to do."""
+        if self.up:
+            return {"up": True, "db": self.db, "why": "", "message": ""}
+        return {"up": False, "db": self.db, "why": self.why, "message": self.unavailable()}
+
+    def unavailable(self) -> str:
+        return (
+            f"no owner answers for {self.db} ({self.why}): start it with `tether up --db {self.db}` (or `tether "
+            f"owner --db {self.db}`), and this page reconnects by itself; nothing was done"
+        )
+
+    def client(self) -> actors.Client:
+        """The client, while the owner answers; else :class:`Refused` (503, ``owner_unavailable``) at once."""
+        if not self.up or self._client is None:
+            raise Refused(503, ErrorCode.OWNER_UNAVAILABLE, self.unavailable())
+        return self._client
+
+    def _set(self, up: bool, why: str | None = None) -> None:
+        changed = up != self.up or not self.known.is_set()
+        self.up = up
+        if why is not None:
+            self.why = why
+        self.known.set()
+        if changed:
+            self.hub.publish({"type": "owner", **self.status()})
+
+    def _attempted(self, error: TetherError | None, backoff_s: float) -> None:
+        """The client's report of an attempt to reach the owner (see ``actors.connect(on_attempt=...)``)."""
+        if error is not None:
+            written = runtime_path(self.db)  # a running owner writes it; without it the error says no more
+            self._set(False, str(error) if written.exists() else f"no owner is running: {written} does not exist")
+        elif self._client is not None:  # back after failed attempts (the first connection is up once followed)
+            self._set(True)
+
+    async def run(self) -> None:
+        """Connect, follow the owner with the hub, and connect anew whenever that fails; until cancelled."""
+        while True:
+            try:
+                async with actors.connect(
+                    db=self.db,
+                    name="tether-ui",
+                    wait_for_owner_s=math.inf,
+                    reconnect_timeout_s=OWNER_WAIT_S,
+                    on_attempt=self._attempted,
+                ) as client:
+                    await self._follow(client)
+                why = "the connection to the owner ended"
+            except* TetherError as group:
+                why = str(group.exceptions[0])
+            self._client = None
+            self._set(False, why)
+            await trio.sleep(RELINK_S)
+
+    async def _follow(self, client: actors.Client) -> None:
+        """Run the hub on ``client`` until its connection failed for good; raise why."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.hub.run, client)
+            self._client = client
+            self._set(True)
+            while client.connection.can_reconnect():  # noqa: ASYNC110 (the connection has no event for it)
+                await trio.sleep(RELINK_S)
+            await client.ping()  # raises why the connection failed for good
+            nursery.cancel_scope.cancel(reason="the connection to the owner ended")
 
 
 def _text(body: dict[str, Any], name: str, *, optional: bool = False) -> str | None:
@@ -179,15 +350,15 @@ def _text(body: dict[str, Any], name: str, *, optional: bool = False) -> str | N
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
-        raise Refused(400, f"{name} is a non-empty string")
+        raise Refused(400, ErrorCode.INVALID, f"{name} is a non-empty string; nothing was done")
     return value
 
 
 class Actions:
     """What a page may do, each one typed call of the client; a refusal of the owner comes back in its words."""
 
-    def __init__(self, client: actors.Client) -> None:
-        self._client = client
+    def __init__(self, link: OwnerLink) -> None:
+        self._link = link
         self.table: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "respond": self.respond,
             "resolve": self.resolve,
@@ -201,72 +372,87 @@ class Actions:
         interaction_id = _text(body, "interaction_id")
         assert interaction_id is not None
         if "answer" in body:
-            record = await self._client.respond(interaction_id, answer=body["answer"], responded_by="tether ui")
+            record = await self._link.client().respond(interaction_id, answer=body["answer"], responded_by="tether ui")
         else:
             approve = body.get("approve")
             if type(approve) is not bool:
-                raise Refused(400, "respond takes approve (true or false) or answer (a JSON value)")
+                message = "respond takes approve (true or false) or answer (a JSON value); nothing was done"
+                raise Refused(400, ErrorCode.INVALID, message)
             note = _text(body, "note", optional=True)
-            record = await self._client.respond(interaction_id, approve=approve, note=note, responded_by="tether ui")
+            record = await self._link.client().respond(
+                interaction_id, approve=approve, note=note, responded_by="tether ui"
+            )
         return _record(record)
 
     async def resolve(self, body: dict[str, Any]) -> Any:
         operation_id = _text(body, "operation_id")
         assert operation_id is not None
         if "output" not in body:
-            raise Refused(400, "resolve takes output: what the model reads as the call's result (JSON)")
-        return _record(await self._client.resolve(operation_id, body["output"], resolved_by="tether ui"))
+            message = "resolve takes output: what the model reads as the call's result (JSON); nothing was done"
+            raise Refused(400, ErrorCode.INVALID, message)
+        return _record(await self._link.client().resolve(operation_id, body["output"], resolved_by="tether ui"))
 
     async def retry(self, body: dict[str, Any]) -> Any:
         run_id = _text(body, "run_id")
         assert run_id is not None
-        return _record(await self._client.retry(run_id))
+        return _record(await self._link.client().retry(run_id))
 
     async def cancel(self, body: dict[str, Any]) -> Any:
         run_id = _text(body, "run_id")
         assert run_id is not None
-        return _record(await self._client.cancel_run(run_id))
+        return _record(await self._link.client().cancel_run(run_id))
 
     async def submit(self, body: dict[str, Any]) -> Any:
         conversation_id, text = _text(body, "conversation_id"), _text(body, "text")
         assert conversation_id is not None and text is not None
         when_busy = body.get("when_busy", "follow_up")
         if when_busy not in ("follow_up", "steer"):
-            raise Refused(400, "when_busy is follow_up or steer")
-        record = await self._client.submit(conversation_id, kind="input", payload=text, when_busy=when_busy)
+            raise Refused(400, ErrorCode.INVALID, "when_busy is follow_up or steer; nothing was done")
+        record = await self._link.client().submit(conversation_id, kind="input", payload=text, when_busy=when_busy)
         return _record(record)
 
     async def withdraw(self, body: dict[str, Any]) -> Any:
         submission_id = _text(body, "submission_id")
         assert submission_id is not None
-        return {"outcome": await self._client.withdraw(submission_id)}
+        return {"outcome": await self._link.client().withdraw(submission_id)}
 
 
 class Reads:
     """What a page shows, each read bounded (:data:`MAX_LISTED`, the newest)."""
 
-    def __init__(self, client: actors.Client, hub: Hub) -> None:
-        self._client = client
-        self._hub = hub
+    def __init__(self, link: OwnerLink) -> None:
+        self._link = link
 
     async def overview(self) -> dict[str, Any]:
-        runs = self._hub.newest_runs
-        interactions = await self._client.interactions(status="open")
+        client = self._link.client()
+        runs = self._link.hub.newest_runs
+        interactions = await client.interactions(status="open")
+        blocked = [  # what a person resolves: the tool, its attempt and its arguments
+            await client.operation(run.operation_id)
+            for run in runs
+            if run.status == "needs_attention" and run.operation_id is not None
+        ]
         return {
             "runs": [_record(run) for run in runs],
             "interactions": [_record(one) for one in interactions[:MAX_LISTED]],
+            "operations": [_record(op) for op in blocked],
         }
 
     async def conversation(self, conversation_id: str) -> dict[str, Any]:
-        conversation = await self._client.conversation(conversation_id)
-        page = await self._client.read_entries(conversation_id, order="desc", limit=MAX_LISTED)
+        client = self._link.client()
+        conversation = await client.conversation(conversation_id)
+        page = await client.read_entries(conversation_id, order="desc", limit=MAX_LISTED)
         entries: list[EntryRecord] = page.entries[::-1]
         runs: deque[RunRecord] = deque(maxlen=MAX_LISTED)
-        async for run in self._client.iter_runs(conversation_id=conversation_id):
+        async for run in client.iter_runs(conversation_id=conversation_id):
             runs.append(run)
-        submissions: list[SubmissionRecord] = await self._client.submissions(conversation_id)
-        live = [run for run in runs if run.status not in ("completed", "failed", "cancelled")]
-        partials = await self._client.partials(run_id=live[-1].run_id) if live else None
+        submissions: list[SubmissionRecord] = await client.submissions(conversation_id)
+        active = next((run for run in runs if run.status in RUN_ACTIVE), None)
+        partials, pending, asking = None, [], []
+        if active is not None:  # what it does now: its output streaming, its tool calls unfinished, its questions
+            partials = await client.partials(run_id=active.run_id)
+            pending = [op for op in await client.operations(active.run_id) if _unfinished_call(op)]
+            asking = await client.interactions(status="open", run_id=active.run_id)
         return {
             "conversation": _record(conversation),
             "entries": [_record(entry) for entry in entries],
@@ -274,12 +460,15 @@ class Reads:
             "runs": [_record(run) for run in runs],
             "submissions": [_record(one) for one in submissions[-MAX_LISTED:]],
             "partials": [] if partials is None else [_record(one) for one in partials.partials],
+            "operations": [_record(op) for op in pending[-MAX_LISTED:]],
+            "interactions": [_record(one) for one in asking[-MAX_LISTED:]],
         }
 
     async def run(self, run_id: str) -> dict[str, Any]:
-        run = await self._client.run(run_id)
-        operations: list[OperationRecord] = await self._client.operations(run_id)
-        interactions: list[InteractionRecord] = await self._client.interactions(status=None, run_id=run_id)
+        client = self._link.client()
+        run = await client.run(run_id)
+        operations: list[OperationRecord] = await client.operations(run_id)
+        interactions: list[InteractionRecord] = await client.interactions(status=None, run_id=run_id)
         return {
             "run": _record(run),
             "operations": [_record(op) for op in operations[-MAX_LISTED:]],
@@ -289,15 +478,21 @@ class Reads:
     async def tasks(self) -> dict[str, Any]:
         from ._tasks import render_tree
 
-        graph = await self._client.task_graph()
+        graph = await self._link.client().task_graph()
         return {"seq": graph.seq, "count": len(graph.nodes), "lines": render_tree(graph.nodes)[: MAX_LISTED * 2]}
 
     async def usage(self) -> dict[str, Any]:
+        client = self._link.client()
         totals: dict[str, Any] = {}
         for scope in ("model", "tool", "conversation"):
-            found, _ = await self._client.usage_totals(scope)
+            found, _ = await client.usage_totals(scope)
             totals[scope] = [_record(total) for total in found[:MAX_LISTED]]
         return totals
+
+
+def _unfinished_call(op: OperationRecord) -> bool:
+    """A tool call that has no result yet: running (``started``), or cut off and waiting to be resolved."""
+    return op.kind == "tool" and op.status in ("started", "interrupted")
 
 
 @attrs.frozen
@@ -323,98 +518,128 @@ class Login:
         return bool(bearer) and hmac.compare_digest(bearer, self.token)
 
 
-def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = False) -> Any:
-    """The ASGI application (Starlette): the page, its reads, its actions and its event stream. ``secure``: served
-    over TLS (the session cookie is then ``Secure``, and the origin actions must come from is ``https``)."""
+LOGIN_REFUSED: Final = (
+    "open the URL tether ui printed (it carries the login token), or send Authorization: Bearer TOKEN; nothing is "
+    "shown or done without it"
+)
+
+
+def error_response(path: str, refused: Refused) -> Any:
+    """A refusal as the API answers it (``{"error": {"code", "message"}}``), or as plain text for a person who
+    opened another address than the API's."""
+    from starlette.responses import JSONResponse, PlainTextResponse
+
+    if path.startswith("/api/"):
+        return JSONResponse(refused.body(), status_code=refused.status, headers={"Cache-Control": "no-store"})
+    return PlainTextResponse(f"tether ui: {refused.message}", status_code=refused.status)
+
+
+class LoginRequired:
+    """The login, checked once for every request whatever it asks for (a route added later included), before any
+    route sees it (ASGI middleware):
+
+    1. ``?token=TOKEN`` on any address opens the session: a 303 to that address without it, setting the session
+       cookie (``HttpOnly``, ``SameSite=Strict``, ``Secure`` over TLS); another token is refused.
+    2. Otherwise the session cookie, or ``Authorization: Bearer TOKEN`` (scripts), is needed.
+    3. Refused: 401, ``bad_token``, nothing shown or done (a WebSocket is closed before it is accepted).
+    """
+
+    def __init__(self, app: ASGIApp, login: Login, secure: bool) -> None:
+        self.app = app
+        self.login = login
+        self.secure = secure
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # lifespan
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import HTTPConnection
+        from starlette.responses import RedirectResponse
+
+        request = HTTPConnection(scope)
+        token = request.query_params.get("token")
+        admitted = token is None and self.login.admits(
+            request.cookies.get(SESSION_COOKIE), request.headers.get("authorization")
+        )
+        if admitted:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        elif token is not None and hmac.compare_digest(token, self.login.token):
+            response = RedirectResponse(request.url.path, status_code=303)
+            response.set_cookie(
+                SESSION_COOKIE, self.login.session, httponly=True, samesite="strict", secure=self.secure, path="/"
+            )
+            await response(scope, receive, send)
+        else:
+            refused = Refused(401, ErrorCode.BAD_TOKEN, LOGIN_REFUSED)
+            await error_response(request.url.path, refused)(scope, receive, send)
+
+
+FAVICON: Final = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" '
+    'fill="#2b59c3"/><path d="M8 9h16v4h-6v12h-4V13H8z" fill="#fff"/></svg>'
+)
+"""The page's icon (``/favicon.ico``, as an SVG): a T."""
+
+
+def build_app(link: OwnerLink, login: Login, *, secure: bool = False) -> Any:
+    """The ASGI application (Starlette): the page, its reads, its actions and its event stream, every route behind
+    :class:`LoginRequired`. ``secure``: served over TLS (the session cookie is then ``Secure``, and the origin
+    actions must come from is ``https``)."""
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import Request
-    from starlette.responses import (
-        FileResponse,
-        HTMLResponse,
-        JSONResponse,
-        PlainTextResponse,
-        RedirectResponse,
-        Response,
-        StreamingResponse,
-    )
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    reads = Reads(client, hub)
-    actions = Actions(client)
+    reads = Reads(link)
+    actions = Actions(link)
+    hub = link.hub
     page = (PAGE_DIR / "index.html").read_text(encoding="utf-8").replace("{{CSRF}}", login.csrf)
 
-    def admitted(request: Request) -> bool:
-        return login.admits(request.cookies.get(SESSION_COOKIE), request.headers.get("authorization"))
-
-    def denied() -> Response:
-        return PlainTextResponse(
-            "tether ui: open the URL tether ui printed (it carries the login token); nothing is shown without it",
-            status_code=401,
-        )
-
     async def index(request: Request) -> Response:
-        token = request.query_params.get("token")
-        if token is not None:
-            if not hmac.compare_digest(token, login.token):
-                return denied()
-            response = RedirectResponse("/", status_code=303)
-            response.set_cookie(
-                SESSION_COOKIE, login.session, httponly=True, samesite="strict", secure=secure, path="/"
-            )
-            return response
-        if not admitted(request):
-            return denied()
         return HTMLResponse(page, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"})
+
+    async def favicon(request: Request) -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     async def asset(request: Request) -> Response:
         name = request.path_params["name"]
-        if name not in ("app.js", "style.css") or not admitted(request):
-            return denied() if name in ("app.js", "style.css") else PlainTextResponse("not found", status_code=404)
+        if name not in ("app.js", "style.css"):
+            raise Refused(404, ErrorCode.NOT_FOUND, f"no asset {name!r}")
         return FileResponse(PAGE_DIR / name, headers={"Cache-Control": "no-store"})
 
     def read_route(function: Callable[..., Awaitable[Any]], *names: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            if not admitted(request):
-                return denied()
-            try:
-                found = await function(*(request.path_params[name] for name in names))
-            except TetherError as exc:
-                return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=_status_of(exc))
+            found = await bounded(function(*(request.path_params[name] for name in names)), action=False)
             return JSONResponse(found, headers={"Cache-Control": "no-store"})
 
         return endpoint
 
     async def act(request: Request) -> Response:
-        if not admitted(request):
-            return denied()
         sent_origin = request.headers.get("origin")
         origin = f"{'https' if secure else 'http'}://{request.headers.get('host', '')}"
         csrf = request.headers.get(CSRF_HEADER, "")
         if (sent_origin is not None and sent_origin != origin) or not hmac.compare_digest(csrf, login.csrf):
-            return JSONResponse(
-                {"error": "refused: not sent by this server's page (origin or anti-forgery value)"}, 403
-            )
-        action = actions.table.get(request.path_params["name"])
+            message = "refused: not sent by this server's page (origin or anti-forgery value); nothing was done"
+            raise Refused(403, ErrorCode.NOT_ALLOWED, message)
+        name = request.path_params["name"]
+        action = actions.table.get(name)
         if action is None:
-            return JSONResponse({"error": f"no action {request.path_params['name']!r}"}, status_code=404)
-        try:
-            body = await _body(request)
-            return JSONResponse(await action(body))
-        except Refused as exc:
-            return JSONResponse({"error": exc.message}, status_code=exc.status)
-        except TetherError as exc:
-            return JSONResponse({"error": str(exc), "kind": type(exc).__name__}, status_code=_status_of(exc))
+            raise Refused(404, ErrorCode.NOT_FOUND, f"no action {name!r} (there are {', '.join(actions.table)})")
+        body = await _body(request)
+        return JSONResponse(await bounded(action(body), action=True))
 
     async def events(request: Request) -> Response:
-        if not admitted(request):
-            return denied()
         stream = hub.open()
         if stream is None:
-            return PlainTextResponse(f"too many open pages (at most {MAX_STREAMS})", status_code=503)
+            raise Refused(503, ErrorCode.OVERLOADED, f"too many open pages (at most {MAX_STREAMS}); close one")
 
         async def body() -> AsyncIterator[str]:
             try:
-                yield "event: hello\ndata: {}\n\n"
+                yield f"event: hello\ndata: {json.dumps(link.status())}\n\n"
                 while True:
                     event: dict[str, Any] | None = None
                     with trio.move_on_after(15):  # (never held across a yield: the consumer is another task)
@@ -439,8 +664,20 @@ def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = F
 
         return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Refused)
+        response: Response = error_response(request.url.path, exc)
+        return response
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.NOT_ALLOWED}.get(exc.status_code, ErrorCode.INVALID)
+        response: Response = error_response(request.url.path, Refused(exc.status_code, code, str(exc.detail)))
+        return response
+
     routes = [
         Route("/", index),
+        Route("/favicon.ico", favicon),
         Route("/assets/{name}", asset),
         Route("/api/overview", read_route(reads.overview)),
         Route("/api/conversations/{conversation_id}", read_route(reads.conversation, "conversation_id")),
@@ -450,7 +687,11 @@ def build_app(client: actors.Client, hub: Hub, login: Login, *, secure: bool = F
         Route("/api/events", events),
         Route("/api/actions/{name}", act, methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(LoginRequired, login=login, secure=secure)],
+        exception_handlers={Refused: refused, HTTPException: http_error},
+    )
 
 
 async def _body(request: Any) -> dict[str, Any]:
@@ -459,20 +700,29 @@ async def _body(request: Any) -> dict[str, Any]:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise Refused(413, f"an action is at most {MAX_BODY_BYTES} bytes")
+            raise Refused(
+                413, ErrorCode.FRAME_TOO_LARGE, f"an action is at most {MAX_BODY_BYTES} bytes; nothing was done"
+            )
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks) or b"{}")
     except ValueError as exc:
-        raise Refused(400, f"the action's body is not JSON: {exc}") from None
+        raise Refused(400, ErrorCode.INVALID, f"the action's body is not JSON ({exc}); nothing was done") from None
     if not isinstance(body, dict):
-        raise Refused(400, "the action's body is a JSON object")
+        raise Refused(400, ErrorCode.INVALID, "the action's body is a JSON object; nothing was done")
     return body
 
 
-def _status_of(exc: TetherError) -> int:
-    code = getattr(exc, "code", None)
-    return {"not_found": 404, "conflict": 409, "invalid": 400, "not_allowed": 403}.get(str(code), 502)
+def database_problem(db: str) -> str | None:
+    """Why ``tether ui --db DB`` cannot serve ``DB`` at all (no such file: a mistyped path), said at once and
+    nothing started; ``None`` if it can. A database whose owner does not run yet is served: the page says so."""
+    if os.path.isfile(db):
+        return None
+    what = "is not a file" if os.path.exists(db) else "does not exist"
+    return (
+        f"{db} {what}: there is no database to show. Pass --db the path of a Tether database, or start its owner "
+        f"first (`tether up --db {db}` creates it); nothing was started"
+    )
 
 
 async def serve_ui(
@@ -487,30 +737,37 @@ async def serve_ui(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the page until cancelled (over TLS with ``tls_cert`` and ``tls_key``); ``say`` gets the URL to open
-    first (its login token in it). Where it may listen is the caller's to check (``tether ui``: loopback, or TLS)."""
+    first (its login token in it). Where it may listen is the caller's to check (``tether ui``: loopback, or TLS).
+
+    Raises :class:`~protocol.UsageError` at once, nothing started, if ``db`` is not a file
+    (:func:`database_problem`). An owner that does not run is no error: the page says so until one answers."""
+    problem = database_problem(db)
+    if problem is not None:
+        raise UsageError(problem)
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
     login = Login.new(token)
-    async with actors.connect(db=db, name="tether-ui", wait_for_owner_s=10) as client:
-        hub = Hub(client)
-        config = Config()
-        config.bind = [f"{host}:{port}"]
-        config.accesslog = None
-        config.errorlog = "-"  # a failure inside a request is printed to stderr, with its traceback
-        config.loglevel = "WARNING"
-        config.graceful_timeout = 1
-        if tls_cert is not None:
-            config.certfile, config.keyfile = tls_cert, tls_key
-        async with trio.open_nursery() as nursery:
-            await nursery.start(hub.run)
-            bound: list[str] = await nursery.start(
-                lambda task_status: serve(
-                    build_app(client, hub, login, secure=tls_cert is not None), config, task_status=task_status
-                )
+    link = OwnerLink(db, Hub())
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = "-"  # a failure inside a request is printed to stderr, with its traceback
+    config.loglevel = "WARNING"
+    config.graceful_timeout = 1
+    if tls_cert is not None:
+        config.certfile, config.keyfile = tls_cert, tls_key
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(link.run)
+        with trio.move_on_after(FIRST_LINK_S):
+            await link.known.wait()
+        bound: list[str] = await nursery.start(
+            lambda task_status: serve(
+                build_app(link, login, secure=tls_cert is not None), config, task_status=task_status
             )
-            address = bound[0]
-            url = f"{address}/?token={login.token}"
-            say(url)
-            task_status.started(url)
-            await trio.sleep(math.inf)
+        )
+        address = bound[0]
+        url = f"{address}/?token={login.token}"
+        say(url)
+        task_status.started(url)
+        await trio.sleep(math.inf)

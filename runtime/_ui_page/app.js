@@ -5,8 +5,12 @@ const CSRF = document.querySelector('meta[name="tether-csrf"]').content;
 const ACTIVE = new Set(["queued", "pending", "running", "waiting", "retry_wait", "needs_attention"]);
 const main = document.getElementById("main");
 let view = { name: "overview" };
-let streams = {}; // operation_id -> {text, status}: partial output while it streams
+let streams = {}; // operation_id -> {text}: partial output while it streams (a model's text, a tool's progress)
 let rendering = null;
+let drawn = 0; // draws started: a draw shows what it read only if no later one started meanwhile
+let owner = { up: null, db: "", why: "", message: "" }; // whether the owner answers, as the event stream last said
+let streamOpen = false;
+const refusals = {}; // an action's key -> {code, message}: its last refusal, kept across redraws until it succeeds
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -27,26 +31,54 @@ const json = (value) => (typeof value === "string" ? value : JSON.stringify(valu
 const link = (hash, text) => el("a", { href: hash }, text);
 const status = (run) => el("span", { class: "status " + run.status, "data-status": run.status },
   run.status + (run.reason ? ` (${run.reason})` : ""));
+const byId = (records, key) => Object.fromEntries((records || []).map((record) => [record[key], record]));
+
+// An error of the API is {"error": {"code", "message"}}: the code is one of the project's (protocol's ErrorCode).
+function refusal(response, body) {
+  const error = (body && body.error) || {};
+  return { code: error.code || "http_" + response.status, message: error.message || response.statusText };
+}
 
 async function read(path) {
   const response = await fetch(path, { credentials: "same-origin" });
-  const body = await response.json().catch(() => ({ error: response.statusText }));
-  if (!response.ok) throw new Error(body.error || response.statusText);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw Object.assign(new Error(), refusal(response, body));
   return body;
 }
 
-async function act(name, body, errorBox) {
-  errorBox.textContent = "";
-  const response = await fetch("/api/actions/" + name, {
-    method: "POST",
-    credentials: "same-origin",
-    headers: { "Content-Type": "application/json", "X-Tether-CSRF": CSRF },
-    body: JSON.stringify(body),
-  });
-  const answer = await response.json().catch(() => ({ error: response.statusText }));
-  if (!response.ok) errorBox.textContent = answer.error || response.statusText;
-  else schedule();
-  return response.ok;
+function errorBox(key) {
+  const box = el("div", { class: "error-box", "data-refused": key });
+  showRefusal(box, refusals[key]);
+  return box;
+}
+
+function showRefusal(box, refused) {
+  box.replaceChildren();
+  if (!refused) { box.removeAttribute("data-code"); return; }
+  box.setAttribute("data-code", refused.code);
+  box.append(el("code", { class: "code" }, refused.code), " ", refused.message);
+}
+
+// One action of the page; key names it (its refusal is shown in the box of that key until it succeeds).
+async function act(name, body, key) {
+  let refused = null;
+  try {
+    const response = await fetch("/api/actions/" + name, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Tether-CSRF": CSRF },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json().catch(() => null);
+    if (!response.ok) refused = refusal(response, answer);
+  } catch (error) {
+    refused = { code: "owner_unavailable", message: "tether ui did not answer (" + error.message + "); nothing was done" };
+  }
+  if (refused) refusals[key] = refused;
+  else delete refusals[key];
+  for (const box of document.querySelectorAll("[data-refused]")) if (box.dataset.refused === key) showRefusal(box, refused);
+  if (!refused) schedule();
+  return !refused;
 }
 
 function route() {
@@ -60,24 +92,52 @@ function route() {
   schedule(0);
 }
 
+function typing() {
+  const field = document.activeElement;
+  return Boolean(field && main.contains(field) && field.value);
+}
+
+// Read the view again and draw it, unless a person types in one of its fields (before the read or during it: then
+// later); of two draws in flight, only the later one is shown.
 function schedule(delay = 25) {
   if (rendering !== null) return;
   rendering = setTimeout(async () => {
     rendering = null;
-    const typing = document.activeElement;
-    if (typing && main.contains(typing) && typing.value) { schedule(500); return; } // a person is typing there
+    if (typing()) { schedule(500); return; }
+    const mine = ++drawn;
+    let node;
     try {
-      const node = await RENDER[view.name](view.id);
-      main.replaceChildren(node);
+      node = await RENDER[view.name](view.id);
     } catch (error) {
-      main.replaceChildren(el("p", { class: "error-box" }, String(error.message || error)));
+      node = error.code === "owner_unavailable" ? ownerDown(error.message) :
+        el("p", { class: "error-box", "data-code": error.code || "" }, error.code ? el("code", { class: "code" }, error.code) : null,
+          " ", String(error.message || error));
     }
+    if (mine !== drawn) return;
+    if (typing()) { schedule(500); return; }
+    main.replaceChildren(node);
   }, delay);
 }
 
+function ownerDown(message) {
+  const db = owner.db || "DB";
+  return el("div", { class: "card attention", "data-owner": "down" },
+    el("h1", {}, "No owner is running for this database"),
+    el("p", {}, "Start it, and this page reconnects by itself: ", el("code", {}, `tether up --db ${db}`),
+      " (or ", el("code", {}, `tether owner --db ${db}`), ")."),
+    el("p", { class: "muted" }, owner.why ? "Last attempt to reach it: " + owner.why + "." : message));
+}
+
+function showOwner() {
+  const live = document.getElementById("live");
+  if (!streamOpen) { live.textContent = "reconnecting…"; live.className = "live"; return; }
+  live.textContent = owner.up ? "live" : "owner not running";
+  live.className = owner.up ? "live on" : "live down";
+}
+
 function interactionCard(interaction) {
-  const errorBox = el("div", { class: "error-box" });
-  const card = el("div", { class: "card attention", "data-interaction": interaction.interaction_id });
+  const key = "respond:" + interaction.interaction_id;
+  const card = el("div", { class: "card attention", "data-interaction": interaction.interaction_id, "data-kind": interaction.kind });
   if (interaction.kind === "question") {
     const input = el("input", { type: "text", placeholder: "the answer, as JSON (true, 3, \"text\")" });
     const schema = interaction.args && interaction.args.schema;
@@ -88,44 +148,53 @@ function interactionCard(interaction) {
       el("div", { class: "row" }, input, el("button", { class: "primary", onclick: () => {
         let value;
         try { value = JSON.parse(input.value); } catch (error) { value = input.value; }
-        act("respond", { interaction_id: interaction.interaction_id, answer: value }, errorBox);
+        act("respond", { interaction_id: interaction.interaction_id, answer: value }, key);
       } }, "Answer")),
-      errorBox,
+      errorBox(key),
     );
   } else {
     const note = el("input", { type: "text", placeholder: "a note (optional)" });
-    const respond = (approve) => act("respond", { interaction_id: interaction.interaction_id, approve, note: note.value || null }, errorBox);
+    const respond = (approve) => act("respond", { interaction_id: interaction.interaction_id, approve, note: note.value || null }, key);
     card.append(
       el("div", {}, el("b", {}, "Approval"), ` of tool ${interaction.tool} (run `, link("#/run/" + interaction.run_id, short(interaction.run_id)), ")"),
       el("div", { class: "mono" }, JSON.stringify(interaction.args)),
       el("div", { class: "row" }, note,
         el("button", { class: "primary", onclick: () => respond(true) }, "Approve"),
         el("button", { onclick: () => respond(false) }, "Deny")),
-      errorBox,
+      errorBox(key),
     );
   }
   return card;
 }
 
-function runActions(run) {
-  const errorBox = el("div", { class: "error-box" });
+// A run's buttons; operations: the operation records known by id (the one a run that needs attention is blocked on).
+function runActions(run, operations) {
+  const key = "run:" + run.run_id;
   const row = el("div", { class: "row" });
+  let blocked = null;
   if (run.status === "needs_attention" && run.reason === "tool_interrupted" && run.operation_id) {
+    const op = (operations || {})[run.operation_id];
+    blocked = el("div", { class: "blocked", "data-blocked-on": run.operation_id },
+      "Tool ", el("b", { "data-tool": "" }, op ? op.name : "(unknown)"),
+      op ? ` (attempt ${op.attempt}, recovery ${op.policy || "manual"}) was cut off before its result; arguments ` : " was cut off before its result",
+      op ? el("code", { class: "mono", "data-arguments": "" }, JSON.stringify(op.arguments)) : null,
+      ". Find out what it did, then resolve it with the output the model reads:");
     const output = el("input", { type: "text", placeholder: "what the model reads as the call's result (JSON or text)" });
     row.append(output, el("button", { class: "primary", onclick: () => {
       let value;
       try { value = JSON.parse(output.value); } catch (error) { value = output.value; }
-      act("resolve", { operation_id: run.operation_id, output: value }, errorBox);
+      act("resolve", { operation_id: run.operation_id, output: value }, key);
     } }, "Resolve"));
   }
-  if (run.status === "failed") row.append(el("button", { onclick: () => act("retry", { run_id: run.run_id }, errorBox) }, "Retry"));
-  if (ACTIVE.has(run.status)) row.append(el("button", { onclick: () => act("cancel", { run_id: run.run_id }, errorBox) }, "Cancel"));
-  return el("div", {}, row, errorBox);
+  if (run.status === "failed") row.append(el("button", { onclick: () => act("retry", { run_id: run.run_id }, key) }, "Retry"));
+  if (ACTIVE.has(run.status)) row.append(el("button", { onclick: () => act("cancel", { run_id: run.run_id }, key) }, "Cancel"));
+  return el("div", {}, blocked, row, errorBox(key));
 }
 
 const RENDER = {
   async overview() {
     const data = await read("/api/overview");
+    const operations = byId(data.operations, "operation_id");
     const attention = data.runs.filter((run) => run.status === "needs_attention");
     const table = el("table", {}, el("tr", {}, ["run", "agent", "status", "conversation", "answer", "tokens"].map((h) => el("th", {}, h))));
     for (const run of data.runs) {
@@ -142,22 +211,35 @@ const RENDER = {
       data.interactions.map(interactionCard),
       attention.map((run) => el("div", { class: "card attention", "data-attention": run.run_id },
         el("div", {}, "Run ", link("#/run/" + run.run_id, short(run.run_id)), ` (${run.agent}) `, status(run),
-          run.operation_id ? ` on operation ${short(run.operation_id)}` : ""), runActions(run))),
+          " in conversation ", link("#/conversation/" + run.conversation_id, short(run.conversation_id))),
+        runActions(run, operations))),
       el("h2", {}, `Runs (newest first, ${data.runs.length})`), table);
   },
 
   async conversation(id) {
     const data = await read("/api/conversations/" + id);
+    const operations = byId(data.operations, "operation_id");
+    const submissions = byId(data.submissions, "submission_id");
     const transcript = el("div", { id: "transcript" });
-    for (const entry of data.entries) transcript.append(entryNode(entry));
+    for (const entry of data.entries) transcript.append(entryNode(entry, submissions));
     for (const record of data.partials) {
-      if (record.status === "streaming") streams[record.operation_id] = { text: record.text, kind: "assistant" };
+      if (record.status === "streaming") streams[record.operation_id] = { text: record.text };
     }
-    for (const [operation, stream] of Object.entries(streams)) transcript.append(streamNode(operation, stream.text));
+    for (const [operation, stream] of Object.entries(streams)) {
+      if (!operations[operation]) transcript.append(streamNode(operation, stream.text));
+    }
+    // What the run does now, live: its tool calls without a result, then what they ask a person.
+    for (const op of data.operations) transcript.append(toolNode(op));
+    for (const interaction of data.interactions) {
+      transcript.append(el("div", { class: "entry asking", "data-open-question": interaction.interaction_id },
+        el("div", { class: "who" }, interaction.kind === "question" ? `question from tool ${interaction.tool} · waiting for a person`
+          : `approval of tool ${interaction.tool} · waiting for a person`),
+        interactionCard(interaction)));
+    }
     const text = el("textarea", { rows: "2", placeholder: "a message to this conversation" });
-    const errorBox = el("div", { class: "error-box" });
+    const key = "submit:" + id;
     const busy = data.runs.some((run) => ACTIVE.has(run.status));
-    const send = (when_busy) => act("submit", { conversation_id: id, text: text.value, when_busy }, errorBox).then((ok) => { if (ok) text.value = ""; });
+    const send = (when_busy) => act("submit", { conversation_id: id, text: text.value, when_busy }, key).then((ok) => { if (ok) text.value = ""; });
     const queued = data.submissions.filter((one) => one.status === "queued");
     return el("div", {},
       el("h1", {}, `Conversation ${short(id)}`, data.conversation.agent ? ` · agent ${data.conversation.agent}` : ""),
@@ -165,15 +247,16 @@ const RENDER = {
       transcript,
       el("div", { class: "card" }, text, el("div", { class: "row" },
         el("button", { class: "primary", onclick: () => send("follow_up") }, busy ? "Send as a follow-up" : "Send"),
-        busy ? el("button", { onclick: () => send("steer") }, "Steer the running run") : null), errorBox),
+        busy ? el("button", { onclick: () => send("steer") }, "Steer the running run") : null), errorBox(key)),
       queued.length ? el("h2", {}, "Waiting in the inbox") : null,
       queued.map((one) => {
-        const box = el("div", { class: "error-box" });
-        return el("div", { class: "card" }, `${one.kind} ${short(one.submission_id)}: ${json(one.payload)} `,
-          el("button", { onclick: () => act("withdraw", { submission_id: one.submission_id }, box) }, "Withdraw"), box);
+        const withdraw = "withdraw:" + one.submission_id;
+        return el("div", { class: "card", "data-submission": one.submission_id, "data-when-busy": admission(one) },
+          el("b", {}, admissionLabel(one)), ` ${short(one.submission_id)}: ${json(one.payload)} `,
+          el("button", { onclick: () => act("withdraw", { submission_id: one.submission_id }, withdraw) }, "Withdraw"), errorBox(withdraw));
       }),
       el("h2", {}, "Runs"),
-      data.runs.map((run) => el("div", { class: "card" }, link("#/run/" + run.run_id, "run " + short(run.run_id)), " ", status(run), runActions(run))));
+      data.runs.map((run) => el("div", { class: "card" }, link("#/run/" + run.run_id, "run " + short(run.run_id)), " ", status(run), runActions(run, operations))));
   },
 
   async run(id) {
@@ -190,7 +273,7 @@ const RENDER = {
       el("p", {}, "Conversation ", link("#/conversation/" + run.conversation_id, short(run.conversation_id)),
         run.answer ? el("span", {}, " · answer: ", el("i", {}, run.answer.text)) : null,
         run.error ? el("span", { class: "error-box" }, " · " + run.error) : null),
-      runActions(run),
+      runActions(run, byId(data.operations, "operation_id")),
       data.interactions.filter((one) => one.status === "open").map(interactionCard),
       el("h2", {}, "Journal"), journal,
       el("p", { class: "muted" }, `usage: ${run.usage.input_tokens} in, ${run.usage.output_tokens} out` +
@@ -213,9 +296,22 @@ const RENDER = {
   },
 };
 
-function entryNode(entry) {
+// How an input was admitted (its submission's when_busy): a steer joins the running run at its next boundary; any
+// other input has a run of its own (a follow-up's, queued after the active one, while it waits in the inbox).
+const admission = (submission) => (submission.kind === "input" ? submission.when_busy : submission.kind);
+function admissionLabel(submission) {
+  if (submission.kind !== "input") return submission.kind;
+  return submission.when_busy === "steer" ? "steer (joins the running run at its next boundary)" : "follow-up (its own run, after the active one)";
+}
+
+function entryNode(entry, submissions) {
   const data = entry.data || {};
-  if (entry.kind === "tether.user") return el("div", { class: "entry user" }, el("div", { class: "who" }, "user"), data.text || "");
+  if (entry.kind === "tether.user") {
+    const submission = submissions[data.submission_id];
+    const steer = submission && submission.when_busy === "steer";
+    return el("div", { class: "entry user", "data-entry": entry.entry_id, "data-when-busy": steer ? "steer" : "input" },
+      el("div", { class: "who" }, steer ? "user · steer" : "user"), data.text || "");
+  }
   if (entry.kind === "tether.assistant") {
     const calls = (data.tool_calls || []).map((call) => el("div", { class: "mono" }, `→ ${call.name} ${JSON.stringify(call.arguments)}`));
     return el("div", { class: "entry assistant", "data-entry": entry.entry_id }, el("div", { class: "who" }, "assistant"), data.text || "", calls);
@@ -231,22 +327,47 @@ function streamNode(operation, text) {
   return el("div", { class: "entry assistant streaming", "data-stream": operation }, el("div", { class: "who" }, "streaming…"), text);
 }
 
+// A tool call without a result: running (with its progress as it streams), or cut off and waiting to be resolved.
+function toolNode(op) {
+  const running = op.status === "started";
+  const stream = streams[op.operation_id];
+  return el("div", { class: "entry tool streaming", "data-running-tool": op.operation_id, "data-status": op.status },
+    el("div", { class: "who" }, `${op.parent_operation_id ? "↳ " : ""}tool ${op.name} · ` +
+      (running ? `running (attempt ${op.attempt})` : "cut off: waits for a person to resolve it")),
+    el("div", { class: "mono" }, JSON.stringify(op.arguments)),
+    el("div", { "data-tool-output": op.operation_id }, stream ? stream.text : ""));
+}
+
 function onPartial(event) {
   if (view.name !== "conversation" || event.conversation_id !== view.id) return;
   const stream = streams[event.operation_id] || { text: "" };
   if (event.status !== "streaming") { delete streams[event.operation_id]; schedule(); return; }
   if (event.offset <= stream.text.length) stream.text = stream.text.slice(0, event.offset) + event.text;
   streams[event.operation_id] = stream;
+  const output = document.querySelector(`[data-tool-output="${event.operation_id}"]`);
   const node = document.querySelector(`[data-stream="${event.operation_id}"]`);
   const transcript = document.getElementById("transcript");
-  if (node) node.lastChild.textContent = stream.text;
+  if (output) output.textContent = stream.text;
+  else if (node) node.lastChild.textContent = stream.text;
   else if (transcript) transcript.append(streamNode(event.operation_id, stream.text));
 }
 
+function onOwner(state) {
+  const cameBack = state.up && owner.up === false;
+  owner = state;
+  showOwner();
+  if (cameBack || !state.up) schedule(0);
+}
+
 function listen() {
-  const live = document.getElementById("live");
   const source = new EventSource("/api/events");
-  source.addEventListener("hello", () => { live.textContent = "live"; live.classList.add("on"); });
+  source.addEventListener("hello", (message) => {
+    streamOpen = true;
+    owner = JSON.parse(message.data);
+    showOwner();
+    schedule(0); // what is shown may have been read before the stream opened (or before the owner answered)
+  });
+  source.addEventListener("owner", (message) => onOwner(JSON.parse(message.data)));
   source.addEventListener("partial", (message) => onPartial(JSON.parse(message.data)));
   source.addEventListener("change", (message) => {
     const change = JSON.parse(message.data);
@@ -255,7 +376,7 @@ function listen() {
     schedule();
   });
   source.addEventListener("resync", () => schedule());
-  source.onerror = () => { live.textContent = "reconnecting…"; live.classList.remove("on"); };
+  source.onerror = () => { streamOpen = false; showOwner(); };
 }
 
 window.addEventListener("hashchange", route);

@@ -1,8 +1,10 @@
 """``tether ui`` in a real browser: headless Debian ``chromium`` driven by Playwright (docs/ui.md). The page loads
-behind its login token, shows an answer streaming before it is committed, and a person resolves an interrupted manual
-tool call and answers an approval by pressing its buttons; the runs then complete. Without chromium or Playwright the
-browser tests are skipped, saying which is missing. The page's guards (login, anti-forgery, origin, bounds) are
-checked without a browser.
+behind its login token, shows an answer streaming before it is committed, a running tool call and the question it
+asks, how each input was admitted, and a refusal's code; a person resolves an interrupted manual tool call (its card
+names the tool and its arguments) and answers an approval by pressing its buttons; the runs then complete. Without an
+owner the page says so, and comes back by itself once one runs. Without chromium or Playwright the browser tests are
+skipped, saying which is missing; they share one browser (a fresh context, so no cookie, for each test). The page's
+guards (login, anti-forgery, origin, bounds) are checked without a browser.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -27,8 +30,10 @@ import trio
 import actors
 from protocol import new_id as protocol_id
 from runtime import stop_gracefully, tether_command
+from runtime._ui import OWNER_WAIT_S
+from storage_owner.store import SqliteStore
 from tests.conftest import OwnerProcess
-from tests.integration import _agent_apps
+from tests.integration import _agent_apps, _ui_apps
 from tests.integration._agent_apps import STREAMED_ANSWER, build_streaming, read_ledger
 from tests.integration._agent_helpers import ledger, run_in, served, serving, start_run, worker_process
 from tests.integration._up_helpers import CHILD_ENV, ROOT
@@ -78,31 +83,80 @@ async def ui_process(db: str, *extra: str) -> AsyncIterator[str]:
         await stop_gracefully(process)
 
 
-@contextlib.contextmanager
-def browser() -> Iterator[Page]:
-    assert sync_playwright is not None and CHROMIUM is not None
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = launched.new_page()
-            page.set_default_timeout(BROWSER_TIMEOUT_MS)
-            yield page
-        finally:
-            launched.close()
+class Browser:
+    """One headless chromium for a module's tests, driven by a thread of its own (Playwright's sync API belongs to
+    the thread that started it): :meth:`run` gives each test's steps a fresh context (no cookie) and page."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[Page], Any], list[Any], threading.Event] | None] = queue.Queue()
+        self._launched = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="chromium", daemon=True)
+        self._thread.start()
+        self._launched.wait(timeout=BROWSER_TIMEOUT_MS / 1000)  # its processes run before a test counts its own
+
+    def _serve(self) -> None:
+        assert sync_playwright is not None and CHROMIUM is not None
+        with sync_playwright() as playwright:
+            try:
+                launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            except BaseException as exc:  # every test that asks for the browser raises it
+                self._failure = exc
+                raise
+            finally:
+                self._launched.set()
+            try:
+                while (job := self._jobs.get()) is not None:
+                    steps, outcome, done = job
+                    context = launched.new_context()
+                    try:
+                        page = context.new_page()
+                        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+                        outcome.append(steps(page))
+                    except BaseException as exc:  # handed to the test, which raises it
+                        outcome.append(exc)
+                    finally:
+                        context.close()
+                        done.set()
+            finally:
+                launched.close()
+
+    async def run(self, steps: Callable[[Page], Any]) -> Any:
+        """Run ``steps`` against a fresh page in the browser's thread, while trio goes on; its result, or its
+        error raised here."""
+        if self._failure is not None:
+            raise self._failure
+        outcome: list[Any] = []
+        done = threading.Event()
+        self._jobs.put((steps, outcome, done))
+        await trio.to_thread.run_sync(done.wait, abandon_on_cancel=True)  # (a test's deadline still ends it)
+        [result] = outcome
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
 
 
-async def in_browser(steps: Callable[[Page], Any]) -> Any:
-    """Run ``steps`` against a fresh page in a thread (Playwright's sync API), while trio goes on."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    shared = Browser()
+    try:
+        yield shared
+    finally:
+        shared.close()
 
-    def run() -> Any:
-        with browser() as page:
-            return steps(page)
 
-    return await trio.to_thread.run_sync(run)
+async def wait_until(event: threading.Event) -> None:
+    """Until the browser's thread sets ``event``."""
+    while not event.is_set():  # noqa: ASYNC110 (the browser's thread sets it)
+        await trio.sleep(POLL_S)
 
 
 @needs_browser
-async def test_the_page_shows_an_answer_streaming_before_it_is_committed(owner: OwnerProcess) -> None:
+async def test_the_page_shows_an_answer_streaming_before_it_is_committed(owner: OwnerProcess, browser: Browser) -> None:
     ready = threading.Event()
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, build_streaming(delay_s=0.1)) as client, ui_process(owner.db) as url:
@@ -126,11 +180,10 @@ async def test_the_page_shows_an_answer_streaming_before_it_is_committed(owner: 
                 result: list[tuple[str, str]] = []
 
                 async def browse() -> None:
-                    result.append(await in_browser(steps))
+                    result.append(await browser.run(steps))
 
                 nursery.start_soon(browse)
-                while not ready.is_set():  # noqa: ASYNC110 (the browser's thread sets it)
-                    await trio.sleep(POLL_S)
+                await wait_until(ready)
                 await client.submit(conversation_id, kind="input", payload="Where is A1?")
             [(partial, final)] = result
     text = partial.removeprefix("streaming…")
@@ -139,7 +192,9 @@ async def test_the_page_shows_an_answer_streaming_before_it_is_committed(owner: 
 
 
 @needs_browser
-async def test_a_person_resolves_an_interrupted_manual_call_from_the_page(owner: OwnerProcess, ledger: Path) -> None:
+async def test_a_person_resolves_an_interrupted_manual_call_from_the_page(
+    owner: OwnerProcess, ledger: Path, browser: Browser
+) -> None:
     gate = Path(os.environ["TETHER_TEST_GATE"])
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(owner.db) as client:
@@ -153,17 +208,21 @@ async def test_a_person_resolves_an_interrupted_manual_call_from_the_page(owner:
             await run_in(client, run_id, "needs_attention")
             async with served(owner.db, _agent_apps.manual, name="second"), ui_process(owner.db) as url:
 
-                def steps(page: Page) -> str:
+                def steps(page: Page) -> tuple[str, str, str]:
                     page.goto(url)
                     card = page.locator(f'[data-attention="{run_id}"]')
+                    tool = card.locator("[data-tool]").text_content() or ""
+                    arguments = card.locator("[data-arguments]").text_content() or ""
                     card.locator("input").fill(json.dumps({"order": "A1", "status": "checked by hand"}))
                     card.get_by_role("button", name="Resolve").click()
                     page.wait_for_selector(f'[data-run="{run_id}"] [data-status="completed"]')
-                    return page.locator(f'[data-run="{run_id}"]').text_content() or ""
+                    return tool, arguments, page.locator(f'[data-run="{run_id}"]').text_content() or ""
 
-                row = await in_browser(steps)
+                tool, arguments, row = await browser.run(steps)
             run = await client.run(run_id)
             entries = await client.entries(conversation_id)
+    # The card named the call a person reconciles: its tool and its exact arguments.
+    assert (tool, json.loads(arguments)) == ("lookup", {"order_id": "A1", "block": True})
     assert run.status == "completed" and "Your order shipped." in row
     [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
     assert isinstance(result, dict) and "checked by hand" in str(result["content"])
@@ -171,7 +230,7 @@ async def test_a_person_resolves_an_interrupted_manual_call_from_the_page(owner:
 
 
 @needs_browser
-async def test_a_person_approves_a_call_from_the_page(owner: OwnerProcess, ledger: Path) -> None:
+async def test_a_person_approves_a_call_from_the_page(owner: OwnerProcess, ledger: Path, browser: Browser) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, _agent_apps.approving) as client, ui_process(owner.db) as url:
             _, run_id = await start_run(client)
@@ -184,7 +243,7 @@ async def test_a_person_approves_a_call_from_the_page(owner: OwnerProcess, ledge
                 card.get_by_role("button", name="Approve").click()
                 page.wait_for_selector(f'[data-run="{run_id}"] [data-status="completed"]')
 
-            await in_browser(steps)
+            await browser.run(steps)
             run = await client.run(run_id)
             [interaction] = await client.interactions(status=None, run_id=run_id)
     assert run.status == "completed"
@@ -224,12 +283,20 @@ async def test_the_page_admits_only_its_login_and_its_own_actions(owner: OwnerPr
                 wrong = await http.post(
                     "/api/actions/respond", json={"interaction_id": act["interaction_id"]}, headers=headers
                 )
-                assert wrong.status_code == 400 and "approve" in wrong.json()["error"]
+                assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid"
                 assert (await client.run(run_id)).status == "waiting"  # nothing of the above changed anything
                 done = await http.post("/api/actions/respond", json=act, headers=headers)
                 assert done.status_code == 200 and done.json()["status"] == "answered"
                 again = await http.post("/api/actions/respond", json={**act, "approve": True}, headers=headers)
-                assert again.status_code == 409 and "already answered" in again.json()["error"]
+                error = again.json()["error"]  # the owner's refusal, in its code and its words, nothing else
+                assert (
+                    again.status_code == 409 and again.json() == {"error": error} and set(error) == {"code", "message"}
+                )
+                assert error["code"] == "conflict" and "already answered" in error["message"]
+                missing = await http.get(f"/api/runs/{protocol_id()}")
+                assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+                icon = await http.get("/favicon.ico")
+                assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
             run = await client.wait_for_run(run_id)
     assert run.status == "completed"  # denied: the model read the error and answered
 
@@ -264,3 +331,145 @@ async def test_the_page_is_served_over_tls_and_beyond_loopback_only_so(owner: Ow
                 assert missing.status_code == 404  # the owner's refusal, through the page's own origin over https
                 plain = {"X-Tether-CSRF": csrf, "Origin": base.replace("https://", "http://")}
                 assert (await http.post("/api/actions/retry", json={"run_id": "x"}, headers=plain)).status_code == 403
+
+
+async def refused_at_once(http: httpx.AsyncClient) -> str:
+    """``/api/overview`` while no owner answers: refused ``owner_unavailable`` without waiting for one (what the
+    old ui did: its calls hung for the client's 30 s reconnection timeout); the refusal's message."""
+    started_s = trio.current_time()
+    answer = await http.get("/api/overview")
+    elapsed_s = trio.current_time() - started_s
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "owner_unavailable"
+    assert elapsed_s < OWNER_WAIT_S + 1
+    return str(answer.json()["error"]["message"])
+
+
+@needs_browser
+async def test_without_an_owner_the_page_says_so_and_comes_back_by_itself(db_path: str, browser: Browser) -> None:
+    SqliteStore.open(db_path).close()  # a database whose owner does not run (yet)
+    owner = OwnerProcess(db_path)
+    shown, back = threading.Event(), threading.Event()
+    with trio.fail_after(TIMEOUT_S):
+        async with ui_process(db_path) as url:  # it serves (the old ui gave up after 11 s, printing no URL)
+            base, token = url.split("/?token=", 1)
+            async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http:
+                assert f"tether up --db {db_path}" in await refused_at_once(http)
+
+                def steps(page: Page) -> tuple[str, str, str]:
+                    page.goto(url)
+                    said = page.wait_for_selector('[data-owner="down"]')
+                    assert said is not None
+                    header = page.wait_for_selector(".live.down")
+                    assert header is not None
+                    down = (said.text_content() or "", header.text_content() or "")
+                    shown.set()
+                    page.wait_for_selector(".live.on")  # the owner answers: the page reads again by itself
+                    page.wait_for_selector("h1:has-text('Needs a person')")
+                    back.set()
+                    again = page.wait_for_selector('[data-owner="down"]')  # and it stopped again
+                    assert again is not None
+                    return *down, again.text_content() or ""
+
+                async with trio.open_nursery() as nursery:
+                    seen: list[tuple[str, str, str]] = []
+
+                    async def browse() -> None:
+                        seen.append(await browser.run(steps))
+
+                    nursery.start_soon(browse)
+                    await wait_until(shown)
+                    await owner.start()
+                    try:
+                        await wait_until(back)
+                        assert (await http.get("/api/overview")).status_code == 200
+                    finally:
+                        await owner.close()
+                await refused_at_once(http)
+    [(said, header, again)] = seen
+    assert f"tether up --db {db_path}" in said and header == "owner not running"
+    assert f"tether up --db {db_path}" in again
+
+
+@needs_browser
+async def test_the_conversation_shows_a_running_tool_its_question_and_how_each_input_was_admitted(
+    owner: OwnerProcess, browser: Browser
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _ui_apps.asking) as client, ui_process(owner.db) as url:
+            conversation_id = await client.create_conversation(agent="support")
+            base = url.split("/?", 1)[0]
+
+            def steps(page: Page) -> dict[str, Any]:
+                seen: dict[str, Any] = {}
+                page.goto(url)
+                page.goto(f"{base}/#/conversation/{conversation_id}")
+                page.wait_for_selector(".live.on")
+                page.locator("textarea").fill("ask about A1")
+                page.get_by_role("button", name="Send", exact=True).click()
+                # Live, with no reload: the tool call running (its arguments, its progress), and its question.
+                tool = page.wait_for_selector("[data-running-tool]:has([data-tool-output]:has-text('looking up A1'))")
+                question = page.wait_for_selector("[data-open-question]")
+                assert tool is not None and question is not None
+                seen["tool"], seen["question"] = tool.text_content(), question.text_content()
+                asking = page.locator("[data-open-question]")
+                asking.locator("input").fill("maybe")  # not a boolean: the owner refuses it
+                asking.get_by_role("button", name="Answer").click()
+                refused = page.wait_for_selector("[data-open-question] [data-code]")
+                assert refused is not None
+                seen["code"], seen["refusal"] = refused.get_attribute("data-code"), refused.text_content()
+                page.locator("textarea").fill("also B2")
+                page.get_by_role("button", name="Steer the running run").click()
+                page.wait_for_selector('[data-submission][data-when-busy="steer"]')
+                page.locator("textarea").fill("thanks")
+                page.get_by_role("button", name="Send as a follow-up").click()
+                page.wait_for_selector('[data-submission][data-when-busy="follow_up"]')
+                seen["inbox"] = sorted(
+                    (one.get_attribute("data-when-busy"), one.text_content() or "")
+                    for one in page.locator("[data-submission]").all()
+                )
+                page.locator("[data-open-question] input").fill("true")
+                page.locator("[data-open-question]").get_by_role("button", name="Answer").click()
+                page.wait_for_selector(
+                    f".entry.assistant:not(.streaming):has-text('{_ui_apps.NOTED}')"
+                )  # the follow-up's answer
+                seen["left"] = page.locator("[data-running-tool], [data-open-question], [data-submission]").count()
+                seen["users"] = [
+                    (one.get_attribute("data-when-busy"), one.locator(".who").text_content(), one.text_content())
+                    for one in page.locator(".entry.user").all()
+                ]
+                return seen
+
+            seen = await browser.run(steps)
+            [interaction] = await client.interactions(status=None)
+    assert "tool confirm" in seen["tool"] and "running" in seen["tool"] and '{"order_id":"A1"}' in seen["tool"]
+    assert _ui_apps.QUESTION in seen["question"]
+    assert seen["code"] == "invalid" and seen["refusal"].startswith("invalid")  # the project's code, shown
+    [(follow_up, queued_after), (steer, joins)] = seen["inbox"]
+    assert (follow_up, steer) == ("follow_up", "steer") and "follow-up" in queued_after and "steer" in joins
+    assert seen["left"] == 0  # answered: no tool running, no question open, nothing waiting
+    assert [(kind, who) for kind, who, _ in seen["users"]] == [
+        ("input", "user"),
+        ("steer", "user · steer"),
+        ("input", "user"),
+    ]
+    sent = ("ask about A1", "also B2", "thanks")
+    assert all(text.endswith(one) for (_, _, text), one in zip(seen["users"], sent, strict=True))
+    assert interaction.answer is not None and interaction.answer.value is True
+
+
+async def test_tether_ui_on_a_missing_database_fails_at_once(tmp_path: Path) -> None:
+    missing = tmp_path / "nosuch.db"
+    with trio.fail_after(TIMEOUT_S):
+        started_s = trio.current_time()
+        refused = await trio.run_process(
+            tether_command("ui", "--db", str(missing), "--listen", "127.0.0.1:0"),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        elapsed_s = trio.current_time() - started_s
+    # At once (the old ui waited 10 s for an owner first), one line naming the file and what to do, nothing made.
+    lines = refused.stderr.decode().splitlines()
+    assert refused.returncode == 1 and refused.stdout == b"" and len(lines) == 1
+    assert f"{missing} does not exist" in lines[0] and f"tether up --db {missing}" in lines[0]
+    assert elapsed_s < 8 and list(tmp_path.iterdir()) == []

@@ -16,7 +16,7 @@ from runtime import _ui
 def test_open_pages_are_bounded_and_a_slow_one_is_told_to_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_ui, "MAX_STREAMS", 2)
     monkeypatch.setattr(_ui, "MAX_QUEUED_EVENTS", 3)
-    hub = _ui.Hub(client=None)  # type: ignore[arg-type]  (publish and open need no owner)
+    hub = _ui.Hub()
     first, second = hub.open(), hub.open()
     assert first is not None and second is not None
     assert hub.open() is None and hub.open_streams == 2  # one page more is refused (503)
@@ -73,7 +73,7 @@ def test_a_commit_becomes_its_partial_pieces_then_what_it_touched() -> None:
 
 def test_the_overview_keeps_the_newest_runs_each_in_its_latest_state(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_ui, "MAX_LISTED", 3)
-    hub = _ui.Hub(client=None)  # type: ignore[arg-type]  (remember needs no owner)
+    hub = _ui.Hub()
 
     def run(n: int, status: str, seq: int) -> RunRecord:
         return RunRecord(
