@@ -119,23 +119,30 @@ class Hub:
 
     def __init__(self) -> None:
         self._streams: set[_Stream] = set()
-        self._runs: dict[str, RunRecord] = {}
-        """The :data:`MAX_LISTED` newest runs (by id: UUIDv7, so by creation), as the watch last showed each: the
-        overview reads them here, not from the owner on each change (that read grew with every run stored)."""
+        self._runs: dict[str, tuple[int, int, RunRecord]] = {}
+        """The :data:`MAX_LISTED` newest runs, as the watch last showed each, keyed for their order: when the owner
+        created them (``created_at_ms``), then the order they were first seen here (the owner lists and logs runs in
+        creation order; a run's id does not sort by time: a subagent's is derived). The overview reads them here,
+        not from the owner on each change (that read grew with every run stored)."""
+        self._seen = 0
 
     @property
     def newest_runs(self) -> list[RunRecord]:
         """The newest runs, newest first."""
-        return sorted(self._runs.values(), key=lambda run: run.run_id, reverse=True)
+        return [run for _, _, run in sorted(self._runs.values(), key=lambda kept: kept[:2], reverse=True)]
 
     def remember(self, run: RunRecord) -> None:
         """Keep ``run`` if it is among the newest (a later state of one replaces an earlier, never the reverse)."""
         known = self._runs.get(run.run_id)
-        if known is not None and known.seq > run.seq:
+        if known is not None:
+            if known[2].seq <= run.seq:
+                self._runs[run.run_id] = (known[0], known[1], run)
             return
-        self._runs[run.run_id] = run
+        self._seen += 1
+        self._runs[run.run_id] = (run.created_at_ms, self._seen, run)
         if len(self._runs) > MAX_LISTED:
-            del self._runs[min(self._runs)]
+            oldest = min(self._runs, key=lambda run_id: self._runs[run_id][:2])
+            del self._runs[oldest]
 
     def open(self) -> _Stream | None:
         if len(self._streams) >= MAX_STREAMS:

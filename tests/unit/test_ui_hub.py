@@ -97,3 +97,26 @@ def test_the_overview_keeps_the_newest_runs_each_in_its_latest_state(monkeypatch
         ("run-3", "queued"),
         ("run-2", "queued"),
     ]  # at most MAX_LISTED: the oldest dropped
+
+
+def test_the_overview_orders_runs_by_when_they_were_created_not_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_ui, "MAX_LISTED", 3)
+    hub = _ui.Hub()
+
+    def run(run_id: str, created_at_ms: int) -> RunRecord:
+        return RunRecord(
+            run_id=run_id,
+            conversation_id="c",
+            agent="a",
+            version=1,
+            status="queued",
+            submission_id="s",
+            seq=created_at_ms,
+            created_at_ms=created_at_ms,
+            updated_at_ms=created_at_ms,
+        )
+
+    # A subagent's run id is derived (uuid5): it sorts before its parent's by id, but was created after it.
+    for run_id, created_at_ms in (("b-parent", 1), ("a-subagent", 2), ("c-same-ms", 2), ("0-newest", 3)):
+        hub.remember(run(run_id, created_at_ms))
+    assert [one.run_id for one in hub.newest_runs] == ["0-newest", "c-same-ms", "a-subagent"]  # b-parent dropped
