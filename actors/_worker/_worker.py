@@ -190,6 +190,10 @@ class Worker:
             self._log(f"tether worker: task {task_id}: stopped by its budget, as asked: {exc}")
         except StaleLease as exc:
             self._log(f"tether worker: task {task_id}: {exc}")
+            if not running.lost:
+                # A lease being cancelled (its task marked for abort) is refused too, yet is still ours to give back:
+                # the abort handler waits for it. One that ended is refused again, quietly.
+                await self._release(lease)
         except (ModelUnavailable, GiveBack) as exc:
             # Not a fault: the conversation moved to a model this app does not name, or the phase leaves a step to the
             # next worker as this one stops. Given back unrun (no state committed, nothing left open, no restart
