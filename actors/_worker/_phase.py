@@ -182,7 +182,7 @@ class Phase:
         self._live_s = self._received_s
         """When the lease was last known live: it arrived, or a request the owner accepted under it was sent (see
         :meth:`ensure_lease`)."""
-        self.manual_call = False
+        self._manual_call = False
         """Whether this phase committed the intent of a ``manual`` or ``report`` tool call, whose cut-off needs a person
         (or ends in its error result): a stopping worker waits for it past its drain deadline."""
         self.ended = False

@@ -167,7 +167,7 @@ class ToolRun:
         if not started and policy in CONFIRMED_POLICIES:
             if rt.stopping:  # its worker stops: the call is the next worker's, rather than a person's if cut off
                 raise GiveBack(f"its worker stops, so the {policy} call of {tool.name} is left to the next worker")
-            rt.manual_call = True  # from its intent on, the worker's stop waits for it past the drain deadline
+            rt._manual_call = True  # from its intent on, the worker's stop waits for it past the drain deadline
         intent = tool_intent(
             tool,
             run_id=run_id,

@@ -61,7 +61,7 @@ class _Running:
     @property
     def manual_call(self) -> bool:
         """Whether it runs a manual or report tool call, whose cut-off would need a person (or end in its error)."""
-        return self.phase is not None and self.phase.manual_call
+        return self.phase is not None and self.phase._manual_call
 
 
 class Worker:
