@@ -172,7 +172,8 @@ async def test_a_call_acknowledged_after_a_silence_starts_only_once_its_lease_is
     owner = LeasingOwner(ack_delay_s=3.0, live=False)
     assert await _serve_one_call(owner, recovery) == []
     assert owner.received.count("confirm_lease") == 1
-    assert "release" not in owner.received  # nothing to give back: the lease is the owner's already
+    after = owner.received[owner.received.index("confirm_lease") + 1 :]
+    assert "commit" not in after  # no result: nothing ran (the lease is offered back, which an owner refuses)
 
 
 async def test_a_manual_call_is_confirmed_even_after_a_prompt_acknowledgement(
