@@ -147,6 +147,37 @@ async def test_a_manual_tool_still_running_at_the_stops_outer_bound_needs_a_pers
             assert task.restarts == 0
 
 
+async def test_a_safe_call_running_at_the_drain_deadline_runs_again_under_the_next_worker_no_restart_counted(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    """The call's intent went with its task (a safe call): given back as a close, it is interrupted (it may have
+    partly run), and the next worker, seeing a lease that is not the task's first, reads the journal and runs attempt
+    2, instead of taking attempt 1 for still open."""
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: actors.serve(
+                        _agent_apps.safe, db=owner.db, name="first", stop=stop.wait, log=lambda line: None,
+                        drain_timeout_s=0.1, task_status=task_status,
+                    )
+                )  # fmt: skip
+                _, run_id = await start_run(client)
+                await tool_started(ledger)
+                stop.set()
+            [_, tool] = await client.operations(run_id)
+            assert (tool.status, tool.attempt) == ("interrupted", 1)
+            open_gate()
+            async with served(owner.db, _agent_apps.safe, name="second"):
+                run = await client.wait_for_run(run_id)
+            assert run.status == "completed", run
+            [_, tool, _] = await client.operations(run_id)
+            assert (tool.status, tool.attempt) == ("completed", 2)
+            assert (await client.task(tool.task_id)).restarts == 0
+    assert [line["attempt"] for line in read_ledger(ledger)] == [1, 2]
+
+
 async def test_a_model_stream_at_the_drain_deadline_is_sent_again_by_the_next_worker_uncharged(
     owner: OwnerProcess, ledger: Path, tmp_path: Path
 ) -> None:
