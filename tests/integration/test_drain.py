@@ -204,7 +204,7 @@ async def test_a_model_stream_at_the_drain_deadline_is_sent_again_by_the_next_wo
             assert op.error is not None and op.error.startswith("withdrawn: attempt 1")
             run = await client.run(run_id)
             assert run.status == "pending", run  # not retry_wait: no back-off for a close
-            async with served(owner.db, _agent_apps.streaming_slow, name="second"):
+            async with served(owner.db, _agent_apps.streaming, name="second"):  # the same agent, streaming faster
                 run = await client.wait_for_run(run_id)
             assert run.status == "completed" and run.answer is not None
             assert run.answer.text == _agent_apps.STREAMED_ANSWER
