@@ -869,11 +869,24 @@ class ReadTaskGraph:
 @attrs.frozen(kw_only=True)
 class Release:
     """A worker gives a lease back without a new state: its phase was cancelled and has stopped, or the worker
-    could not migrate the stored task (``migration_error``)."""
+    could not migrate the stored task (``migration_error``), or it stopped the phase because it is closing
+    (``closing``: its drain's deadline passed): a close is not a crash, so no restart is counted, and a model request
+    the phase left open is withdrawn (the next attempt takes its number)."""
 
     TYPE: ClassVar[str] = "release"
     lease: LeaseRef
     migration_error: str | None = None
+    closing: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ConfirmLease:
+    """A worker asks whether it still holds ``lease`` (answered ``ok``; ``stale_lease`` when the owner gave the task to
+    someone else, or it is being cancelled): what it asks before a step it cannot take back, when it cannot be sure
+    its lease is still live (a manual tool call's handler, anything after a pause)."""
+
+    TYPE: ClassVar[str] = "confirm_lease"
+    lease: LeaseRef
 
 
 @attrs.frozen(kw_only=True)
@@ -1410,6 +1423,7 @@ Request: TypeAlias = (
     | WaitTask
     | ReadTaskGraph
     | Release
+    | ConfirmLease
     | ReadRun
     | ReadRuns
     | WaitRun
@@ -1484,6 +1498,7 @@ REQUEST_TYPES: tuple[type[Any], ...] = (
     WaitTask,
     ReadTaskGraph,
     Release,
+    ConfirmLease,
     ReadRun,
     ReadRuns,
     WaitRun,

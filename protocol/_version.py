@@ -22,8 +22,9 @@ tools that act: questions (``create_interaction`` of kind ``question``, ``answer
 interaction's answer, whose ``approve`` may be ``null``) and nested tool calls (``parent_operation_id`` on
 ``start_operation`` and operation records), and ``conversation_owner_task_id`` on task nodes; version 9 a tool
 call's intent committed with its task, in the model result's commit (``task_id`` on ``start_operation``); version 10
-names checked at ``configure`` (``force`` on ``configure``) and the outcome reason ``no_model`` (a run's task failed
-past the model grace)."""
+names checked at ``configure`` (``force`` on ``configure``), the outcome reason ``no_model`` (a run's task failed
+past the model grace), and leases a worker confirms before a step it cannot take back (``confirm_lease``) and gives
+back when it closes (``closing`` on ``release``)."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (10,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

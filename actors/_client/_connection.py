@@ -13,6 +13,7 @@ The surface the client's calls (:class:`~actors.Client`) and the watches use, an
 - :meth:`Connection.add_watch` / :meth:`Connection.remove_watch`, :attr:`Connection.is_up`,
   :meth:`Connection.can_reconnect`;
 - :attr:`Connection.welcome`, :attr:`Connection.reconnects`, :meth:`Connection.describe_target`;
+- :meth:`Connection.live_since`, whether what the owner said at a moment still holds (a worker's leases);
 - a worker's hooks (:class:`WorkerHooks`), registered in one call: :meth:`Connection.attach_worker`;
 - :func:`open_connection`, which owns its lifetime.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import math
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Final, Protocol, TypeVar
@@ -81,6 +83,11 @@ OVERLOADED_BACKOFF_MAX_S: Final = 1.0
 OVERLOADED_RETRY_S: Final = 60.0
 """A request refused ``overloaded`` (the owner holds too much unread output) is asked again with back-off from
 20 ms doubling to 1 s, for this long at most; then :class:`~protocol.Overloaded` is raised."""
+LIVE_SILENCE_HEARTBEATS: Final = 2
+"""How many heartbeat intervals the owner may be silent, as seen here, before what this side knew from it (that a
+lease is live) needs asking again (:meth:`Connection.live_since`): half the silence after which the owner drops a
+peer (``HEARTBEATS_PER_SILENCE``), since the owner's view of our silence may be longer than ours by the interval
+since our last ping. A live owner answers a ping every interval, so a healthy connection never looks this silent."""
 
 
 class WatchSubscriber(Protocol):
@@ -106,6 +113,17 @@ class WorkerHooks(Protocol):
 
     def on_connection_lost(self) -> None:
         """Called when the connection ends (before reconnecting): a worker's leases ended with it."""
+
+
+class _AfterSent:
+    """A callback to run once ``frames`` more frames have gone out (fault injection: a worker stopped with its
+    commit sent and its acknowledgement unread)."""
+
+    __slots__ = ("callback", "frames")
+
+    def __init__(self, frames: int, callback: Callable[[], None]) -> None:
+        self.frames = frames
+        self.callback = callback
 
 
 class _Waiter:
@@ -164,6 +182,16 @@ class Connection:
         self._heartbeat_interval_s = 0.0
         self._worker: WorkerHooks | None = None
         """The worker this connection serves (:meth:`attach_worker`), if it serves one."""
+        self._late_s = -math.inf
+        """When the owner was last heard on this connection after a silence past :attr:`live_silence_s` (a pause of
+        this process, a stopped or stalled owner): what was known then may no longer hold."""
+        self._connected_s = math.inf
+        """When this connection began: nothing known before it is known on it."""
+        self.live_silence_s = math.inf
+        """A silence of the owner, as seen here, past which a lease may have been lost without this side knowing:
+        ``LIVE_SILENCE_HEARTBEATS`` heartbeat intervals (see :meth:`live_since`)."""
+        self._after_sent: _AfterSent | None = None
+        """Fault injection's ``intent_sent`` point (:meth:`after_next_sent`)."""
         self._on_attempt = on_attempt
         """Called after each failed attempt to reach the owner (the first connection waiting for it, or a
         reconnection) with why and the back-off before the next, and with ``(None, 0.0)`` once an attempt that
@@ -241,6 +269,21 @@ class Connection:
         call_id = next(self._call_ids)
         self._outbox.append(encode_frame(request, call_id=call_id))
         self._outbox_ready.set()
+
+    def live_since(self, since_s: float) -> bool:
+        """Whether what the owner said at ``since_s`` (``trio.current_time()``) on this connection still holds as far
+        as this side can tell: it was at most :attr:`live_silence_s` ago, and nothing heard since came after a silence
+        past that bound. A worker asks it before a step it cannot take back, under a lease it knew live at ``since_s``
+        (when it sent a request the owner then accepted under that lease, or received the lease): after a pause (a
+        stopped process, once continued, reads what a dead owner had sent, as if it were new) or a stall, the lease
+        is confirmed by a round trip first. Not a checkpoint."""
+        fresh = self._late_s < since_s and trio.current_time() - since_s <= self.live_silence_s
+        return fresh and since_s >= self._connected_s
+
+    def after_next_sent(self, callback: Callable[[], None]) -> None:
+        """Fault injection (``WorkerKill("intent_sent", ...)``): call ``callback`` once the next request queued has gone
+        out on the socket, with what is queued before it. A connection lost meanwhile drops it."""
+        self._after_sent = _AfterSent(len(self._outbox) + 1, callback)
 
     @property
     def is_up(self) -> bool:
@@ -366,7 +409,9 @@ class Connection:
     async def _serve(self, ws: trio_websocket.WebSocketConnection) -> None:
         self._ws = ws
         self._outbox.clear()  # requests queued for the old connection were failed with ConnectionLost
-        self._last_heard_s = self._last_sent_s = trio.current_time()
+        self._after_sent = None
+        self._last_heard_s = self._last_sent_s = self._connected_s = trio.current_time()
+        self._late_s = -math.inf
         if self._worker is not None:
             self.send_nowait(self._worker.announcement())
         for watch in list(self._watches.values()):
@@ -374,6 +419,7 @@ class Connection:
         self._connected.set()
         assert self.welcome is not None
         interval_s = self._heartbeat_interval_s = max(self.welcome.heartbeat_ms, 10) / 1000
+        self.live_silence_s = LIVE_SILENCE_HEARTBEATS * interval_s
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._send_loop, ws, nursery.cancel_scope)
@@ -427,9 +473,17 @@ class Connection:
             await self._outbox_ready.wait()
             self._outbox_ready = trio.Event()
             while self._outbox:
+                queued = len(self._outbox)
                 message, _ = take_message(self._outbox)
+                taken = queued - len(self._outbox)
                 self._sent()
                 await ws.send_message(message)
+                after = self._after_sent
+                if after is not None:
+                    after.frames -= taken
+                    if after.frames <= 0:
+                        self._after_sent = None
+                        after.callback()
 
     async def _receive_loop(self, ws: trio_websocket.WebSocketConnection) -> None:
         while True:
@@ -437,7 +491,10 @@ class Connection:
                 message = await ws.get_message()
             except PEER_GONE:
                 return
-            self._last_heard_s = trio.current_time()
+            now_s = trio.current_time()
+            if now_s - self._last_heard_s > self.live_silence_s:
+                self._late_s = now_s  # heard again after a silence: what it says comes late (see live_since)
+            self._last_heard_s = now_s
             try:
                 frames = decode_message(message, max_bytes=WEBSOCKET_HARD_LIMIT_BYTES)
             except ProtocolError:

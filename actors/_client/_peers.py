@@ -8,6 +8,7 @@ from protocol import (
     AdvanceClock,
     Announce,
     ClockReply,
+    ConfirmLease,
     LeaseRef,
     Ok,
     PeerInfo,
@@ -39,11 +40,19 @@ class PeerCalls(BaseClient):
         """Tell the owner what this worker runs (role ``worker`` only). Used by :func:`actors.serve`."""
         await self.connection.call(announcement, Ok)
 
-    async def release(self, lease: LeaseRef, *, migration_error: str | None = None) -> None:
+    async def release(self, lease: LeaseRef, *, migration_error: str | None = None, closing: bool = False) -> None:
         """Give a lease back without a new state (role ``worker`` only; used by :func:`actors.serve`): the task is
-        pending again, no restart counted. ``migration_error`` says why this worker could not run the stored task.
-        :class:`~protocol.StaleLease` if the lease is not current any more. A checkpoint."""
-        await self.connection.call(Release(lease=lease, migration_error=migration_error), Ok)
+        pending again, no restart counted. ``migration_error`` says why this worker could not run the stored task;
+        ``closing``, that the worker stopped the phase because it is closing (a model request it left open is sent
+        again as the same attempt, docs/runs.md). :class:`~protocol.StaleLease` if the lease is not current any more.
+        A checkpoint."""
+        await self.connection.call(Release(lease=lease, migration_error=migration_error, closing=closing), Ok)
+
+    async def confirm_lease(self, lease: LeaseRef) -> None:
+        """Return if the owner still holds ``lease`` for this connection (role ``worker`` only); raise
+        :class:`~protocol.StaleLease` if it gave the task to someone else or is cancelling it, and
+        :class:`~protocol.ConnectionLost` if the connection ended first (the lease ended with it). A checkpoint."""
+        await self.connection.call(ConfirmLease(lease=lease), Ok)
 
     async def ping(self) -> Pong:
         """A round trip to the owner: its clock and newest ``seq``."""

@@ -86,11 +86,20 @@ async def journaled(rt: Phase, operation_id: str) -> OperationRecord | None:
         return None
 
 
+CONFIRMED_POLICIES: Final = frozenset({"manual", "report"})
+"""Tool calls whose handler starts only once the owner confirmed the lease (a round trip after the intent): their
+cut-off needs a person (or ends in an error result), so a paused worker must never start one under a lease it lost."""
+
+
 async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
     """Commit an operation's intent. ``guessed``: the phase did not read the journal, on the guess that a fresh state
     (never cut off) has no attempt of the operation yet; the owner checks every intent against the journal, so a
     wrong guess is refused (``conflict``, nothing written) and answers ``False``: read the journal and decide again.
-    A right guess saves a read of the journal per model request and per tool call."""
+    A right guess saves a read of the journal per model request and per tool call.
+
+    Once committed, the operation starts only under a lease known live (:meth:`Phase.ensure_lease`: a round trip
+    after a pause or a silence, and always for a ``manual`` or ``report`` tool call), else
+    :class:`~protocol.StaleLease` is raised and nothing starts."""
     try:
         async with rt.commit() as tx:
             tx.start_operation(write)
@@ -98,6 +107,7 @@ async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
         if not guessed:
             raise
         return False
+    await rt.ensure_lease(always=write.kind == "tool" and write.policy in CONFIRMED_POLICIES)
     return True
 
 

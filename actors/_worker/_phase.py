@@ -13,12 +13,14 @@ from protocol import (
     Committed,
     ConnectionLost,
     CreateInteraction,
+    ErrorCode,
     FaultReason,
     FinishOperation,
     Lease,
     LeaseRef,
     OutcomeReason,
     SetTaskState,
+    StaleLease,
     StartOperation,
     TaskOutcome,
     UsageError,
@@ -38,6 +40,12 @@ if TYPE_CHECKING:
 
 class PhaseEnded(UsageError):
     """The phase already committed its task's next state; it may not commit another."""
+
+
+class GiveBack(Exception):
+    """Raised by a phase that gives its lease back unrun to a worker that stops (a step it could as well leave to the
+    next worker, and whose cut-off would need a person: a manual tool call not started yet). The worker releases the
+    lease: the task is pending again, no restart counted."""
 
 
 class PhaseTransaction(Transaction):
@@ -150,6 +158,7 @@ class Phase:
         stopping: Callable[[], bool] = lambda: False,
         kill_switch: KillSwitch | None = None,
         telemetry: WorkerTelemetry | None = None,
+        received_s: float | None = None,
     ) -> None:
         self.client = client
         """The worker's connection, for reads (entries, documents, other tasks)."""
@@ -168,7 +177,14 @@ class Phase:
         self.mode: Literal["phase", "abort"] = lease.mode
         self.lease: LeaseRef = lease.lease
         self._lease_now_ms = lease.now_ms
-        self._received_s = trio.current_time()
+        self._received_s = trio.current_time() if received_s is None else received_s
+        """When the lease arrived (``trio.current_time()``)."""
+        self._live_s = self._received_s
+        """When the lease was last known live: it arrived, or a request the owner accepted under it was sent (see
+        :meth:`ensure_lease`)."""
+        self._manual_call = False
+        """Whether this phase committed the intent of a ``manual`` or ``report`` tool call, whose cut-off needs a person
+        (or ends in its error result): a stopping worker waits for it past its drain deadline."""
         self.ended = False
         """Whether this run committed its task's next state."""
         self.end_state: SetTaskState | None = None
@@ -232,9 +248,29 @@ class Phase:
             self.ended = True
             self.end_state = tx.state
 
+    async def ensure_lease(self, *, always: bool = False) -> None:
+        """Return once this phase's lease is known live; raise :class:`~protocol.StaleLease` (nothing started) if the
+        owner no longer holds it for this connection. A phase calls it before a step it cannot take back (a tool's
+        handler, a model request): after a silence or a pause longer than its connection can vouch for
+        (:meth:`~actors._client._connection.Connection.live_since`), or ``always``, it asks the owner (one round
+        trip); otherwise it costs nothing. A checkpoint only when it asks."""
+        if not always and self.client.connection.live_since(self._live_s):
+            return
+        asked_s = trio.current_time()
+        try:
+            await self.client.confirm_lease(self.lease)
+        except ConnectionLost as exc:
+            raise StaleLease(
+                ErrorCode.STALE_LEASE,
+                f"the lease on task {self.task_id} at epoch {self.lease.epoch} ended with its connection before "
+                "it could be confirmed; nothing was started",
+            ) from exc
+        self._live_s = asked_s
+
     async def _commit(self, tx: PhaseTransaction) -> Committed:
         if self._kill_switch is not None:
-            self._kill_switch.before(tx.writes, self.kind)
+            self._kill_switch.before(tx.writes, self.kind, self.client.connection.after_next_sent)
+        sent_s = trio.current_time()
         try:
             committed = await self.client.commit_writes(tx.writes, lease=self.lease)
         except ConnectionLost:
@@ -242,6 +278,7 @@ class Phase:
             # the commit again once reconnected lets the owner say so (``StaleLease``, nothing written), which ends
             # this run like any late commit; what was applied before the loss stays applied.
             committed = await self.client.commit_writes(tx.writes, lease=self.lease)
+        self._live_s = sent_s  # the owner held the lease when it took this commit, sent then
         if self._kill_switch is not None:
             self._kill_switch.after(tx.writes, self.kind)
         return committed

@@ -27,14 +27,20 @@ from .._app._app import App
 from .._client._client import Client, check_target, connect
 from ._agent_run import ModelUnavailable
 from ._faults import KillSwitch, WorkerKill
-from ._worker import Worker, _Stop
+from ._phase import GiveBack
+from ._worker import RELEASE_TIMEOUT_S, Worker, _Stop
 
 if TYPE_CHECKING:
     from ._telemetry import WorkerTelemetry
 
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
-"""How long a stopping worker lets the phases it runs finish before it cuts off what still runs (``tether worker
+"""How long a stopping worker lets the phases it runs finish before it gives back what still runs (``tether worker
 --drain-timeout``, ``tether up --drain-timeout``, ``serve(drain_timeout_s=)``)."""
+DEFAULT_MANUAL_GRACE_S: Final = 8.0
+"""How much longer than its drain timeout a stopping worker waits for the manual and report tool calls it runs (the
+only work whose cut-off needs a person, or ends in an error result) before it cuts them off too
+(``serve(manual_grace_s=)``): inside the 10 s ``tether up`` gives a worker past its drain timeout before it kills
+it (its ``stop_timeout_s``), with room for the releases and the disconnection."""
 RETRY_LOG_INTERVAL_S: Final = 10.0
 """While a worker cannot reach its owner, at most one log line per this many seconds says so."""
 
@@ -50,6 +56,7 @@ async def serve(
     log: Callable[[str], None] = log_stderr,
     ca: str | os.PathLike[str] | None = None,
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+    manual_grace_s: float = DEFAULT_MANUAL_GRACE_S,
     stop: Callable[[], Awaitable[object]] | None = None,
     handle_signals: bool = True,
     fault_kill: WorkerKill | None = None,
@@ -65,12 +72,15 @@ async def serve(
     cancels it, and the lease is released once the phase has stopped. ``task_status.started`` receives the
     connected client (for ``nursery.start``). ``ca`` verifies a ``wss://`` owner, as for :func:`connect`.
 
-    **Stopping drains.** SIGINT or SIGTERM (with ``handle_signals``, from the main thread) or the return of
-    ``stop()`` (an async function, if given; it is started once ``serve`` listens for the signals) stop the worker:
-    it takes no new lease, lets the phases it runs finish and commit (a tool call ends with its result, not as an
-    interrupted call), for at most ``drain_timeout_s``, then returns. What still runs at that deadline is cut off
-    and follows its recovery policy. A second SIGINT or SIGTERM, or a cancellation of ``serve``, stops at once,
-    cutting off what runs. Each step is logged.
+    **Stopping drains; a close is not a crash.** SIGINT or SIGTERM (with ``handle_signals``, from the main thread) or
+    the return of ``stop()`` (an async function, if given; it is started once ``serve`` listens for the signals) stop
+    the worker: it takes no new lease and lets the phases it runs finish and commit (a tool call ends with its result,
+    not as an interrupted call), for at most ``drain_timeout_s``. At that deadline it gives back what still runs,
+    counting no restart: a model request is sent again (as the same attempt) by the next worker, a task phase or a
+    ``safe`` / ``idempotent`` tool call runs again there. A ``manual`` or ``report`` tool call still running (the only
+    work whose cut-off needs a person, or ends in its error result) is waited for ``manual_grace_s`` more before it is
+    cut off too (a manual one then needs a person). Then it returns. A second SIGINT or SIGTERM, or a cancellation of
+    ``serve``, stops at once, cutting off what runs as a crash would. Each step is logged.
 
     **Fault injection.** ``fault_kill`` (a :class:`WorkerKill`) makes this process SIGKILL itself at that point of
     the commits of the phases it runs: for crash tests of a worker process (``tether worker --fault-kill``,
@@ -87,6 +97,8 @@ async def serve(
     check_target(db=db, url=url, token=token, ca=ca)
     if not drain_timeout_s >= 0:
         raise UsageError(f"drain_timeout_s is a number of seconds, 0 or more, not {drain_timeout_s!r}")
+    if not manual_grace_s >= 0:
+        raise UsageError(f"manual_grace_s is a number of seconds, 0 or more, not {manual_grace_s!r}")
     worker_name = name or f"worker-{os.getpid()}"
     if fault_kill is not None and not isinstance(fault_kill, WorkerKill):
         raise UsageError(f"fault_kill is an actors.WorkerKill or None, not {fault_kill!r}")
@@ -102,7 +114,7 @@ async def serve(
                 nursery.start_soon(_stop_on_signals, received, stopping, nursery.cancel_scope, log, worker_name)
             if stop is not None:
                 nursery.start_soon(_stop_when, stop, stopping)
-            nursery.start_soon(_drain_deadline, stopping, drain_timeout_s, log, worker_name)
+            nursery.start_soon(_drain_deadline, stopping, drain_timeout_s, manual_grace_s, log, worker_name)
             nursery.start_soon(_end_if_drained_unattached, stopping, nursery.cancel_scope)
 
             async def connections(*, task_status: trio.TaskStatus[Client]) -> None:
@@ -134,7 +146,7 @@ def _telemetry(otel: bool | None, tracer_provider: Any) -> WorkerTelemetry | Non
         raise UsageError(
             f"telemetry needs OpenTelemetry, which is not installed ({exc}): pip install 'tether[otel]'"
         ) from exc
-    return WorkerTelemetry(tracer_provider, given_back=(ModelUnavailable,))
+    return WorkerTelemetry(tracer_provider, given_back=(ModelUnavailable, GiveBack))
 
 
 async def _stop_on_signals(
@@ -157,8 +169,12 @@ async def _stop_when(stop: Callable[[], Awaitable[object]], stopping: _Stop) -> 
     stopping.ask()
 
 
-async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable[[str], None], name: str) -> None:
-    """Once the stop is asked: say what runs, and end the drain at its deadline if it has not ended by then."""
+async def _drain_deadline(
+    stopping: _Stop, drain_timeout_s: float, manual_grace_s: float, log: Callable[[str], None], name: str
+) -> None:
+    """Once the stop is asked: say what runs; at the drain's deadline give back what still runs but the manual and
+    report tool calls; at ``manual_grace_s`` past it, those too; end the drain once nothing runs (or the releases
+    had their time)."""
     await stopping.asked.wait()
     running = stopping.running_kinds()
     if running:
@@ -171,11 +187,30 @@ async def _drain_deadline(stopping: _Stop, drain_timeout_s: float, log: Callable
         if running:
             log(f"tether worker: {name}: stopping: everything it ran finished and committed")
         return
-    left = stopping.running_kinds()
-    log(
-        f"tether worker: {name}: stopping: the drain timeout ({drain_timeout_s:g} s) passed; cutting off "
-        f"{len(left)} still running, each follows its recovery policy: {', '.join(left)}"
-    )
+    given, kept = stopping.give_back(manual_calls=False)
+    if given:
+        log(
+            f"tether worker: {name}: stopping: the drain timeout ({drain_timeout_s:g} s) passed; giving back "
+            f"{len(given)} still running (a close, not a crash: no restart counted; a model request is sent again "
+            f"as the same attempt, the rest runs again, by the next worker): {', '.join(given)}"
+        )
+    if kept:
+        log(
+            f"tether worker: {name}: stopping: waiting up to {manual_grace_s:g} s more for {len(kept)} manual or "
+            f"report tool call(s), whose cut-off needs a person: {', '.join(kept)}"
+        )
+        with trio.move_on_after(manual_grace_s):
+            await stopping.drained.wait()
+            log(f"tether worker: {name}: stopping: the manual and report tool calls finished and committed")
+            return
+        cut, _ = stopping.give_back(manual_calls=True)
+        log(
+            f"tether worker: {name}: stopping: {manual_grace_s:g} s more passed; cutting off {len(cut)} still "
+            f"running, each follows its recovery policy (a manual call needs a person): {', '.join(cut)}"
+        )
+    with trio.move_on_after(RELEASE_TIMEOUT_S):  # the releases of what was given back (each bounded too)
+        await stopping.drained.wait()
+        return
     stopping.drained.set()
 
 

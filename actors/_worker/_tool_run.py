@@ -29,6 +29,7 @@ from .._app._tools import ToolCall, ToolDefinition, ToolResult
 from .._models._model import Usage
 from ._call_host import CallHost, SubagentUnanswered, _nested, _parent, _run_subagent
 from ._journal import (
+    CONFIRMED_POLICIES,
     TOOL_PREFIX,
     _derived,
     _fresh,
@@ -42,7 +43,7 @@ from ._journal import (
     tool_intent,
 )
 from ._partials import partial_output
-from ._phase import Phase
+from ._phase import GiveBack, Phase
 
 REPORTED: Final = (
     "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
@@ -89,13 +90,16 @@ class ToolRun:
         run_id = str(rt.input["run_id"])
         operation_id = str(rt.input["operation_id"])
         guessed = _fresh(rt)
-        if guessed and rt.input.get("started") is True:
-            # Attempt 1's intent was committed with this task (the model's result): run the call, no commit first.
+        started = rt.input.get("started") is True
+        # Attempt 1's intent was committed with this task (the model's result): its first lease runs the call, no
+        # commit first. A later lease (given back by a closing worker, no restart counted) reads the journal first.
+        op = None if guessed and rt.lease.epoch == 1 else await journaled(rt, operation_id)
+        if started and (op is None or (op.status == "started" and op.attempt == 1 and op.task_id == rt.task_id)):
             if rt._kill_switch is not None:
                 rt._kill_switch.call_started(tool.name)  # fault injection's after_intent point for this call
+            await rt.ensure_lease()  # a lease read after a pause or a silence is confirmed before the call starts
             await self._execute(rt, None, started=True)
             return
-        op = None if guessed else await journaled(rt, operation_id)
         if op is not None and has_result(op):
             await self._replay(rt, op)  # its result entry (a call the model made) was committed with it
             return
@@ -160,6 +164,10 @@ class ToolRun:
         args = inp["arguments"]
         attempt = 1 if op is None else op.attempt + 1
         policy = tool.recovery if op is None or op.policy is None else op.policy
+        if not started and policy in CONFIRMED_POLICIES:
+            if rt.stopping:  # its worker stops: the call is the next worker's, rather than a person's if cut off
+                raise GiveBack(f"its worker stops, so the {policy} call of {tool.name} is left to the next worker")
+            rt._manual_call = True  # from its intent on, the worker's stop waits for it past the drain deadline
         intent = tool_intent(
             tool,
             run_id=run_id,

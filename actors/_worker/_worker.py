@@ -34,7 +34,7 @@ from .._client._client import Client
 from ._agent_run import AgentRun, ModelUnavailable
 from ._faults import KillSwitch
 from ._journal import AGENT_PREFIX, TOOL_PREFIX
-from ._phase import Phase
+from ._phase import GiveBack, Phase
 from ._tool_run import ToolRun
 
 if TYPE_CHECKING:
@@ -49,8 +49,19 @@ class _Running:
     lease: LeaseRef
     kind: str
     scope: trio.CancelScope
+    received_s: float
+    """When the lease arrived (``trio.current_time()``)."""
     lost: bool = False
     """The connection that held the lease ended: the owner has cut it off, there is nothing to release."""
+    closing: bool = False
+    """The worker stopped the phase because it is closing (its drain's deadline): released as given back by a close."""
+    phase: Phase | None = None
+    """What the phase sees, once it runs."""
+
+    @property
+    def manual_call(self) -> bool:
+        """Whether it runs a manual or report tool call, whose cut-off would need a person (or end in its error)."""
+        return self.phase is not None and self.phase._manual_call
 
 
 class Worker:
@@ -116,6 +127,22 @@ class Worker:
         if self._stop.draining and not self._running:
             self._stop.drained.set()
 
+    def give_back(self, *, manual_calls: bool) -> tuple[list[str], list[str]]:
+        """Stop what runs here to give it back to the owner as closing (the drain's deadline passed): every phase but
+        those running a manual or report tool call, and those too with ``manual_calls``. Each phase stopped releases
+        its lease saying so (no restart counted; a model request it left open is sent again as the same attempt).
+        What it stopped now and what it left running, as ``kind (task id)``."""
+        given, kept = [], []
+        for task_id, running in self._running.items():
+            what = f"{running.kind} (task {task_id})"
+            if running.manual_call and not manual_calls:
+                kept.append(what)
+            elif not running.closing:
+                given.append(what)
+                running.closing = True
+                running.scope.cancel(reason="given back: its worker is closing (its drain's deadline passed)")
+        return given, kept
+
     def on_connection_lost(self) -> None:
         """Every lease belonged to the connection that ended (the owner cuts them all off): stop every phase now,
         rather than let one carry on with effects that the owner will refuse to record."""
@@ -137,7 +164,7 @@ class Worker:
         running = self._running.get(frame.lease.task_id)
         if running is not None:
             running.scope.cancel(reason="the owner granted this task again")  # an older lease is void
-        running = _Running(lease=frame.lease, kind=frame.kind, scope=trio.CancelScope())
+        running = _Running(lease=frame.lease, kind=frame.kind, scope=trio.CancelScope(), received_s=trio.current_time())
         self._running[frame.lease.task_id] = running
         self._nursery.start_soon(self._run, frame, running)
 
@@ -154,18 +181,23 @@ class Worker:
                 if definition is None:  # never leased to us unless announced; handled all the same
                     await self._release(lease, migration_error=f"this worker has no task kind {lease.kind}")
                     return
-                await self._run_phase(lease, definition)
+                await self._run_phase(lease, definition, running)
             if scope.cancelled_caught and not running.lost:
-                await self._release(lease)
+                await self._release(lease, closing=running.closing)
         except BudgetExceeded as exc:
             # The phase's expected end, not a fault: the owner ended the run failed (budget_exceeded) in the commit
             # that refused its model request. One line saying so; the refusal says which budget and how to go on.
             self._log(f"tether worker: task {task_id}: stopped by its budget, as asked: {exc}")
         except StaleLease as exc:
             self._log(f"tether worker: task {task_id}: {exc}")
-        except ModelUnavailable as exc:
-            # Not a fault: the conversation moved to a model this app does not name. Given back unrun (no state
-            # committed, no restart counted); the owner leases it to a worker that names it.
+            if not running.lost:
+                # A lease being cancelled (its task marked for abort) is refused too, yet is still ours to give back:
+                # the abort handler waits for it. One that ended is refused again, quietly.
+                await self._release(lease)
+        except (ModelUnavailable, GiveBack) as exc:
+            # Not a fault: the conversation moved to a model this app does not name, or the phase leaves a step to the
+            # next worker as this one stops. Given back unrun (no state committed, nothing left open, no restart
+            # counted); the owner leases it to another worker.
             self._log(f"tether worker: task {task_id}: {exc}: given back to the owner")
             await self._release(lease)
         except (TetherError, OSError) as exc:
@@ -175,7 +207,7 @@ class Worker:
                 del self._running[task_id]
             self._check_drained()
 
-    async def _run_phase(self, lease: Lease, definition: TaskDefinition) -> None:
+    async def _run_phase(self, lease: Lease, definition: TaskDefinition, running: _Running) -> None:
         checkpoint = lease.checkpoint
         if checkpoint is None:
             # Nothing committed yet: the first phase starts from initial(input), and an abort handler sees the
@@ -204,7 +236,10 @@ class Worker:
             stopping=lambda: self._stop.draining,
             kill_switch=self._kill_switch,
             telemetry=telemetry,
+            received_s=running.received_s,
         )
+        running.phase = rt
+        await rt.ensure_lease()  # a lease read after a pause or a silence is confirmed before its phase starts
         if telemetry is None:
             await self._run_function(rt, definition)
             return
@@ -228,7 +263,7 @@ class Worker:
                 return
         try:
             await function(rt)
-        except (StaleLease, ModelUnavailable):
+        except (StaleLease, ModelUnavailable, GiveBack):
             raise
         except BaseExceptionGroup as group:
             # Before ``except Exception`` (an ExceptionGroup is an Exception): a phase whose own nursery raised
@@ -252,11 +287,11 @@ class Worker:
         if not rt.ended:
             await rt.fault("phase_error", error)
 
-    async def _release(self, lease: Lease, *, migration_error: str | None = None) -> None:
+    async def _release(self, lease: Lease, *, migration_error: str | None = None, closing: bool = False) -> None:
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):
             scope.shield = True
             # RequestFailed: the lease ended already (the task was given to another worker): nothing to give back.
-            await self.client.release(lease.lease, migration_error=migration_error)
+            await self.client.release(lease.lease, migration_error=migration_error, closing=closing)
 
 
 def _describe(exc: BaseException) -> str:
@@ -281,6 +316,10 @@ class _Stop:
     def running_kinds(self) -> list[str]:
         """What the current connection's worker runs (none before it attached)."""
         return [] if self.worker is None else self.worker.running_kinds()
+
+    def give_back(self, *, manual_calls: bool) -> tuple[list[str], list[str]]:
+        """:meth:`Worker.give_back` on the current connection's worker (nothing runs before it attached)."""
+        return ([], []) if self.worker is None else self.worker.give_back(manual_calls=manual_calls)
 
     def ask(self) -> None:
         if self.asked.is_set():

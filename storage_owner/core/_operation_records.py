@@ -1,8 +1,9 @@
 """The operation journal's records and their tables, sans-IO: the one way an operation or an interaction record
 changes once stored (checked against :data:`OPERATION_TRANSITIONS` and :data:`INTERACTION_TRANSITIONS`, which
 ``docs/runs.md`` prints), and what the owner does to them outside a request of their room: a cut-off phase's open
-operations become ``interrupted``, an ended task's open ones ``failed``, a retried run's unfinished model requests
-start over. The rules are numbered as in :mod:`._operations`, which applies the requests.
+operations become ``interrupted`` (a phase given back by a close: its open model request is withdrawn), an ended
+task's open ones ``failed``, a retried run's unfinished model requests start over. The rules are numbered as in
+:mod:`._operations`, which applies the requests.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ._task_settle import CutOffRule
 
 InteractionStatus = Literal["open", "answered", "cancelled"]
 """An interaction record's ``status`` (its field's type on the wire)."""
-OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report"]
+OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report", "withdraw"]
 InteractionEvent = Literal["answer", "close"]
 
 OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], frozenset[OperationStatus]]] = {
@@ -46,6 +47,7 @@ OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], fro
     ("started", "reset"): frozenset({"interrupted"}),  # 6
     ("interrupted", "reset"): frozenset({"interrupted"}),  # 6
     ("failed", "reset"): frozenset({"interrupted"}),  # 6
+    ("started", "withdraw"): frozenset({"interrupted"}),  # 7 (a model request its worker's close stopped)
 }
 """The operation state machine: from a status, on an event, the statuses an operation may take; see the module
 docstring for the rules each row follows. Nothing leaves ``completed`` or ``resolved``."""
@@ -86,7 +88,9 @@ class OperationRecords:
         check_move(INTERACTION_TRANSITIONS, "interaction", key, previous.status, event, record.status)
         self._store.update_interaction(record)
 
-    def cut_off(self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record]) -> CutOffRule | None:
+    def cut_off(
+        self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record], closing: bool = False
+    ) -> CutOffRule | None:
         """The task engine's cut-off hook for the run families (an ``agent:`` run task, a ``tool:`` task), rule 3:
         the open operations of ``task`` become ``interrupted`` (added to ``changed``, which the settling commit
         logs), and the owner decides what the task does next:
@@ -95,9 +99,17 @@ class OperationRecords:
           its last attempt the task fails, reason ``model_retries_exhausted`` (a crash consumes an attempt);
         - a ``manual`` tool call: the task waits on a new ``tether.attention`` task (``needs_attention``);
         - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id.
+
+        ``closing``: the phase was given back by its worker's close (rule 7), not cut off by a crash: an open model
+        request is withdrawn instead (``interrupted`` at the attempt before it, so that the next intent takes the same
+        number: a close consumes no attempt, and the task goes on at once, no back-off); a tool call is interrupted as
+        above (it may have partially run), a manual one waits for a person.
         """
         rule: CutOffRule | None = None
         for op in self._store.open_operations(task.task_id):
+            if closing and op.kind == "model":
+                changed.append(self.withdraw(op, seq, now_ms))
+                continue
             interrupted = attrs.evolve(op, status="interrupted", error="interrupted", seq=seq, updated_at_ms=now_ms)
             self.put(op, interrupted, "interrupt")
             changed.append(interrupted)
@@ -118,6 +130,20 @@ class OperationRecords:
                 )
                 rule = CutOffRule("attention", attention=attention)
         return rule
+
+    def withdraw(self, op: OperationRecord, seq: int, now_ms: int) -> OperationRecord:
+        """Rule 7: a model request's open attempt that its worker's close stopped is withdrawn: ``interrupted`` at the
+        attempt before it (what it counts as spent), its error saying which attempt was stopped and why, so that the
+        request is sent again as that same attempt."""
+        error = (
+            f"withdrawn: attempt {op.attempt} was stopped by its worker's close (a stop or a supervised restart, "
+            f"not a crash); it is sent again as attempt {op.attempt}, not charged to the retry policy"
+        )
+        withdrawn = attrs.evolve(
+            op, status="interrupted", attempt=op.attempt - 1, error=error, seq=seq, updated_at_ms=now_ms
+        )
+        self.put(op, withdrawn, "withdraw")
+        return withdrawn
 
     def settle_open(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> list[Record]:
         """Rule 2b: the operations ``task_id`` left open when it ended ``outcome`` (not completed) become ``failed``

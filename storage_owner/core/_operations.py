@@ -32,6 +32,11 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    ``cancelled``). Refused (``conflict``) while nested calls of the call still run.
 6. A retried run's unfinished model requests (``started``, ``interrupted``, ``failed``) are ``interrupted`` at attempt
    0: their attempts start over, under the same operation ids (``_runs`` rule 6).
+7. **Given back by a close** (a ``release`` with ``closing``: the worker stopped the phase at its drain's deadline, task
+   rule 3): no restart is counted. A model request left open is withdrawn (``interrupted`` at the attempt before it,
+   its error naming the stopped attempt): the next intent takes the same attempt number, so a close consumes no
+   attempt of its retry policy, and the task is ``pending`` at once. A tool call left open is interrupted as in rule
+   3 (it may have partially run): a manual one waits for a person, the others run again (the next attempt).
 
 An operation is created ``started`` (attempt 1), an interaction ``open``; their statuses change only as
 :data:`OPERATION_TRANSITIONS` and :data:`INTERACTION_TRANSITIONS` allow, checked on every put of

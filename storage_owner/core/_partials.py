@@ -234,7 +234,9 @@ class Partials:
         head = self._held.get(op.operation_id)
         if head is None:
             return None
-        streaming = head.status == STREAMING and head.attempt == op.attempt
+        # An interrupted operation has no open attempt, whatever its number says (a withdrawn one counts the attempt
+        # before the stopped one): what still streams of it ended.
+        streaming = head.status == STREAMING and (head.attempt == op.attempt or op.status == "interrupted")
         if not streaming and not final:
             return None
         was = head.status

@@ -10,9 +10,10 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
 2. A phase ends by committing its next state under its lease: ``advance`` (``pending`` at a new checkpoint, also a
    wait on nothing), ``wait``, ``sleep``, ``end`` (terminal) or ``hold`` (``completing``: it decided its outcome
    while it owns live ordinary work).
-3. ``stop``: a phase stops without committing (released after a cancel, its worker cut off, the owner restarted);
-   the task is ``pending`` again (a restart counted unless it was cancelled). At its restart limit it ends
-   (``end`` or ``hold``, ``faulted`` / ``restart_limit``) instead.
+3. ``stop``: a phase stops without committing (released after a cancel, its worker cut off, the owner restarted,
+   or given back by its worker as it closes); the task is ``pending`` again (a restart counted unless it was
+   cancelled or given back by a close: a close is not a crash). At its restart limit it ends (``end`` or ``hold``,
+   ``faulted`` / ``restart_limit``) instead.
 4. ``resume``: a waiter whose tasks are all terminal is ``pending``; ``wake``: a sleeper whose deadline passed is.
 5. ``end`` from ``completing``: a task holding an outcome becomes terminal once its owned ordinary work is.
 6. ``end`` from ``pending``, ``waiting`` or ``sleeping``: a task marked for abort that no attached worker can run
@@ -24,7 +25,8 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
    a run's task and a tool task, see :mod:`._operations`) ends as the hook decides instead: ``backoff``
    (``sleeping`` until a deadline: a model request's durable retry), ``interrupt`` (``waiting`` on a
    ``tether.attention`` task the owner creates: a manual tool call), ``end`` / ``hold`` (``failed``: retries
-   exhausted), or rule 3 as usual.
+   exhausted), or rule 3 as usual. A phase given back by a close ends as the hook decides too, counting no restart:
+   ``interrupt`` (a manual tool call the close cut off) or rule 3.
 10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
     an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
     requests (``resolve``, ``respond``: ``end`` from ``pending``), and ``resolve`` ends the tool task that waited on

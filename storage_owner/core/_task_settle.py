@@ -49,9 +49,11 @@ class CutOffRule:
     attention: CreateTask | None = None
 
 
-CutOffHook = Callable[[TaskRecord, int, int, list[Record]], CutOffRule | None]
-"""Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``, and
-the list where it adds the records of its family it changed (logged in the settling commit); ``None`` keeps rule 3."""
+CutOffHook = Callable[[TaskRecord, int, int, list[Record], bool], CutOffRule | None]
+"""Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``, the
+list where it adds the records of its family it changed (logged in the settling commit), and whether the phase was
+given back by a close rather than cut off (its worker stopped it at its drain's deadline: no restart is counted, and
+the hook may only ask for ``attention`` or nothing); ``None`` keeps rule 3."""
 
 
 @attrs.define
@@ -127,8 +129,9 @@ class Settling:
         """Live ``abandon_on_restart`` tasks found when this owner started."""
         self.cut_off: list[tuple[str, int, bool]] = []
         """Leases of workers that left: (task id, epoch, whether the cut-off counts as a restart)."""
-        self.released: list[str] = []
-        """Leases given back (a cancelled phase stopped, a migration failed): their tasks are pending again."""
+        self.released: list[tuple[str, bool]] = []
+        """Leases given back (a cancelled phase stopped, a migration failed, a worker closing): their tasks are pending
+        again; with whether a close stopped the phase (its family's hook then decides about its open operations)."""
         self.fail_fast_checks: dict[str, None] = {}
         """Tasks that began a ``fail_fast`` wait: settling checks the outcomes that were already decided."""
 
@@ -189,10 +192,13 @@ class Settling:
         for task_id, epoch, counts in self.cut_off:  # at most the leases of the workers that left
             self._phase_cut_off(task_id, epoch, counts=counts)
         self.cut_off.clear()
-        for task_id in self.released:
+        for task_id, closing in self.released:
             record = self._tasks.get(task_id)
             if record is not None and record.status == "running":
-                self._change(record, "stop", status="pending")
+                if closing:
+                    self._phase_closed(record)
+                else:
+                    self._change(record, "stop", status="pending")
         self.released.clear()
         self._wake_sleepers(now_ms)
         checks, self.fail_fast_checks = self.fail_fast_checks, {}
@@ -238,7 +244,8 @@ class Settling:
             self._change(record, "stop", status="pending")
             return
         hook = None if record.abort is not None else self._cut_off_hook(record.kind)
-        rule = None if hook is None else hook(record, self._budget.seq, self._budget.now_ms, self._cut_off_records)
+        budget = self._budget
+        rule = None if hook is None else hook(record, budget.seq, budget.now_ms, self._cut_off_records, False)
         if rule is not None and rule.action != "restart":
             self._apply_cut_off_rule(record, rule)
             return
@@ -252,6 +259,19 @@ class Settling:
             self._finish(record, outcome, restarts=restarts)
         else:
             self._change(record, "stop", status="pending", restarts=restarts)
+
+    def _phase_closed(self, record: TaskRecord) -> None:
+        """A phase its worker gave back as it closed (rule 3): a close is not a crash, so no restart is counted; its
+        family's hook settles the operations it left open, and may keep it waiting for a person (``attention``: a
+        manual tool call still running when the close cut it off)."""
+        hook = None if record.abort is not None else self._cut_off_hook(record.kind)
+        budget = self._budget
+        rule = None if hook is None else hook(record, budget.seq, budget.now_ms, self._cut_off_records, True)
+        if rule is not None and rule.action == "attention":
+            self._apply_cut_off_rule(record, rule)
+            return
+        assert rule is None or rule.action == "restart", f"a close asks for no {rule.action}"
+        self._change(record, "stop", status="pending")
 
     def _cut_off_hook(self, kind: str) -> CutOffHook | None:
         """The cut-off hook of the family ``kind`` belongs to, if it has one (rule 9)."""

@@ -7,7 +7,8 @@ that run them, and handles the requests about tasks. Its helpers open alone, in 
 Two kinds of change reach the engine:
 
 - **Requests** (inside a request's unit of work, :mod:`._unit`): ``create_task``, ``abort_task``, ``set_state`` (a
-  commit's writes), ``release``, and the owner's own ``end_by_owner`` (``respond``, ``resolve``) apply the request's
+  commit's writes), ``release`` (``closing``: given back by a worker that stops, which counts no restart), and the
+  owner's own ``end_by_owner`` (``respond``, ``resolve``) apply the request's
   own change, nothing else, and mark the tasks they touched *dirty*.
 - **Settling** (once per batch, after its requests): :meth:`TaskEngine.settle` reconciles every dirty task until
   nothing changes (:mod:`._task_settle`). Everything settling changed is one commit, logged after the requests'.
@@ -28,6 +29,7 @@ from protocol import (
     AbortTask,
     CancelLease,
     Capability,
+    ConfirmLease,
     CreateTask,
     ErrorCode,
     Frame,
@@ -459,13 +461,15 @@ class TaskEngine:
         if self._settling.orphan_grace_ms:
             self._settling.kinds_left.update(worker.capabilities)
 
-    def release(self, peer: PeerId, lease: LeaseRef, migration_error: str | None) -> None:
-        """A worker gave a lease back: its cancelled phase stopped, or it could not migrate the task."""
+    def release(self, peer: PeerId, lease: LeaseRef, migration_error: str | None, *, closing: bool = False) -> None:
+        """A worker gave a lease back: its cancelled phase stopped, or it could not migrate the task, or it stopped the
+        phase because it is closing (``closing``: no restart is counted, and its family's cut-off hook decides what an
+        operation left open becomes, as for a close)."""
         current = self._placement.current_lease(peer, lease)
         if migration_error is not None:
             self._placement.migration_failed[(lease.task_id, current.version)] = migration_error
         self._placement.end_lease(lease.task_id)
-        self._settling.released.append(lease.task_id)
+        self._settling.released.append((lease.task_id, closing and not current.cancelling))
 
     # ---------------------------------------------------------------------------------- commit writes, reads
 
@@ -484,7 +488,14 @@ class TaskEngine:
 
     def on_release(self, unit: UnitOfWork, request: Release) -> Frame:
         self._peers.require_worker(unit.peer, "only workers hold leases: a release is a worker's (nothing changed)")
-        self.release(unit.peer, request.lease, request.migration_error)
+        self.release(unit.peer, request.lease, request.migration_error, closing=request.closing)
+        return Ok()
+
+    def on_confirm_lease(self, peer: PeerId, call_id: int, request: ConfirmLease, now_ms: int) -> Frame:
+        """``ok`` while ``request.lease`` is the current grant to this connection and not being cancelled;
+        ``stale_lease`` otherwise (what a commit under it would meet). Reads only."""
+        self._peers.require_worker(peer, "only workers hold leases: a lease is confirmed by its worker")
+        self.check_lease(peer, request.lease)
         return Ok()
 
     def on_read_task(self, peer: PeerId, call_id: int, request: ReadTask, now_ms: int) -> Frame:

@@ -15,11 +15,12 @@ from typing import Final
 import trio
 
 import actors
+from actors import testing
 from runtime import stop_gracefully, tether_command
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import read_ledger
-from tests.integration._agent_helpers import POLL_S, ledger, run_in, start_run, worker_process
+from tests.integration._agent_helpers import AGENT_APPS, POLL_S, ledger, run_in, served, start_run, worker_process
 from tests.integration._up_helpers import CHILD_ENV, ROOT, all_up, nonblank_lines, tether_up, wait_for
 
 __all__ = ["ledger"]  # the fixture
@@ -87,26 +88,130 @@ async def test_a_stopped_worker_lets_its_manual_tool_finish_and_takes_nothing_ne
             assert conversation_id == run.conversation_id
 
 
-async def test_what_still_runs_at_the_drain_timeout_is_cut_off_and_follows_its_policy(
+async def _stop_during_the_tool(
+    db: str, client: actors.Client, ledger: Path, logged: list[str], *, manual_grace_s: float, open_when: str | None
+) -> str:
+    """Serve ``manual`` with a drain timeout of 0.1 s and ``manual_grace_s``, start a run, stop the worker while
+    its tool runs (opening the gate once the log says ``open_when``, if given): the run's id once it stopped."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: actors.serve(
+                _agent_apps.manual, db=db, name="first", stop=stop.wait, log=logged.append, drain_timeout_s=0.1,
+                manual_grace_s=manual_grace_s, task_status=task_status,
+            )
+        )  # fmt: skip
+        _, run_id = await start_run(client)
+        await tool_started(ledger)
+        stop.set()  # the gate stays shut: the tool is still running at the drain's deadline
+        if open_when is not None:
+            await wait_for(lambda: any(open_when in line for line in logged), open_when)
+            open_gate()
+    return run_id
+
+
+async def test_a_manual_tool_running_past_the_drain_deadline_finishes_and_commits_its_result(
     owner: OwnerProcess, ledger: Path
 ) -> None:
+    """A close is not a crash (issue 28): at the drain's deadline the manual call, whose cut-off would need a person,
+    is waited for first; it finishes and commits, and the run waits for the next worker, needing nobody."""
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            logged: list[str] = []
+            waits = "waiting up to 30 s more for 1 manual or report tool call(s)"
+            run_id = await _stop_during_the_tool(owner.db, client, ledger, logged, manual_grace_s=30, open_when=waits)
+            assert any("the manual and report tool calls finished and committed" in line for line in logged), logged
+            run = await client.run(run_id)
+            assert run.status == "pending", run  # its next turn waits for a worker: nothing needs a person
+            ops = await client.operations(run_id)
+            assert [(op.kind, op.status, op.attempt) for op in ops] == [
+                ("model", "completed", 1),
+                ("tool", "completed", 1),
+            ]
+
+
+async def test_a_manual_tool_still_running_at_the_stops_outer_bound_needs_a_person(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    """Past the drain's deadline and the manual grace, the manual call is cut off: the only work a close leaves in a
+    person's hands. Given back as a close, it counts no restart."""
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            logged: list[str] = []
+            run_id = await _stop_during_the_tool(owner.db, client, ledger, logged, manual_grace_s=0.2, open_when=None)
+            assert any("0.2 s more passed; cutting off 1" in line for line in logged), logged
+            run = await run_in(client, run_id, "needs_attention")
+            assert run.reason == "tool_interrupted"  # the manual policy: a person decides
+            [_, tool] = await client.operations(run_id)
+            task = await client.task(tool.task_id)
+            assert task.restarts == 0
+
+
+async def test_a_safe_call_running_at_the_drain_deadline_runs_again_under_the_next_worker_no_restart_counted(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    """The call's intent went with its task (a safe call): given back as a close, it is interrupted (it may have
+    partly run), and the next worker, seeing a lease that is not the task's first, reads the journal and runs attempt
+    2, instead of taking attempt 1 for still open."""
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(owner.db) as client:
             stop = trio.Event()
-            logged: list[str] = []
             async with trio.open_nursery() as nursery:
                 await nursery.start(
                     lambda task_status: actors.serve(
-                        _agent_apps.manual, db=owner.db, name="first", stop=stop.wait, log=logged.append,
-                        drain_timeout_s=0.2, task_status=task_status,
+                        _agent_apps.safe, db=owner.db, name="first", stop=stop.wait, log=lambda line: None,
+                        drain_timeout_s=0.1, task_status=task_status,
                     )
                 )  # fmt: skip
                 _, run_id = await start_run(client)
                 await tool_started(ledger)
-                stop.set()  # the gate stays shut: the tool is still running at the deadline
-            assert any("drain timeout (0.2 s) passed; cutting off 1" in line for line in logged), logged
-            run = await run_in(client, run_id, "needs_attention")
-            assert run.reason == "tool_interrupted"  # the manual policy: a person decides
+                stop.set()
+            [_, tool] = await client.operations(run_id)
+            assert (tool.status, tool.attempt) == ("interrupted", 1)
+            open_gate()
+            async with served(owner.db, _agent_apps.safe, name="second"):
+                run = await client.wait_for_run(run_id)
+            assert run.status == "completed", run
+            [_, tool, _] = await client.operations(run_id)
+            assert (tool.status, tool.attempt) == ("completed", 2)
+            assert (await client.task(tool.task_id)).restarts == 0
+    assert [line["attempt"] for line in read_ledger(ledger)] == [1, 2]
+
+
+async def test_a_model_stream_at_the_drain_deadline_is_sent_again_by_the_next_worker_uncharged(
+    owner: OwnerProcess, ledger: Path, tmp_path: Path
+) -> None:
+    """``tether worker --drain-timeout 0.3`` stopped mid-stream (a 6 s answer): at the deadline it gives the run's
+    task back as a close. The request is not a failed attempt (no retry_wait, no back-off, no attempt consumed) and
+    no restart is counted: the next worker sends it again, as attempt 1, and the run completes."""
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            worker = testing.WorkerProcess(
+                owner.db, f"{AGENT_APPS}:streaming_slow", name="first", args=("--drain-timeout", "0.3")
+            )
+            async with worker:
+                submission = await client.submit(conversation_id, kind="input", payload="Where?")
+                assert submission.run_id is not None
+                run_id = submission.run_id
+                await run_in(client, run_id, "running")
+                while not any(record.text for record in (await client.partials(run_id=run_id)).partials):  # noqa: ASYNC110
+                    await trio.sleep(POLL_S)  # (another process streams)
+                assert await worker.stop() == 0
+            assert "giving back 1 still running" in worker.log_text()
+            [op] = await client.operations(run_id)
+            assert (op.kind, op.status, op.attempt) == ("model", "interrupted", 0)  # withdrawn: nothing charged
+            assert op.error is not None and op.error.startswith("withdrawn: attempt 1")
+            run = await client.run(run_id)
+            assert run.status == "pending", run  # not retry_wait: no back-off for a close
+            async with served(owner.db, _agent_apps.streaming, name="second"):  # the same agent, streaming faster
+                run = await client.wait_for_run(run_id)
+            assert run.status == "completed" and run.answer is not None
+            assert run.answer.text == _agent_apps.STREAMED_ANSWER
+            [op] = await client.operations(run_id)
+            assert (op.kind, op.status, op.attempt) == ("model", "completed", 1)
+            assert run.task_id is not None
+            assert (await client.task(run.task_id)).restarts == 0
 
 
 async def test_tether_worker_drains_on_sigterm_and_stops_at_once_on_a_second(

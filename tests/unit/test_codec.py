@@ -37,6 +37,7 @@ from protocol import (
     Commit,
     Committed,
     Configure,
+    ConfirmLease,
     ConversationAborted,
     ConversationRecord,
     ConversationReply,
@@ -516,7 +517,8 @@ EXAMPLES: list[Frame] = [
     ReadOutcomes(task_ids=(TASK, CHILD_TASK)),
     WaitTask(task_id=TASK),
     ReadTaskGraph(after_task_id="01890a5d-ac9b-7000-8000-000000000005", limit=500),
-    Release(lease=LEASE, migration_error="version 4 cannot read the checkpoint of version 5"),
+    Release(lease=LEASE, migration_error="version 4 cannot read the checkpoint of version 5", closing=True),
+    ConfirmLease(lease=LEASE),
     Committed(seq=5, committed_at_ms=1_700_000_000_004, results=(0, 1, 1, 1)),
     Submitted(submission=SUBMISSION_RECORD, created=True),
     ConversationReply(conversation=CONVERSATION_RECORD),
@@ -638,6 +640,7 @@ EXAMPLE_CALL_IDS: dict[str, int] = {
     "WaitTask": 15,
     "ReadTaskGraph": 16,
     "Release": 17,
+    "ConfirmLease": 42,
     "Committed": 1,
     "Submitted": 2,
     "ConversationReply": 3,
@@ -1100,10 +1103,14 @@ GOLDEN_HEX: dict[str, str] = {
         "313839306135642d616339622d373030302d383030302d303030303030303030303035a56c696d6974cd01f4"
     ),
     "Release": (
-        "84a474797065a772656c65617365a763616c6c5f696411a56c6561736582a77461736b5f6964d9243031383930613564"
+        "85a474797065a772656c65617365a763616c6c5f696411a56c6561736582a77461736b5f6964d9243031383930613564"
         "2d616339612d373030302d383030302d303030303030303030303034a565706f636807af6d6967726174696f6e5f6572"
         "726f72d93176657273696f6e20342063616e6e6f7420726561642074686520636865636b706f696e74206f6620766572"
-        "73696f6e2035"
+        "73696f6e2035a7636c6f73696e67c3"
+    ),
+    "ConfirmLease": (
+        "83a474797065ad636f6e6669726d5f6c65617365a763616c6c5f69642aa56c6561736582a77461736b5f6964d9243031"
+        "3839306135642d616339612d373030302d383030302d303030303030303030303034a565706f636807"
     ),
     "Committed": (
         "85a474797065a9636f6d6d6974746564a763616c6c5f696401a373657105af636f6d6d69747465645f61745f6d73cf00"

@@ -200,6 +200,21 @@ def test_an_interrupted_stream_is_aborted_by_the_owner_and_deleted_past_the_last
     assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
 
 
+def test_a_stream_its_workers_close_withdrew_is_aborted_and_its_attempt_streams_again(sim: RunSim) -> None:
+    """Withdrawn (its worker closed: ``release`` with ``closing``), the attempt's text is aborted in the settling
+    commit; the same attempt, sent again, replaces it."""
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "half an ans"))
+    head = sim.core.head_seq
+    worker.release(task_id, closing=True)
+    [(_, attempt, offset, text, status)] = logged_partials(sim, head)
+    assert (attempt, offset, text, status) == (1, 11, "", "aborted")
+    assert worker.holds(task_id)
+    worker.ok(task_id, model_intent(run_id, op, attempt=1))
+    worker.ok(task_id, piece(op, 0, "a whole answer"))
+    assert stored(sim, operation_id=op) == [(1, 0, "a whole answer", "streaming")]
+
+
 def test_an_owner_restart_mid_stream_aborts_it_in_the_recovery_commit(sim: RunSim) -> None:
     _run_id, task_id, worker, op = model_requested(sim)
     worker.ok(task_id, piece(op, 0, "half"))

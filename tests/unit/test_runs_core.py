@@ -29,6 +29,7 @@ from protocol import (
     Commit,
     Committed,
     Configure,
+    ConfirmLease,
     CreateConversation,
     CreateInteraction,
     CreateTask,
@@ -815,6 +816,98 @@ def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> 
     assert sim.graph()[attention_id].blocked is None
     wait = WaitRun(run_id=run_id)
     assert expect(sim.request(sim.client, wait), RunReply).run == run
+
+
+def test_a_model_request_given_back_by_a_close_is_withdrawn_and_sent_again_as_the_same_attempt(
+    manual_sim: RunSim,
+) -> None:
+    """A close is not a crash: the worker stopping at its drain's deadline gives the run's task back (``closing``):
+    no restart counted, no back-off, and the open attempt is withdrawn, so the next intent takes its number."""
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, FinishOperation(operation_id=op, status="failed", error="a 503"))  # attempt 1 failed
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))
+    expect(worker.release(task_id, closing=True), Ok)
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 1)
+    assert stored.error is not None
+    assert stored.error.startswith("withdrawn: attempt 2 was stopped by its worker's close")
+    task = sim.task(task_id)
+    assert (task.restarts, task.until_ms) == (0, None)
+    assert worker.holds(task_id) and sim.run(run_id).status == "running"  # at once: no back-off to wait out
+    head = sim.core.head_seq
+    assert error_code(worker.commit(task_id, model_intent(run_id, op, attempt=3))) == ErrorCode.CONFLICT
+    assert sim.core.head_seq == head
+    worker.ok(task_id, model_intent(run_id, op, attempt=2))  # the same attempt, sent again
+    worker.ok(task_id, FinishOperation(operation_id=op, status="completed", result=JsonValue({"text": "hi"})))
+    final = sim.store.operation(op)
+    assert final is not None and (final.status, final.attempt) == ("completed", 2)
+    # The commit log keeps what happened: the attempt, its withdrawal, the attempt again.
+    logged = [
+        (record.status, record.attempt)
+        for commit in sim.store.read_log(0, None, 10_000)
+        for record in commit.records
+        if getattr(record, "operation_id", None) == op and record.RECORD == "operation"
+    ]
+    assert logged[-4:] == [("started", 2), ("interrupted", 1), ("started", 2), ("completed", 2)]
+
+
+def test_a_close_of_a_phase_with_no_operation_open_counts_no_restart_and_journals_nothing(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    expect(worker.release(task_id, closing=True), Ok)
+    assert worker.holds(task_id) and sim.task(task_id).restarts == 0
+    assert expect(sim.request(sim.client, ReadOperations(run_id=run_id)), OperationsReply).operations == ()
+
+
+@pytest.mark.parametrize("policy", ["safe", "idempotent", "report"])
+def test_a_tool_call_given_back_by_a_close_is_interrupted_and_counts_no_restart(sim: RunSim, policy: str) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, policy))
+    expect(tools.release(tool_id, closing=True), Ok)
+    stored = sim.store.operation(op)
+    assert stored is not None and (stored.status, stored.attempt) == ("interrupted", 1)  # it may have partly run
+    tool = sim.task(tool_id)
+    assert (tool.status, tool.restarts) == ("running", 0) and tools.holds(tool_id)  # leased again at once
+    if policy != "report":
+        tools.ok(tool_id, tool_intent(run_id, op, policy, attempt=2))
+
+
+def test_a_manual_tool_call_a_close_cut_off_waits_for_a_person_and_counts_no_restart(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    expect(tools.release(tool_id, closing=True), Ok)
+    tool = sim.task(tool_id)
+    assert (tool.status, tool.on, tool.restarts) == ("waiting", (attention_task_id(op, 1),), 0)
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_interrupted", op)
+
+
+def test_a_close_of_a_lease_being_cancelled_is_a_plain_release(sim: RunSim) -> None:
+    """Marked for abort while it closed: the abort handler runs next, the open attempt is the abort's to settle."""
+    run_id, task_id, worker, op = model_requested(sim)
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)
+    expect(worker.release(task_id, closing=True), Ok)
+    stored = sim.store.operation(op)
+    assert stored is not None and stored.attempt == 1 and stored.status != "interrupted"
+
+
+def test_confirm_lease_answers_ok_only_for_the_current_grant_of_this_connection(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    ref = worker.lease(task_id).lease
+    head = sim.core.head_seq
+    expect(sim.request(worker.peer, ConfirmLease(lease=ref)), Ok)
+    other = sim.agent_worker()
+    assert error_code(sim.request(other.peer, ConfirmLease(lease=ref))) == ErrorCode.STALE_LEASE
+    stale = LeaseRef(task_id=task_id, epoch=ref.epoch - 1)
+    assert error_code(sim.request(worker.peer, ConfirmLease(lease=stale))) == ErrorCode.STALE_LEASE
+    assert error_code(sim.request(sim.client, ConfirmLease(lease=ref))) == ErrorCode.NOT_ALLOWED
+    assert sim.core.head_seq == head  # a read: nothing written
+    expect(sim.request(sim.client, CancelRun(run_id=run_id)), RunReply)  # its phase is being cancelled
+    assert error_code(sim.request(worker.peer, ConfirmLease(lease=ref))) == ErrorCode.STALE_LEASE
 
 
 def call_tool(worker: Worker, task_id: str, kind: str = "tool:lookup", version: int = 1) -> tuple[str, str]:

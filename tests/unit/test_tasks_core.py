@@ -211,9 +211,9 @@ class Worker:
     def ok(self, task_id: str, *writes: Write) -> Committed:
         return expect(self.commit(task_id, *writes), Committed)
 
-    def release(self, task_id: str, migration_error: str | None = None) -> Frame:
+    def release(self, task_id: str, migration_error: str | None = None, *, closing: bool = False) -> Frame:
         ref = self.lease(task_id).lease
-        request = sent(Release(lease=ref, migration_error=migration_error))
+        request = sent(Release(lease=ref, migration_error=migration_error, closing=closing))
         self.sim.ends_lease[request.call_id] = (self, ref)
         return self.sim.request(self.peer, request)
 

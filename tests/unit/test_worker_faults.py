@@ -100,7 +100,14 @@ def test_a_refused_call_is_its_intent_and_its_result_in_one_commit() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["after_intent:1:tool:refund", "before_result:2", "after_commit:5", "after_result:1:model"]
+    "text",
+    [
+        "after_intent:1:tool:refund",
+        "before_result:2",
+        "after_commit:5",
+        "after_result:1:model",
+        "SIGSTOP:intent_sent:1:tool:refund",
+    ],
 )
 def test_the_text_form_reads_back(text: str) -> None:
     assert str(actors.WorkerKill.parse(text)) == text
@@ -109,14 +116,19 @@ def test_the_text_form_reads_back(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("after_intent", "reads POINT:N[:KIND[:NAME]]"),
-        ("after_intent:x", "reads POINT:N[:KIND[:NAME]]"),
-        ("mid_tool:1", "one of before_commit, after_commit, after_intent, before_result, after_result; not 'mid_tool'"),
+        ("after_intent", "POINT:N[:KIND[:NAME]], such as"),
+        ("after_intent:x", "POINT:N[:KIND[:NAME]], such as"),
+        (
+            "mid_tool:1",
+            "one of before_commit, after_commit, intent_sent, after_intent, before_result, after_result; not "
+            "'mid_tool'",
+        ),
+        ("SIGHUP:after_intent:1", "signal is SIGKILL or SIGSTOP, not 'SIGHUP'"),
         ("after_intent:0", "counts from 1"),
         ("after_intent:1:thing", "kind is 'model' or 'tool'"),
         ("after_commit:1:tool", "after_commit counts commits, not operations"),
         ("after_intent:1:tool:", "name is a tool's or model's name"),
-        ("after_intent:1:tool:a:b", "reads POINT:N[:KIND[:NAME]]"),
+        ("after_intent:1:tool:a:b", "POINT:N[:KIND[:NAME]], such as"),
     ],
 )
 def test_a_bad_point_says_what_is_wrong(text: str, says: str) -> None:
@@ -130,3 +142,23 @@ def test_a_name_needs_its_kind_and_nth_is_a_whole_number() -> None:
         actors.WorkerKill("after_intent", name="refund")
     with pytest.raises(actors.UsageError, match="counts from 1"):
         actors.WorkerKill("after_intent", True)  # type: ignore[arg-type]
+
+
+def test_intent_sent_acts_once_the_commit_holding_the_intent_has_gone_out_and_only_once() -> None:
+    """The point arms the connection with the commit about to be sent (the process stops once it is on the socket,
+    its acknowledgement unread), and never again: a process stopped there and continued goes on."""
+    armed: list[object] = []
+    found = switch(actors.WorkerKill("intent_sent", 2, kind="tool", signal="SIGSTOP"))
+    for task_kind, writes in RUN:
+        found.before(writes, task_kind, armed.append)
+        found.after(writes, task_kind)
+    assert len(armed) == 0  # one tool intent in RUN: the second never comes
+    found = switch(actors.WorkerKill("intent_sent", kind="tool", signal="SIGSTOP"))
+    for task_kind, writes in RUN:
+        found.before(writes, task_kind, armed.append)
+    [stop] = armed
+    assert callable(stop)
+    with pytest.raises(Killed):
+        stop()
+    found.before([intent("t2")], "tool:lookup", armed.append)
+    assert len(armed) == 1, "reached once: it never stops the process again"
