@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 """Bumped with every incompatible change of a frame; checked at ``Hello``. Version 2 added the task engine's frames
 and fields (a version 1 peer would refuse the new fields this build always sends); version 3 the agents' runs
 (``agent`` on conversations, ``when_busy`` on submissions, ``run_id`` on submission records, run records in
@@ -21,9 +21,11 @@ use: capabilities of kind ``model``, the blocked reason ``missing_model``; what 
 tools that act: questions (``create_interaction`` of kind ``question``, ``answer`` on ``respond``, ``value`` on an
 interaction's answer, whose ``approve`` may be ``null``) and nested tool calls (``parent_operation_id`` on
 ``start_operation`` and operation records), and ``conversation_owner_task_id`` on task nodes; version 9 a tool
-call's intent committed with its task, in the model result's commit (``task_id`` on ``start_operation``)."""
+call's intent committed with its task, in the model result's commit (``task_id`` on ``start_operation``); version 10
+a tool call's result channels (``code``, ``structured`` and ``dropped`` on ``finish_operation`` and operation
+records) and no restart limit (``restart_limit`` ``null`` on capabilities and task records)."""
 
-SUPPORTED_VERSIONS: tuple[int, ...] = (9,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (10,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""
 
 MAX_MESSAGE_BYTES = 1 << 20

@@ -22,6 +22,7 @@ from protocol import (
     Retry,
     TaskOutcome,
     TaskRecord,
+    ended_code,
     retry_delay_ms,
 )
 
@@ -127,12 +128,14 @@ class OperationRecords:
             error += f": {outcome.error}"
         settled: list[Record] = []
         for op in self._store.open_operations(task_id):
+            tool = op.kind == "tool"
             failed = attrs.evolve(
                 op,
                 status="failed",
-                result=JsonValue(error) if op.kind == "tool" else op.result,
+                result=JsonValue(error) if tool else op.result,
                 is_error=True,
                 error=error,
+                code=ended_code(outcome) if tool else None,
                 seq=seq,
                 updated_at_ms=now_ms,
             )
