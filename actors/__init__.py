@@ -45,6 +45,7 @@ from protocol import (
     TaskOutcome,
     TaskRecord,
     TetherError,
+    ToolErrorCode,
     UsageError,
     UsageTotal,
     new_id,
@@ -52,7 +53,9 @@ from protocol import (
 
 from ._app._agents import AgentDefinition
 from ._app._app import App, AppLoadError, TaskDefinition, load_app
+from ._app._reports import Report, ReportCallback, ReportKind
 from ._app._tools import (
+    DurableStepFailed,
     QuestionUnanswered,
     Recovery,
     SubagentTool,
@@ -128,6 +131,7 @@ __all__ = [
     "ConversationRecord",
     "DocumentRecord",
     "Duplicate",
+    "DurableStepFailed",
     "EntryPage",
     "EntryRecord",
     "ErrorCode",
@@ -159,6 +163,9 @@ __all__ = [
     "ProtocolError",
     "QuestionUnanswered",
     "Recovery",
+    "Report",
+    "ReportCallback",
+    "ReportKind",
     "RequestFailed",
     "Retry",
     "RunAnswer",
@@ -186,6 +193,7 @@ __all__ = [
     "ToolCallRequest",
     "ToolCallStart",
     "ToolDefinition",
+    "ToolErrorCode",
     "ToolMessage",
     "ToolResult",
     "ToolSpec",

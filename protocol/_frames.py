@@ -12,7 +12,7 @@ pushed by the owner without one: ``Change`` (a watch's commit), ``Lease`` and ``
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Literal, NewType, TypeAlias
+from typing import Any, ClassVar, Final, Literal, NewType, TypeAlias, get_args
 
 import attrs
 
@@ -189,6 +189,29 @@ RERUN_POLICIES: Final[frozenset[str]] = frozenset({"safe", "idempotent"})
 """The recovery policies under which a call cut off runs again: only such a call's intent may be committed with its
 tool task, in the model result's commit (``StartOperation.task_id``), since a cut-off there may precede the handler."""
 OperationStatus: TypeAlias = Literal["started", "completed", "failed", "interrupted", "resolved"]
+ToolErrorCode: TypeAlias = Literal[
+    "tool_error",
+    "invalid_arguments",
+    "unknown_tool",
+    "not_allowed",
+    "denied",
+    "interrupted",
+    "restart_limit",
+    "invalid_structured_output",
+    "cancelled",
+    "aborted",
+    "orphaned",
+    "faulted",
+]
+"""What an error result of a tool call is, for programs (on its ``tether.tool_result`` entry and its operation record;
+docs/agents.md, "Tool results"): ``tool_error`` its handler raised; ``invalid_arguments`` its arguments are not a JSON
+object or break the tool's schema; ``unknown_tool`` the agent has no such tool; ``not_allowed`` a tool not in its
+``callers`` called it; ``denied`` a person denied its approval; ``interrupted`` it was cut off and not run again;
+``restart_limit`` it was cut off its restart limit's times; ``invalid_structured_output`` (a nested call) its
+``structured`` value broke its ``output_schema`` or was missing; ``cancelled`` its run was cancelled first;
+``aborted``, ``orphaned`` its task ended so; ``faulted`` its task faulted (a durable step of it refused, its phase
+raised): its run fails."""
+TOOL_ERROR_CODES: Final[frozenset[str]] = frozenset(get_args(ToolErrorCode))
 
 
 @attrs.frozen(kw_only=True)
@@ -219,8 +242,17 @@ class OperationRecord:
     digest: str
     status: OperationStatus
     result: JsonValue = JsonValue(None)
+    """A tool call's output (what the model reads, or what a person resolved it with); a model request's answer."""
     is_error: bool = False
     error: str | None = None
+    code: ToolErrorCode | None = None
+    """An error result's :data:`ToolErrorCode` (a tool call's)."""
+    structured: JsonValue = JsonValue(None)
+    """A tool call's ``structured`` value (``ToolResult.structured``, checked by its ``output_schema``): programs read
+    it here, not in the transcript."""
+    dropped: str | None = None
+    """Why a call the model made had its ``structured`` value dropped (it broke the tool's ``output_schema``, or was
+    missing): the call's result stands, without it."""
     usage: RunUsage | None = None
     resolved_by: str | None = None
     resolved_at_ms: int | None = None
@@ -361,6 +393,17 @@ class TaskOutcome:
     error: str | None = None
 
 
+def ended_code(outcome: TaskOutcome) -> ToolErrorCode:
+    """The code of the error result of a tool call whose task ended ``outcome`` (not ``completed``) before it committed
+    a result of its own: ``restart_limit``, ``aborted``, ``orphaned``, ``faulted``, else ``tool_error``. The owner
+    settles such a call's operation with it, and a caller of a nested call reads it when the journal has none."""
+    if outcome.reason == "restart_limit":
+        return "restart_limit"
+    if outcome.status == "aborted" or outcome.status == "orphaned" or outcome.status == "faulted":
+        return outcome.status
+    return "tool_error"
+
+
 @attrs.frozen(kw_only=True)
 class TaskRecord:
     """A task as it is stored, without its input and checkpoint (``ReadTask`` returns those).
@@ -387,8 +430,8 @@ class TaskRecord:
     abort: str | None = None
     restarts: int = 0
     """Phases cut off (by a dead worker, a lost lease or an owner restart) since the last committed state."""
-    restart_limit: int = 5
-    """At this many restarts the task ends ``faulted`` with reason ``restart_limit``."""
+    restart_limit: int | None = 5
+    """At this many restarts the task ends ``faulted`` with reason ``restart_limit`` (``None``: never)."""
     epoch: int = 0
     """How many leases this task has been granted; a commit must carry the current one."""
     held: TaskOutcome | None = None
@@ -426,14 +469,14 @@ class Capability:
     ``model``, version 1), which a conversation configured to use it needs of the worker that runs its runs.
 
     ``migrates`` says the definition upgrades tasks stored under older versions; ``restart_limit`` is how many
-    cut-off phases a task of this kind survives.
+    cut-off phases in a row end a task of this kind (1 to ``MAX_RESTART_LIMIT``; ``None``: no limit).
     """
 
     kind: Literal["task", "tool", "agent", "model"]
     name: str
     version: int
     migrates: bool = False
-    restart_limit: int = 5
+    restart_limit: int | None = 5
 
 
 @attrs.frozen(kw_only=True)
@@ -587,6 +630,12 @@ class FinishOperation:
     is_error: bool = False
     error: str | None = None
     usage: RunUsage | None = None
+    code: ToolErrorCode | None = None
+    """A tool call's error result: what it is (only with ``is_error``)."""
+    structured: JsonValue = JsonValue(None)
+    """A tool call's ``structured`` value, checked by its ``output_schema`` (not with ``is_error``)."""
+    dropped: str | None = None
+    """A call the model made whose ``structured`` value was dropped: why (at most ``MAX_TOOL_DIAGNOSTIC_CHARS``)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -27,6 +27,12 @@ refused (``invalid``), and a worker stops sending pieces before it; the whole an
 MAX_PARTIAL_PIECE_BYTES: Final = 256 << 10
 """One ``append_partial`` piece carries at most this many bytes of text (a worker splits a longer one), so a piece
 always fits a message."""
+MAX_RESTART_LIMIT: Final = 1_000_000
+"""The largest ``restart_limit`` a capability may announce (``None``: no limit); an ``announce`` past it is refused
+as ``invalid``, and ``define_tool`` / ``define_agent`` / ``define_task`` / ``App`` refuse one at definition."""
+MAX_TOOL_DIAGNOSTIC_CHARS: Final = 4000
+"""A tool call's result says at most this many characters of why its structured value was dropped (``dropped`` on
+``finish_operation``, refused as ``invalid`` past it)."""
 MAX_RUN_ERROR_CHARS: Final = 2000
 """A run record's ``error`` (why it failed) holds at most this many characters: the owner cuts its task's error
 text there, ending it with ``…`` (the task's outcome keeps the whole text)."""

@@ -23,8 +23,11 @@ interaction's answer, whose ``approve`` may be ``null``) and nested tool calls (
 ``start_operation`` and operation records), and ``conversation_owner_task_id`` on task nodes; version 9 a tool
 call's intent committed with its task, in the model result's commit (``task_id`` on ``start_operation``); version 10
 names checked at ``configure`` (``force`` on ``configure``), the outcome reason ``no_model`` (a run's task failed
-past the model grace), and leases a worker confirms before a step it cannot take back (``confirm_lease``) and gives
-back when it closes (``closing`` on ``release``)."""
+past the model grace), leases a worker confirms before a step it cannot take back (``confirm_lease``) and gives
+back when it closes (``closing`` on ``release``), and
+a tool call's result channels (``code``, ``structured`` and ``dropped`` on ``finish_operation`` and operation
+records) and no restart limit (``restart_limit`` ``null`` on capabilities and task records)."""
+
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (10,)
 """Versions this build can speak. The owner refuses a ``Hello`` naming any other."""

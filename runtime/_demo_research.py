@@ -66,7 +66,7 @@ async def _scenario(client: actors.Client, show: _Show, desk: Desk, db: str) -> 
     _title("2. The analyst asks the researcher: a subagent, in a conversation the call owns")
     research = await _operation(client, run_id, "research", "completed")
     await show.settled(research.seq)
-    report = await _structured(client, conversation_id, research.operation_id)
+    report = research.structured if isinstance(research.structured, dict) else {}  # for programs: in the journal
     _say(f"the researcher, in conversation {report.get('conversation_id')}, reported: {report.get('answer')!r}")
 
     _title("3. settle_refund asks a person how much to refund; SIGKILL of the worker before anyone answers")
@@ -140,16 +140,6 @@ async def _operation(
             if op.name == name and op.status == status and op.attempt >= attempt:
                 return op
         await trio.sleep(POLL_S)
-
-
-async def _structured(client: actors.Client, conversation_id: str, operation_id: str) -> dict[str, Any]:
-    """What a call returned for programs (its result entry's ``structured``)."""
-    for entry in await client.entries(conversation_id):
-        data = entry.data if isinstance(entry.data, dict) else {}
-        if entry.kind == "tether.tool_result" and data.get("operation_id") == operation_id:
-            structured = data.get("structured")
-            return structured if isinstance(structured, dict) else {}
-    return {}
 
 
 class _Show(LiveView):

@@ -49,7 +49,7 @@ def describe_node(node: TaskNode) -> str:
     if task.background:
         parts.append("background")
     if task.restarts:
-        parts.append(f"restarts {task.restarts}/{task.restart_limit}")
+        parts.append(f"restarts {task.restarts}/{'no limit' if task.restart_limit is None else task.restart_limit}")
     if node.leased_to is not None:
         parts.append(f"on {node.leased_to}")
     if node.blocked is not None:

@@ -130,7 +130,8 @@ def _task_label(task: TaskRecord) -> Text:
     if task.abort is not None:
         label.append(" marked for abort", style="red")
     if task.restarts:
-        label.append(f" restarts {task.restarts}/{task.restart_limit}", style="yellow")
+        limit = "no limit" if task.restart_limit is None else task.restart_limit
+        label.append(f" restarts {task.restarts}/{limit}", style="yellow")
     return label
 
 

@@ -4,7 +4,9 @@
   a worker announces), :class:`~actors.TaskDefinition`, and ``load_app`` (``--app MODULE:ATTR``);
 - ``_tools.py``: a tool's definition (its handler, JSON Schema, recovery policy, approval) and
   :class:`~actors.ToolCall`, what its handler learns about a call;
-- ``_agents.py``: an agent's definition (its model, instructions, tools, limits, retry policy).
+- ``_agents.py``: an agent's definition (its model, instructions, tools, limits, retry policy);
+- ``_restarts.py``: restart limits (per definition, app-wide, none); ``_reports.py``: :class:`~actors.Report`, what
+  the app's ``on_report`` callback receives.
 
 No I/O: this room imports only the models' room (an agent names its model and its retry policy).
 """

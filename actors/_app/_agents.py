@@ -14,6 +14,7 @@ from protocol import UsageError
 
 from .._models._model import Message, Model, ModelRequest, ToolSpec
 from .._models._retry import DEFAULT_RETRY, Retry
+from ._restarts import FROM_APP, GivenRestartLimit, checked_restart_limit
 from ._tools import TOOL_NAME_PATTERN, ToolDefinition, checked_output_schema, schema_errors
 
 DEFAULT_PARTIAL_INTERVAL_MS: Final = 100
@@ -47,6 +48,9 @@ class AgentDefinition:
     """How often, at most, the text a model streams is sent to the owner while it streams (0: only at the end)."""
     output_schema: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
     """The JSON Schema the final answer follows: its text is that JSON, parsed into ``run.answer.value``."""
+    restart_limit: GivenRestartLimit = FROM_APP
+    """How many times in a row a run's task may be cut off before the run fails (``restart_limit``); ``None``: no
+    limit; not given: the app's."""
     _specs: tuple[ToolSpec, ...] = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_specs, takes_self=True)
     )
@@ -100,6 +104,7 @@ def define_agent(
     model_retry: Retry = DEFAULT_RETRY,
     partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
     output_schema: Mapping[str, Any] | None = None,
+    restart_limit: GivenRestartLimit = FROM_APP,
     known_tools: Mapping[str, ToolDefinition],
 ) -> AgentDefinition:
     """Check an agent's definition against the tools defined so far (``known_tools``) and build it. Raises
@@ -150,4 +155,5 @@ def define_agent(
         model_retry=model_retry,
         partial_interval_ms=partial_interval_ms,
         output_schema=None if output_schema is None else checked_output_schema(name, output_schema, "agent"),
+        restart_limit=checked_restart_limit(restart_limit, f"agent {name!r}"),
     )

@@ -17,10 +17,19 @@ from protocol import Capability, TetherError, UsageError
 from .._models._model import Model
 from .._models._retry import DEFAULT_RETRY, Retry
 from ._agents import DEFAULT_PARTIAL_INTERVAL_MS, AgentDefinition, define_agent
+from ._reports import ReportCallback
+from ._restarts import (
+    DEFAULT_RESTART_LIMIT,
+    FROM_APP,
+    GivenRestartLimit,
+    RestartLimit,
+    checked_limit,
+    checked_restart_limit,
+    resolved,
+)
 from ._tools import ApprovalPredicate, Recovery, ToolDefinition, ToolHandler, define_tool
 
 KIND_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*")
-DEFAULT_RESTART_LIMIT: Final = 5
 MAX_MODEL_NAME_CHARS: Final = 128
 """A model's name in :meth:`App.define_model` (the owner's limit on a configured name)."""
 
@@ -46,24 +55,58 @@ class TaskDefinition:
     phases: Mapping[str, PhaseFunction]
     abort: PhaseFunction | None = None
     migrate: Callable[[int, Any], Any] | None = None
-    restart_limit: int = DEFAULT_RESTART_LIMIT
+    restart_limit: GivenRestartLimit = FROM_APP
+    """Cut-off phases in a row that end a task of this kind ``faulted`` (``restart_limit``); ``None``: no limit;
+    :data:`FROM_APP` (not given): the app's."""
 
 
 class App:
     """A named set of task kinds, tools and agents, each with an explicit version.
 
     A worker serving the app announces every definition to the owner, which schedules only work whose kind and
-    version some attached worker has.
+    version some attached worker has. ``restart_limit`` is the app-wide restart limit (cut-off phases in a row;
+    ``None``: no limit) of every task kind, tool and agent defined without one of its own; ``on_report`` the callback
+    that receives the app's :class:`~actors.Report` values (or set it with :meth:`on_report`).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self, name: str, *, restart_limit: RestartLimit = DEFAULT_RESTART_LIMIT, on_report: ReportCallback | None = None
+    ) -> None:
         if not name:
             raise UsageError("an App needs a name")
         self.name = name
+        self._restart_limit = checked_limit(restart_limit, f"App({name!r})")
+        self._on_report: ReportCallback | None = None
         self._tasks: dict[str, TaskDefinition] = {}
         self._tools: dict[str, ToolDefinition] = {}
         self._agents: dict[str, AgentDefinition] = {}
         self._models: dict[str, Model] = {}
+        if on_report is not None:
+            self.on_report(on_report)
+
+    @property
+    def restart_limit(self) -> RestartLimit:
+        """The app-wide restart limit (``None``: no limit), for definitions that give none."""
+        return self._restart_limit
+
+    def on_report(self, callback: ReportCallback | None) -> ReportCallback | None:
+        """Set the callback that receives every :class:`~actors.Report` of this app (``None``: none; a later call
+        replaces it): ``app.on_report(callback)``, or as a decorator on a function. Called in the worker that saw
+        what it reports, after its commit; plain or ``async``; one that raises is logged and fails nothing. Returns
+        ``callback``."""
+        if callback is not None and not callable(callback):
+            raise UsageError(f"app {self.name!r}: on_report takes a function (report) -> None, not {callback!r}")
+        self._on_report = callback
+        return callback
+
+    @property
+    def report_callback(self) -> ReportCallback | None:
+        """The callback :meth:`on_report` set, if any."""
+        return self._on_report
+
+    def restart_limit_of(self, given: GivenRestartLimit) -> RestartLimit:
+        """The restart limit a definition announces: its own (``given``), else the app's."""
+        return resolved(given, self._restart_limit)
 
     def define_task(
         self,
@@ -74,7 +117,7 @@ class App:
         phases: Mapping[str, PhaseFunction],
         abort: PhaseFunction | None = None,
         migrate: Callable[[int, Any], Any] | None = None,
-        restart_limit: int = DEFAULT_RESTART_LIMIT,
+        restart_limit: GivenRestartLimit = FROM_APP,
     ) -> TaskDefinition:
         """Register a task kind. Raises :class:`~protocol.UsageError` (a ``ValueError``), registering nothing, if
         the definition is unusable."""
@@ -86,8 +129,7 @@ class App:
             raise UsageError(f"task kind {kind!r}: version must be a whole number of 1 or more, not {version!r}")
         if not phases:
             raise UsageError(f"task kind {kind!r} needs at least one phase")
-        if restart_limit < 1:
-            raise UsageError(f"task kind {kind!r}: restart_limit must be 1 or more, not {restart_limit}")
+        restart_limit = checked_restart_limit(restart_limit, f"task kind {kind!r}")
         definition = TaskDefinition(
             kind=kind,
             version=version,
@@ -115,16 +157,26 @@ class App:
                 name=definition.kind,
                 version=definition.version,
                 migrates=definition.migrate is not None,
-                restart_limit=definition.restart_limit,
+                restart_limit=self.restart_limit_of(definition.restart_limit),
             )
             for definition in sorted(self._tasks.values(), key=lambda definition: definition.kind)
         )
         agents = tuple(
-            Capability(kind="agent", name=agent.name, version=agent.version, restart_limit=DEFAULT_RESTART_LIMIT)
+            Capability(
+                kind="agent",
+                name=agent.name,
+                version=agent.version,
+                restart_limit=self.restart_limit_of(agent.restart_limit),
+            )
             for agent in sorted(self._agents.values(), key=lambda agent: agent.name)
         )
         tools = tuple(
-            Capability(kind="tool", name=tool.name, version=tool.version, restart_limit=DEFAULT_RESTART_LIMIT)
+            Capability(
+                kind="tool",
+                name=tool.name,
+                version=tool.version,
+                restart_limit=self.restart_limit_of(tool.restart_limit),
+            )
             for tool in sorted(self._tools.values(), key=lambda tool: tool.name)
         )
         models = tuple(Capability(kind="model", name=name, version=1) for name in sorted(self._models))
@@ -145,6 +197,7 @@ class App:
         needs_approval: ApprovalPredicate | None = None,
         output_schema: Mapping[str, Any] | None = None,
         callers: Sequence[str] = ("agent",),
+        restart_limit: GivenRestartLimit = FROM_APP,
     ) -> ToolDefinition:
         """Register a tool (see :class:`~actors.ToolDefinition`). Raises :class:`~protocol.UsageError` (a
         ``ValueError``; and registers nothing) if the definition is unusable, such as a ``parameters`` that is not a
@@ -161,6 +214,7 @@ class App:
             needs_approval=needs_approval,
             output_schema=output_schema,
             callers=callers,
+            restart_limit=restart_limit,
         )
         self._tools[name] = definition
         return definition
@@ -176,6 +230,7 @@ class App:
         needs_approval: ApprovalPredicate | None = None,
         output_schema: Mapping[str, Any] | None = None,
         callers: Sequence[str] = ("agent",),
+        restart_limit: GivenRestartLimit = FROM_APP,
     ) -> Callable[[ToolHandler], ToolHandler]:
         """``@app.tool(description=..., parameters=...)`` on an ``async def``: :meth:`define_tool` with the
         function's name (unless ``name`` is given) and its docstring as the description (unless given). Returns
@@ -192,6 +247,7 @@ class App:
                 needs_approval=needs_approval,
                 output_schema=output_schema,
                 callers=callers,
+                restart_limit=restart_limit,
             )
             return handler
 
@@ -209,6 +265,7 @@ class App:
         model_retry: Retry = DEFAULT_RETRY,
         partial_interval_ms: int = DEFAULT_PARTIAL_INTERVAL_MS,
         output_schema: Mapping[str, Any] | None = None,
+        restart_limit: GivenRestartLimit = FROM_APP,
     ) -> AgentDefinition:
         """Register an agent; its ``tools`` must already be defined in this app. Raises
         :class:`~protocol.UsageError` (and registers nothing) if the definition is unusable."""
@@ -224,6 +281,7 @@ class App:
             model_retry=model_retry,
             partial_interval_ms=partial_interval_ms,
             output_schema=output_schema,
+            restart_limit=restart_limit,
             known_tools=self._tools,
         )
         self._agents[name] = definition

@@ -21,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from protocol import UsageError, check_json
 
 from .._models._model import ToolSpec, Usage
+from ._restarts import FROM_APP, GivenRestartLimit, checked_restart_limit
 
 Recovery: TypeAlias = Literal["manual", "safe", "idempotent", "report"]
 """What happens to a call interrupted before its result committed: ``manual`` stops the run for a person to
@@ -45,15 +46,26 @@ MAX_CALL_KEY_CHARS: Final = 128
 
 
 class ToolCallFailed(Exception):
-    """A nested call (``call.execute_tool``) ended without a result: its error result (invalid arguments, a denial,
-    a handler's exception, a call cut off under ``report``), or its task's end (aborted, failed). ``error`` is what
-    the model would have read; uncaught, it becomes the calling tool's own error result."""
+    """A nested call (``call.execute_tool``) ended with an error result: invalid arguments, a denial, a handler's
+    exception, a ``structured`` value its ``output_schema`` refuses, a call cut off under ``report`` or at its restart
+    limit, its task aborted. ``error`` is what the model would have read, ``code`` what it is
+    (:data:`~protocol.ToolErrorCode`: ``invalid_structured_output``, ``restart_limit``, ``tool_error``, ...); uncaught,
+    it becomes the calling tool's own error result (``tool_error``)."""
 
-    def __init__(self, tool: str, key: str, error: str) -> None:
-        super().__init__(f"the nested call {key!r} of tool {tool!r} failed: {error}")
+    def __init__(self, tool: str, key: str, error: str, *, code: str = "tool_error") -> None:
+        super().__init__(f"the nested call {key!r} of tool {tool!r} failed ({code}): {error}")
         self.tool = tool
         self.key = key
         self.error = error
+        self.code = code
+
+
+class DurableStepFailed(Exception):
+    """A durable step of a tool call (``call.ask``, ``call.execute_tool``, a subagent: a commit under the call's lease,
+    or the wait for what it committed) failed: the owner refused it (``conflict``, ``invalid``, a storage error, ...),
+    or a nested call's task faulted. Not the handler's error: the call's task faults, whatever the handler does with
+    this exception (caught or not), and its run fails (``faulted``), naming the call. A stale lease or a lost
+    connection is not this: the phase just ends, and the owner decides what the call becomes."""
 
 
 class QuestionUnanswered(Exception):
@@ -262,6 +274,9 @@ class ToolDefinition:
     callers: tuple[str, ...] = (AGENT_CALLER,)
     """Who may call it: ``"agent"`` (an agent's model) and names of tools. A tool the agent may not call is not
     offered to its model, and a model's call of it anyway is an error result."""
+    restart_limit: GivenRestartLimit = FROM_APP
+    """How many times in a row a call may be cut off (its worker killed, its lease lost) before it ends with an error
+    result (code ``restart_limit``) instead of running again; ``None``: no limit; not given: the app's."""
 
     @property
     def agent_callable(self) -> bool:
@@ -283,6 +298,18 @@ class ToolDefinition:
     def validate_output(self, structured: object) -> tuple[str, ...]:
         """The ways a result's ``structured`` value breaks the tool's ``output_schema`` (none without one)."""
         return () if self._output_validator is None else schema_errors(self._output_validator, structured)
+
+    def structured_problem(self, structured: object) -> str | None:
+        """Why a result's ``structured`` value does not do for a tool with an ``output_schema`` (it breaks it, or there
+        is none), or ``None`` when it does (always, for a tool without one)."""
+        if self._output_validator is None:
+            return None
+        if structured is None:
+            return "the tool declares an output_schema and returned no structured value"
+        errors = self.validate_output(structured)
+        if not errors:
+            return None
+        return "the tool's structured output does not match its output_schema: " + "; ".join(errors)
 
     def approval_required(self, args: dict[str, Any]) -> bool:
         """Whether a call with ``args`` waits for a person's approval (never, without a ``needs_approval``)."""
@@ -309,6 +336,7 @@ def define_tool(
     needs_approval: ApprovalPredicate | None = None,
     output_schema: Mapping[str, Any] | None = None,
     callers: Sequence[str] = (AGENT_CALLER,),
+    restart_limit: GivenRestartLimit = FROM_APP,
 ) -> ToolDefinition:
     """Check a tool's definition and build it. Raises :class:`UsageError` saying what is wrong; nothing is
     registered anywhere. ``description`` and ``parameters`` are required: their ``None`` defaults exist so that
@@ -337,6 +365,7 @@ def define_tool(
     for caller in callers:
         if caller != AGENT_CALLER and not TOOL_NAME_PATTERN.fullmatch(caller):
             raise UsageError(f"tool {name!r}: a caller is 'agent' or a tool's name, not {caller!r}")
+    restart_limit = checked_restart_limit(restart_limit, f"tool {name!r}")
     return ToolDefinition(
         name=name,
         handler=handler,
@@ -347,6 +376,7 @@ def define_tool(
         needs_approval=needs_approval,
         output_schema=output,
         callers=tuple(dict.fromkeys(callers)),
+        restart_limit=restart_limit,
     )
 
 

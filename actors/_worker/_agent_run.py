@@ -36,7 +36,9 @@ from protocol import (
     OperationRecord,
     StartOperation,
     TaskOutcome,
+    ToolErrorCode,
     Write,
+    ended_code,
     has_result,
     json_value,
 )
@@ -44,7 +46,7 @@ from protocol import Retry as ProtocolRetry
 from protocol.io import log_stderr
 
 from .._app._agents import AgentDefinition
-from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
+from .._app._app import TaskDefinition
 from .._app._tools import ToolDefinition
 from .._models._model import (
     AssistantMessage,
@@ -76,6 +78,7 @@ from ._journal import (
 from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
+from ._reports import phase_report
 from ._rounds import place_handoff, reset_since_answer, round_tail, terminated
 from ._transcript import transcript
 
@@ -201,7 +204,7 @@ class AgentRun:
             initial=lambda _input: {"phase": "turn", "turn": 1},
             phases={"turn": self.turn, "tools": self.tools},
             abort=self.abort,
-            restart_limit=DEFAULT_RESTART_LIMIT,
+            restart_limit=self.agent.restart_limit,
         )
 
     async def turn(self, rt: Phase) -> None:
@@ -389,6 +392,7 @@ class AgentRun:
                     if tool is None
                     else f"error: the arguments are not a JSON object: {call.invalid_arguments}"
                 )
+                code: ToolErrorCode = "unknown_tool" if tool is None else "invalid_arguments"
                 if tool is not None:  # an unknown tool has no version nor policy: its error is in the transcript only
                     _refused_call(
                         tx,
@@ -399,6 +403,7 @@ class AgentRun:
                         call_id=call.call_id,
                         arguments=call.arguments,
                         error=content,
+                        code=code,
                     )
                 _result_entry(
                     tx,
@@ -409,6 +414,7 @@ class AgentRun:
                     name=call.name,
                     content=content,
                     is_error=True,
+                    code=code,
                 )
                 continue
             started = fold and run_attempt == 1 and _starts_with_its_task(tool, call.arguments)
@@ -460,18 +466,26 @@ class AgentRun:
             lambda: Configuration.read(rt), lambda: transcript(rt.client, rt.conversation_id)
         )
         async with rt.commit() as tx:
-            await self._missing_results(rt, tx, cancelled=False, entries=entries)
-            place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
-            answer = terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
-            if answer is not None:
-                # Every call of the round asked to end the run: no other model request; its answer is the last
-                # call's output (a steer queued meanwhile still gets one more request of this run: the owner
-                # decides), in the commit that places the round's handoff, if it has one.
-                tx.answer(answer, _steer_checkpoint(self._max_turns(configuration), turn))
-            elif rt.stopping:
-                # The worker drains: the next model request is the next run's of phase ``turn`` (another worker's,
-                # or this one's once back), not a stream this stop would wait for.
-                tx.advance({"phase": "turn", "turn": turn + 1})
+            faulted = await self._missing_results(rt, tx, cancelled=False, entries=entries)
+            if faulted is not None:
+                # A call's task faulted (a durable step of it failed, its phase raised): no error result the model
+                # may ignore, the run fails (``faulted``), naming the call, in the commit of the round's results.
+                tx.fault(None, faulted)
+            else:
+                place_handoff(tx, rt.conversation_id, entries, calls, run_id, turn)
+                answer = terminated(entries, calls, run_id)  # (a call whose result was missing did not terminate)
+                if answer is not None:
+                    # Every call of the round asked to end the run: no other model request; its answer is the last
+                    # call's output (a steer queued meanwhile still gets one more request of this run: the owner
+                    # decides), in the commit that places the round's handoff, if it has one.
+                    tx.answer(answer, _steer_checkpoint(self._max_turns(configuration), turn))
+                elif rt.stopping:
+                    # The worker drains: the next model request is the next run's of phase ``turn`` (another
+                    # worker's, or this one's once back), not a stream this stop would wait for.
+                    tx.advance({"phase": "turn", "turn": turn + 1})
+        if faulted is not None:
+            await rt.report(phase_report(rt, "task_faulted", faulted))
+            return
         if rt.ended:
             return
         await self._turn(rt, turn + 1, None if tx.writes else entries, configuration=configuration)
@@ -485,9 +499,10 @@ class AgentRun:
 
     async def _missing_results(
         self, rt: Phase, tx: PhaseTransaction, *, cancelled: bool, entries: Sequence[EntryRecord] | None = None
-    ) -> None:
+    ) -> str | None:
         """Add to ``tx`` a result entry for every call of the turn without one (``entries``: the transcript, read
-        here when not given)."""
+        here when not given). Returns why the run faults, if a call's task faulted (other than at its restart limit,
+        whose error result the model reads), naming the first such call."""
         run_id = str(rt.input["run_id"])
         calls: Sequence[dict[str, Any]] = rt.checkpoint["calls"]
         if entries is None:
@@ -495,12 +510,21 @@ class AgentRun:
         done, _ = round_tail(entries, run_id)  # the round's results follow its assistant entry: no whole scan
         missing = [call for call in calls if call["operation_id"] not in done]
         outcomes = await rt.outcomes([call["task_id"] for call in missing]) if missing else {}
+        faulted: str | None = None
         for call in missing:
             outcome = outcomes.get(call["task_id"])
+            code: ToolErrorCode | None = None
             if outcome is not None and outcome.status == "completed":
                 content, is_error = content_text(outcome.result), False  # resolved by a person
             else:
-                content, is_error = _unfinished(outcome, cancelled), True
+                content, code = _unfinished(outcome, cancelled)
+                is_error = True
+                if code == "faulted" and faulted is None:
+                    assert outcome is not None
+                    faulted = (
+                        f"the tool call {call['call_id']} (tool {call['name']!r}, operation {call['operation_id']}) "
+                        f"faulted: {_why(outcome)}"
+                    )
             _result_entry(
                 tx,
                 rt.conversation_id,
@@ -510,7 +534,9 @@ class AgentRun:
                 name=call["name"],
                 content=content,
                 is_error=is_error,
+                code=code,
             )
+        return faulted
 
 
 def _steer_checkpoint(max_turns: int | None, turn: int) -> dict[str, Any] | None:
@@ -573,15 +599,23 @@ MAX_WHY_CHARS: Final = 1000
 """The most of a tool task's reason and error an unfinished call's error result quotes."""
 
 
-def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> str:
+def _unfinished(outcome: TaskOutcome | None, cancelled: bool) -> tuple[str, ToolErrorCode]:
+    """The error result of a call whose task ended without writing one, and its code."""
     if cancelled:
-        return "error: the run was cancelled before the tool call finished"
+        return "error: the run was cancelled before the tool call finished", "cancelled"
     if outcome is None:
-        return INTERRUPTED
+        return INTERRUPTED, "interrupted"
+    why = _why(outcome)
+    code = ended_code(outcome)
+    if code == "restart_limit":
+        return f"error: the tool call was cut off too many times in a row and was not run again ({why})", code
+    return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else ""), code
+
+
+def _why(outcome: TaskOutcome) -> str:
+    """A tool task's reason and error, at most :data:`MAX_WHY_CHARS` characters."""
     why = ": ".join(part for part in (outcome.reason, outcome.error) if part)
-    if len(why) > MAX_WHY_CHARS:
-        why = why[: MAX_WHY_CHARS - 1] + "…"
-    return f"error: the tool call ended {outcome.status}" + (f" ({why})" if why else "")
+    return why if len(why) <= MAX_WHY_CHARS else why[: MAX_WHY_CHARS - 1] + "…"
 
 
 def _one_line(text: str) -> str:

@@ -3,16 +3,35 @@
 again by a re-run of the call (after a crash, under a ``safe`` or ``idempotent`` policy) from ids derived from the
 call's operation: a question by its place among the call's questions, a nested call by its key, a subagent's
 conversation and input by the call itself.
+
+Each of these steps is durable: a commit under the call's lease, or a wait for what it committed. One the owner
+refuses (``conflict``, ``invalid``, any refusal but a stale lease; a storage error), or a nested call whose task
+faulted, is not the handler's error: it raises :class:`~actors.DurableStepFailed` in the handler and is kept here
+(:attr:`CallHost.failed`), so the call's task faults whatever the handler does with it (the first reference
+document: checkpoint errors propagate out of the agent loop, never an error result the model may ignore). A stale
+lease or a lost connection ends the phase as anywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Final
 
-from protocol import CreateInteraction, Duplicate, UsageError, json_value, question_task_id
+from protocol import (
+    ConnectionLost,
+    CreateInteraction,
+    Duplicate,
+    StaleLease,
+    TetherError,
+    UsageError,
+    ended_code,
+    json_value,
+    question_task_id,
+)
 
-from .._app._tools import QuestionUnanswered, ToolCallFailed, ToolDefinition
-from ._journal import TOOL_PREFIX, _derived, digest
+from .._app._tools import DurableStepFailed, QuestionUnanswered, ToolCallFailed, ToolDefinition
+from ._journal import TOOL_PREFIX, _derived, digest, journaled
 from ._phase import Phase
 
 MAX_QUESTIONS_PER_CALL: Final = 1000
@@ -41,6 +60,25 @@ class CallHost:
         self._operation_id = operation_id
         self._asked = 0
         self._keys: set[str] = set()
+        self.failed: DurableStepFailed | None = None
+        """The first durable step of this run of the handler that failed: the call's task faults with it."""
+
+    def _fail(self, step: str, why: str) -> DurableStepFailed:
+        failed = DurableStepFailed(f"{step} in tool {self._tool.name!r} failed: {why}; the call's task faults")
+        if self.failed is None:
+            self.failed = failed
+        return failed
+
+    @contextlib.contextmanager
+    def _durable(self, step: str) -> Iterator[None]:
+        """A durable step: the owner's refusal of it (anything but a stale lease, a lost connection or a usage error of
+        the handler's) becomes :class:`DurableStepFailed`, kept."""
+        try:
+            yield
+        except (StaleLease, ConnectionLost, UsageError):
+            raise
+        except TetherError as exc:
+            raise self._fail(step, f"the owner refused it: {type(exc).__name__}: {exc}") from exc
 
     async def ask(self, text: str, schema: dict[str, Any] | None) -> Any:
         """One commit asks (none if a run before asked it: the owner keeps the first), then the wait for the
@@ -51,18 +89,19 @@ class CallHost:
         interaction_id = _derived(self._operation_id, "question", self._asked)
         self._asked += 1
         args = {"text": text, "schema": schema}
-        async with rt.commit() as tx:
-            tx.create_interaction(
-                CreateInteraction(
-                    interaction_id=interaction_id,
-                    operation_id=self._operation_id,
-                    run_id=str(rt.input["run_id"]),
-                    args=json_value(args),
-                    digest=digest(args),
-                    kind="question",
+        with self._durable(f"call.ask (question {self._asked})"):
+            async with rt.commit() as tx:
+                tx.create_interaction(
+                    CreateInteraction(
+                        interaction_id=interaction_id,
+                        operation_id=self._operation_id,
+                        run_id=str(rt.input["run_id"]),
+                        args=json_value(args),
+                        digest=digest(args),
+                        kind="question",
+                    )
                 )
-            )
-        task = await rt.client.wait_for_task(question_task_id(interaction_id))
+            task = await rt.client.wait_for_task(question_task_id(interaction_id))
         outcome = task.outcome
         if outcome is None or outcome.status != "completed" or not isinstance(outcome.result, dict):
             raise QuestionUnanswered(f"the question {text!r} will not be answered: its run is being cancelled")
@@ -90,17 +129,25 @@ class CallHost:
             "parent_operation_id": self._operation_id,
             **({"run_attempt": inp["run_attempt"]} if "run_attempt" in inp else {}),
         }
-        try:
-            async with rt.commit() as tx:
-                tx.create_task(TOOL_PREFIX + name, child, task_id=task_id, owner_task_id=rt.task_id)
-        except Duplicate:
-            pass  # a re-run of this call: the nested call exists (its task id is this call's task's and the key)
-        record = await rt.client.wait_for_task(task_id)
+        step = f"call.execute_tool({name!r}, ..., key={key!r})"
+        with self._durable(step):
+            try:
+                async with rt.commit() as tx:
+                    tx.create_task(TOOL_PREFIX + name, child, task_id=task_id, owner_task_id=rt.task_id)
+            except Duplicate:
+                pass  # a re-run of this call: the nested call exists (its task id is this call's task's and the key)
+            record = await rt.client.wait_for_task(task_id)
         outcome = record.outcome
         assert outcome is not None
         if outcome.status == "completed":
             return outcome.result
-        raise ToolCallFailed(name, key, outcome.error or outcome.reason or f"its task ended {outcome.status}")
+        why = ": ".join(part for part in (outcome.reason, outcome.error) if part)
+        if outcome.status == "faulted" and outcome.reason != "restart_limit":
+            raise self._fail(step, f"the nested call's task faulted ({why})")
+        with self._durable(step):
+            op = await journaled(rt, str(child["operation_id"]))
+        code = op.code if op is not None and op.code is not None else ended_code(outcome)
+        raise ToolCallFailed(name, key, outcome.error or why or f"its task ended {outcome.status}", code=code)
 
     async def subagent(self, agent: str, text: str, background: bool) -> dict[str, Any]:
         """Foreground: :func:`_run_subagent` under this call's lease. Background: one commit creates the background
@@ -110,20 +157,22 @@ class CallHost:
         conversation_id = _derived(self._operation_id, "subagent")
         submission_id = _derived(self._operation_id, "subagent", "input")
         if not background:
-            return await _run_subagent(rt, agent, text, conversation_id, submission_id)
+            with self._durable(f"the subagent {agent!r}"):
+                return await _run_subagent(rt, agent, text, conversation_id, submission_id)
         task_id = _derived(self._operation_id, "subagent", "task")
         spec = {"agent": agent, "text": text, "conversation_id": conversation_id, "submission_id": submission_id}
-        try:
-            async with rt.commit() as tx:
-                tx.create_task(
-                    TOOL_PREFIX + self._tool.name,
-                    {"run_id": rt.input["run_id"], "subagent": spec},
-                    task_id=task_id,
-                    owner_task_id=rt.task_id,
-                    background=True,
-                )
-        except Duplicate:
-            pass  # a re-run of this call: its background task exists
+        with self._durable(f"the background subagent {agent!r}"):
+            try:
+                async with rt.commit() as tx:
+                    tx.create_task(
+                        TOOL_PREFIX + self._tool.name,
+                        {"run_id": rt.input["run_id"], "subagent": spec},
+                        task_id=task_id,
+                        owner_task_id=rt.task_id,
+                        background=True,
+                    )
+            except Duplicate:
+                pass  # a re-run of this call: its background task exists
         return {"conversation_id": conversation_id, "submission_id": submission_id, "task_id": task_id}
 
 

@@ -26,6 +26,7 @@ from protocol import (
     RecoveryPolicy,
     RunUsage,
     StartOperation,
+    ToolErrorCode,
     digest_json,
     json_value,
 )
@@ -140,10 +141,12 @@ def _result_entry(
     name: str,
     content: str,
     is_error: bool,
+    code: ToolErrorCode | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """The call's ``tether.tool_result`` entry: what the model reads (``content``), and what a :class:`ToolResult`
-    adds for programs (``extra``: ``structured``, ``details``, ``terminate``; only what it gave)."""
+    """The call's ``tether.tool_result`` entry: what the model reads (``content``), an error result's ``code``, and
+    what a :class:`ToolResult` adds for people and the run (``extra``: ``details``, ``terminate``, ``handoff``; only
+    what it gave). Its ``structured`` value is not here: programs read it from the journal."""
     tx.append(
         conversation_id,
         kind=TOOL_RESULT_ENTRY,
@@ -155,6 +158,7 @@ def _result_entry(
             "name": name,
             "content": content,
             "is_error": is_error,
+            **({} if code is None else {"code": code}),
             **(extra or {}),
         },
     )
@@ -203,6 +207,7 @@ def _refused_call(
     call_id: str,
     arguments: Any,
     error: str,
+    code: ToolErrorCode,
     parent_operation_id: str | None = None,
 ) -> None:
     """Journal a call of ``tool`` that runs nothing (arguments that are not JSON or fail its schema, a denial): its
@@ -220,5 +225,7 @@ def _refused_call(
         )
     )
     tx.finish_operation(
-        FinishOperation(operation_id=operation_id, status="failed", result=JsonValue(error), is_error=True, error=error)
+        FinishOperation(
+            operation_id=operation_id, status="failed", result=JsonValue(error), is_error=True, error=error, code=code
+        )
     )

@@ -30,6 +30,7 @@ from protocol import (
     phase_of,
 )
 
+from .._app._reports import Report, Reports
 from .._client._client import Client
 from .._client._transaction import Transaction
 from ._faults import KillSwitch
@@ -124,8 +125,9 @@ class PhaseTransaction(Transaction):
         """End an abort handler: the task is ``aborted`` with ``result``."""
         self._end(TaskOutcome(status="aborted", result=json_value(result)))
 
-    def fault(self, reason: FaultReason, error: str) -> None:
-        """End the task ``faulted`` (what the worker commits for a phase that raised or made no progress)."""
+    def fault(self, reason: FaultReason | None, error: str) -> None:
+        """End the task ``faulted`` (what the worker commits for a phase that raised or made no progress; ``None``: no
+        reason of its own, such as a run whose tool call's task faulted)."""
         self._end(TaskOutcome(status="faulted", reason=reason, error=error))
 
     def _end(self, outcome: TaskOutcome) -> None:
@@ -159,6 +161,7 @@ class Phase:
         kill_switch: KillSwitch | None = None,
         telemetry: WorkerTelemetry | None = None,
         received_s: float | None = None,
+        reports: Reports | None = None,
     ) -> None:
         self.client = client
         """The worker's connection, for reads (entries, documents, other tasks)."""
@@ -195,6 +198,8 @@ class Phase:
         acknowledged; it kills the process at its point."""
         self._telemetry = telemetry
         """The worker's spans (``None``: telemetry is off, the run loop makes none)."""
+        self._reports = reports
+        """Where the run loop's reports go (the app's ``on_report``, through the worker); ``None``: nowhere."""
 
     @property
     def stopping(self) -> bool:
@@ -307,10 +312,16 @@ class Phase:
         async with self.commit() as tx:
             tx.aborted(result)
 
-    async def fault(self, reason: FaultReason, error: str) -> None:
+    async def fault(self, reason: FaultReason | None, error: str) -> None:
         """End the task ``faulted`` (what the worker does when a phase raises or makes no progress)."""
         async with self.commit() as tx:
             tx.fault(reason, error)
+
+    async def report(self, report: Report) -> None:
+        """Hand ``report`` to the app's ``on_report`` callback (a checkpoint; it never raises but for a
+        cancellation). Call it after the commit that recorded what it reports."""
+        if self._reports is not None:
+            await self._reports(report)
 
     async def outcomes(self, task_ids: Sequence[str]) -> dict[str, TaskOutcome | None]:
         """The outcome of each task (``None`` while one is not terminal), in the order given."""

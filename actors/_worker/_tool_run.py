@@ -1,7 +1,14 @@
 """A tool call's task (``tool:<name>``), which a run's turn creates for each call of its model's answer (or a tool's
 handler for a nested call): validates the arguments, asks for an approval if the tool wants one (and waits), then
 commits the call's intent, runs the handler (whose questions, nested calls and subagents ``_call_host`` serves), and
-commits its result, the ``tether.tool_result`` entry (none for a nested call) and its completion in ONE commit. A
+commits its result, the ``tether.tool_result`` entry (none for a nested call) and its completion in ONE commit.
+
+A result has three channels (docs/agents.md, "Tool results"): the output, for the model (what the handler returned,
+else what it streamed with ``call.output``, its tail bounded by :data:`MAX_STREAMED_RESULT_BYTES`); the ``structured``
+value, for programs, kept in the journal only and checked by the tool's ``output_schema`` (a value that does not do
+is dropped and reported for a call the model made, and an ``invalid_structured_output`` error result for a nested
+call); and ``details``, in the result entry. An error result carries its code (:data:`~protocol.ToolErrorCode`). A
+durable step of the handler that failed (``_call_host``) faults the task instead of giving any result. A
 ``safe`` or ``idempotent`` call the model made with valid arguments and no approval to ask has its intent committed
 with its task, in the model result's commit (input ``started``): its first lease runs the handler at once. An
 interrupted call is the owner's to decide (docs/runs.md); the worker follows the journal. The same task kind also
@@ -10,6 +17,7 @@ runs a background subagent (``subagent_tool(background=True)``), its input namin
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -18,13 +26,14 @@ from protocol import (
     FinishOperation,
     JsonValue,
     OperationRecord,
+    ToolErrorCode,
     Write,
     approval_task_id,
     has_result,
     json_value,
 )
 
-from .._app._app import DEFAULT_RESTART_LIMIT, TaskDefinition
+from .._app._app import TaskDefinition
 from .._app._tools import ToolCall, ToolDefinition, ToolResult
 from .._models._model import Usage
 from ._call_host import CallHost, SubagentUnanswered, _nested, _parent, _run_subagent
@@ -44,12 +53,57 @@ from ._journal import (
 )
 from ._partials import partial_output
 from ._phase import GiveBack, Phase
+from ._reports import phase_report
 
 REPORTED: Final = (
     "error: the tool call was interrupted and may have partially run; it was not run again (its recovery is 'report')"
 )
 PROGRESS_INTERVAL_MS: Final = 100
 """How often, at most, a tool call's progress (``call.output``) goes to the owner while it runs."""
+MAX_STREAMED_RESULT_BYTES: Final = 128 << 10
+"""The most of what a call streamed (``call.output``) that becomes its output when its handler returns none: the
+tail, after a line saying how much was cut before it. The result's commit carries the output twice (the journal and
+the entry), well inside a message (``protocol.MAX_MESSAGE_BYTES``)."""
+
+
+class StreamedOutput:
+    """What a call streamed with ``call.output``, its last :data:`MAX_STREAMED_RESULT_BYTES` (UTF-8) kept: the output
+    of a handler that returns none."""
+
+    def __init__(self, max_bytes: int = MAX_STREAMED_RESULT_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._pieces: deque[tuple[str, int]] = deque()
+        self._bytes = 0
+        self._cut_chars = 0
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        size = len(text.encode())
+        self._pieces.append((text, size))
+        self._bytes += size
+        while self._bytes > self._max_bytes:
+            first, first_size = self._pieces.popleft()
+            excess = self._bytes - self._max_bytes
+            self._bytes -= first_size
+            if first_size > excess:  # keep its end (a character cut in half is dropped)
+                kept = first.encode()[excess:].decode(errors="ignore")
+                kept_size = len(kept.encode())
+                self._pieces.appendleft((kept, kept_size))
+                self._bytes += kept_size
+                self._cut_chars += len(first) - len(kept)
+            else:
+                self._cut_chars += len(first)
+
+    def text(self) -> str | None:
+        """What was streamed (its tail), or ``None`` if nothing was."""
+        if not self._pieces and not self._cut_chars:
+            return None
+        tail = "".join(text for text, _ in self._pieces)
+        if not self._cut_chars:
+            return tail
+        cut = f"[the first {self._cut_chars} characters of the output were cut; its last {self._bytes} bytes follow]"
+        return f"{cut}\n{tail}"
 
 
 async def _progress_of(rt: Phase, operation_id: str) -> str:
@@ -71,7 +125,7 @@ class ToolRun:
             version=self.tool.version,
             initial=lambda _input: {"phase": "call"},
             phases={"call": self.call, "approved": self.approved},
-            restart_limit=DEFAULT_RESTART_LIMIT,
+            restart_limit=self.tool.restart_limit,
         )
 
     async def call(self, rt: Phase) -> None:
@@ -107,12 +161,13 @@ class ToolRun:
         if isinstance(caller, str) and caller not in tool.callers:
             allowed = ", ".join(repr(one) for one in tool.callers)
             error = f"error: tool {tool.name!r} may not be called by tool {caller!r} (its callers: {allowed})"
-            await self._finish(rt, None, error, is_error=True)
+            await self._finish(rt, None, error, is_error=True, code="not_allowed")
             return
         args = rt.input["arguments"]
         errors = tool.validate(args)
         if errors:
-            await self._finish(rt, None, "error: invalid arguments: " + "; ".join(errors), is_error=True)
+            error = "error: invalid arguments: " + "; ".join(errors)
+            await self._finish(rt, None, error, is_error=True, code="invalid_arguments")
             return
         if tool.approval_required(args):
             async with rt.commit() as tx:
@@ -143,7 +198,7 @@ class ToolRun:
         if not isinstance(answer, dict) or answer.get("approve") is not True:
             note = answer.get("note") if isinstance(answer, dict) else None
             content = "error: the call was denied by a person" + (f": {note}" if note else "")
-            await self._finish(rt, None, content, is_error=True)
+            await self._finish(rt, None, content, is_error=True, code="denied")
             return
         await self._execute(rt, op)
 
@@ -157,7 +212,8 @@ class ToolRun:
         if op is not None and op.status == "interrupted" and op.policy == "report":
             # Not run again: the model reads that it was cut off (it may have partially run), with the progress it
             # had stored, and decides.
-            await self._finish(rt, op.operation_id, REPORTED + await _progress_of(rt, op.operation_id), is_error=True)
+            error = REPORTED + await _progress_of(rt, op.operation_id)
+            await self._finish(rt, op.operation_id, error, is_error=True, code="interrupted")
             return
         run_id = str(inp["run_id"])
         operation_id = str(inp["operation_id"])
@@ -192,8 +248,15 @@ class ToolRun:
         span = None
         if telemetry is not None:
             span = telemetry.start_tool_call(tool, str(inp["call_id"]), operation_id, attempt, policy)
+        host = CallHost(rt, tool, operation_id)
+        streamed = StreamedOutput()
         try:
             async with partial_output(rt, operation_id, attempt, PROGRESS_INTERVAL_MS) as progress:
+
+                def feed(text: str) -> None:
+                    streamed.add(text)
+                    progress.feed(text)
+
                 call = ToolCall(
                     operation_id=operation_id,
                     run_id=run_id,
@@ -201,22 +264,24 @@ class ToolRun:
                     attempt=attempt,
                     tool=tool.name,
                     version=tool.version,
-                    progress=progress.feed,
-                    host=CallHost(rt, tool, operation_id),
+                    progress=feed,
+                    host=host,
                 )
                 try:
                     returned = await tool.handler(call, dict(args))
                     result = returned if isinstance(returned, ToolResult) else ToolResult(output=returned)
-                    output = json_value(result.output, "output")
-                    extra = {
-                        name: json_value(value, name)
-                        for name, value in (("structured", result.structured), ("details", result.details))
-                        if value is not None
-                    }
+                    given = result.output if result.output is not None else streamed.text()
+                    output = json_value(given, "output")
+                    structured = None if result.structured is None else json_value(result.structured, "structured")
+                    extra = {} if result.details is None else {"details": json_value(result.details, "details")}
                 except Exception as exc:  # the handler's failure is the model's to read
+                    if host.failed is not None:
+                        raise host.failed from exc  # a durable step failed: the task faults, whatever it raised
                     failure = f"error: {type(exc).__name__}: {exc}"
                     raised = exc
-        except BaseException as exc:  # cut off while the handler ran (cancelled, the connection lost)
+                if host.failed is not None:  # caught and swallowed by the handler: the task faults all the same
+                    raise host.failed
+        except BaseException as exc:  # cut off while the handler ran (cancelled, the connection lost), or faulted
             if span is not None:
                 span.cut_off(exc)
             raise
@@ -224,28 +289,49 @@ class ToolRun:
         if failure is not None:
             if span is not None:
                 span.end("error", raised)
-            await self._finish(rt, operation_id, failure, is_error=True, pieces=pieces)
+            await self._finish(rt, operation_id, failure, is_error=True, code="tool_error", pieces=pieces)
             return
-        errors = tool.validate_output(result.structured) if tool.output_schema is not None else ()
+        problem = tool.structured_problem(structured)
+        nested = _nested(inp)
         if span is not None:
-            span.end("invalid_output" if errors else "completed")
-        if errors:
-            content = "error: the tool's structured output does not match its output_schema: " + "; ".join(errors)
-            await self._finish(rt, operation_id, content, is_error=True, usage=result.usage, pieces=pieces)
+            span.end("invalid_output" if problem is not None else "completed")
+        if problem is not None and nested:
+            # The caller, a program, reads the structured value: an error result for it.
+            await self._finish(
+                rt,
+                operation_id,
+                f"error: {problem}",
+                is_error=True,
+                code="invalid_structured_output",
+                usage=result.usage,
+                pieces=pieces,
+            )
             return
         if result.terminate:
             extra["terminate"] = JsonValue(True)
         if result.handoff is not None:
             extra["handoff"] = JsonValue(result.handoff)  # placed as a reset by the run, once its round ends
-        if _nested(inp) and "structured" in extra:
-            output = extra["structured"]  # what the caller reads (and a re-run of it, from the journal)
-        await self._finish(rt, operation_id, output, is_error=False, extra=extra, usage=result.usage, pieces=pieces)
+        await self._finish(
+            rt,
+            operation_id,
+            output,
+            is_error=False,
+            extra=extra,
+            usage=result.usage,
+            pieces=pieces,
+            structured=None if problem is not None else structured,
+            dropped=problem,
+        )
+        if problem is not None:  # the model never reads it: dropped, the call's result stands, and reported
+            await rt.report(phase_report(rt, "dropped_output", problem))
 
     async def _replay(self, rt: Phase, op: OperationRecord) -> None:
         """End the task from the call's committed result: what a caller of a nested call reads of it (its result
         entry, for a call the model made, was committed with it)."""
-        if not _nested(rt.input) or op.status in ("completed", "resolved"):
+        if not _nested(rt.input):
             await rt.complete(op.result)
+        elif op.status in ("completed", "resolved"):
+            await rt.complete(op.structured if op.structured is not None else op.result)
         else:
             await rt.fail(str(op.error or op.result))
 
@@ -256,20 +342,25 @@ class ToolRun:
         result: Any,
         *,
         is_error: bool,
+        code: ToolErrorCode | None = None,
         extra: dict[str, JsonValue] | None = None,
         usage: Usage | None = None,
         pieces: Sequence[Write] = (),
+        structured: JsonValue | None = None,
+        dropped: str | None = None,
     ) -> None:
-        """ONE commit: the operation's result (with what the call reported it cost), the result entry and the task's
-        completion (with no result: the journal and the transcript hold it). A call that ran nothing (``operation_id``
-        ``None``: invalid arguments, a denial) is journaled by :func:`_refused_call`. A nested call
-        (``call.execute_tool``) has no result entry (the model did not make it): its task completes with what its
-        caller reads (its ``structured`` value, else its output), or fails with the error."""
+        """ONE commit: the operation's result (its output, or its error and ``code``; its ``structured`` value or why
+        it was ``dropped``; what the call reported it cost), the result entry and the task's completion (with no
+        result: the journal and the transcript hold it). A call that ran nothing (``operation_id`` ``None``: invalid
+        arguments, a denial) is journaled by :func:`_refused_call`. A nested call (``call.execute_tool``) has no result
+        entry (the model did not make it): its task completes with what its caller reads (its ``structured`` value,
+        else its output), or fails with the error."""
         inp = rt.input
         nested = _nested(inp)
         async with rt.commit() as tx:
             tx.writes.extend(pieces)  # the progress streamed before the result: stored, then ended by it
             if operation_id is None:
+                assert code is not None
                 _refused_call(
                     tx,
                     self.tool,
@@ -279,6 +370,7 @@ class ToolRun:
                     call_id=str(inp["call_id"]),
                     arguments=inp["arguments"],
                     error=str(result),
+                    code=code,
                     parent_operation_id=_parent(inp),
                 )
             else:
@@ -290,13 +382,16 @@ class ToolRun:
                         is_error=is_error,
                         error=result if is_error else None,
                         usage=run_usage(usage),
+                        code=code,
+                        structured=JsonValue(structured),
+                        dropped=dropped,
                     )
                 )
             if nested:
                 if is_error:
                     tx.fail(str(result))
                 else:
-                    tx.complete(result)
+                    tx.complete(result if structured is None else structured)
                 return
             _result_entry(
                 tx,
@@ -307,6 +402,7 @@ class ToolRun:
                 name=str(inp["name"]),
                 content=content_text(result),
                 is_error=is_error,
+                code=code,
                 extra=extra,
             )
             tx.complete(None)  # the result is the journal's and the entry's: not a third copy in the commit

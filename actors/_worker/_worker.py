@@ -19,6 +19,7 @@ from protocol import (
     Announce,
     BudgetExceeded,
     CancelLease,
+    FaultReason,
     Lease,
     LeaseRef,
     RequestFailed,
@@ -35,6 +36,7 @@ from ._agent_run import AgentRun, ModelUnavailable
 from ._faults import KillSwitch
 from ._journal import AGENT_PREFIX, TOOL_PREFIX
 from ._phase import GiveBack, Phase
+from ._reports import Reporter, phase_report
 from ._tool_run import ToolRun
 
 if TYPE_CHECKING:
@@ -90,6 +92,8 @@ class Worker:
         self._kill_switch = kill_switch
         self._telemetry = telemetry
         """The worker's spans; ``None`` (the default): telemetry is off, and a phase pays this one check."""
+        self._reporter = Reporter(app, log)
+        """The app's ``on_report`` callback, for every phase this worker runs."""
 
     def held(self) -> tuple[LeaseRef, ...]:
         return tuple(running.lease for running in self._running.values())
@@ -215,8 +219,10 @@ class Worker:
             try:
                 checkpoint = definition.initial(lease.input)
             except Exception as exc:
-                rt = Phase(self.client, lease, None, definition.version, kill_switch=self._kill_switch)
-                await rt.fault("phase_error", _describe(exc))
+                rt = Phase(
+                    self.client, lease, None, definition.version, kill_switch=self._kill_switch, reports=self._reporter
+                )
+                await self._fault(rt, "phase_error", _describe(exc))
                 return
         elif 0 < lease.version < definition.version:
             assert definition.migrate is not None  # the owner leases older tasks only to workers that migrate
@@ -237,6 +243,7 @@ class Worker:
             kill_switch=self._kill_switch,
             telemetry=telemetry,
             received_s=running.received_s,
+            reports=self._reporter,
         )
         running.phase = rt
         await rt.ensure_lease()  # a lease read after a pause or a silence is confirmed before its phase starts
@@ -259,7 +266,9 @@ class Worker:
             function = definition.phases.get(rt.phase or "")
             if function is None:
                 known = ", ".join(sorted(definition.phases))
-                await rt.fault("unknown_phase", f"checkpoint {checkpoint!r} names no phase of {rt.kind} ({known})")
+                await self._fault(
+                    rt, "unknown_phase", f"checkpoint {checkpoint!r} names no phase of {rt.kind} ({known})"
+                )
                 return
         try:
             await function(rt)
@@ -278,14 +287,19 @@ class Worker:
             await self._phase_raised(rt, exc)
             return
         if not rt.ended:
-            await rt.fault("no_progress", f"phase {rt.phase!r} returned without committing a new state")
+            await self._fault(rt, "no_progress", f"phase {rt.phase!r} returned without committing a new state")
 
     async def _phase_raised(self, rt: Phase, exc: Exception) -> None:
         error = _describe(exc)
         trace = "".join(traceback.format_exception(exc)).rstrip()
         self._log(f"tether worker: task {rt.task_id} ({rt.kind}) phase {rt.phase!r} raised: {error}\n{trace}")
         if not rt.ended:
-            await rt.fault("phase_error", error)
+            await self._fault(rt, "phase_error", error)
+
+    async def _fault(self, rt: Phase, reason: FaultReason, error: str) -> None:
+        """End the task ``faulted`` (a phase that raised or made no progress), then report it (``task_faulted``)."""
+        await rt.fault(reason, error)
+        await rt.report(phase_report(rt, "task_faulted", error, reason=reason))
 
     async def _release(self, lease: Lease, *, migration_error: str | None = None, closing: bool = False) -> None:
         with trio.move_on_after(RELEASE_TIMEOUT_S) as scope, contextlib.suppress(RequestFailed):

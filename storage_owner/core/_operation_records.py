@@ -14,6 +14,7 @@ from typing import Final, Literal
 import attrs
 
 from protocol import (
+    TOOL_TASK_PREFIX,
     CreateTask,
     InteractionRecord,
     JsonValue,
@@ -23,18 +24,19 @@ from protocol import (
     Retry,
     TaskOutcome,
     TaskRecord,
+    ended_code,
     retry_delay_ms,
 )
 
 from ._checks import check_move
-from ._ports import OperationStore
+from ._ports import OperationStore, TaskReads
 from ._run_rules import attention_task_id
 from ._run_status import ATTENTION_KIND
 from ._task_settle import CutOffRule
 
 InteractionStatus = Literal["open", "answered", "cancelled"]
 """An interaction record's ``status`` (its field's type on the wire)."""
-OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report", "withdraw"]
+OperationEvent = Literal["finish", "interrupt", "attempt", "resolve", "reset", "report", "withdraw", "limit"]
 InteractionEvent = Literal["answer", "close"]
 
 OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], frozenset[OperationStatus]]] = {
@@ -44,6 +46,7 @@ OPERATION_TRANSITIONS: Final[Mapping[tuple[OperationStatus, OperationEvent], fro
     ("interrupted", "attempt"): frozenset({"started"}),  # 1 (a model request, a safe or idempotent tool call)
     ("interrupted", "resolve"): frozenset({"resolved"}),  # 5
     ("interrupted", "report"): frozenset({"failed"}),  # 2 (a report tool call, not run again)
+    ("interrupted", "limit"): frozenset({"failed"}),  # 3 (a tool call whose task reached its restart limit)
     ("started", "reset"): frozenset({"interrupted"}),  # 6
     ("interrupted", "reset"): frozenset({"interrupted"}),  # 6
     ("failed", "reset"): frozenset({"interrupted"}),  # 6
@@ -63,8 +66,9 @@ class OperationRecords:
     """The one way an operation or an interaction record changes once stored: checked against its table, then stored;
     and the changes the owner makes to them outside a request of their room (rules 3 and 6)."""
 
-    def __init__(self, store: OperationStore) -> None:
+    def __init__(self, store: OperationStore, stored_tasks: TaskReads) -> None:
         self._store = store
+        self._stored_tasks = stored_tasks
 
     def get(self, operation_id: str) -> OperationRecord | None:
         """An operation's record (the store keeps those it wrote lately: an intent read back by its result's commit
@@ -98,7 +102,9 @@ class OperationRecords:
         - a model request with attempts left: ``backoff`` until now + :func:`retry_delay_ms` (``retry_wait``); past
           its last attempt the task fails, reason ``model_retries_exhausted`` (a crash consumes an attempt);
         - a ``manual`` tool call: the task waits on a new ``tether.attention`` task (``needs_attention``);
-        - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id.
+        - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id; at the
+          task's restart limit (the engine ends it ``faulted``, ``restart_limit``) the call is ``failed`` instead,
+          with code ``restart_limit``: its error result.
 
         ``closing``: the phase was given back by its worker's close (rule 7), not cut off by a crash: an open model
         request is withdrawn instead (``interrupted`` at the attempt before it, so that the next intent takes the same
@@ -106,6 +112,8 @@ class OperationRecords:
         above (it may have partially run), a manual one waits for a person.
         """
         rule: CutOffRule | None = None
+        if not closing and self._at_restart_limit(task, seq, now_ms, changed):  # a close counts no restart
+            return None  # the engine ends the task ``faulted`` (``restart_limit``) in this commit
         for op in self._store.open_operations(task.task_id):
             if closing and op.kind == "model":
                 changed.append(self.withdraw(op, seq, now_ms))
@@ -145,6 +153,37 @@ class OperationRecords:
         self.put(op, withdrawn, "withdraw")
         return withdrawn
 
+    def _at_restart_limit(self, task: TaskRecord, seq: int, now_ms: int, changed: list[Record]) -> bool:
+        """Rule 3: a tool task (not ``manual``) cut off as many times as its restart limit: the engine ends it, and its
+        call is not run again: its result is an error coded ``restart_limit`` (rule 2c), whether its attempt was
+        open (``started``) or had been cut off before (``interrupted``, its next attempt not started yet)."""
+        restarts = task.restarts + 1
+        if not task.kind.startswith(TOOL_TASK_PREFIX) or task.restart_limit is None or restarts < task.restart_limit:
+            return False
+        calls = list(self._store.open_operations(task.task_id))
+        input_value, _ = self._stored_tasks.task_data(task.task_id)
+        named = input_value.get("operation_id") if isinstance(input_value, dict) else None
+        found = self._store.operation(named) if isinstance(named, str) else None
+        if found is not None and found.status == "interrupted" and found.task_id == task.task_id:
+            calls.append(found)
+        if any(op.kind != "tool" or op.policy == "manual" for op in calls):
+            return False  # a manual call cut off waits for a person (the hook's rule), whatever the count
+        error = f"cut off {restarts} times (the restart limit is {task.restart_limit})"
+        for op in calls:
+            failed = attrs.evolve(
+                op,
+                status="failed",
+                result=JsonValue(error),
+                is_error=True,
+                error=error,
+                code="restart_limit",
+                seq=seq,
+                updated_at_ms=now_ms,
+            )
+            self.put(op, failed, "finish" if op.status == "started" else "limit")
+            changed.append(failed)
+        return True
+
     def settle_open(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> list[Record]:
         """Rule 2b: the operations ``task_id`` left open when it ended ``outcome`` (not completed) become ``failed``
         with its error (a tool call's result is then that error, as the model read it)."""
@@ -153,12 +192,14 @@ class OperationRecords:
             error += f": {outcome.error}"
         settled: list[Record] = []
         for op in self._store.open_operations(task_id):
+            tool = op.kind == "tool"
             failed = attrs.evolve(
                 op,
                 status="failed",
-                result=JsonValue(error) if op.kind == "tool" else op.result,
+                result=JsonValue(error) if tool else op.result,
                 is_error=True,
                 error=error,
+                code=ended_code(outcome) if tool else None,
                 seq=seq,
                 updated_at_ms=now_ms,
             )

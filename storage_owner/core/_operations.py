@@ -19,6 +19,10 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    its lease or while it ran), in the settling commit (:meth:`Operations.settle_ended`).
    An interrupted tool call under the ``report`` policy is not run again: its tool task, leased again, settles it
    ``failed`` (the error the model reads says it was interrupted and may have partially run).
+   2c. A tool call's result carries its channels besides the output: an error result's ``code``
+   (:data:`~protocol.ToolErrorCode`); a result's ``structured`` value, or why it was ``dropped``. An operation a task
+   left open is settled with the code its task's end gives (``restart_limit``, ``aborted``, ``orphaned``,
+   ``faulted``).
 3. **Cut off** (the task engine's rule 9, :meth:`OperationRecords.cut_off`): a phase of a run's task or tool task
    cut off with operations in flight: they become ``interrupted`` in the settling commit, and the task backs off (a
    model request with attempts left), fails (past its last), waits on a new ``tether.attention`` task (a manual tool
@@ -53,6 +57,7 @@ import attrs
 
 from protocol import (
     AGENT_TASK_PREFIX,
+    MAX_TOOL_DIAGNOSTIC_CHARS,
     RERUN_POLICIES,
     TOOL_TASK_PREFIX,
     CreateInteraction,
@@ -101,6 +106,21 @@ from ._usage import Usage, add_usage, check_usage
 TOOL_KIND_PREFIX: Final = TOOL_TASK_PREFIX
 _JOURNAL_WRITERS: Final = (AGENT_TASK_PREFIX, TOOL_TASK_PREFIX)
 """The kinds of task whose leases write a run's journal: its run task and its tool tasks."""
+
+
+def _check_channels(write: FinishOperation, op: OperationRecord, where: str) -> None:
+    """Rule 2c: a result's ``code`` only on a tool call's error result; its ``structured`` value and why one was
+    ``dropped`` only on a tool call's result that is not an error, the reason at most
+    :data:`MAX_TOOL_DIAGNOSTIC_CHARS` characters."""
+    tool_error = op.kind == "tool" and write.is_error
+    if write.code is not None and not tool_error:
+        raise Refusal(ErrorCode.INVALID, f"{where}.code goes only with a tool call's error result (is_error)")
+    if (write.structured is not None or write.dropped is not None) and (op.kind != "tool" or write.is_error):
+        message = f"{where}: structured and dropped go only with a tool call's result that is not an error"
+        raise Refusal(ErrorCode.INVALID, message)
+    if write.dropped is not None and not 1 <= len(write.dropped) <= MAX_TOOL_DIAGNOSTIC_CHARS:
+        message = f"{where}.dropped says why in 1 to {MAX_TOOL_DIAGNOSTIC_CHARS} characters, not {len(write.dropped)}"
+        raise Refusal(ErrorCode.INVALID, message)
 
 
 class Operations:
@@ -320,6 +340,7 @@ class Operations:
         if write.status not in ("completed", "failed"):
             raise Refusal(ErrorCode.INVALID, f"{where}.status must be completed or failed, not {write.status!r}")
         check_usage(write.usage, where)
+        _check_channels(write, op, where)
         usage = None if write.usage is None else self._usage.priced(op.kind, op.name, write.usage)
         record = attrs.evolve(
             op,
@@ -327,6 +348,9 @@ class Operations:
             result=write.result,
             is_error=write.is_error,
             error=write.error,
+            code=write.code,
+            structured=write.structured,
+            dropped=write.dropped,
             usage=op.usage if usage is None else add_usage(op.usage or RunUsage(), usage),
             seq=seq,
             updated_at_ms=now_ms,

@@ -187,7 +187,7 @@ class OwnerCore:
             head, token=token, instance=instance, clock=clock, heartbeat_ms=heartbeat_ms, announced=self._announced
         )
         self._attached = self.peers.attached
-        operation_records = OperationRecords(store)
+        operation_records = OperationRecords(store, stored_tasks=store)
         self.config = Configurations(store, journal, self.peers.announcements)  # names checked at configure
         self.tasks = TaskEngine(
             store,

@@ -28,6 +28,7 @@ from protocol import (
     MAX_LEASES_PER_WORKER,
     MAX_MESSAGE_BYTES,
     MAX_PEER_NAME_CHARS,
+    MAX_RESTART_LIMIT,
     MAX_ROLE_CHARS,
     MAX_TOKEN_CHARS,
     PROTOCOL_VERSION,
@@ -233,12 +234,13 @@ class Peers:
             raise Refusal(ErrorCode.INVALID, message)
         for index, capability in enumerate(request.capabilities):
             named = 1 <= len(capability.name) <= MAX_NAME_CHARS
-            if not named or capability.version < 1 or capability.restart_limit < 1:
+            limit = capability.restart_limit
+            if not named or capability.version < 1 or (limit is not None and not 1 <= limit <= MAX_RESTART_LIMIT):
                 raise Refusal(
                     ErrorCode.INVALID,
-                    f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version and a "
-                    f"restart_limit of 1 or more are required, not {capability.name!r} version "
-                    f"{capability.version} restart_limit {capability.restart_limit}",
+                    f"capabilities[{index}]: a name of 1 to {MAX_NAME_CHARS} characters, a version of 1 or more and "
+                    f"a restart_limit of 1 to {MAX_RESTART_LIMIT} (or null: no limit) are required, not "
+                    f"{capability.name!r} version {capability.version} restart_limit {limit}",
                 )
         state.announced = request
         self._announced(peer, state.peer_name or f"peer {peer}", request)

@@ -250,7 +250,7 @@ class Settling:
             self._apply_cut_off_rule(record, rule)
             return
         restarts = record.restarts + 1
-        if restarts >= record.restart_limit:
+        if record.restart_limit is not None and restarts >= record.restart_limit:
             outcome = TaskOutcome(
                 status="faulted",
                 reason="restart_limit",

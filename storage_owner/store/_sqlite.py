@@ -969,6 +969,7 @@ _TASK_FIELDS: Final = tuple(field.name for field in attrs.fields(TaskRecord))
 _TASK_COLUMN_OF: Final = {"on": "on_ids"}
 _TASK_TO_COLUMN: Final = {
     "on": "pack(list({0})) if {0} else None",
+    "restart_limit": "0 if {0} is None else {0}",  # no limit: 0, which no capability announces (its limit is 1 or more)
     "held": "None if {0} is None else pack(unstructure_outcome({0}))",
     "outcome": "None if {0} is None else pack(unstructure_outcome({0}))",
 }
@@ -976,6 +977,7 @@ _TASK_FROM_COLUMN: Final = {
     "background": "{0} == 1",
     "abandon_on_restart": "{0} == 1",
     "on": "_NO_IDS if {0} is None else tuple(unpack({0}))",
+    "restart_limit": "{0} or None",
     "held": "None if {0} is None else structure_outcome(unpack({0}), TaskOutcome)",
     "outcome": "None if {0} is None else structure_outcome(unpack({0}), TaskOutcome)",
 }

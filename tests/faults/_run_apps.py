@@ -120,6 +120,18 @@ def dies_after_tool_result(policy: actors.Recovery) -> actors.App:
     return app
 
 
+def restart_limited() -> actors.App:
+    """The agent calls ``lookup`` (``safe``, ``restart_limit=2``) once, then answers: a test kills the worker at the
+    call until its limit."""
+    app = actors.App("restart-limited", restart_limit=None)  # the app's limit: none (the tool's wins)
+    app.define_tool(
+        "lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe", restart_limit=2
+    )
+    app.define_agent("support", version=1, model=actors.ScriptedModel(ONE_CALL), tools=["lookup"])
+    return app
+
+
+restart_limited_app = restart_limited()
 manual_dies_before_intent = dies_before_intent("manual")
 safe_dies_before_intent = dies_before_intent("safe")
 idempotent_dies_before_intent = dies_before_intent("idempotent")

@@ -147,10 +147,11 @@ async def test_a_subagent_whose_worker_is_killed_mid_run_goes_on_with_no_second_
                 run = await client.wait_for_run(run_id)
                 entries = await client.entries(conversation_id)
                 [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-                assert isinstance(result, dict) and isinstance(result["structured"], dict), result
-                child_id = str(result["structured"]["conversation_id"])
+                [call] = [op for op in await client.operations(run_id) if op.kind == "tool"]
+                assert isinstance(result, dict) and isinstance(call.structured, dict), (result, call)
+                child_id = str(call.structured["conversation_id"])
                 if background:  # the caller answered at once; the subagent's task ends with its answer
-                    anchor = await client.wait_for_task(str(result["structured"]["task_id"]))
+                    anchor = await client.wait_for_task(str(call.structured["task_id"]))
                     assert anchor.outcome is not None and anchor.outcome.status == "completed"
                     assert isinstance(anchor.outcome.result, dict) and anchor.outcome.result["answer"] == "A1 shipped."
                 else:
@@ -208,8 +209,9 @@ async def test_the_owner_killed_while_a_subagent_runs_makes_no_second_conversati
                 run = await client.wait_for_run(run_id)
                 entries = await client.entries(conversation_id)
                 [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-                assert isinstance(result, dict) and isinstance(result["structured"], dict), result
-                child_runs = await client.runs(conversation_id=str(result["structured"]["conversation_id"]))
+                [call] = [op for op in await client.operations(run_id) if op.kind == "tool"]
+                assert isinstance(result, dict) and isinstance(call.structured, dict), (result, call)
+                child_runs = await client.runs(conversation_id=str(call.structured["conversation_id"]))
                 researcher_runs = [one for one in await client.runs() if one.agent == "researcher"]
     assert run.status == "completed" and result["content"] == "A1 shipped."
     assert [(one.agent, one.status) for one in child_runs] == [("researcher", "completed")]

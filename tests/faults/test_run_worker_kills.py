@@ -17,10 +17,12 @@ import pytest
 import trio
 
 import actors
+from actors.testing import WorkerKill, WorkerProcess
 from tests.conftest import OwnerProcess
 from tests.faults import _run_apps
 from tests.integration._agent_apps import read_ledger
 from tests.integration._agent_helpers import ledger, run_in, served, start_run, worker_process
+from tests.integration._up_helpers import ROOT
 
 __all__ = ["ledger"]  # the fixture
 
@@ -178,3 +180,38 @@ async def test_worker_killed_after_a_handoff_was_placed_places_it_once_and_the_r
         (2, _run_apps.HANDOFF),
         (2, _run_apps.HANDOFF),
     ]
+
+
+async def test_a_safe_call_killed_at_its_restart_limit_ends_with_a_restart_limit_error_the_model_reads(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    """The tool's ``restart_limit=2``: its worker SIGKILLed as the call starts, twice (each time a worker process of
+    its own); then the call is not run again, it ends with an error result coded ``restart_limit``, and the run goes
+    on: the model reads it and answers."""
+    kill = WorkerKill("after_intent", kind="tool", name="lookup")
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(owner.db) as client:
+            for attempt in (1, 2):
+                async with WorkerProcess(owner.db, f"{RUN_APPS}:restart_limited_app", kill=kill, cwd=ROOT) as worker:
+                    if attempt == 1:
+                        conversation_id, run_id = await start_run(client, "Where?")
+                    await worker.killed()
+                [_, call] = await client.operations(run_id)
+                while call.status == "started":  # until the owner sees the worker gone: the call cut off
+                    await trio.sleep(0.02)
+                    [_, call] = await client.operations(run_id)
+            assert (call.status, call.code, call.attempt) == ("failed", "restart_limit", 2)  # not run a third time
+            async with served(owner.db, _run_apps.restart_limited_app, name="finisher"):
+                run = await client.wait_for_run(run_id)
+            entries = await client.entries(conversation_id)
+    assert read_ledger(ledger) == []  # the handler never ran: each worker died as it would have started
+    assert (run.status, run.answer.text if run.answer else None) == ("completed", "Your order shipped.")
+    assert [entry.kind for entry in entries] == [
+        "tether.user",
+        "tether.assistant",
+        "tether.tool_result",
+        "tether.assistant",  # the model read the error and answered: the run went on
+    ]
+    result = entries[2].data
+    assert isinstance(result, dict) and (result["is_error"], result["code"]) == (True, "restart_limit"), result
+    assert "cut off 2 times (the restart limit is 2)" in str(result["content"])

@@ -35,6 +35,16 @@ async def bad_quote(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolR
     return actors.ToolResult(output="many", structured={"amount": "many", "currency": "EUR"})
 
 
+async def count(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult | None:
+    for n in (1, 2, 3):
+        await call.output(f"{n}\n")
+    return None if args["order_id"] == "A1" else actors.ToolResult(details={"counted": 3})
+
+
+async def broken(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    raise RuntimeError("the pricing service is down")
+
+
 async def finish(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult:
     return actors.ToolResult(output=f"Refunded order {args['order_id']}.", terminate=True)
 
@@ -48,43 +58,71 @@ class Counting(actors.ScriptedModel):
             yield event
 
 
-def app() -> actors.App:
-    built = actors.App("results")
+def app(reports: list[actors.Report] | None = None) -> actors.App:
+    def report(found: actors.Report) -> None:
+        if reports is not None:
+            reports.append(found)
+        raise RuntimeError("a callback that raises fails nothing")
+
+    built = actors.App("results", on_report=report)
     for name, handler in (("quote", quote), ("bad_quote", bad_quote)):
         built.define_tool(
             name, handler, description="Quote a refund.", parameters=ORDER, output_schema=QUOTE, recovery="safe"
         )
-    built.define_tool("finish", finish, description="Refund and end.", parameters=ORDER, recovery="safe")
+    for name, handler in (("count", count), ("broken", broken), ("finish", finish)):
+        built.define_tool(name, handler, description="Refund and end.", parameters=ORDER, recovery="safe")
+    first = [("quote", {"order_id": "A1"}), ("bad_quote", {"order_id": "A1"}), ("broken", {"order_id": "A1"})]
+    first += [("count", {"order_id": "A1"}), ("count", {"order_id": "B2"}), ("quote", {"order_id": 7})]
     turns = [
-        actors.ScriptedTurn(tool_calls=[("quote", {"order_id": "A1"}), ("bad_quote", {"order_id": "A1"})]),
+        actors.ScriptedTurn(tool_calls=first),
         actors.ScriptedTurn(tool_calls=[("finish", {"order_id": "A1"})]),
         actors.ScriptedTurn(text="never asked: the tools ended the run"),
     ]
-    built.define_agent("support", version=1, model=Counting(turns), tools=["quote", "bad_quote", "finish"])
+    tools = ["quote", "bad_quote", "count", "broken", "finish"]
+    built.define_agent("support", version=1, model=Counting(turns), tools=tools)
     return built
 
 
 async def test_a_tool_result_carries_structured_output_details_usage_and_can_end_the_run(owner: OwnerProcess) -> None:
     Counting.asked = 0
+    reports: list[actors.Report] = []
     with trio.fail_after(TIMEOUT_S):
-        async with serving(owner.db, app()) as client:
+        async with serving(owner.db, app(reports)) as client:
             conversation_id = await client.create_conversation(agent="support")
             submission = await client.submit(conversation_id, kind="input", payload="Refund A1?")
             assert submission.run_id is not None
             run = await client.wait_for_run(submission.run_id)
             entries = await client.entries(conversation_id)
             tools, _ = await client.usage_totals("tool", "quote")
+            journal = await client.operations(submission.run_id)
     assert run.status == "completed" and run.answer is not None
     assert run.answer.text == "Refunded order A1."  # the terminating call's output
     assert Counting.asked == 2  # no request after the round that ended it
-    results = {entry.data["name"]: entry.data for entry in entries if entry.kind == "tether.tool_result"}  # type: ignore[index]
-    good = results["quote"]
+    results: dict[str, Any] = {e.data["call_id"]: e.data for e in entries if e.kind == "tether.tool_result"}  # type: ignore[index]
+    assert all("structured" not in result for result in results.values())  # for programs: in the journal
+    ops = {op.tool_call_id: op for op in journal if op.kind == "tool"}
+    first = next(entry.data for entry in entries if entry.kind == "tether.assistant")
+    order = [call["call_id"] for call in first["tool_calls"]]  # type: ignore[index]
+    calls = [(results[call_id], ops[call_id]) for call_id in order]
+    (good, good_op), (bad, bad_op), (raised, _), (streamed, _), (streamed_details, _), (invalid, invalid_op) = calls
     assert (good["content"], good["is_error"]) == ("42 EUR", False)  # the model reads the output, nothing else
-    assert good["structured"] == {"amount": 42, "currency": "EUR"}
     assert good["details"] == {"source": "pricing-v2", "order": "A1"}
-    bad = results["bad_quote"]
-    assert bad["is_error"] and "output_schema" in bad["content"] and "$.amount" in bad["content"]
-    assert results["finish"]["terminate"] is True
+    assert good_op.structured == {"amount": 42, "currency": "EUR"} and good_op.dropped is None  # for programs
+    # A structured value its schema refuses, in a call the model made: dropped and reported, the result stands.
+    assert (bad["content"], bad["is_error"], bad.get("code")) == ("many", False, None)
+    assert (bad_op.status, bad_op.result, bad_op.structured) == ("completed", "many", None)
+    assert bad_op.dropped is not None and "output_schema" in bad_op.dropped and "$.amount" in bad_op.dropped
+    [dropped] = [found for found in reports if found.kind == "dropped_output"]
+    assert (dropped.operation_id, dropped.tool, dropped.run_id) == (bad_op.operation_id, "bad_quote", run.run_id)
+    assert dropped.error == bad_op.dropped  # and the callback's own exception failed nothing
+    # Error results carry their code, in the entry and in the journal.
+    assert (raised["is_error"], raised["code"]) == (True, "tool_error") and "pricing service" in raised["content"]
+    assert (invalid["is_error"], invalid["code"], invalid_op.code) == (True, "invalid_arguments", "invalid_arguments")
+    # A handler that returned no output: the model reads what it streamed.
+    assert (streamed["content"], streamed["is_error"]) == ("1\n2\n3\n", False)
+    assert (streamed_details["content"], streamed_details["details"]) == ("1\n2\n3\n", {"counted": 3})
+    [ending] = [result for call_id, result in results.items() if call_id not in order]
+    assert ending["terminate"] is True
     # The call's own usage: under its tool's name, and in the run's total.
     [total] = tools
     assert (total.usage.input_tokens, total.usage.output_tokens, total.usage.cost) == (10, 5, 0.25)
@@ -292,22 +330,15 @@ async def test_a_handoff_with_terminate_on_every_call_ends_the_run_after_the_han
     ]
 
 
-async def test_a_result_too_large_to_store_faults_the_call_and_the_model_reads_why(owner: OwnerProcess) -> None:
+async def test_a_result_too_large_to_store_faults_the_call_and_fails_its_run_naming_it(owner: OwnerProcess) -> None:
     async def huge(call: actors.ToolCall, args: dict[str, Any]) -> str:
         return "x" * (3 << 20)  # past what one commit may carry
-
-    class Asked(actors.ScriptedModel):
-        seen: list[str] = []
-
-        async def stream(self, request: actors.ModelRequest) -> Any:  # type: ignore[override]
-            Asked.seen = [m.content for m in request.messages if isinstance(m, actors.ToolMessage)]
-            async for event in super().stream(request):
-                yield event
 
     built = actors.App("huge")
     built.define_tool("dump", huge, description="Dump everything.", parameters=ORDER, recovery="safe")
     turns = [actors.ScriptedTurn(tool_calls=[("dump", {"order_id": "A1"})]), actors.ScriptedTurn(text="Too big.")]
-    built.define_agent("support", version=1, model=Asked(turns), tools=["dump"])
+    Counting.asked = 0
+    built.define_agent("support", version=1, model=Counting(turns), tools=["dump"])
     with trio.fail_after(TIMEOUT_S):
         async with serving(owner.db, built) as client:
             conversation_id = await client.create_conversation(agent="support")
@@ -316,12 +347,13 @@ async def test_a_result_too_large_to_store_faults_the_call_and_the_model_reads_w
             run = await client.wait_for_run(submission.run_id)
             entries = await client.entries(conversation_id)
             operations = await client.operations(submission.run_id)
-    assert run.status == "completed"
+    # The commit of the call's result is a durable step under its lease: refused, the call's task faults, and the
+    # run fails (``faulted``) naming the call and what went wrong, instead of the model reading an error it may ignore.
+    assert (run.status, run.reason) == ("failed", "faulted") and Counting.asked == 1
+    assert run.error is not None and "(tool 'dump'" in run.error and "over the limit of 1048576" in run.error
     [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-    assert isinstance(result, dict) and result["is_error"], result
+    assert isinstance(result, dict) and (result["is_error"], result["code"]) == (True, "faulted"), result
     assert len(str(result["content"])) < 10_000 and "x" * 100 not in str(result["content"])
-    assert Asked.seen == [result["content"]]  # the model read the error, not the dump
     [tool] = [op for op in operations if op.kind == "tool"]
-    assert "over the limit of 1048576" in str(result["content"])  # what went wrong, in words
     # No output was stored; the call's journal entry is not left open: it failed with its task's error.
-    assert (tool.status, tool.is_error) == ("failed", True) and "faulted" in str(tool.error)
+    assert (tool.status, tool.is_error, tool.code) == ("failed", True, "faulted") and "faulted" in str(tool.error)

@@ -41,15 +41,30 @@ async def sneaky(call: actors.ToolCall, args: dict[str, Any]) -> str:
     try:
         await call.execute_tool("pay_out", {"amount": 1000}, key="pay")  # pay_out does not list sneaky
     except actors.ToolCallFailed as exc:
-        first = exc.error
+        first = f"{exc.code}: {exc.error}"
     else:
         raise AssertionError("pay_out ran for a caller it does not list")
     await call.execute_tool("look_up_order", {"order_id": "A1"}, key="again")
     try:
         await call.execute_tool("look_up_order", {"order_id": "A2"}, key="again")  # a key is used once
     except actors.UsageError as exc:
-        return f"{first} | {exc}"
-    raise AssertionError("a key was used twice")
+        second = str(exc)
+    else:
+        raise AssertionError("a key was used twice")
+    try:
+        await call.execute_tool("count_lines", {"bad": True}, key="bad")  # a structured value its schema refuses
+    except actors.ToolCallFailed as exc:
+        third = exc.code
+    else:
+        raise AssertionError("a nested call's invalid structured output was read")
+    streamed = await call.execute_tool("stream_lines", {"bad": False}, key="streamed")  # none: what it streamed
+    return f"{first} | {second} | {third} | {streamed}"
+
+
+async def count_lines(call: actors.ToolCall, args: dict[str, Any]) -> actors.ToolResult | None:
+    await call.output("1\n")
+    await call.output("2\n")
+    return actors.ToolResult(output="two", structured={"lines": "two"}) if args["bad"] else None
 
 
 def app() -> actors.App:
@@ -72,6 +87,23 @@ def app() -> actors.App:
         callers=["refund"],
     )
     built.define_tool("sneaky", sneaky, description="Misbehave.", parameters=NOTHING, recovery="safe")
+    built.define_tool(
+        "count_lines",
+        count_lines,
+        description="Count lines.",
+        parameters={"type": "object", "properties": {"bad": {"type": "boolean"}}, "required": ["bad"]},
+        output_schema={"type": "object", "properties": {"lines": {"type": "integer"}}},
+        recovery="safe",
+        callers=["sneaky"],
+    )
+    built.define_tool(
+        "stream_lines",
+        count_lines,
+        description="Stream lines.",
+        parameters={"type": "object", "properties": {"bad": {"type": "boolean"}}, "required": ["bad"]},
+        recovery="safe",
+        callers=["sneaky"],
+    )
     built.define_agent(
         "support",
         version=1,
@@ -130,15 +162,20 @@ async def test_a_tool_asks_a_question_calls_tools_and_goes_on_with_the_answer(ow
     assert run.status == "completed" and run.answer is not None and run.answer.text == "Done."
     [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
     assert isinstance(result, dict)
-    assert (result["content"], result["structured"]) == ("refunded 20.0 EUR", {"receipt": "r-20.0"})
+    assert (result["content"], "structured" in result) == ("refunded 20.0 EUR", False)  # the journal has it
     assert result["details"] == {"order": {"order_id": "A1", "total": 40}}
     tools = {op.name: op for op in operations if op.kind == "tool"}
     parent = tools["refund"]
     assert parent.parent_operation_id is None and parent.status == "completed"
+    assert parent.structured == {"receipt": "r-20.0"}
     for name, key in (("look_up_order", "lookup"), ("pay_out", "pay")):
         child = tools[name]
         assert (child.parent_operation_id, child.tool_call_id, child.status) == (parent.operation_id, key, "completed")
-    assert tools["look_up_order"].result == {"order_id": "A1", "total": 40}  # its structured value: what refund read
+    # Its structured value, what refund read; its output beside it.
+    assert (tools["look_up_order"].structured, tools["look_up_order"].result) == (
+        {"order_id": "A1", "total": 40},
+        "found",
+    )
     [total] = totals  # a nested call's usage counts under its own tool
     assert total.usage.cost == pytest.approx(0.01)
 
@@ -156,12 +193,18 @@ async def test_a_nested_call_is_refused_to_a_caller_the_tool_does_not_list_and_a
             entries = await client.entries(conversation_id)
     assert run.status == "completed"
     [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-    assert isinstance(result, dict) and not result["is_error"]
-    first, second = str(result["content"]).split(" | ")
+    assert isinstance(result, dict) and not result["is_error"], result
+    first, second, third, streamed = str(result["content"]).split(" | ")
     assert "tool 'pay_out' may not be called by tool 'sneaky' (its callers: 'refund')" in first
     assert "used that key already" in second
+    assert third == "invalid_structured_output"  # a nested call's caller is a program: an error result for it
+    assert streamed == "1\n2\n"  # a nested call that returned nothing gives its caller what it streamed
+    counted = {op.tool_call_id: op for op in operations if op.name == "count_lines"}
+    assert (counted["bad"].status, counted["bad"].code) == ("failed", "invalid_structured_output")
+    assert counted["bad"].structured is None and "$.lines" in str(counted["bad"].error)
     refused = [op for op in operations if op.name == "pay_out"]
-    assert [(op.status, op.is_error) for op in refused] == [("failed", True)]  # journaled, never run
+    assert [(op.status, op.is_error, op.code) for op in refused] == [("failed", True, "not_allowed")]  # never run
+    assert first.startswith("not_allowed: ")  # ToolCallFailed's code
 
 
 def research_app() -> actors.App:
@@ -199,8 +242,9 @@ async def test_a_subagent_tool_runs_another_agent_in_a_conversation_its_call_own
             run = await client.wait_for_run(submission.run_id)
             entries = await client.entries(conversation_id)
             [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
-            assert isinstance(result, dict) and isinstance(result["structured"], dict)
-            child_id = str(result["structured"]["conversation_id"])
+            [call] = [op for op in await client.operations(submission.run_id) if op.kind == "tool"]
+            assert isinstance(result, dict) and isinstance(call.structured, dict)
+            child_id = str(call.structured["conversation_id"])
             child = await client.conversation(child_id)
             [child_run] = await client.runs(conversation_id=child_id)
             child_config = await client.document("tether.config", conversation_id=child_id)
@@ -209,7 +253,7 @@ async def test_a_subagent_tool_runs_another_agent_in_a_conversation_its_call_own
     assert run.status == "completed" and run.answer is not None
     assert (result["content"], result["is_error"]) == ("Found 3 papers.", False)
     answer = {"conversation_id": child_id, "run_id": child_run.run_id, "answer": "Found 3 papers."}
-    assert result["structured"] == answer
+    assert call.structured == answer
     assert child.agent == "researcher" and child.owner_task_id is not None  # owned by the research call's task
     assert child_run.status == "completed" and child_run.agent == "researcher"
     # The caller's configuration where it applies to another agent: its inbox modes, not its instructions.
@@ -277,9 +321,10 @@ async def test_a_background_subagent_goes_on_past_its_callers_end_and_its_cancel
             while not [e for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]:  # noqa: ASYNC110
                 await trio.sleep(POLL_S)
             [result] = [e.data for e in await client.entries(conversation_id) if e.kind == "tether.tool_result"]
-            assert isinstance(result, dict) and isinstance(result["structured"], dict)
-            child_id = str(result["structured"]["conversation_id"])
-            anchor_id = str(result["structured"]["task_id"])
+            [call] = [op for op in await client.operations(submission.run_id) if op.kind == "tool"]
+            assert isinstance(result, dict) and isinstance(call.structured, dict)
+            child_id = str(call.structured["conversation_id"])
+            anchor_id = str(call.structured["task_id"])
             cancelled = await client.cancel_run(submission.run_id)  # mid-way through its second (slow) turn
             parent_run = await client.wait_for_run(submission.run_id)
             child_running = await client.runs(conversation_id=child_id)
@@ -293,3 +338,80 @@ async def test_a_background_subagent_goes_on_past_its_callers_end_and_its_cancel
     assert child_run.status == "completed" and child_run.answer is not None and child_run.answer.text == "Dug deep."
     assert anchor.outcome is not None and anchor.outcome.status == "completed"
     assert anchor.outcome.result == {"conversation_id": child_id, "run_id": child_run.run_id, "answer": "Dug deep."}
+
+
+# ------------------------------------------------------------------------------- a durable step refused
+
+TOO_LONG: Final = "?" * 10_001  # past the owner's limit on a question's text: it refuses the commit (invalid)
+
+
+async def asks_too_much(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    try:
+        await call.ask(TOO_LONG)
+    except Exception:
+        return "ignored the refusal"
+    raise AssertionError("the owner took a question past its limit")
+
+
+async def nests_it(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    await call.execute_tool("asks_too_much", {}, key="ask")
+    raise AssertionError("a nested call whose task faulted returned")
+
+
+def refusing_app(reports: list[actors.Report]) -> actors.App:
+    built = actors.App("refusing", on_report=reports.append)
+    built.define_tool(
+        "asks_too_much",
+        asks_too_much,
+        description="Ask.",
+        parameters=NOTHING,
+        recovery="safe",
+        callers=["agent", "nests_it"],
+    )
+    built.define_tool("nests_it", nests_it, description="Nest.", parameters=NOTHING, recovery="safe")
+    for agent, tool in (("asker", "asks_too_much"), ("nester", "nests_it")):
+        turns = [actors.ScriptedTurn(tool_calls=[(tool, {})]), actors.ScriptedTurn(text="never asked")]
+        built.define_agent(agent, version=1, model=actors.ScriptedModel(turns), tools=[tool])
+    return built
+
+
+async def test_a_refused_durable_step_faults_the_call_and_fails_its_run_whatever_the_handler_does(
+    owner: OwnerProcess,
+) -> None:
+    reports: list[actors.Report] = []
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, refusing_app(reports)) as client:
+            found = []
+            for agent in ("asker", "nester"):
+                conversation_id = await client.create_conversation(agent=agent)
+                submission = await client.submit(conversation_id, kind="input", payload="Go")
+                assert submission.run_id is not None
+                run = await client.wait_for_run(submission.run_id)
+                settled = await client.wait_for_submission(submission.submission_id)
+                entries = await client.entries(conversation_id)
+                found.append((run, settled, entries, await client.operations(submission.run_id)))
+    for (run, settled, entries, operations), tool in zip(found, ("asks_too_much", "nests_it"), strict=True):
+        # Not an error result the model may ignore: the run fails, naming the call; the model is not asked again.
+        assert (run.status, run.reason) == ("failed", "faulted"), run
+        assert run.error is not None and f"(tool {tool!r}" in run.error and "DurableStepFailed" in run.error
+        assert (settled.status, settled.reason) == ("unanswered", "faulted")
+        assert [entry.kind for entry in entries] == ["tether.user", "tether.assistant", "tether.tool_result"]
+        result = entries[-1].data
+        assert isinstance(result, dict) and (result["is_error"], result["code"]) == (True, "faulted")
+        ops = {op.name: op for op in operations if op.kind == "tool"}
+        assert (ops[tool].status, ops[tool].code) == ("failed", "faulted")
+    nested = found[1][3]
+    [inner] = [op for op in nested if op.name == "asks_too_much"]
+    assert inner.parent_operation_id is not None and inner.code == "faulted"  # the nested call faulted first
+    faults = [(found.task_kind, found.reason) for found in reports if found.kind == "task_faulted"]
+    # Each tool task that faulted (the nested one and its caller too), and each run, reported by its worker.
+    assert sorted(faults, key=str) == sorted(
+        [
+            ("tool:asks_too_much", "phase_error"),
+            ("agent:asker", None),
+            ("tool:asks_too_much", "phase_error"),
+            ("tool:nests_it", "phase_error"),
+            ("agent:nester", None),
+        ],
+        key=str,
+    )

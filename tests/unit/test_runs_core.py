@@ -795,6 +795,35 @@ def test_a_safe_or_idempotent_tool_cut_off_runs_again_under_the_same_operation(
     assert worker.holds(task_id)  # the run's task resumes with the tool's result
 
 
+@pytest.mark.parametrize("policy", ["safe", "report"])
+def test_a_tool_call_cut_off_at_its_restart_limit_ends_with_a_restart_limit_error_result(
+    sim: RunSim, policy: str
+) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    for _ in range(2):
+        sim.worker(kinds=("tool:lookup",), restart_limit=2)
+    tool_id, op = fresh_id(), fresh_id()
+    call = JsonValue({"run_id": run_id, "operation_id": op})  # (a tool task's input names its call)
+    worker.ok(
+        task_id,
+        CreateTask(task_id=tool_id, kind="tool:lookup", version=1, owner_task_id=task_id, input=call),
+        SetTaskState(task_id=task_id, status="waiting", on=(tool_id,), checkpoint=JsonValue({"phase": "tools"})),
+    )
+    for attempt in (1, 2):
+        holder = sim.holder(tool_id)
+        assert holder is not None
+        if attempt == 1 or policy == "safe":  # (a report call cut off is not run again: it commits no intent)
+            holder.ok(tool_id, tool_intent(run_id, op, policy, attempt=attempt))
+        holder.leave()
+    stored = sim.store.operation(op)
+    assert stored is not None
+    assert (stored.status, stored.is_error, stored.code) == ("failed", True, "restart_limit")
+    assert stored.result == stored.error == "cut off 2 times (the restart limit is 2)"  # what the model reads
+    outcome = sim.outcome(tool_id)
+    assert (outcome.status, outcome.reason) == ("faulted", "restart_limit")
+    assert worker.holds(task_id)  # the run's task goes on: its tools phase writes the error result
+
+
 def test_a_manual_tool_cut_off_stops_the_run_as_needs_attention(sim: RunSim) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 
 import actors
 import protocol
@@ -138,6 +139,37 @@ def test_capabilities_announce_agents_and_tools() -> None:
         Capability(kind="agent", name="support", version=2),
         Capability(kind="tool", name="lookup", version=3),
     )
+
+
+def test_restart_limits_are_per_tool_per_agent_per_task_kind_or_the_apps_and_none_is_no_limit() -> None:
+    app = actors.App("a", restart_limit=3)
+    for name, limit in (("own", 2), ("unlimited", None)):
+        app.define_tool(name, handler, description="d", parameters={"type": "object"}, restart_limit=limit)
+    app.define_tool("plain", handler, description="d", parameters={"type": "object"})
+    model = actors.ScriptedModel([actors.ScriptedTurn(text="x")])
+    app.define_agent("patient", version=1, model=model, restart_limit=None)
+    app.define_agent("plain", version=1, model=model)
+    app.define_task("k.own", version=1, initial=lambda _: {}, phases={"p": handler}, restart_limit=7)
+    app.define_task("k.plain", version=1, initial=lambda _: {}, phases={"p": handler})
+    limits = {(found.kind, found.name): found.restart_limit for found in app.capabilities()}
+    assert limits == {
+        ("task", "k.own"): 7,
+        ("task", "k.plain"): 3,
+        ("agent", "patient"): None,
+        ("agent", "plain"): 3,
+        ("tool", "own"): 2,
+        ("tool", "plain"): 3,
+        ("tool", "unlimited"): None,
+    }
+    assert actors.App("b").restart_limit == 5 and actors.App("c", restart_limit=None).restart_limit is None
+    for bad in (0, -1, True, 2.0, protocol.MAX_RESTART_LIMIT + 1, "5"):
+        with pytest.raises(actors.UsageError, match="restart_limit is a whole number of cut-off phases"):
+            app.define_tool(f"t{id(bad)}", handler, description="d", parameters={"type": "object"}, restart_limit=bad)  # type: ignore[arg-type]
+        with pytest.raises(actors.UsageError, match="restart_limit"):
+            actors.App("d", restart_limit=bad)  # type: ignore[arg-type]
+        with pytest.raises(actors.UsageError, match="restart_limit"):
+            app.define_agent(f"a{id(bad)}", version=1, model=model, restart_limit=bad)  # type: ignore[arg-type]
+    assert (sorted(app.tools), sorted(app.agents)) == (["own", "plain", "unlimited"], ["patient", "plain"])  # none kept
 
 
 def test_one_delay_formula() -> None:

@@ -1197,6 +1197,18 @@ def test_task_with_only_required_fields_round_trips(store: StoreUnderTest) -> No
     assert store.task_count() == 1
 
 
+def test_a_task_without_a_restart_limit_round_trips_as_none(store: StoreUnderTest) -> None:
+    conversation_id = with_conversation(store)
+    record = attrs.evolve(task_record(conversation_id), restart_limit=None)  # the SQLite column is NOT NULL: 0
+    store.insert_task(record, None, None)
+    assert store.task(record.task_id) == record
+    limited = attrs.evolve(record, restart_limit=1, seq=2)
+    store.update_task(limited)
+    assert store.task(record.task_id) == limited
+    store.update_task(record)
+    assert [live.restart_limit for live in store.live_tasks()] == [None]
+
+
 def test_duplicate_task_id_is_a_store_conflict(store: StoreUnderTest) -> None:
     conversation_id = with_conversation(store)
     record = task_record(conversation_id)

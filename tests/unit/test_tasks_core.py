@@ -17,6 +17,7 @@ import pytest
 
 from protocol import (
     MAX_LEASES_PER_WORKER,
+    MAX_RESTART_LIMIT,
     REPLY_TYPES,
     REQUEST_TYPES,
     SUPPORTED_VERSIONS,
@@ -298,7 +299,7 @@ class OwnerSim:
         *,
         version: int = 1,
         migrates: bool = False,
-        restart_limit: int = 5,
+        restart_limit: int | None = 5,
         max_leases: int = 64,
         name: str | None = None,
     ) -> Worker:
@@ -1229,6 +1230,32 @@ def test_the_restart_limit_faults_the_task(sim: OwnerSim) -> None:
     answer = expect(reply_to(out, sim.client, wait), TaskReply)
     assert answer.task.outcome == outcome
     assert all(not worker.holds(task_id) for worker in workers if not worker.gone)
+
+
+def test_a_task_without_a_restart_limit_is_never_ended_for_its_restarts(sim: OwnerSim) -> None:
+    for _ in range(7):
+        sim.worker(restart_limit=None)
+    task_id = sim.create_task()
+    for _ in range(6):  # past the default limit of 5
+        holder = sim.holder(task_id)
+        assert holder is not None
+        holder.leave()
+    sim.restart()  # an owner restart counts one more, and the limit (none) is read back from the store
+    record = sim.task(task_id)
+    assert (record.status, record.restarts, record.restart_limit, record.outcome) == ("pending", 7, None, None)
+
+
+def test_an_announced_restart_limit_is_1_to_its_bound_or_none(sim: OwnerSim) -> None:
+    peer = sim.attach_worker("bounds").peer
+    for limit in (0, MAX_RESTART_LIMIT + 1):
+        capability = Capability(kind="task", name=KIND, version=1, restart_limit=limit)
+        refusal = sim.request(peer, Announce(pid=1, host="h", app="a", capabilities=(capability,)))
+        assert isinstance(refusal, Error) and refusal.code == "invalid" and "restart_limit of 1 to" in refusal.message
+    limits = (1, MAX_RESTART_LIMIT, None)
+    capabilities = tuple(
+        Capability(kind="task", name=f"k.n{n}", version=1, restart_limit=x) for n, x in enumerate(limits)
+    )
+    expect(sim.request(peer, Announce(pid=1, host="h", app="a", capabilities=capabilities)), Ok)
 
 
 def test_a_phase_cancelled_for_an_abort_does_not_count_when_its_worker_leaves(sim: OwnerSim) -> None:

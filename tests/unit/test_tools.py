@@ -263,3 +263,36 @@ def test_callers_say_who_may_call_a_tool_and_a_tool_only_tools_call_is_not_offer
     for callers, fragment in (("agent", "callers is a list"), (["agent", "no spaces"], "is 'agent' or a tool's name")):
         with pytest.raises(actors.UsageError, match=fragment):
             define(actors.App("other"), callers=callers)
+
+
+def test_a_structured_value_does_for_a_tool_with_an_output_schema_only_when_it_matches_it() -> None:
+    schema = {"type": "object", "properties": {"lines": {"type": "integer"}}, "required": ["lines"]}
+    tool = define(actors.App("a"), "count", output_schema=schema)
+    assert tool.structured_problem({"lines": 3}) is None
+    assert tool.structured_problem(None) == "the tool declares an output_schema and returned no structured value"
+    problem = tool.structured_problem({"lines": "3"})
+    assert problem is not None and problem.startswith("the tool's structured output does not match its output_schema")
+    assert "$.lines: '3' is not of type 'integer'" in problem
+    free = define(actors.App("b"), "free")
+    assert free.structured_problem(None) is None and free.structured_problem({"any": "thing"}) is None
+
+
+def test_what_a_call_streamed_is_kept_up_to_its_bound_its_tail_after_a_line_saying_what_was_cut() -> None:
+    from actors._worker._tool_run import StreamedOutput
+
+    assert StreamedOutput().text() is None
+    small = StreamedOutput()
+    for piece in ("1\n", "", "2\n"):
+        small.add(piece)
+    assert small.text() == "1\n2\n"
+    bounded = StreamedOutput(max_bytes=10)
+    for piece in ("abcdef", "ghij", "é" * 4):  # 6 + 4 + 8 bytes: the first 8 bytes go
+        bounded.add(piece)
+    text = bounded.text()
+    assert text is not None
+    header, tail = text.split("\n")
+    assert tail == "ij" + "é" * 4 and len(tail.encode()) == 10
+    assert header == "[the first 8 characters of the output were cut; its last 10 bytes follow]"
+    split = StreamedOutput(max_bytes=3)
+    split.add("éé")  # 4 bytes: the cut falls inside the first character, which is dropped whole
+    assert split.text() == "[the first 1 characters of the output were cut; its last 2 bytes follow]\né"

@@ -88,6 +88,60 @@ async def test_a_phase_raising_an_exception_group_faults_its_task() -> None:
     assert state.outcome is not None and (state.outcome.status, state.outcome.reason) == ("faulted", "phase_error")
 
 
+async def test_a_fault_the_worker_commits_is_reported_to_on_report_after_its_commit() -> None:
+    reports: list[tuple[actors.Report, int]] = []
+    connection = FakeConnection()
+
+    async def work(rt: actors.Phase) -> None:
+        raise RuntimeError("the card service is down")
+
+    async def on_report(report: actors.Report) -> None:  # an async callback, awaited
+        await trio.lowlevel.checkpoint()
+        reports.append((report, len(connection.sent)))
+
+    app = actors.App("test", on_report=on_report)
+    app.define_task("job", version=1, initial=lambda _: {"phase": "work"}, phases={"work": work})
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            Worker(app, actors.Client(connection), nursery, lambda line: None).on_lease(lease())  # type: ignore[arg-type]
+    [(report, sent_before)] = reports
+    assert sent_before == 1  # the fault's commit was acknowledged first
+    assert (report.kind, report.reason, report.task_id, report.task_kind) == (
+        "task_faulted",
+        "phase_error",
+        "task-1",
+        "job",
+    )
+    assert report.error == "RuntimeError: the card service is down" and report.tool is None
+
+
+async def test_an_on_report_callback_that_raises_or_hangs_is_logged_and_fails_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors._worker import _reports
+
+    monkeypatch.setattr(_reports, "REPORT_TIMEOUT_S", 0.01)
+    lines: list[str] = []
+    report = actors.Report(kind="dropped_output", error="why", task_id="t")
+
+    def raising(found: actors.Report) -> None:
+        raise ValueError("a bug in the callback")
+
+    async def hanging(found: actors.Report) -> None:
+        await trio.sleep_forever()
+
+    app = actors.App("test")
+    for callback, said in ((raising, "on_report raised ValueError: a bug in the callback"), (hanging, "longer than")):
+        app.on_report(callback)
+        with trio.fail_after(5):
+            await _reports.Reporter(app, lines.append)(report)
+        assert said in lines[-1] and "dropped_output of task t" in lines[-1]
+    assert app.on_report(None) is None and app.report_callback is None
+    await _reports.Reporter(app, lines.append)(report)  # none set: nothing happens
+    with pytest.raises(actors.UsageError, match="on_report takes a function"):
+        actors.App("test", on_report="not a function")  # type: ignore[arg-type]
+
+
 async def test_operation_ids_hash_the_checkpoint_as_stored_before_migration() -> None:
     keys: dict[int, str] = {}
 
