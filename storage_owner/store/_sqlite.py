@@ -1,4 +1,17 @@
-"""The SQLite store, through APSW. Every SQL string lives here, in the method that runs it.
+"""The SQLite store, through APSW: :class:`SqliteStore`, one open database, and what reads or checkpoints a file beside
+it. This module holds the connection (opening, its pragmas and migrations, transactions and savepoints, the WAL hook),
+the WAL checkpointer and :func:`check_database`; the SQL of the core's ports lives in one module per room, each a
+mixin of :class:`SqliteStore` (every SQL string in the method that runs it, or in a named constant or function beside
+it):
+
+- ``_log``: ``LogSql``, the commit log and meta (``LogStore``, but for its savepoints, which are here);
+- ``_conversations``: ``ConversationsSql``, conversations, entries, documents and submissions (``ConversationStore``);
+- ``_runs``: ``RunsSql``, runs (``RunStore``);
+- ``_operations``: ``OperationsSql``, the operation journal and interactions, with the operation records kept as
+  last written (``OperationStore``);
+- ``_tasks``: ``TasksSql``, tasks, their columns and generated row codecs (``TaskStore``);
+- ``_usage``: ``UsageSql``, usage totals, prices and budgets (``UsageStore``);
+- ``_partials``: ``PartialsSql``, partial output (``PartialStore``).
 
 apsw errors are mapped at this boundary, in two ways:
 
@@ -93,7 +106,15 @@ def _prepare(db: apsw.Connection, *, sync: Sync, version: int = 0, marked: bool 
 
 
 class SqliteStore(LogSql, ConversationsSql, RunsSql, OperationsSql, TasksSql, UsageSql, PartialsSql):
-    """One open database. Not thread-safe: the owner uses it from one thread only."""
+    """One open database. Not thread-safe: the owner uses it from one thread only.
+
+    It is its rooms' SQL by inheritance (one mixin per port, sharing :attr:`_db`) rather than an object holding one
+    object per room, because the core calls it on its hot path (``insert_task``, ``update_task``, ``log_commit``): a
+    mixin's method is found and called as one defined here would be, where delegating to a room's object would add
+    an attribute lookup and a call to each. The core's ports keep each room to its own
+    methods. Everything a rollback must drop (the kept operation records) is reset here, in :meth:`rollback` and
+    :meth:`rollback_savepoint`.
+    """
 
     def __init__(self, db: apsw.Connection, path: str) -> None:
         self._db = db
