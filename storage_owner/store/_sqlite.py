@@ -111,9 +111,8 @@ class SqliteStore(LogSql, ConversationsSql, RunsSql, OperationsSql, TasksSql, Us
     It is its rooms' SQL by inheritance (one mixin per port, sharing :attr:`_db`) rather than an object holding one
     object per room, because the core calls it on its hot path (``insert_task``, ``update_task``, ``log_commit``): a
     mixin's method is found and called as one defined here would be, where delegating to a room's object would add
-    an attribute lookup and a call to each. The core's ports keep each room to its own
-    methods. Everything a rollback must drop (the kept operation records) is reset here, in :meth:`rollback` and
-    :meth:`rollback_savepoint`.
+    an attribute lookup and a call to each. The core's ports keep each room to its own methods. Everything a rollback
+    must drop (the kept operation records) is reset here, in :meth:`rollback` and :meth:`rollback_savepoint`.
     """
 
     def __init__(self, db: apsw.Connection, path: str) -> None:
