@@ -1,5 +1,5 @@
-"""The SQL of partial output (``storage_owner.core._partials``): a mixin of :class:`~storage_owner.store.SqliteStore`,
-apart from the rest so that the store's other tables read as before."""
+"""The SQL of partial output (the :class:`~storage_owner.core.PartialStore` port of ``storage_owner.core._partials``): a
+mixin of :class:`~storage_owner.store.SqliteStore`."""
 
 from __future__ import annotations
 

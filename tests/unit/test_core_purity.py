@@ -65,7 +65,19 @@ def test_core_sources_import_nothing_from_io_or_storage() -> None:
 
 
 STORE_DIR = CORE_DIR.parent / "store"
-MEMORY_STORE_SOURCES = ("_memory.py", "_blobs.py", "_schema.py")
+MEMORY_STORE_SOURCES = (
+    "_memory.py",
+    "_memory_tables.py",
+    "_memory_log.py",
+    "_memory_conversations.py",
+    "_memory_runs.py",
+    "_memory_operations.py",
+    "_memory_tasks.py",
+    "_memory_usage.py",
+    "_memory_partials.py",
+    "_blobs.py",
+    "_schema.py",
+)
 """The memory store and what it imports of its package: sans-IO like the core, so the core's unit tests run it."""
 
 

@@ -48,7 +48,7 @@ from storage_owner.store import (
     read_schema_version,
 )
 from storage_owner.store._blobs import pack_interaction
-from storage_owner.store._sqlite import (
+from storage_owner.store._operations import (
     MAX_KEPT_OPERATION_BYTES,
     MAX_KEPT_OPERATION_RECORD_BYTES,
     MAX_KEPT_OPERATIONS,
