@@ -15,7 +15,7 @@ released, ``fail_fast`` waits begun, the kinds of workers that left (whose grace
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -51,6 +51,9 @@ class CutOffRule:
     attention: CreateTask | None = None
     abandon: bool = False
 
+
+CutOff = TypeVar("CutOff", str, tuple[str, int, bool])
+"""A cut-off phase as settling lists it: its task id (an owner's start), or with its epoch and whether it counts."""
 
 CutOffHook = Callable[[TaskRecord, int, int, list[Record], bool], CutOffRule | None]
 """Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``, the
@@ -238,12 +241,12 @@ class Settling:
             if abandoned is not None and abandoned.abort is None:
                 self._change(abandoned, "mark", abort=RESTART)
 
-    def owners_first(self, cut_off: list[Any]) -> list[Any]:
+    def owners_first(self, cut_off: list[CutOff]) -> list[CutOff]:
         """Cut-off phases (task ids, or tuples that start with one), owners before the tasks they own: a caller that
         abandons its nested calls (rule 11) marks them before their own cut-off is settled, so their family's hook
         does not decide for a call nobody will read (a nested manual call would wait for a person)."""
 
-        def depth(item: Any) -> int:
+        def depth(item: CutOff) -> int:
             return len(self._records.owner_chain(item if isinstance(item, str) else item[0]))
 
         return sorted(cut_off, key=depth)
