@@ -127,8 +127,8 @@ def _task_label(task: TaskRecord) -> Text:
         label.append_text(_status(task.status))
         if task.phase:
             label.append(f" (phase {task.phase})", style="dim")
-    if task.abort is not None:
-        label.append(" marked for abort", style="red")
+    if task.abort is not None:  # a restart mark: abandoned (its caller will not read it), as tether tasks says
+        label.append(" marked for abort" if task.abort == "abort" else " abandoned (restart)", style="red")
     if task.restarts:
         limit = "no limit" if task.restart_limit is None else task.restart_limit
         label.append(f" restarts {task.restarts}/{limit}", style="yellow")

@@ -2,7 +2,9 @@
 (``call.ask``), call another tool (``call.execute_tool``) and run a subagent (``actors.subagent_tool``). Each is found
 again by a re-run of the call (after a crash, under a ``safe`` or ``idempotent`` policy) from ids derived from the
 call's operation: a question by its place among the call's questions, a nested call by its key, a subagent's
-conversation and input by the call itself.
+conversation and input by the call itself. A ``manual`` or ``report`` call is never re-run: the owner abandons what it
+made (its nested calls, questions, subagent) when it is cut off; and whatever its policy, a call that commits its
+result aborts the nested calls and questions it left running, in that commit (docs/tasks.md, rules 11 and 12).
 
 Each of these steps is durable: a commit under the call's lease, or a wait for what it committed. One the owner
 refuses (``conflict``, ``invalid``, any refusal but a stale lease; a storage error), or a nested call whose task

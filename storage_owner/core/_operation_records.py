@@ -102,9 +102,14 @@ class OperationRecords:
         - a model request with attempts left: ``backoff`` until now + :func:`retry_delay_ms` (``retry_wait``); past
           its last attempt the task fails, reason ``model_retries_exhausted`` (a crash consumes an attempt);
         - a ``manual`` tool call: the task waits on a new ``tether.attention`` task (``needs_attention``);
+        - a ``report`` tool call: a restart as usual, whose lease settles it ``failed`` without running it again;
         - a ``safe`` / ``idempotent`` tool call: a restart as usual; the next attempt reuses the operation id; at the
           task's restart limit (the engine ends it ``faulted``, ``restart_limit``) the call is ``failed`` instead,
           with code ``restart_limit``: its error result.
+
+        A ``manual`` or ``report`` call never runs its handler again, so the work its handler left (its nested calls
+        and what they own, its questions, a foreground subagent's run) is abandoned in the same commit (the engine's
+        rule 11: marked for abort, reason ``restart``), before any of it runs again.
 
         ``closing``: the phase was given back by its worker's close (rule 7), not cut off by a crash: an open model
         request is withdrawn instead (``interrupted`` at the attempt before it, so that the next intent takes the same
@@ -136,7 +141,9 @@ class OperationRecords:
                     input=JsonValue({"operation_id": op.operation_id, "run_id": op.run_id}),
                     owner_task_id=task.task_id,
                 )
-                rule = CutOffRule("attention", attention=attention)
+                rule = CutOffRule("attention", attention=attention, abandon=True)
+            elif op.policy == "report":
+                rule = CutOffRule("restart", abandon=True)  # run again only to settle it failed: it never reruns
         return rule
 
     def withdraw(self, op: OperationRecord, seq: int, now_ms: int) -> OperationRecord:

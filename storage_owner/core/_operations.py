@@ -33,7 +33,8 @@ is cut off (docs/runs.md, "The operation journal", "Approvals", "Interrupted ope
    in that commit (:meth:`Operations.close_interactions`).
 5. ``resolve`` settles an interrupted manual tool call once: the operation is ``resolved`` with the output, and its
    attention task and then its tool task complete; a question the call left open ends ``aborted`` (its interaction
-   ``cancelled``). Refused (``conflict``) while nested calls of the call still run.
+   ``cancelled``). Its nested calls were abandoned when it was cut off (the engine's rule 11); those still ending
+   (and any not marked yet, which it marks) keep its tool task ``completing`` until they are terminal.
 6. A retried run's unfinished model requests (``started``, ``interrupted``, ``failed``) are ``interrupted`` at attempt
    0: their attempts start over, under the same operation ids (``_runs`` rule 6).
 7. **Given back by a close** (a ``release`` with ``closing``: the worker stopped the phase at its drain's deadline, task
@@ -503,12 +504,6 @@ class Operations:
             raise Refusal(ErrorCode.CONFLICT, f"operation {op.operation_id}'s run is being cancelled")
         owned = [task for task in self._tasks.live_descendants(tool.task_id) if task.task_id != attention_id]
         questions = [task for task in owned if task.kind == QUESTION_KIND]
-        if len(questions) != len(owned):
-            message = (
-                f"operation {op.operation_id} still has nested calls running (call.execute_tool): resolve it once they "
-                "end, or cancel the run; nothing was written"
-            )
-            raise Refusal(ErrorCode.CONFLICT, message)
         resolved = attrs.evolve(
             op,
             status="resolved",
@@ -525,8 +520,12 @@ class Operations:
         records: list[Record] = [resolved, attention_ended]
         unread = TaskOutcome(status="aborted", error="its tool call was resolved by a person")
         for asked in questions:  # asked before the call was cut off: nobody will read the answer now
-            ended = self._tasks.end_by_owner(asked.task_id, unread, seq, now_ms)
-            records += [ended, *self.close_interactions([ended], seq, now_ms)]
+            if asked.owner_task_id == tool.task_id and asked.abort is None:
+                ended = self._tasks.end_by_owner(asked.task_id, unread, seq, now_ms)
+                records += [ended, *self.close_interactions([ended], seq, now_ms)]
+        # Its nested calls were abandoned when it was cut off (still ending, bottom-up); any left unmarked (a call cut
+        # off before this owner's rule) are abandoned now. The call completes once they are terminal.
+        records += self._tasks.abandon_owned(tool.task_id, seq, now_ms)
         if not any(self._tasks.live(other) is not None for other in tool.on):
             outcome = TaskOutcome(status="completed", result=request.output)
             records.append(self._tasks.end_by_owner(tool.task_id, outcome, seq, now_ms))

@@ -202,6 +202,7 @@ class OwnerCore:
             # The run families: a cut-off phase of a run's task or tool task interrupts its operations (engine rule 9).
             cut_off_hooks={AGENT_TASK_PREFIX: operation_records.cut_off, TOOL_TASK_PREFIX: operation_records.cut_off},
             requires=self.config.requirement,  # a run's task in a conversation configured to use a model
+            ends_owned=(TOOL_TASK_PREFIX,),  # no nested call outlives the call that made it (engine rule 12)
         )
         entries = Entries(store, journal)
         self.inbox = Inbox(store, journal, entries.place, self.waits, outbox, self.config)

@@ -19,7 +19,7 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
 6. ``end`` from ``pending``, ``waiting`` or ``sleeping``: a task marked for abort that no attached worker can run
    (past the orphan grace) ends ``orphaned``; an unmarked ``pending`` task blocked ``missing_model`` past the model
    grace ends ``failed`` (``no_model``).
-7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart) keeps the status.
+7. ``mark``: an abort mark (a request, a cascade, fail_fast, abandon_on_restart, rules 11 and 12) keeps the status.
 8. Nothing leaves ``terminal``; a task is created ``pending``.
 9. A cut-off phase (rule 3) of a task whose family has a :data:`CutOffHook` (given to the engine where it is built:
    a run's task and a tool task, see :mod:`._operations`) ends as the hook decides instead: ``backoff``
@@ -30,7 +30,15 @@ record (an illegal transition raises :class:`IllegalTransition`: a bug, never ba
 10. Tasks of ``tether.`` kinds (:data:`EXTERNAL_PREFIX`: approvals, attention) are never leased nor shown blocked;
     an abort mark ends them ``aborted`` at once (``end`` from ``pending``); they complete only through owner
     requests (``resolve``, ``respond``: ``end`` from ``pending``), and ``resolve`` ends the tool task that waited on
-    one with the output a person gave (``end`` from ``waiting``, once it owns no live work).
+    one with the output a person gave (``end`` from ``waiting``; ``hold`` while work it abandoned is still live).
+11. Abandon: a cut-off phase whose family's hook says its code never runs again as it was (a tool call that is not
+    replay-safe: ``manual``, ``report``) has the live ordinary work its task owns marked for abort with the reason
+    ``restart`` (``mark``), in the settling commit that decides the cut-off, owners' cut-offs settled before those
+    of the tasks they own; ``resolve`` marks any such work not marked yet. It ends bottom-up, as any abort.
+12. A task of a family whose owned work may not outlive it (``tool:`` tasks, named to the engine where it is built)
+    that decides its outcome (``end``, ``hold``) while ordinary tasks it owns directly are live (nested calls or
+    questions its handler left running, its own or an earlier attempt's) marks them for abort (``mark``,
+    ``abort``) in that commit, and is ``completing`` until they are terminal.
 
 A terminal task leaves memory with the commit that ends it (its row stays in the store). Every index is derived
 from the live records and kept in step by :meth:`TaskRecords.put`, the one way a record changes in memory, so
@@ -86,6 +94,7 @@ TRANSITIONS: Final[Mapping[tuple[TaskStatus, TaskEvent], TaskStatus]] = {
     ("completing", "mark"): "completing",  # 7
     ("running", "backoff"): "sleeping",  # 9
     ("running", "interrupt"): "waiting",  # 9
+    ("waiting", "hold"): "completing",  # 10 (resolved while its abandoned nested calls still end)
 }
 """The task state machine; see the module docstring for the rules each row follows (``docs/tasks.md`` prints it)."""
 

@@ -15,7 +15,7 @@ released, ``fail_fast`` waits begun, the kinds of workers that left (whose grace
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
 
@@ -41,13 +41,19 @@ enough for a worker's restart or a deploy that brings the model (rule 6)."""
 @attrs.frozen
 class CutOffRule:
     """What a cut-off phase becomes (rule 9): ``restart`` (rule 3), ``backoff`` (sleep until ``until_ms``), ``fail``
-    (end with ``outcome``) or ``attention`` (wait on the task ``attention`` creates)."""
+    (end with ``outcome``) or ``attention`` (wait on the task ``attention`` creates). ``abandon``: the phase's code
+    never runs again as it was (a tool call that is not replay-safe), so the live ordinary work the task owns is
+    abandoned first (rule 11), in the same commit."""
 
     action: Literal["restart", "backoff", "fail", "attention"]
     until_ms: int | None = None
     outcome: TaskOutcome | None = None
     attention: CreateTask | None = None
+    abandon: bool = False
 
+
+CutOff = TypeVar("CutOff", str, tuple[str, int, bool])
+"""A cut-off phase as settling lists it: its task id (an owner's start), or with its epoch and whether it counts."""
 
 CutOffHook = Callable[[TaskRecord, int, int, list[Record], bool], CutOffRule | None]
 """Called with a task whose phase was cut off (counting a restart), the settling commit's ``seq`` and ``now_ms``, the
@@ -189,7 +195,7 @@ class Settling:
         self._end_model_graces(now_ms)
         if self._recovering:
             self._recover()
-        for task_id, epoch, counts in self.cut_off:  # at most the leases of the workers that left
+        for task_id, epoch, counts in self.owners_first(self.cut_off):  # at most the leases of workers that left
             self._phase_cut_off(task_id, epoch, counts=counts)
         self.cut_off.clear()
         for task_id, closing in self.released:
@@ -235,6 +241,16 @@ class Settling:
             if abandoned is not None and abandoned.abort is None:
                 self._change(abandoned, "mark", abort=RESTART)
 
+    def owners_first(self, cut_off: list[CutOff]) -> list[CutOff]:
+        """Cut-off phases (task ids, or tuples that start with one), owners before the tasks they own: a caller that
+        abandons its nested calls (rule 11) marks them before their own cut-off is settled, so their family's hook
+        does not decide for a call nobody will read (a nested manual call would wait for a person)."""
+
+        def depth(item: CutOff) -> int:
+            return len(self._records.owner_chain(item if isinstance(item, str) else item[0]))
+
+        return sorted(cut_off, key=depth)
+
     def _phase_cut_off(self, task_id: str, epoch: int, *, counts: bool) -> None:
         """A phase stopped without committing; it counts a restart unless it had been cancelled for an abort."""
         record = self._tasks.get(task_id)
@@ -246,6 +262,8 @@ class Settling:
         hook = None if record.abort is not None else self._cut_off_hook(record.kind)
         budget = self._budget
         rule = None if hook is None else hook(record, budget.seq, budget.now_ms, self._cut_off_records, False)
+        if rule is not None and rule.abandon:
+            self._abandon_owned(record)
         if rule is not None and rule.action != "restart":
             self._apply_cut_off_rule(record, rule)
             return
@@ -267,11 +285,23 @@ class Settling:
         hook = None if record.abort is not None else self._cut_off_hook(record.kind)
         budget = self._budget
         rule = None if hook is None else hook(record, budget.seq, budget.now_ms, self._cut_off_records, True)
+        if rule is not None and rule.abandon:
+            self._abandon_owned(record)
         if rule is not None and rule.action == "attention":
             self._apply_cut_off_rule(record, rule)
             return
         assert rule is None or rule.action == "restart", f"a close asks for no {rule.action}"
         self._change(record, "stop", status="pending")
+
+    def _abandon_owned(self, record: TaskRecord) -> None:
+        """Rule 11: the live ordinary work ``record`` owns (directly, or through conversations it owns) is marked for
+        abort with the reason ``restart`` (abandoned, as ``abandon_on_restart`` work is after an owner's restart),
+        unless marked already, in this commit, whatever the budget: a caller has at most a bounded number of nested
+        calls. What they own is reached by the cascade, bottom-up, as any abort."""
+        for owned_id in list(self._records.owned_ordinary(record.task_id)):
+            owned = self._tasks[owned_id]
+            if owned.abort is None:
+                self._change(owned, "mark", abort=RESTART)
 
     def _cut_off_hook(self, kind: str) -> CutOffHook | None:
         """The cut-off hook of the family ``kind`` belongs to, if it has one (rule 9)."""
@@ -383,7 +413,7 @@ class Settling:
             lease = self._placement.leases.get(task_id)
             if record.abort is not None and lease is not None and lease.mode == "phase" and not lease.cancelling:
                 lease.cancelling = True
-                reason = "the task was aborted" if record.abort == ABORT else "the task is abandoned after a restart"
+                reason = "the task was aborted" if record.abort == ABORT else "the task is abandoned: nobody awaits it"
                 self._emit(lease.peer, CancelLease(lease=LeaseRef(task_id=task_id, epoch=lease.epoch), reason=reason))
             return
         if status == "waiting" and not any(other in self._tasks for other in record.on):

@@ -83,6 +83,7 @@ class TaskEngine:
         model_grace_ms: int = MODEL_GRACE_MS,
         cut_off_hooks: Mapping[str, CutOffHook] = MappingProxyType({}),
         requires: Callable[[TaskRecord], str | None] | None = None,
+        ends_owned: tuple[str, ...] = (),
     ) -> None:
         self._store = store
         self._stored_conversations = stored_conversations
@@ -92,6 +93,8 @@ class TaskEngine:
         self._waits = waits
         self._head = head
         self._peers = peers
+        self._ends_owned = ends_owned
+        """Rule 12: kind prefixes of the families whose tasks abort what they own directly when their phase ends."""
         self._records = TaskRecords(store, journal)
         self._tasks = self._records.tasks
         self._placement = Placement(self._records)
@@ -151,6 +154,8 @@ class TaskEngine:
             dirty[task_id] = None
         heapq.heapify(sleepers)
         self._placement.place = bool(ready)
+        # Popped from the end: owners are cut off first (a caller abandoning its nested calls marks them first).
+        self._settling.was_running = self._settling.owners_first(self._settling.was_running)[::-1]
 
     # ------------------------------------------------------------------------------------------ inspection
 
@@ -211,22 +216,32 @@ class TaskEngine:
         return nodes, more
 
     def end_by_owner(self, task_id: str, outcome: TaskOutcome, seq: int, now_ms: int) -> TaskRecord:
-        """Rule 10, inside a request: end a live ``pending`` external task, or a ``waiting`` task that owns no live
-        work, with ``outcome`` (the caller checked which it may end). Settling then resumes its waiters."""
+        """Rule 10, inside a request: end a live ``pending`` external task, or a ``waiting`` task, with ``outcome``
+        (the caller checked which it may end); a waiting task that still owns live work (abandoned nested calls,
+        being aborted) holds it (``completing``) until that work is terminal. Settling then resumes its waiters."""
         record = self._tasks[task_id]
-        assert record.status in ("pending", "waiting") and not self._records.owns_live_work(task_id), record
-        changed = attrs.evolve(
-            record,
-            status="terminal",
-            outcome=outcome,
-            on=(),
-            policy=None,
-            until_ms=None,
-            seq=seq,
-            updated_at_ms=now_ms,
-        )
-        self._records.save(record, changed, "end")
+        holds = self._records.owns_live_work(task_id)
+        assert record.status == "waiting" or (record.status == "pending" and not holds), record
+        common: dict[str, Any] = {"on": (), "policy": None, "until_ms": None, "seq": seq, "updated_at_ms": now_ms}
+        if holds:
+            changed = attrs.evolve(record, status="completing", held=outcome, **common)
+            self._records.save(record, changed, "hold")
+        else:
+            changed = attrs.evolve(record, status="terminal", outcome=outcome, **common)
+            self._records.save(record, changed, "end")
         return changed
+
+    def abandon_owned(self, task_id: str, seq: int, now_ms: int) -> list[TaskRecord]:
+        """Rule 11, inside a request (``resolve``): the live ordinary work ``task_id`` owns that is not marked yet is
+        marked for abort with the reason ``restart`` (abandoned); what it owns is reached by the cascade."""
+        marked: list[TaskRecord] = []
+        for owned_id in list(self._records.owned_ordinary(task_id)):
+            owned = self._tasks[owned_id]
+            if owned.abort is None:
+                changed = attrs.evolve(owned, abort=RESTART, seq=seq, updated_at_ms=now_ms)
+                self._records.save(owned, changed, "mark")
+                marked.append(changed)
+        return marked
 
     def requirement_changed(self, task_id: str) -> None:
         """What a live task needs of its worker changed (its conversation's model): if it was blocked, placement
@@ -478,8 +493,26 @@ class TaskEngine:
         return 0
 
     def apply_set_state(self, unit: UnitOfWork, write: SetTaskState, where: str, lease: LeaseRef | None) -> int:
-        unit.records.append(self.set_state(write, lease, unit.seq, unit.now_ms, where))
+        record = self.set_state(write, lease, unit.seq, unit.now_ms, where)
+        unit.records.append(record)
+        if record.status in ("terminal", "completing") and record.kind.startswith(self._ends_owned):
+            unit.records += self._abort_left_running(record, unit.seq, unit.now_ms)
         return 0
+
+    def _abort_left_running(self, record: TaskRecord, seq: int, now_ms: int) -> list[TaskRecord]:
+        """Rule 12: a task of a family whose owned work may not outlive it decided its outcome while ordinary tasks
+        it owns directly are live (a tool call's nested calls and questions it left running, its own or an earlier
+        attempt's): those not marked yet are marked for abort in its commit, and it is ``completing`` until they
+        are terminal."""
+        marked: list[TaskRecord] = []
+        for owned_id in sorted(self._records.children.get(record.task_id, ())):
+            owned = self._tasks[owned_id]
+            if owned.background or owned.abort is not None:
+                continue
+            changed = attrs.evolve(owned, abort=ABORT, seq=seq, updated_at_ms=now_ms)
+            self._records.save(owned, changed, "mark")
+            marked.append(changed)
+        return marked
 
     def apply_abort(self, unit: UnitOfWork, write: AbortTask, where: str, lease: LeaseRef | None) -> int:
         record, result = self.abort_task(write, unit.seq, unit.now_ms, where)

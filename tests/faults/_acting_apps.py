@@ -2,7 +2,8 @@
 worker --app``) or served in-process: an agent whose ``refund`` tool (``safe``: a re-run after a crash is allowed)
 looks the order up with a nested call, asks a person whether to refund in full, and pays out with another nested
 call. Every handler appends a line to the ledger (``tests.integration._agent_apps.record``); ``look_up_order`` waits
-for the gate file when its arguments say ``"block": true``.
+for the gate file when its arguments say ``"block": true``. The ``settle`` tool (``manual`` or ``report``: never run
+again after a crash) looks an order up with a nested call that blocks, for the abandonment of nested calls.
 """
 
 from __future__ import annotations
@@ -60,6 +61,36 @@ def _app(name: str, *, caller: bool, children: bool) -> actors.App:
 full_app = _app("acting", caller=True, children=True)
 caller_app = _app("acting-callers", caller=True, children=False)
 children_app = _app("acting-children", caller=False, children=True)
+
+
+async def settle(call: actors.ToolCall, args: dict[str, Any]) -> str:
+    record(call, args)
+    order = await call.execute_tool("look_up_order", {"order_id": args["order_id"], "block": True}, key="lookup")
+    return f"settled {order['order_id']}"
+
+
+def _settling_app(recovery: actors.Recovery, *, children: bool) -> actors.App:
+    """``support`` calls ``settle`` (a caller that is not replay-safe, ``recovery``), whose nested ``look_up_order``
+    blocks at the gate; with ``children``, this app runs the nested call too."""
+    app = actors.App(f"settling-{recovery}")
+    app.define_tool("settle", settle, description="Settle an order.", parameters=ORDER, recovery=recovery)
+    if children:
+        app.define_tool(
+            "look_up_order", look_up_order, description="Read an order.", parameters=ORDER, callers=["settle"]
+        )
+    turns = [actors.ScriptedTurn(tool_calls=[("settle", {"order_id": "A1"})]), actors.ScriptedTurn(text="Settled.")]
+    app.define_agent("support", version=1, model=actors.ScriptedModel(turns), tools=["settle"])
+    return app
+
+
+manual_settling_app = _settling_app("manual", children=True)
+manual_caller_app = _settling_app("manual", children=False)
+report_settling_app = _settling_app("report", children=True)
+report_caller_app = _settling_app("report", children=False)
+lookups_app = actors.App("lookups")
+lookups_app.define_tool(
+    "look_up_order", look_up_order, description="Read an order.", parameters=ORDER, callers=["settle"]
+)
 
 
 def _research_app(*, background: bool) -> actors.App:

@@ -4,6 +4,7 @@ app is served in this process; the owner is a real process."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 import pytest
@@ -415,3 +416,54 @@ async def test_a_refused_durable_step_faults_the_call_and_fails_its_run_whatever
         ],
         key=str,
     )
+
+
+def impatient_app(dawdling: trio.Event, stopped: trio.Event) -> actors.App:
+    """``impatient`` (``safe``) starts a nested ``dawdle`` call and a question, and returns as soon as ``dawdle``'s
+    handler runs, leaving both open; ``dawdle`` runs until it is cancelled."""
+
+    async def impatient(call: actors.ToolCall, args: dict[str, Any]) -> str:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(call.execute_tool, "dawdle", {}, key="slow"))
+            nursery.start_soon(call.ask, "Go on?", None)
+            await dawdling.wait()
+            nursery.cancel_scope.cancel()  # stops only this handler's waits: the nested call and question live on
+        return "left them running"
+
+    async def dawdle(call: actors.ToolCall, args: dict[str, Any]) -> str:
+        dawdling.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
+
+    built = actors.App("impatient")
+    built.define_tool("impatient", impatient, description="Give up.", parameters=NOTHING, recovery="safe")
+    built.define_tool(
+        "dawdle", dawdle, description="Take forever.", parameters=NOTHING, recovery="safe", callers=["impatient"]
+    )
+    turns = [actors.ScriptedTurn(tool_calls=[("impatient", {})]), actors.ScriptedTurn(text="Gave up.")]
+    built.define_agent("support", version=1, model=actors.ScriptedModel(turns), tools=["impatient"])
+    return built
+
+
+async def test_a_caller_that_returns_aborts_the_nested_calls_and_questions_it_left_running(owner: OwnerProcess) -> None:
+    dawdling, stopped = trio.Event(), trio.Event()
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, impatient_app(dawdling, stopped)) as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="Go")
+            assert submission.run_id is not None
+            run = await client.wait_for_run(submission.run_id)
+            operations = {op.name: op for op in await client.operations(submission.run_id)}
+            nested = await client.task(operations["dawdle"].task_id)
+            caller = await client.task(operations["impatient"].task_id)
+            questions = await client.interactions(status=None, run_id=submission.run_id)
+            entries = await client.entries(conversation_id)
+    assert run.status == "completed" and stopped.is_set()  # the nested call's handler was cancelled
+    [result] = [entry.data for entry in entries if entry.kind == "tether.tool_result"]
+    assert isinstance(result, dict) and (result["content"], result["is_error"]) == ("left them running", False)
+    assert caller.outcome is not None and caller.outcome.status == "completed"
+    assert nested.outcome is not None and (nested.outcome.status, nested.outcome.reason) == ("aborted", None)
+    assert (operations["dawdle"].status, operations["dawdle"].code) == ("failed", "aborted")
+    assert [(question.kind, question.status) for question in questions] == [("question", "cancelled")]

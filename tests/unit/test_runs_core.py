@@ -1473,18 +1473,226 @@ def test_a_tool_task_the_engine_ends_before_its_lease_settles_its_committed_inte
     assert settled.error == "its task ended orphaned (missing_task): no attached worker has task kind tool:lookup"
 
 
-def test_resolving_a_manual_call_whose_nested_call_still_runs_is_refused(sim: RunSim) -> None:
+# ------------------------------------------------------------------ nested calls of a caller: abandoned, aborted
+
+
+def nested_call(tools: Worker, tool_id: str, kind: str = "tool:slow") -> str:
+    """The caller's handler makes a nested call (``call.execute_tool``): its task, owned by the caller's."""
+    nested = fresh_id()
+    tools.ok(tool_id, CreateTask(task_id=nested, kind=kind, version=1, owner_task_id=tool_id))
+    return nested
+
+
+def nested_intent(run_id: str, operation_id: str, parent: str, policy: Any = "manual") -> Any:
+    return attrs.evolve(tool_intent(run_id, operation_id, policy), name="slow", parent_operation_id=parent)
+
+
+def abort_modes(worker: Worker, task_id: str) -> list[str]:
+    """The modes of every lease ``worker`` got on ``task_id``, in order."""
+    return [lease.mode for lease in worker.granted if lease.lease.task_id == task_id]
+
+
+def test_a_manual_caller_cut_off_abandons_its_nested_calls_bottom_up_in_the_commit_that_interrupts_it(
+    sim: RunSim,
+) -> None:
     run_id, task_id, worker = leased_run(sim)
     tool_id, tools = with_tool(sim, worker, task_id)
-    op, nested = fresh_id(), fresh_id()
+    slow = sim.worker(kinds=("tool:slow",))
+    op, nested_op = fresh_id(), fresh_id()
     tools.ok(tool_id, tool_intent(run_id, op, "manual"))
-    tools.ok(tool_id, CreateTask(task_id=nested, kind="tool:other", version=1, owner_task_id=tool_id))
+    nested = nested_call(tools, tool_id)
+    assert slow.holds(nested)
+    slow.ok(nested, nested_intent(run_id, nested_op, op))  # a manual nested call, running
+    inner = nested_call(slow, nested)  # and one the nested call made in turn
+    assert slow.holds(inner)
+    tools.leave()  # the caller's worker is killed: the caller never runs its handler again
+    interrupted = sim.store.operation(op)
+    assert interrupted is not None and interrupted.status == "interrupted"
+    marked = sim.task(nested)
+    assert (marked.status, marked.abort, marked.seq) == ("running", "restart", interrupted.seq)  # in that commit
+    assert sim.task(inner).abort == "restart"  # what it owns too (the cascade)
+    assert set(slow.cancelled) == {nested, inner}
+    run = sim.run(run_id)
+    assert (run.status, run.reason, run.operation_id) == ("needs_attention", "tool_interrupted", op)
+    # Bottom up: the inner call ends first, then the nested one; neither runs its phase again.
+    expect(slow.release(inner), Ok)
+    expect(slow.release(nested), Ok)
+    assert slow.lease(inner).mode == "abort" and not slow.holds(nested)
+    slow.ok(inner, aborted(inner))
+    assert slow.lease(nested).mode == "abort"
+    slow.ok(nested, aborted(nested))
+    for ended_id in (nested, inner):
+        assert sim.outcome(ended_id) == TaskOutcome(status="aborted", reason="restart")
+        assert abort_modes(slow, ended_id) == ["phase", "abort"]
+    settled = sim.store.operation(nested_op)  # the nested manual call waits for nobody: no attention of its own
+    assert settled is not None and (settled.status, settled.code) == ("failed", "aborted")
+    assert sim.store.task(attention_task_id(nested_op, 1)) is None
+    assert sim.task(tool_id).status == "waiting"  # the caller still waits for a person
+    expect(sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done by hand"))), OperationReply)
+    assert sim.outcome(tool_id) == TaskOutcome(status="completed", result=JsonValue("done by hand"))
+    assert worker.holds(task_id)  # the run goes on
+
+
+def test_resolving_a_manual_caller_whose_abandoned_nested_call_still_ends_completes_it_once_that_call_is_gone(
+    sim: RunSim,
+) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    nested = nested_call(tools, tool_id, kind="tool:other")  # no attached worker runs it: it waits
     tools.leave()
+    assert sim.task(nested).abort == "restart"  # abandoned; waiting for a worker so that its abort can run
     assert sim.run(run_id).status == "needs_attention"
-    head = sim.core.head_seq
-    reply = sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done")))
-    assert error_code(reply) == ErrorCode.CONFLICT and "nested calls running" in reply.message
-    assert sim.core.head_seq == head and sim.store.operation(op).status == "interrupted"  # type: ignore[union-attr]
+    resolved = expect(sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done"))), OperationReply)
+    assert resolved.operation.status == "resolved"
+    tool = sim.task(tool_id)
+    assert (tool.status, tool.held) == ("completing", TaskOutcome(status="completed", result=JsonValue("done")))
+    assert sim.run(run_id).status == "running" and not worker.holds(task_id)
+    other = sim.worker(kinds=("tool:other",))
+    assert other.lease(nested).mode == "abort"  # never its phase: it was abandoned before it ran
+    other.ok(nested, aborted(nested))
+    assert sim.outcome(nested) == TaskOutcome(status="aborted", reason="restart")
+    assert sim.outcome(tool_id) == TaskOutcome(status="completed", result=JsonValue("done"))
+    assert worker.holds(task_id)  # the run goes on with the person's output
+
+
+def test_resolving_a_manual_caller_abandons_a_nested_call_still_unmarked(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    nested = nested_call(tools, tool_id, kind="tool:other")
+    tools.leave()
+    # As a database cut off before this rule would hold it: the nested call unmarked under a waiting caller.
+    record = sim.core.tasks.live(nested)
+    assert record is not None
+    sim.store.begin()
+    unmarked = attrs.evolve(record, abort=None)
+    sim.core.tasks._records.put(unmarked)
+    sim.store.update_task(unmarked)
+    sim.store.commit()
+    resolved = expect(sim.request(sim.client, Resolve(operation_id=op, output=JsonValue("done"))), OperationReply)
+    marked = sim.task(nested)
+    assert (marked.abort, marked.seq) == ("restart", resolved.operation.seq)  # in the resolve's commit
+    assert sim.task(tool_id).status == "completing"
+
+
+def test_a_report_caller_cut_off_abandons_its_nested_calls_and_settles_once_they_are_gone(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    slow = sim.worker(kinds=("tool:slow",))
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "report"))
+    nested = nested_call(tools, tool_id)
+    assert slow.holds(nested)
+    tools.leave()
+    interrupted = sim.store.operation(op)
+    assert interrupted is not None and interrupted.status == "interrupted"
+    marked = sim.task(nested)
+    assert (marked.abort, marked.seq) == ("restart", interrupted.seq)
+    again = sim.worker(kinds=("tool:lookup",))
+    assert again.holds(tool_id)  # leased again only to settle it failed: its handler never runs again
+    error = "error: the tool call was interrupted and may have partially run"
+    failed_call = FinishOperation(operation_id=op, status="failed", result=JsonValue(error), is_error=True, error=error)
+    again.ok(tool_id, failed_call, completed(tool_id, None))
+    assert sim.task(tool_id).status == "completing"  # not terminal while its nested call still ends
+    assert not worker.holds(task_id)
+    expect(slow.release(nested), Ok)
+    slow.ok(nested, aborted(nested))
+    assert sim.outcome(nested) == TaskOutcome(status="aborted", reason="restart")
+    assert abort_modes(slow, nested) == ["phase", "abort"]
+    assert sim.outcome(tool_id).status == "completed"
+    assert worker.holds(task_id)  # the run goes on with the interrupted error result
+
+
+def test_cut_off_phases_are_settled_owners_first(sim: RunSim) -> None:
+    """So that a caller abandoning its nested calls marks them before their own cut-off hook decides for them."""
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    tools.ok(tool_id, tool_intent(run_id, fresh_id(), "manual"))
+    nested = nested_call(tools, tool_id)
+    settling = sim.core.tasks._settling
+    assert settling.owners_first([nested, tool_id, task_id]) == [task_id, tool_id, nested]
+    cut = [(nested, 1, True), (tool_id, 1, True)]
+    assert settling.owners_first(cut) == [(tool_id, 1, True), (nested, 1, True)]
+
+
+def test_a_safe_caller_cut_off_keeps_its_nested_calls_for_its_rerun(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    slow = sim.worker(kinds=("tool:slow",))
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "safe"))
+    nested = nested_call(tools, tool_id)
+    tools.leave()
+    assert sim.task(nested).abort is None and slow.holds(nested)  # a rerun finds it by its key
+    assert not slow.cancelled
+
+
+def test_a_caller_that_settles_aborts_the_nested_calls_it_left_running_its_earlier_attempts_too(
+    sim: RunSim,
+) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    slow = sim.worker(kinds=("tool:slow",))
+    op = fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "safe"))
+    earlier = nested_call(tools, tool_id)  # attempt 1's
+    tools.leave()
+    again = sim.worker(kinds=("tool:lookup",))
+    again.ok(tool_id, tool_intent(run_id, op, "safe", attempt=2))
+    own = nested_call(again, tool_id)  # attempt 2's; its handler returns without awaiting either
+    done_nested = nested_call(again, tool_id)
+    slow.ok(done_nested, completed(done_nested, 1))
+    background = fresh_id()
+    again.ok(tool_id, CreateTask(task_id=background, kind="tool:slow", owner_task_id=tool_id, background=True))
+    assert {earlier, own, background} <= set(slow.leases)
+    done = again.ok(tool_id, FinishOperation(operation_id=op, status="completed"), completed(tool_id, None))
+    for left in (earlier, own):
+        record = sim.task(left)
+        assert (record.abort, record.seq) == ("abort", done.seq)  # in the commit that settles the caller
+    assert sim.task(background).abort is None  # a background task is no nested call: it outlives the caller
+    assert sim.task(tool_id).status == "completing" and not worker.holds(task_id)
+    for left in (earlier, own):
+        expect(slow.release(left), Ok)
+        slow.ok(left, aborted(left))
+        assert sim.outcome(left) == TaskOutcome(status="aborted")
+    assert sim.outcome(tool_id).status == "completed"
+    assert worker.holds(task_id)
+
+
+def test_a_tool_task_waiting_for_its_approval_keeps_it(sim: RunSim) -> None:
+    """Rule 12 is about a decided outcome: a tool task that waits keeps what it owns."""
+    _run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    nested = fresh_id()
+    tools.ok(
+        tool_id,
+        CreateTask(task_id=nested, kind="tool:slow", owner_task_id=tool_id),
+        SetTaskState(task_id=tool_id, status="waiting", on=(nested,), checkpoint=JsonValue({"phase": "approved"})),
+    )
+    assert sim.task(nested).abort is None
+
+
+def test_an_owner_restart_abandons_the_nested_calls_of_a_manual_caller_it_cut_off(sim: RunSim) -> None:
+    run_id, task_id, worker = leased_run(sim)
+    tool_id, tools = with_tool(sim, worker, task_id)
+    slow = sim.worker(kinds=("tool:slow",))
+    op, nested_op = fresh_id(), fresh_id()
+    tools.ok(tool_id, tool_intent(run_id, op, "manual"))
+    nested = nested_call(tools, tool_id)
+    slow.ok(nested, nested_intent(run_id, nested_op, op))
+    sim.restart()
+    assert sim.task(nested).abort == "restart"
+    assert sim.task(tool_id).status == "waiting"
+    assert sim.store.task(attention_task_id(nested_op, 1)) is None  # the caller's cut-off was settled first
+    slow = sim.worker(kinds=("tool:slow",))
+    assert slow.lease(nested).mode == "abort"
+    slow.ok(nested, aborted(nested))
+    assert sim.outcome(nested) == TaskOutcome(status="aborted", reason="restart")
+    run = sim.run(run_id)
+    assert (run.status, run.operation_id) == ("needs_attention", op)
 
 
 def test_a_question_left_open_closes_when_its_run_is_cancelled(sim: RunSim) -> None:

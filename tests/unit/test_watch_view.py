@@ -25,7 +25,7 @@ from protocol import (
     TaskRecord,
 )
 from runtime._watch import json_line
-from runtime._watch_render import render
+from runtime._watch_render import _task_label, render
 from runtime._watch_view import MAX_ENTRIES_PER_CONVERSATION, MAX_PARTIAL_CHARS, MAX_STREAMS, WatchView
 from tests.unit._records import operation_record, partial_record
 
@@ -615,3 +615,11 @@ def test_a_tools_handoff_reads_as_the_tools_and_a_clients_reset_as_a_reset() -> 
     assert view.apply(4, [entry(2, "tether.reset", {"handoff": None, "submission_id": "s2"})]) == [
         "reset: the context starts again"
     ]
+
+
+def test_a_task_label_says_whether_a_live_task_is_aborted_or_abandoned_and_how_it_ended() -> None:
+    live = task("t0000000-0000-7000-8000-000000000009", "tool:look_up", "running")
+    assert _task_label(attrs.evolve(live, abort="abort")).plain.endswith("running marked for abort")
+    assert _task_label(attrs.evolve(live, abort="restart")).plain.endswith("running abandoned (restart)")
+    ended = attrs.evolve(live, status="terminal", outcome=TaskOutcome(status="aborted", reason="restart"))
+    assert _task_label(ended).plain.endswith("aborted (restart)")
