@@ -51,7 +51,6 @@ import attrs
 import trio
 
 from protocol import (
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_LEASES,
     OwnerAlreadyRunning,
     OwnerUnavailable,
@@ -60,7 +59,6 @@ from protocol import (
     TetherError,
     write_private_json,
 )
-from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned, open_lock_file
 
 from ._exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
@@ -169,10 +167,6 @@ class SupervisorConfig:
     db: str
     app: str
     workers: int = 2
-    listen: str = "127.0.0.1:0"
-    sync: str = "normal"
-    clock: str = "wall"
-    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     max_restarts: int = 10
     restart_window_s: float = 60.0
     max_leases: int = DEFAULT_MAX_LEASES
@@ -181,15 +175,10 @@ class SupervisorConfig:
     """How long a child may take to exit after SIGTERM (a worker: after its drain) before it is killed."""
     drain_timeout_s: float = 30.0
     """``tether worker --drain-timeout``: how long a stopping worker lets what it runs finish."""
-    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
-    """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
     owner_args: tuple[str, ...] = ()
-    """More ``tether owner`` arguments, passed as they are (the listener's: TLS, handshake bounds)."""
-
-    group_readable: bool = False
-    """``tether owner --group-readable``: a new database is created 0640."""
-    start_check_s: float = 1.0
-    """``tether owner --start-check``: how long the owner's start check may take."""
+    """The owner's options (``tether owner`` arguments but ``--db``), passed as they are to the owner and the
+    standby: ``tether up`` derives them from its own (``runtime._cli_owner_options.owner_argv``); none, the owner's
+    defaults."""
     liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S
     """``tether up --liveness-timeout``: an owner that has not answered the supervisor for this long (counted from
     when it listened, then from its last answer) is killed; so is a worker that attached once and has not been
@@ -266,27 +255,7 @@ class Supervisor:
         self.db = os.path.abspath(config.db)
         self._say = say or (lambda line: print(line, flush=True))
         common = ["--db", self.db, "--supervised"]
-        self.owner = _Child(
-            "owner",
-            tether_command(
-                "owner",
-                *common,
-                "--listen",
-                config.listen,
-                "--sync",
-                config.sync,
-                "--clock",
-                config.clock,
-                "--heartbeat-timeout",
-                f"{config.heartbeat_timeout_s:g}",
-                "--max-concurrent-runs",
-                str(config.max_concurrent_runs),
-                *config.owner_args,
-                "--start-check",
-                f"{config.start_check_s:g}",
-                *(["--group-readable"] if config.group_readable else []),
-            ),
-        )
+        self.owner = _Child("owner", tether_command("owner", *common, *config.owner_args))
         self.standby = _Child("standby", [*self.owner.argv, "--standby"])
         """The next owner, started once the owner listens; takes over when the owner dies (see the docstring)."""
         self.workers = [

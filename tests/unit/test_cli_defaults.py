@@ -3,7 +3,8 @@ to start fast); each copy must equal what it copies."""
 
 from __future__ import annotations
 
-import runtime._cli as cli
+import runtime._cli_owner_options as cli
+import runtime._cli_worker as worker_cli
 from actors._worker._serve import DEFAULT_DRAIN_TIMEOUT_S
 from storage_owner.core import DEFAULT_PEER_OUTPUT_BYTES, DEFAULT_TOTAL_OUTPUT_BYTES
 from storage_owner.io._listener import DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_MAX_UNAUTHENTICATED
@@ -12,7 +13,7 @@ MIB = 1024 * 1024
 
 
 def test_the_command_lines_defaults_are_the_libraries() -> None:
-    assert cli.DEFAULT_DRAIN_TIMEOUT_S == DEFAULT_DRAIN_TIMEOUT_S
+    assert worker_cli.DEFAULT_DRAIN_TIMEOUT_S == DEFAULT_DRAIN_TIMEOUT_S
     assert cli.DEFAULT_HANDSHAKE_TIMEOUT_S == DEFAULT_HANDSHAKE_TIMEOUT_S
     assert cli.DEFAULT_MAX_UNAUTHENTICATED == DEFAULT_MAX_UNAUTHENTICATED
     assert cli.DEFAULT_MAX_PEER_OUTPUT_MIB * MIB == DEFAULT_PEER_OUTPUT_BYTES
