@@ -8,6 +8,8 @@ import json
 import math
 from typing import Any
 
+from protocol import is_id
+
 
 def whole_number(text: str, *, minimum: int = 0) -> int:
     """A whole number of ``minimum`` or more, written in ASCII digits (not ``²``, ``-1``, ``1.0`` nor ``1e3``)."""
@@ -85,3 +87,14 @@ def add_db(command: argparse.ArgumentParser) -> None:
 def add_json(command: argparse.ArgumentParser, what: str) -> None:
     """The ``--json`` flag of a command that prints records; ``what`` says what the JSON holds."""
     command.add_argument("--json", action="store_true", help=what)
+
+
+def identifier(text: str) -> str:
+    """An id of Tether's (a run's, a conversation's, a submission's, an operation's...): a canonical lower-case
+    UUID. Every command refuses a malformed one the same way, before asking the owner (which would say it does not
+    exist, or name a field of its request)."""
+    if not is_id(text):
+        raise argparse.ArgumentTypeError(
+            f"expected an id (a lower-case UUID, such as 0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e), not {text!r}"
+        )
+    return text

@@ -9,6 +9,10 @@ watch; ``_usage``: usage, prices, budget). Each command's parser names its handl
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
 from collections.abc import Sequence
 from typing import Final
 
@@ -86,8 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(exc, EXIT_DATABASE_DAMAGED)
     except TetherError as exc:
         return fail(exc, EXIT_FAILED)
+    except BrokenPipeError:  # the reader of our output went away (``tether status | head -1``): say nothing more
+        return _reader_gone()
     except OSError as exc:  # a missing directory, a port in use, a permission: the system said no
         where = f" ({exc.filename})" if exc.filename else ""
         return fail(f"{exc.strerror or exc}{where}", EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
+
+
+def _reader_gone() -> int:
+    """What a command whose output's reader went away exits with: as one killed by SIGPIPE (128 + 13, what the shell
+    expects of a writer cut off by ``head``), quietly: its standard output now goes nowhere, so that nothing left
+    to flush at exit fails again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE

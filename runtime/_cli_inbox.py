@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from ._args import add_db, add_json, json_text, positive
+from ._args import add_db, add_json, identifier, json_text, positive
 from ._cli_shared import fail
 from ._exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -42,7 +42,7 @@ def add_inbox_commands(commands: Any) -> None:
     submit.add_argument("text", metavar="TEXT", nargs="?", help="what to say (not with --write)")
     add_db(submit)
     to = submit.add_mutually_exclusive_group(required=True)
-    to.add_argument("--conversation", metavar="ID", help="an existing conversation bound to an agent")
+    to.add_argument("--conversation", type=identifier, metavar="ID", help="an existing conversation bound to an agent")
     to.add_argument("--agent", metavar="NAME", help="a new conversation bound to agent NAME")
     submit.add_argument(
         "--request-id",
@@ -100,7 +100,7 @@ def add_inbox_commands(commands: Any) -> None:
     )
     submissions.set_defaults(handler=run_submissions)
     add_db(submissions)
-    submissions.add_argument("--conversation", required=True, metavar="ID", help="the conversation")
+    submissions.add_argument("--conversation", required=True, type=identifier, metavar="ID", help="the conversation")
     add_json(submissions, "print one JSON object with the submission records")
 
     withdraw = commands.add_parser(
@@ -111,7 +111,7 @@ def add_inbox_commands(commands: Any) -> None:
         "a run, or settled, is left as it is (exit 1, saying so).",
     )
     withdraw.set_defaults(handler=run_withdraw)
-    withdraw.add_argument("submission_id", metavar="SUBMISSION_ID", help="the submission")
+    withdraw.add_argument("submission_id", type=identifier, metavar="SUBMISSION_ID", help="the submission")
     add_db(withdraw)
     add_json(withdraw, "print one JSON object: outcome, submission")
 
@@ -124,7 +124,7 @@ def add_inbox_commands(commands: Any) -> None:
         "is queued behind it runs in the new context.",
     )
     reset.set_defaults(handler=run_reset)
-    reset.add_argument("conversation_id", metavar="CONVERSATION_ID", help="the conversation")
+    reset.add_argument("conversation_id", type=identifier, metavar="CONVERSATION_ID", help="the conversation")
     add_db(reset)
     reset.add_argument("--handoff", metavar="TEXT", help="what the new context starts from (its first user message)")
     add_json(reset, "print the submission record")
@@ -135,17 +135,23 @@ def add_inbox_commands(commands: Any) -> None:
         description="Change a conversation's configuration in one commit, or print it without options. --model (a "
         "name the app gives a model with app.define_model), --tools, --instructions and --max-turns replace its "
         "agent's from the run's next model request (only workers whose app names the model run its runs; with none "
-        "attached, the run needs attention: no_model); --steering all places every queued steer at a boundary "
-        "(first: one per boundary), --follow-ups all queues follow-ups together in one run; --after-failed-run says "
-        "what becomes of the runs queued behind one that fails (wait, the default: held until the next input; "
-        "continue; withdraw); --clear FIELD puts a field back to the agent's definition (or the default). A bad "
-        "value exits 1 with the owner's reason and changes nothing.",
+        "attached, the run waits for one for the owner's --model-grace, then fails no_model). A --model or --tools "
+        "name that no attached worker announces is refused, naming the unknown and the known names (--force stores "
+        "it anyway). --steering all places every queued steer at a boundary (first: one per boundary), --follow-ups "
+        "all queues follow-ups together in one run; --after-failed-run says what becomes of the runs queued behind "
+        "one that fails (wait, the default: held until the next input; continue; withdraw); --clear FIELD puts a "
+        "field back to the agent's definition (or the default). A bad value exits 1 with the owner's reason (a bad "
+        "--tools list, 2) and changes nothing.",
     )
     configure.set_defaults(handler=run_configure)
-    configure.add_argument("conversation_id", metavar="CONVERSATION_ID", help="the conversation")
+    configure.add_argument("conversation_id", type=identifier, metavar="CONVERSATION_ID", help="the conversation")
     add_db(configure)
     configure.add_argument("--model", metavar="NAME", help="a model the app names (app.define_model)")
-    configure.add_argument("--tools", metavar="A,B", help="exactly these of the app's tools (comma separated)")
+    configure.add_argument(
+        "--tools",
+        metavar="A,B",
+        help="exactly these of the app's tools (comma separated, spaces around a name ignored; '' for none)",
+    )
     configure.add_argument("--instructions", metavar="TEXT", help="the instructions (system prompt)")
     configure.add_argument("--max-turns", type=positive, metavar="N", help="model turns a run takes at most")
     configure.add_argument("--steering", choices=("first", "all"), help="steers placed per boundary")
@@ -162,6 +168,12 @@ def add_inbox_commands(commands: Any) -> None:
         choices=("model", "tools", "instructions", "max_turns", "steering", "follow_ups", "after_failed_run"),
         metavar="FIELD",
         help="put FIELD back to the agent's definition (repeat for several)",
+    )
+    configure.add_argument(
+        "--force",
+        action="store_true",
+        help="store a --model or --tools name that no attached worker announces (refused otherwise, naming the "
+        "unknown and the known names): a deploy that brings it later",
     )
     add_json(configure, "print the configuration document")
 
@@ -256,19 +268,23 @@ def run_configure(args: argparse.Namespace) -> int:
     from . import _runs
     from ._connect import check_db
 
+    tools = None if args.tools is None else tool_names(args.tools)
+    if isinstance(tools, str):
+        return fail(f"configure: --tools {args.tools!r}: {tools}; nothing was changed", EXIT_USAGE)
     document = trio.run(
         partial(
             _runs.configure,
             check_db(args.db),
             args.conversation_id,
             model=args.model,
-            tools=None if args.tools is None else [name for name in args.tools.split(",") if name],
+            tools=tools,
             instructions=args.instructions,
             max_turns=args.max_turns,
             steering=args.steering,
             follow_ups=args.follow_ups,
             after_failed_run=args.after_failed_run,
             clear=args.clear,
+            force=args.force,
         )
     )
     if args.json:
@@ -289,3 +305,13 @@ def run_withdraw(args: argparse.Namespace) -> int:
     else:
         print(_runs.describe_withdrawal(args.submission_id, outcome, withdrawn), flush=True)
     return EXIT_OK if outcome == "withdrawn" else EXIT_FAILED
+
+
+def tool_names(text: str) -> list[str] | str:
+    """``--tools A,B`` as its names, each stripped (``''``: none); or what is wrong with it (an empty name)."""
+    if not text.strip():
+        return []
+    names = [name.strip() for name in text.split(",")]
+    if "" in names:
+        return "a tool's name is empty (names are separated by single commas; give '' for no tools)"
+    return names

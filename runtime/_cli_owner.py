@@ -18,7 +18,7 @@ from protocol import DEFAULT_MAX_LEASES, StorageError, TetherError
 from ._args import count, positive, seconds, seconds_or_zero
 from ._cli_owner_options import add_owner_options, directory_problem, exposure_problem, owner_argv, owner_config
 from ._cli_shared import fail, run_trio, serve_until_stopped
-from ._cli_worker import DEFAULT_DRAIN_TIMEOUT_S
+from ._cli_worker import AT_THE_DRAIN_DEADLINE, DEFAULT_DRAIN_TIMEOUT_S, add_manual_grace
 from ._exits import EXIT_FAILED, EXIT_NOT_TETHER_DATABASE, EXIT_OK, EXIT_USAGE
 from ._parent import DEFAULT_LIVENESS_TIMEOUT_S
 
@@ -101,9 +101,10 @@ def add_up_command(commands: Any) -> None:
         default=DEFAULT_DRAIN_TIMEOUT_S,
         metavar="S",
         help=f"on SIGINT, SIGTERM or tether stop, the workers take no new work and let what they run (phases, tool "
-        f"calls, model requests) finish and commit for at most S seconds, then cut off what still runs (it follows "
-        f"its recovery policy); a second signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
+        f"calls, model requests) finish and commit for at most S seconds, {AT_THE_DRAIN_DEADLINE} (default "
+        f"{DEFAULT_DRAIN_TIMEOUT_S:g})",
     )
+    add_manual_grace(up, more="; a stopping worker is killed no sooner than its drain and this and 2 s more")
     up.add_argument(
         "--liveness-timeout",
         type=seconds,
@@ -227,6 +228,7 @@ def run_up(args: argparse.Namespace) -> int:
         restart_window_s=args.restart_window,
         max_leases=args.max_leases,
         drain_timeout_s=args.drain_timeout,
+        manual_grace_s=args.manual_grace,
         owner_args=owner_argv(args),
         liveness_timeout_s=args.liveness_timeout,
     )

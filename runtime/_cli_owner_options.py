@@ -23,6 +23,8 @@ DEFAULT_MAX_CONCURRENT_RUNS: Final = 64
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_UNAUTHENTICATED: Final = 64
 """As ``storage_owner.io``'s (not imported: the CLI loads the owner only to run it)."""
+DEFAULT_MODEL_GRACE_S: Final = 10.0
+"""As ``storage_owner.core.MODEL_GRACE_MS``, in seconds (not imported, as above)."""
 DEFAULT_MAX_PEER_OUTPUT_MIB: Final = 16
 DEFAULT_MAX_QUEUED_OUTPUT_MIB: Final = 256
 """As ``storage_owner.core``'s output budgets, in MiB (not imported, as above)."""
@@ -43,6 +45,10 @@ def _address_text(address: tuple[str, int]) -> str:
 
 def _mib(value: int) -> int:
     return value << 20
+
+
+def _ms(value: float) -> int:
+    return round(value * 1000)
 
 
 @attrs.frozen
@@ -275,6 +281,18 @@ OWNER_OPTIONS: Final = (
         metavar="MIB",
         config="max_queued_output",
         to_config=_mib,
+        up="last",
+    ),
+    OwnerOption(
+        "--model-grace",
+        "how long a run waits for an attached worker that names its conversation's configured model (tether "
+        "configure --model) before it fails no_model, its inputs unanswered no_model; 0: at once (default "
+        f"{DEFAULT_MODEL_GRACE_S:g})",
+        type=seconds_or_zero,
+        default=DEFAULT_MODEL_GRACE_S,
+        metavar="SECONDS",
+        config="model_grace_ms",
+        to_config=_ms,
         up="last",
     ),
 )

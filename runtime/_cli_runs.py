@@ -1,5 +1,5 @@
-"""``tether runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``: a database's agent runs
-and what waits for a person, against its running owner (``runtime._runs``; docs/runs.md)."""
+"""``tether runs``, ``journal``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``: a database's
+agent runs, their journals and what waits for a person, against its running owner (``runtime._runs``; docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import trio
 
 from protocol import UsageError
 
-from ._args import add_db, add_json, json_text
-from ._exits import EXIT_OK
+from ._args import add_db, add_json, identifier, json_text
+from ._cli_shared import fail
+from ._exits import EXIT_OK, EXIT_USAGE
 
 
 def add_runs_commands(commands: Any) -> None:
-    """``tether runs``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``."""
+    """``tether runs``, ``journal``, ``resolve``, ``retry``, ``cancel``, ``respond`` and ``interactions``."""
     runs = commands.add_parser(
         "runs",
         help="list the agent runs of a database",
@@ -26,7 +27,7 @@ def add_runs_commands(commands: Any) -> None:
     )
     runs.set_defaults(handler=run_runs)
     add_db(runs)
-    runs.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
+    runs.add_argument("--conversation", type=identifier, metavar="ID", help="only this conversation's runs")
     runs.add_argument(
         "--status",
         choices=(
@@ -44,6 +45,22 @@ def add_runs_commands(commands: Any) -> None:
     )
     add_json(runs, "print one JSON object with a list of run records")
 
+    journal = commands.add_parser(
+        "journal",
+        help="show a run's operation journal: its model requests and tool calls",
+        description="Print a run's operation journal, oldest first, one line per operation: its turn, kind (model or "
+        "tool; a nested call names its caller), name@version, attempt, status (started, completed, failed, "
+        "interrupted, resolved), recovery policy, when it started and ended (UTC), who resolved it, and its error "
+        "(code and text). Read from the running owner a page at a time. A run that does not exist exits 1.",
+    )
+    journal.set_defaults(handler=run_journal)
+    journal.add_argument("run_id", type=identifier, metavar="RUN_ID", help="the run")
+    add_db(journal)
+    add_json(
+        journal,
+        "print one JSON object: db, run_id, operations (a list of operation records, as the wire carries them)",
+    )
+
     resolve = commands.add_parser(
         "resolve",
         help="settle an interrupted manual tool call with its output",
@@ -51,9 +68,17 @@ def add_runs_commands(commands: Any) -> None:
         "the model sees, after checking by hand what the tool did. The run then resumes.",
     )
     resolve.set_defaults(handler=run_resolve)
-    resolve.add_argument("operation_id", metavar="OPERATION_ID", help="the operation the run is blocked on")
+    resolve.add_argument(
+        "operation_id", type=identifier, metavar="OPERATION_ID", help="the operation the run is blocked on"
+    )
     add_db(resolve)
     resolve.add_argument("--output", required=True, type=json_text, metavar="JSON", help="the tool's output, JSON")
+    resolve.add_argument(
+        "--by",
+        default="tether resolve",
+        metavar="NAME",
+        help="who resolved it, kept in the run's journal (tether journal; default 'tether resolve')",
+    )
     add_json(resolve, "print the operation record")
 
     for name, text, description in (
@@ -67,7 +92,7 @@ def add_runs_commands(commands: Any) -> None:
     ):
         command = commands.add_parser(name, help=text, description=description)
         command.set_defaults(handler=run_retry if name == "retry" else run_cancel)
-        command.add_argument("run_id", metavar="RUN_ID", help="the run")
+        command.add_argument("run_id", type=identifier, metavar="RUN_ID", help="the run")
         add_db(command)
         add_json(command, "print the run record")
 
@@ -78,7 +103,7 @@ def add_runs_commands(commands: Any) -> None:
         "question its answer. It is answered once.",
     )
     respond.set_defaults(handler=run_respond)
-    respond.add_argument("interaction_id", metavar="INTERACTION_ID", help="the interaction")
+    respond.add_argument("interaction_id", type=identifier, metavar="INTERACTION_ID", help="the interaction")
     add_db(respond)
     answer = respond.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="let the tool call run")
@@ -116,6 +141,21 @@ def run_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_journal(args: argparse.Namespace) -> int:
+    from . import _runs
+    from ._connect import check_db
+    from ._journal import format_journal, read_journal
+
+    db = check_db(args.db)
+    operations = trio.run(read_journal, db, args.run_id)
+    if args.json:
+        document = {"db": db, "run_id": args.run_id, "operations": [_runs.record_json(op) for op in operations]}
+        print(json.dumps(document), flush=True)
+    else:
+        print(format_journal(args.run_id, operations), flush=True)
+    return EXIT_OK
+
+
 def run_interactions(args: argparse.Namespace) -> int:
     from . import _runs
     from ._connect import check_db
@@ -133,7 +173,9 @@ def run_resolve(args: argparse.Namespace) -> int:
     from . import _runs
     from ._connect import check_db
 
-    record = trio.run(_runs.resolve, check_db(args.db), args.operation_id, args.output)
+    if not args.by.strip():
+        return fail("resolve: --by names who resolved the call: not an empty name; nothing was resolved", EXIT_USAGE)
+    record = trio.run(partial(_runs.resolve, check_db(args.db), args.operation_id, args.output, by=args.by))
     line = f"operation {record.operation_id}: {record.status} (resolved by {record.resolved_by})"
     return _said(args, record, line)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from ._args import seconds
+from ._args import identifier, seconds
 from ._exits import EXIT_OK
 
 
@@ -39,7 +39,7 @@ def add_tasks_commands(commands: Any) -> None:
         ),
     )
     abort.set_defaults(handler=run_abort)
-    abort.add_argument("task_id", metavar="TASK_ID", help="the task to abort")
+    abort.add_argument("task_id", type=identifier, metavar="TASK_ID", help="the task to abort")
     abort.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     abort.add_argument(
         "--wait",

@@ -9,7 +9,7 @@ import sys
 from functools import partial
 from typing import Any
 
-from ._args import add_db, count, listen_address
+from ._args import add_db, count, identifier, listen_address
 from ._cli_owner_options import exposure_problem
 from ._cli_shared import fail, run_trio, serve_until_stopped
 from ._exits import EXIT_OK, EXIT_USAGE
@@ -21,12 +21,13 @@ def add_view_commands(commands: Any) -> None:
         "ui",
         help="a web page to operate the database's agents: runs, transcripts live, approvals, questions, resolve",
         description=(
-            "Serve a web page for the database's owner (which must run: tether up or tether owner): runs by state "
+            "Serve a web page for the database's owner (tether up or tether owner), which need not be running: "
+            "until one answers, the page says so and reconnects by itself. It shows runs by state "
             "and what waits for a person (approvals, questions, tool calls to resolve) with the buttons that answer "
             "them, each conversation's transcript updating live (a model's text while it streams), each run's "
             "journal with retry and cancel, the task tree and usage. The first line printed is the URL to open: it "
-            "carries the login token, without which every page and action is refused. It listens on loopback only. "
-            "Ctrl-C (SIGINT) or SIGTERM stop it."
+            "carries the login token, without which every page and action is refused. By default it listens on "
+            "loopback only. Ctrl-C (SIGINT) or SIGTERM stop it."
         ),
     )
     ui.set_defaults(handler=run_ui)
@@ -64,8 +65,8 @@ def add_view_commands(commands: Any) -> None:
     watch.set_defaults(handler=run_watch)
     add_db(watch)
     scope = watch.add_mutually_exclusive_group()
-    scope.add_argument("--conversation", metavar="ID", help="only this conversation")
-    scope.add_argument("--run", metavar="RUN_ID", help="only this run (in its conversation)")
+    scope.add_argument("--conversation", type=identifier, metavar="ID", help="only this conversation")
+    scope.add_argument("--run", type=identifier, metavar="RUN_ID", help="only this run (in its conversation)")
     watch.add_argument(
         "--from-seq",
         type=count,

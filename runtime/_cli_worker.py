@@ -17,7 +17,26 @@ from ._parent import watch_parent
 from ._signals import replay_early_signals
 
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+DEFAULT_MANUAL_GRACE_S: Final = 8.0
 """As ``actors``' (not imported: the CLI loads the client only to run it)."""
+AT_THE_DRAIN_DEADLINE: Final = (
+    "then give back what still runs (no restart counted; a model request is sent again as the same attempt; manual "
+    "and report tool calls get --manual-grace more first); a second signal stops at once"
+)
+"""What ``--drain-timeout`` says of its deadline, on ``tether worker`` and ``tether up``."""
+
+
+def add_manual_grace(parser: argparse.ArgumentParser, *, more: str = "") -> None:
+    """The ``--manual-grace`` option of ``tether worker`` and ``tether up`` (``more``: what ``tether up`` adds)."""
+    parser.add_argument(
+        "--manual-grace",
+        type=seconds_or_zero,
+        default=DEFAULT_MANUAL_GRACE_S,
+        metavar="SECONDS",
+        help=f"at the --drain-timeout deadline, manual and report tool calls (whose cut-off needs a person, or ends "
+        f"in an error result) get SECONDS more to finish before they are cut off too{more} (default "
+        f"{DEFAULT_MANUAL_GRACE_S:g})",
+    )
 
 
 def add_worker_command(commands: Any) -> None:
@@ -62,15 +81,17 @@ def add_worker_command(commands: Any) -> None:
         default=DEFAULT_DRAIN_TIMEOUT_S,
         metavar="S",
         help=f"on SIGINT or SIGTERM, take no new work and let what runs (phases, tool calls, model requests) finish "
-        f"and commit for at most S seconds, then cut off what still runs (it follows its recovery policy); a second "
-        f"signal stops at once (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
+        f"and commit for at most S seconds, {AT_THE_DRAIN_DEADLINE} (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
     )
+    add_manual_grace(worker)
     worker.add_argument(
         "--fault-kill",
-        metavar="POINT:N[:KIND[:NAME]]",
+        metavar="[SIGSTOP:]POINT:N[:KIND[:NAME]]",
         help="fault injection: SIGKILL this worker at the N-th POINT of the commits of its phases: before_commit, "
-        "after_commit, after_intent, before_result or after_result, counting only KIND (model or tool) operations "
-        "named NAME if given (such as after_intent:1:tool:refund; docs/operations.md, Fault injection)",
+        "after_commit, intent_sent (the intent's commit sent, its acknowledgement not read), after_intent, "
+        "before_result or after_result, counting only KIND (model or tool) operations named NAME if given (such as "
+        "after_intent:1:tool:refund); with the SIGSTOP: prefix, stop it there instead, for the test to continue with "
+        "SIGCONT (SIGSTOP:intent_sent:1:tool:refund; docs/operations.md, Fault injection)",
     )
     worker.add_argument(
         "--otel",
@@ -130,6 +151,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 max_leases=args.max_leases,
                 ca=args.ca,
                 drain_timeout_s=args.drain_timeout,
+                manual_grace_s=args.manual_grace,
                 otel=args.otel or None,
                 stop=stop,
                 fault_kill=fault_kill,

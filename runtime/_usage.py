@@ -14,7 +14,7 @@ import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal, amount_text
 
-from ._args import amount, count, positive
+from ._args import amount, count, identifier, positive
 
 if TYPE_CHECKING:
     import actors
@@ -47,8 +47,10 @@ def add_usage_commands(commands: Any) -> None:
     usage.set_defaults(handler=handle_usage_command)
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     which = usage.add_mutually_exclusive_group()
-    which.add_argument("--conversation", metavar="ID", help="one conversation, its runs and its task tree")
-    which.add_argument("--run", metavar="RUN_ID", help="one run, its conversation and its task tree")
+    which.add_argument(
+        "--conversation", type=identifier, metavar="ID", help="one conversation, its runs and its task tree"
+    )
+    which.add_argument("--run", type=identifier, metavar="RUN_ID", help="one run, its conversation and its task tree")
     usage.add_argument(
         "--limit",
         type=positive,
@@ -111,8 +113,10 @@ def add_usage_commands(commands: Any) -> None:
     budget.set_defaults(handler=handle_usage_command)
     budget.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     of = budget.add_mutually_exclusive_group(required=True)
-    of.add_argument("--conversation", metavar="ID", help="a conversation's budget")
-    of.add_argument("--task", metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)")
+    of.add_argument("--conversation", type=identifier, metavar="ID", help="a conversation's budget")
+    of.add_argument(
+        "--task", type=identifier, metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)"
+    )
     budget.add_argument("--max-tokens", type=count, metavar="N", help="input + output tokens")
     budget.add_argument("--max-cost", type=amount, metavar="X", help="cost, in the price table's currency")
     budget.add_argument("--clear", action="store_true", help="remove the budget")

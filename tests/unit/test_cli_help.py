@@ -24,6 +24,8 @@ from runtime._cli import build_parser, main
 GOLDEN = Path(__file__).with_name("cli_help.txt")
 COLUMNS = 120
 REWRITE = "TETHER_WRITE_CLI_HELP"
+ID = "0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e"
+"""An id, well formed (the commands refuse a malformed one before anything else)."""
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
@@ -89,7 +91,7 @@ BAD_USAGE: dict[str, list[tuple[list[str], str]]] = {
     "tasks": [(["tasks", "--json", "x"], "unrecognized arguments: x")],
     "abort": [
         (["abort"], "the following arguments are required: TASK_ID"),
-        (["abort", "t", "--wait", "soon"], "expected a number of seconds above 0"),
+        (["abort", ID, "--wait", "soon"], "expected a number of seconds above 0"),
     ],
     "check": [(["check", "--db"], "expected one argument")],
     "submit": [
@@ -101,18 +103,19 @@ BAD_USAGE: dict[str, list[tuple[list[str], str]]] = {
     "reset": [(["reset"], "the following arguments are required: CONVERSATION_ID")],
     "configure": [
         (["configure"], "the following arguments are required: CONVERSATION_ID"),
-        (["configure", "c", "--max-turns", "0"], "expected a whole number of 1 or more"),
+        (["configure", ID, "--max-turns", "0"], "expected a whole number of 1 or more"),
     ],
     "runs": [(["runs", "--status", "done"], "invalid choice: 'done'")],
     "resolve": [
-        (["resolve", "op"], "the following arguments are required: --output"),
-        (["resolve", "op", "--output", "{no"], "expected a JSON value"),
+        (["resolve", ID], "the following arguments are required: --output"),
+        (["resolve", ID, "--output", "{no"], "expected a JSON value"),
     ],
+    "journal": [(["journal"], "the following arguments are required: RUN_ID")],
     "retry": [(["retry"], "the following arguments are required: RUN_ID")],
     "cancel": [(["cancel"], "the following arguments are required: RUN_ID")],
     "respond": [
-        (["respond", "i"], "one of the arguments --approve --deny --answer is required"),
-        (["respond", "i", "--approve", "--deny"], "not allowed with argument"),
+        (["respond", ID], "one of the arguments --approve --deny --answer is required"),
+        (["respond", ID, "--approve", "--deny"], "not allowed with argument"),
     ],
     "interactions": [(["interactions", "--limit", "3"], "unrecognized arguments: --limit 3")],
     "ui": [(["ui", "--listen", "8080"], "expected HOST:PORT")],
@@ -122,7 +125,7 @@ BAD_USAGE: dict[str, list[tuple[list[str], str]]] = {
     ],
     "usage": [
         (["usage", "--limit", "0"], "expected a whole number of 1 or more"),
-        (["usage", "--run", "r", "--conversation", "c"], "not allowed with argument"),
+        (["usage", "--run", ID, "--conversation", ID], "not allowed with argument"),
     ],
     "prices": [
         (["prices", "set", "m", "--input", "1"], "the following arguments are required: --output"),
@@ -152,17 +155,18 @@ def test_bad_usage_exits_2_saying_why(argv: list[str], said: str, capsys: pytest
 REQUIRED: dict[str, list[str]] = {
     "owner": ["--db", "x"],
     "worker": ["--db", "x", "--app", "a:b"],
-    "abort": ["t"],
+    "abort": [ID],
     "submit": ["--agent", "a"],
-    "submissions": ["--conversation", "c"],
-    "withdraw": ["s"],
-    "reset": ["c"],
-    "configure": ["c"],
-    "resolve": ["op", "--output", "1"],
-    "retry": ["r"],
-    "cancel": ["r"],
-    "respond": ["i", "--approve"],
-    "budget": ["--conversation", "c"],
+    "submissions": ["--conversation", ID],
+    "withdraw": [ID],
+    "reset": [ID],
+    "configure": [ID],
+    "resolve": [ID, "--output", "1"],
+    "journal": [ID],
+    "retry": [ID],
+    "cancel": [ID],
+    "respond": [ID, "--approve"],
+    "budget": ["--conversation", ID],
 }
 """What each command needs besides its options, so that an unknown option is what it is refused for."""
 
@@ -186,3 +190,40 @@ def test_an_unknown_command_exits_2_from_the_shell(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "runtime"], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert done.returncode == 2
     assert "the following arguments are required: COMMAND" in done.stderr
+
+
+# Every place a command takes an id: a malformed one is refused the same way by each (exit 2, before the owner).
+MALFORMED_IDS = [
+    ["withdraw", "BAD"],
+    ["respond", "BAD", "--approve"],
+    ["resolve", "BAD", "--output", "1"],
+    ["retry", "BAD"],
+    ["cancel", "BAD"],
+    ["journal", "BAD"],
+    ["reset", "BAD"],
+    ["configure", "BAD"],
+    ["submissions", "--conversation", "BAD"],
+    ["submit", "--conversation", "BAD", "hi"],
+    ["runs", "--conversation", "BAD"],
+    ["abort", "BAD"],
+    ["watch", "--run", "BAD"],
+    ["watch", "--conversation", "BAD"],
+    ["usage", "--run", "BAD"],
+    ["usage", "--conversation", "BAD"],
+    ["budget", "--conversation", "BAD"],
+    ["budget", "--task", "BAD"],
+]
+
+
+@pytest.mark.parametrize("argv", MALFORMED_IDS, ids=" ".join)
+def test_a_malformed_id_is_refused_in_one_shape_by_every_command(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    [*_, last] = capsys.readouterr().err.splitlines()
+    assert last.startswith(f"tether {argv[0]}: error: argument ")
+    assert last.endswith(
+        ": expected an id (a lower-case UUID, such as 0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e), not 'BAD'"
+    )

@@ -32,6 +32,7 @@ NOT_DEFAULT = {
     "--max-unauthenticated": "5",
     "--max-peer-output": "6",
     "--max-queued-output": "70",
+    "--model-grace": "2.5",
 }
 
 
@@ -80,7 +81,7 @@ def test_each_option_sets_its_owner_config_field() -> None:
     assert (config.host, config.port, config.sync, config.clock) == ("::1", 7001, "full", "manual")
     assert (config.max_peer_output, config.max_queued_output) == (6 << 20, 70 << 20)
     assert (config.kill_after_result, config.standby, config.insecure_listen) == (2, True, True)
-    assert config.heartbeat_timeout_s == 7.5
+    assert (config.heartbeat_timeout_s, config.model_grace_ms) == (7.5, 2500)
     # Nothing given: OwnerConfig's own defaults, but for the port's (the command line's too: 0).
     assert OwnerConfig(db="x.db", **owner_config(_parse("owner", "--db", "x.db"))) == OwnerConfig(db="x.db")
 
