@@ -227,3 +227,21 @@ def test_a_malformed_id_is_refused_in_one_shape_by_every_command(
     assert last.endswith(
         ": expected an id (a lower-case UUID, such as 0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e), not 'BAD'"
     )
+
+
+@pytest.mark.parametrize("tools", ["lookup,,track", "lookup,", " , ", ",lookup"])
+def test_configure_refuses_an_empty_tool_name_before_asking_the_owner(
+    tools: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["configure", ID, "--db", str(tmp_path / "absent.db"), "--tools", tools]) == 2
+    assert capsys.readouterr().err == (
+        f"tether: configure: --tools {tools!r}: a tool's name is empty (names are separated by single commas; give "
+        "'' for no tools); nothing was changed\n"
+    )
+
+
+def test_configure_strips_the_tool_names() -> None:
+    from runtime._cli_inbox import tool_names
+
+    assert tool_names(" lookup, track ") == ["lookup", "track"]
+    assert tool_names("") == tool_names("  ") == []
