@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from protocol import DEFAULT_MAX_LEASES, StorageError, TetherError
 
@@ -21,6 +21,9 @@ from ._cli_shared import fail, run_trio, serve_until_stopped
 from ._cli_worker import AT_THE_DRAIN_DEADLINE, DEFAULT_DRAIN_TIMEOUT_S, add_manual_grace
 from ._exits import EXIT_FAILED, EXIT_NOT_TETHER_DATABASE, EXIT_OK, EXIT_USAGE
 from ._parent import DEFAULT_LIVENESS_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from ._supervisor import SupervisorConfig
 
 DEFAULT_APP: Final = "runtime.demo_app:app"
 STOP_MARGIN_S: Final = 10.0
@@ -218,9 +221,23 @@ def run_up(args: argparse.Namespace) -> int:
     refused = _start_problem(args)
     if refused is not None:
         return refused
-    from ._supervisor import AppRefused, OwnerRefused, Supervisor, SupervisorConfig
+    from ._supervisor import AppRefused, OwnerRefused, Supervisor
 
-    config = SupervisorConfig(
+    supervisor = Supervisor(supervisor_config(args))
+    try:
+        run_trio(supervisor.run)
+    except (OwnerRefused, AppRefused) as exc:
+        return fail(exc, exc.exit_status)
+    print("tether up: stopped", flush=True)
+    return EXIT_OK
+
+
+def supervisor_config(args: argparse.Namespace) -> SupervisorConfig:
+    """What ``tether up``'s ``args`` ask of the supervisor: its own options, its workers', and its owners' (derived
+    from the owner's options, ``runtime._cli_owner_options``)."""
+    from ._supervisor import SupervisorConfig
+
+    return SupervisorConfig(
         db=args.db,
         app=args.app,
         workers=args.workers,
@@ -232,13 +249,6 @@ def run_up(args: argparse.Namespace) -> int:
         owner_args=owner_argv(args),
         liveness_timeout_s=args.liveness_timeout,
     )
-    supervisor = Supervisor(config)
-    try:
-        run_trio(supervisor.run)
-    except (OwnerRefused, AppRefused) as exc:
-        return fail(exc, exc.exit_status)
-    print("tether up: stopped", flush=True)
-    return EXIT_OK
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from runtime._cli import build_parser
+from runtime._cli_owner import supervisor_config
 from runtime._cli_owner_options import OWNER_OPTIONS, OwnerOption, owner_argv, owner_config
 from runtime._supervisor import Supervisor, SupervisorConfig
 from storage_owner.io import OwnerConfig
@@ -66,7 +67,7 @@ def test_up_passes_each_owner_option_to_its_owners() -> None:
 
 def test_the_supervisor_starts_its_owners_with_them() -> None:
     argv = owner_argv(_parse("up", "--sync", "full", "--max-concurrent-runs", "3"))
-    supervisor = Supervisor(SupervisorConfig(db="x.db", app="m:a", owner_args=argv))
+    supervisor = Supervisor(supervisor_config(_parse("up", "--sync", "full", "--max-concurrent-runs", "3")))
     assert supervisor.owner.argv[-len(argv) :] == list(argv)
     assert supervisor.standby.argv == [*supervisor.owner.argv, "--standby"]
 
@@ -93,3 +94,16 @@ def test_up_checks_its_owner_options_as_the_owner(option: OwnerOption, capsys: p
             _parse(command, "--db", "x.db", option.flag, "not-a-value")
         assert exited.value.code == 2
         assert option.flag in capsys.readouterr().err
+
+
+def test_up_gives_its_workers_their_drain_and_manual_grace_and_waits_for_them() -> None:
+    config = supervisor_config(_parse("up", "--drain-timeout", "3", "--manual-grace", "12", "--workers", "1"))
+    [worker] = Supervisor(config).workers
+    assert worker.argv[-4:] == ["--drain-timeout", "3", "--manual-grace", "12"]
+    worker_args = _parse(*worker.argv[worker.argv.index("worker") :])
+    assert (worker_args.drain_timeout, worker_args.manual_grace) == (3.0, 12.0)
+    assert config.worker_stop_timeout_s == 3 + 12 + 2  # its grace and the releases' margin, past the drain
+    # By default, the grace (8 s) and the margin fit in the stop timeout (10 s): 70 s for tether stop, as it says.
+    default = SupervisorConfig(db="x.db", app="m:a")
+    assert default.worker_stop_timeout_s == 30 + 10
+    assert default.worker_stop_timeout_s + 2 * default.stop_timeout_s + 10 == 70
