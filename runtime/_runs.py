@@ -133,6 +133,9 @@ async def submit(
             return conversation_id, submission, None
         assert submission.run_id is not None
         run = await client.run(submission.run_id)
+        if when_busy == "steer" and not resume:  # no run was going for it to join
+            started = "queued" if run.status == "queued" else "started"
+            show(f"submission {submission.submission_id}: nothing was running to join, so the steer {started} a run")
         show(f"{describe_run(run)}; request {submission.request_id}")
         if warn is not None and run.status not in RUN_TERMINAL and run.reason != "cancelling":
             missing = agent_missing(db, run.agent, await client.peers())
@@ -227,11 +230,12 @@ async def reset(db: str, conversation_id: str, handoff: str | None) -> actors.Su
         return await client.reset(conversation_id, handoff)
 
 
-async def configure(db: str, conversation_id: str, *, clear: Sequence[str], **fields: Any) -> Any:
-    """Apply the fields given (``None``: left as is) and ``clear``; without any, read the configuration."""
+async def configure(db: str, conversation_id: str, *, clear: Sequence[str], force: bool = False, **fields: Any) -> Any:
+    """Apply the fields given (``None``: left as is) and ``clear``; without any, read the configuration. ``force``
+    stores a model or tool name no attached worker announces (``client.configure(force=True)``)."""
     async with connect(db, "tether-configure") as client:
         if clear or any(value is not None for value in fields.values()):
-            return await client.configure(conversation_id, clear=clear, **fields)
+            return await client.configure(conversation_id, clear=clear, force=force, **fields)
         return await client.document(actors.CONFIG_DOCUMENT, conversation_id=conversation_id)
 
 
@@ -303,13 +307,19 @@ def next_steps(db: str, run: RunRecord) -> list[str]:
 
 
 async def list_runs(db: str, *, conversation_id: str | None, status: str | None) -> list[RunRecord]:
+    """The runs (of ``conversation_id``, in ``status``); :class:`~protocol.NotFound` for a conversation that does
+    not exist (which has no runs, but is not one without)."""
     async with connect(db, "tether-runs") as client:
-        return await client.runs(conversation_id=conversation_id, status=status)
+        runs = await client.runs(conversation_id=conversation_id, status=status)
+        if not runs and conversation_id is not None:
+            await client.conversation(conversation_id)  # raises NotFound: "conversation ... does not exist"
+        return runs
 
 
-async def resolve(db: str, operation_id: str, output: Any) -> actors.OperationRecord:
+async def resolve(db: str, operation_id: str, output: Any, *, by: str = "tether resolve") -> actors.OperationRecord:
+    """Resolve the interrupted manual call ``operation_id`` with ``output``, recording ``by`` as who resolved it."""
     async with connect(db, "tether-resolve") as client:
-        return await client.resolve(operation_id, output, resolved_by="tether resolve")
+        return await client.resolve(operation_id, output, resolved_by=by)
 
 
 async def retry(db: str, run_id: str) -> RunRecord:

@@ -51,7 +51,6 @@ import attrs
 import trio
 
 from protocol import (
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_LEASES,
     OwnerAlreadyRunning,
     OwnerUnavailable,
@@ -60,7 +59,6 @@ from protocol import (
     TetherError,
     write_private_json,
 )
-from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.store import is_owned, open_lock_file
 
 from ._exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
@@ -68,6 +66,8 @@ from ._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
 from ._process import kill_and_reap, open_tether_process, stop_gracefully, tether_command, wait_for_owner
 from ._signals import replay_early_signals
 
+RELEASE_MARGIN_S: Final = 2.0
+"""How long past its manual grace a stopping worker is given to release what it gave back and disconnect."""
 STATE_SUFFIX: Final = ".supervisor.json"
 LOCK_SUFFIX: Final = ".supervisor.lock"
 TAIL_LINES: Final = 20
@@ -169,10 +169,6 @@ class SupervisorConfig:
     db: str
     app: str
     workers: int = 2
-    listen: str = "127.0.0.1:0"
-    sync: str = "normal"
-    clock: str = "wall"
-    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     max_restarts: int = 10
     restart_window_s: float = 60.0
     max_leases: int = DEFAULT_MAX_LEASES
@@ -181,19 +177,22 @@ class SupervisorConfig:
     """How long a child may take to exit after SIGTERM (a worker: after its drain) before it is killed."""
     drain_timeout_s: float = 30.0
     """``tether worker --drain-timeout``: how long a stopping worker lets what it runs finish."""
-    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
-    """Runs the owner lets be busy at once (``tether owner --max-concurrent-runs``)."""
+    manual_grace_s: float = 8.0
+    """``tether worker --manual-grace``: how much longer its manual and report tool calls get at that deadline."""
     owner_args: tuple[str, ...] = ()
-    """More ``tether owner`` arguments, passed as they are (the listener's: TLS, handshake bounds)."""
-
-    group_readable: bool = False
-    """``tether owner --group-readable``: a new database is created 0640."""
-    start_check_s: float = 1.0
-    """``tether owner --start-check``: how long the owner's start check may take."""
+    """The owner's options (``tether owner`` arguments but ``--db``), passed as they are to the owner and the
+    standby: ``tether up`` derives them from its own (``runtime._cli_owner_options.owner_argv``); none, the owner's
+    defaults."""
     liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S
     """``tether up --liveness-timeout``: an owner that has not answered the supervisor for this long (counted from
     when it listened, then from its last answer) is killed; so is a worker that attached once and has not been
     attached for this long while the owner answers."""
+
+    @property
+    def worker_stop_timeout_s(self) -> float:
+        """How long a worker may take to exit after SIGTERM before it is killed: its drain, then the stop timeout,
+        or its manual grace and ``RELEASE_MARGIN_S`` if that is longer."""
+        return self.drain_timeout_s + max(self.stop_timeout_s, self.manual_grace_s + RELEASE_MARGIN_S)
 
 
 @attrs.define(eq=False)
@@ -266,27 +265,7 @@ class Supervisor:
         self.db = os.path.abspath(config.db)
         self._say = say or (lambda line: print(line, flush=True))
         common = ["--db", self.db, "--supervised"]
-        self.owner = _Child(
-            "owner",
-            tether_command(
-                "owner",
-                *common,
-                "--listen",
-                config.listen,
-                "--sync",
-                config.sync,
-                "--clock",
-                config.clock,
-                "--heartbeat-timeout",
-                f"{config.heartbeat_timeout_s:g}",
-                "--max-concurrent-runs",
-                str(config.max_concurrent_runs),
-                *config.owner_args,
-                "--start-check",
-                f"{config.start_check_s:g}",
-                *(["--group-readable"] if config.group_readable else []),
-            ),
-        )
+        self.owner = _Child("owner", tether_command("owner", *common, *config.owner_args))
         self.standby = _Child("standby", [*self.owner.argv, "--standby"])
         """The next owner, started once the owner listens; takes over when the owner dies (see the docstring)."""
         self.workers = [
@@ -303,6 +282,8 @@ class Supervisor:
                     str(config.max_leases),
                     "--drain-timeout",
                     f"{config.drain_timeout_s:g}",
+                    "--manual-grace",
+                    f"{config.manual_grace_s:g}",
                 ),
             )
             for index in range(1, config.workers + 1)
@@ -762,9 +743,7 @@ class Supervisor:
         process = child.process
         if process is None:
             return
-        timeout_s = self.config.stop_timeout_s
-        if child in self.workers:
-            timeout_s += self.config.drain_timeout_s
+        timeout_s = self.config.worker_stop_timeout_s if child in self.workers else self.config.stop_timeout_s
         await stop_gracefully(
             process,
             timeout_s=timeout_s,
@@ -784,7 +763,7 @@ class Supervisor:
             "url": self.url,
             "started_at_ms": self.started_at_ms,
             # the longest _stop_all may take: the workers' drain and stop timeout, then the standby's, the owner's
-            "stop_within_s": self.config.drain_timeout_s + 3 * self.config.stop_timeout_s,
+            "stop_within_s": self.config.worker_stop_timeout_s + 2 * self.config.stop_timeout_s,
             "owner": _child_state(self.owner),
             "standby": _child_state(self.standby),
             "workers": [_child_state(worker) for worker in self.workers],

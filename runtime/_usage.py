@@ -14,7 +14,7 @@ import trio
 
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal, amount_text
 
-from ._args import amount, count, positive
+from ._args import amount, count, identifier, positive
 
 if TYPE_CHECKING:
     import actors
@@ -44,10 +44,13 @@ def add_usage_commands(commands: Any) -> None:
             "it). Asks the running owner."
         ),
     )
+    usage.set_defaults(handler=handle_usage_command)
     usage.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     which = usage.add_mutually_exclusive_group()
-    which.add_argument("--conversation", metavar="ID", help="one conversation, its runs and its task tree")
-    which.add_argument("--run", metavar="RUN_ID", help="one run, its conversation and its task tree")
+    which.add_argument(
+        "--conversation", type=identifier, metavar="ID", help="one conversation, its runs and its task tree"
+    )
+    which.add_argument("--run", type=identifier, metavar="RUN_ID", help="one run, its conversation and its task tree")
     usage.add_argument(
         "--limit",
         type=positive,
@@ -72,6 +75,7 @@ def add_usage_commands(commands: Any) -> None:
             "Without an action, print the table. Asks the running owner; every change is all or nothing."
         ),
     )
+    prices.set_defaults(handler=handle_usage_command)
     prices.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     prices.add_argument("--json", action="store_true", help="print the table as one JSON object")
     actions = prices.add_subparsers(dest="action", metavar="ACTION")
@@ -106,10 +110,13 @@ def add_usage_commands(commands: Any) -> None:
             "print the budget and the usage; --clear removes it."
         ),
     )
+    budget.set_defaults(handler=handle_usage_command)
     budget.add_argument("--db", default="tether.db", help="the database (default ./tether.db)")
     of = budget.add_mutually_exclusive_group(required=True)
-    of.add_argument("--conversation", metavar="ID", help="a conversation's budget")
-    of.add_argument("--task", metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)")
+    of.add_argument("--conversation", type=identifier, metavar="ID", help="a conversation's budget")
+    of.add_argument(
+        "--task", type=identifier, metavar="TASK_ID", help="the budget of the task tree TASK_ID belongs to (its root's)"
+    )
     budget.add_argument("--max-tokens", type=count, metavar="N", help="input + output tokens")
     budget.add_argument("--max-cost", type=amount, metavar="X", help="cost, in the price table's currency")
     budget.add_argument("--clear", action="store_true", help="remove the budget")
@@ -123,6 +130,12 @@ def _connect(db: str, name: str) -> AbstractAsyncContextManager[actors.Client]:
     from ._connect import connect
 
     return connect(db, name)
+
+
+def handle_usage_command(args: argparse.Namespace) -> int:
+    """The handler of ``tether usage``, ``prices`` and ``budget``: :func:`run_usage_command`, printing."""
+    run_usage_command(args, partial(print, flush=True))
+    return 0
 
 
 def run_usage_command(args: argparse.Namespace, say: Callable[[str], None]) -> None:

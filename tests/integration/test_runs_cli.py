@@ -11,7 +11,7 @@ import pytest
 import trio
 
 import actors
-from runtime._cli import DEFAULT_MAX_CONCURRENT_RUNS
+from runtime._cli_owner_options import DEFAULT_MAX_CONCURRENT_RUNS
 from storage_owner.core import DEFAULT_MAX_CONCURRENT_RUNS as CORE_DEFAULT
 from storage_owner.core import ORPHAN_GRACE_MS
 from tests.conftest import OwnerProcess

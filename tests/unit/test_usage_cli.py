@@ -12,6 +12,8 @@ from runtime._args import amount, count, positive
 from runtime._cli import build_parser
 from runtime._usage import Row, format_usage
 
+ID = "0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e"
+
 
 def _cells(table: str) -> list[str]:
     header, line = table.splitlines()
@@ -56,10 +58,10 @@ def test_an_amount_is_a_finite_number_of_0_or_more(text: str) -> None:
 
 def test_the_commands_share_the_number_types(capsys: pytest.CaptureFixture[str]) -> None:
     parser = build_parser()
-    args = parser.parse_args(["budget", "--conversation", "c", "--max-tokens", "0", "--max-cost", "1e-8"])
+    args = parser.parse_args(["budget", "--conversation", ID, "--max-tokens", "0", "--max-cost", "1e-8"])
     assert (args.max_tokens, args.max_cost) == (0, 1e-8)
     assert (count("0"), positive("12"), amount("0")) == (0, 12, 0.0)
-    for argv in (["budget", "--conversation", "c", "--max-tokens", "²"], ["up", "--workers", "²"]):
+    for argv in (["budget", "--conversation", ID, "--max-tokens", "²"], ["up", "--workers", "²"]):
         with pytest.raises(SystemExit) as exited:
             parser.parse_args(argv)
         assert exited.value.code == 2
