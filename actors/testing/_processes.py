@@ -8,7 +8,8 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import warnings
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
@@ -54,6 +55,42 @@ class OwnerKill:
         return f"--fault-kill-{self.point.replace('_', '-')}", str(self.nth)
 
 
+class Kill:
+    """What ``kill()`` of :class:`ScratchOwner` and :class:`WorkerProcess` returns: awaiting it SIGKILLs the process
+    and reaps it, giving its exit status. Not awaited, nothing is killed: the next call on that process (``killed()``,
+    ``stop()``, ``wait()``, ``start()``, ``kill()``, the end of its ``async with``) raises
+    :class:`~protocol.UsageError` saying so at once, instead of waiting for a death that never comes; one never
+    awaited and never reported warns (``RuntimeWarning``) when it is collected."""
+
+    def __init__(self, who: str, process: trio.Process) -> None:
+        self.who = who
+        self._process = process
+        self.settled = False
+        """Awaited, or reported as not awaited."""
+
+    def __await__(self) -> Generator[Any, None, int]:
+        self.settled = True
+        return kill_and_reap(self._process, signal.SIGKILL).__await__()
+
+    def check(self) -> None:
+        """Raise :class:`~protocol.UsageError` if it was never awaited (once: it counts as reported then)."""
+        if not self.settled:
+            self.settled = True
+            raise UsageError(
+                f"{self.who}.kill() was not awaited, so nothing was killed: write `await {self.who}.kill()`"
+            )
+
+    def __del__(self) -> None:
+        if not self.settled:
+            self.settled = True
+            warnings.warn(f"{self.who}.kill() was never awaited: nothing was killed", RuntimeWarning, stacklevel=1)
+
+
+def _checked(kill: Kill | None) -> None:
+    if kill is not None:
+        kill.check()
+
+
 def _log_tail(path: Path | None) -> str:
     if path is None or not path.exists():
         return "(no log)"
@@ -86,6 +123,7 @@ class ScratchOwner:
         """The runtime file of the last start: the owner's pid, URL and token."""
         self.starts = 0
         self._log_path: Path | None = None
+        self._kill: Kill | None = None
 
     @property
     def running(self) -> bool:
@@ -110,6 +148,7 @@ class ScratchOwner:
         runtime file. Raises :class:`~protocol.UsageError` while it still runs, :class:`~protocol.OwnerUnavailable`
         (its log's end included) if it exits or does not listen within 20 s; nothing is left running then. A
         checkpoint."""
+        _checked(self._kill)
         if self.running:
             raise UsageError(f"the owner of {self.db} (pid {self.pid}) is running: stop or kill it first")
         if kill is not None and not isinstance(kill, OwnerKill):
@@ -126,22 +165,29 @@ class ScratchOwner:
                 raise OwnerUnavailable(f"{exc}; its log ({self._log_path}) ends: {_log_tail(self._log_path)}") from exc
         return self.info
 
-    async def kill(self) -> int:
-        """SIGKILL the owner now and reap it: its exit status (``-9``; the status it had if it had exited)."""
-        return await kill_and_reap(self._process(), signal.SIGKILL)
+    def kill(self) -> Kill:
+        """SIGKILL the owner now and reap it, once awaited (``await owner.kill()``): its exit status (``-9``; the
+        status it had if it had exited). Not awaited, nothing is killed, and the next call on the owner says so
+        (:class:`Kill`)."""
+        _checked(self._kill)
+        self._kill = Kill("owner", self._process())
+        return self._kill
 
     async def stop(self) -> int:
         """SIGTERM (what commits in its batch lands), then SIGKILL after 10 s; reaped: its exit status (0)."""
+        _checked(self._kill)
         return await stop_gracefully(self._process())
 
     async def wait(self) -> int:
         """Wait for the owner to exit by itself: its exit status. Unbounded: bound it with ``trio.fail_after``."""
+        _checked(self._kill)
         return await self._process().wait()
 
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the kill the last :meth:`start` asked for. Raises ``AssertionError``,
         with the end of its log, if the owner exited otherwise, or is still running then (it is killed: nothing is
         left running); the kill point was never reached."""
+        _checked(self._kill)
         await _killed(self._process(), f"the owner of {self.db}", "its kill point", self._log_path, timeout_s)
 
     async def advance_clock(self, by_ms: int) -> int:
@@ -174,6 +220,8 @@ class ScratchOwner:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+        if exc_info[0] is None:
+            _checked(self._kill)
 
 
 class WorkerProcess:
@@ -211,6 +259,7 @@ class WorkerProcess:
         self.args = tuple(args)
         self.process: trio.Process | None = None
         self.log_path = Path(f"{self.db}.worker-{self.name}.log")
+        self._kill: Kill | None = None
 
     @property
     def running(self) -> bool:
@@ -225,6 +274,7 @@ class WorkerProcess:
         """Start the worker and return once it serves its app (its announcement committed: the owner may lease it
         work). Raises :class:`~protocol.UsageError` while it runs, ``AssertionError`` with its log's end if it exits
         or does not serve within ``timeout_s`` (then nothing is left running). A checkpoint."""
+        _checked(self._kill)
         if self.running:
             raise UsageError(f"worker {self.name} is running: stop or kill it first")
         command = tether_command("worker", "--db", self.db, "--app", self.app, "--name", self.name, *self.args)
@@ -263,19 +313,25 @@ class WorkerProcess:
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the worker to die at its kill point. Raises ``AssertionError``, with
         the end of its log, if it exited otherwise or still runs then (it is killed: nothing is left running)."""
+        _checked(self._kill)
         point = f"its kill point {self.kill_at}"
         await _killed(self._process(), f"worker {self.name}", point, self.log_path, timeout_s)
 
-    async def kill(self) -> int:
-        """SIGKILL the worker now and reap it: its exit status."""
-        return await kill_and_reap(self._process(), signal.SIGKILL)
+    def kill(self) -> Kill:
+        """SIGKILL the worker now and reap it, once awaited (``await worker.kill()``): its exit status. Not awaited,
+        nothing is killed, and the next call on the worker says so (:class:`Kill`)."""
+        _checked(self._kill)
+        self._kill = Kill("worker", self._process())
+        return self._kill
 
     async def stop(self, *, timeout_s: float = 10.0) -> int:
         """SIGTERM (it drains: what runs finishes and commits), then SIGKILL after ``timeout_s``; reaped."""
+        _checked(self._kill)
         return await stop_gracefully(self._process(), timeout_s=timeout_s)
 
     async def wait(self) -> int:
         """Wait for the worker to exit by itself. Unbounded: bound it with ``trio.fail_after``."""
+        _checked(self._kill)
         return await self._process().wait()
 
     def log_text(self) -> str:
@@ -294,6 +350,8 @@ class WorkerProcess:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+        if exc_info[0] is None:
+            _checked(self._kill)
 
 
 @contextlib.asynccontextmanager

@@ -175,3 +175,28 @@ def test_recorded_transcripts_are_named() -> None:
     assert testing.recorded_transcript("openai_text").startswith(b"data: ")
     with pytest.raises(actors.UsageError, match="the recorded ones: llamacpp_text"):
         testing.recorded_transcript("gpt-9")
+
+
+async def test_a_kill_not_awaited_fails_the_next_call_at_once_saying_so(tether_owner: ScratchOwner) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with WorkerProcess(tether_owner.db, APP, cwd=ROOT) as worker:
+            pending = worker.kill()  # the misuse: not awaited, nothing is killed
+            assert worker.running
+            started = trio.current_time()
+            with pytest.raises(actors.UsageError, match=r"worker\.kill\(\) was not awaited.*await worker\.kill\(\)"):
+                await worker.killed()
+            assert trio.current_time() - started < 1  # not the 30 s wait for a death that never comes
+            assert worker.running
+            assert await pending == -signal.SIGKILL  # awaited late, it kills
+            await worker.killed()
+        owner = ScratchOwner(tether_owner.db)
+        await tether_owner.stop()
+        await owner.start()
+        owner.kill()
+        with pytest.raises(actors.UsageError, match=r"owner\.kill\(\) was not awaited"):
+            await owner.stop()
+        assert owner.running
+        assert await owner.kill() == -signal.SIGKILL  # the report settled the first: a new kill, awaited
+        with pytest.warns(RuntimeWarning, match=r"owner\.kill\(\) was never awaited"):
+            owner.kill().__del__()
+        await owner.aclose()
