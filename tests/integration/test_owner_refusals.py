@@ -152,7 +152,7 @@ async def test_up_stops_at_once_with_the_owners_status_and_never_starts_a_worker
         assert not await wait_gone(set(), db_path)
     stderr = b"".join(chunks).decode(errors="replace")
     assert returncode == status, stderr
-    # The app may have been loaded once, by tether up's check beside the owner's start; no worker was started.
+    # The app may have been loaded once, by tether up's check before the owner's start; no worker was started.
     loaded = imports.read_text().split() if imports.exists() else []
     assert "worker" not in loaded, f"workers were started: {loaded}"
     assert _digest(db_path) == digest
