@@ -128,7 +128,7 @@ def tasks_json(db: str, graph: actors.TaskGraph, source: str) -> dict[str, Any]:
 
 async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, TaskRecord | None]:
     """Mark ``task_id`` for abort; with ``wait_s``, also wait that long for it to end. Raises ``NotFound``."""
-    async with connect(db, "tether-abort") as client:
+    async with connect(check_db(db), "tether-abort") as client:
         marked = await client.abort_task(task_id)
         if wait_s is None:
             return marked, None

@@ -160,8 +160,13 @@ async def test_up_stops_at_once_with_the_owners_status_and_never_starts_a_worker
         assert (_files_beside(db_path), loaded) == (files, [])
 
 
-@pytest.mark.parametrize("command", ["status", "runs", "tasks", "watch", "interactions"])
-@pytest.mark.parametrize("kind", ["text", "foreign", "empty"])
+READING_COMMANDS = ["runs", "tasks", "watch", "interactions", "abort TASK", "cancel RUN", "submit --agent a hi"]
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [("status", "text"), ("status", "foreign"), ("status", "empty"), *((c, "text") for c in READING_COMMANDS)],
+)
 async def test_a_command_that_reads_a_file_that_is_not_a_tether_database_says_so_and_exits_5(
     db_path: str, command: str, kind: str
 ) -> None:
@@ -171,7 +176,7 @@ async def test_a_command_that_reads_a_file_that_is_not_a_tether_database_says_so
         else:
             await _make(kind, db_path)
         before = (_digest(db_path), _files_beside(db_path))
-        result = await run_tether(command, "--db", db_path)
+        result = await run_tether(*command.split(), "--db", db_path)
     assert result.returncode == EXIT_NOT_TETHER_DATABASE, result.stderr
     assert result.stdout == b""
     (line,) = _stderr_lines(result)
