@@ -8,8 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
-import warnings
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
@@ -55,40 +54,51 @@ class OwnerKill:
         return f"--fault-kill-{self.point.replace('_', '-')}", str(self.nth)
 
 
-class Kill:
-    """What ``kill()`` of :class:`ScratchOwner` and :class:`WorkerProcess` returns: awaiting it SIGKILLs the process
-    and reaps it, giving its exit status. Not awaited, nothing is killed: the next call on that process (``killed()``,
-    ``stop()``, ``wait()``, ``start()``, ``kill()``, the end of its ``async with``) raises
-    :class:`~protocol.UsageError` saying so at once, instead of waiting for a death that never comes; one never
-    awaited and never reported warns (``RuntimeWarning``) when it is collected."""
+KILL_START_GRACE_S: Final = 0.5
+"""How long a call on a process waits for a pending ``kill()`` coroutine to start (one given to ``start_soon`` starts
+at the next scheduling) before it says that ``kill()`` was not awaited."""
+
+
+class PendingKill:
+    """The coroutine the last ``kill()`` of :class:`ScratchOwner` or :class:`WorkerProcess` returned: it kills only
+    once awaited (or run by ``nursery.start_soon``). A call on that process that waits for it (``killed()``,
+    ``stop()``, ``wait()``, ``start()``) while it has still not started raises :class:`~protocol.UsageError` at once
+    saying that ``kill()`` was not awaited, instead of waiting for a death that never comes; so does the end of the
+    process's ``async with``, and a later ``kill()``. Python warns of one never awaited (``RuntimeWarning``) as of any
+    coroutine."""
 
     def __init__(self, who: str, process: trio.Process) -> None:
         self.who = who
-        self._process = process
-        self.settled = False
-        """Awaited, or reported as not awaited."""
+        self.started = trio.Event()
+        self.reported = False
+        self.coroutine = self._kill(process)
 
-    def __await__(self) -> Generator[Any, None, int]:
-        self.settled = True
-        return kill_and_reap(self._process, signal.SIGKILL).__await__()
+    async def _kill(self, process: trio.Process) -> int:
+        self.started.set()
+        return await kill_and_reap(process, signal.SIGKILL)
 
-    def check(self) -> None:
-        """Raise :class:`~protocol.UsageError` if it was never awaited (once: it counts as reported then)."""
-        if not self.settled:
-            self.settled = True
+    def _not_started(self) -> bool:
+        return not self.started.is_set()
+
+    def check_now(self) -> None:
+        """Raise :class:`~protocol.UsageError` if the kill has not started (once: it is closed then)."""
+        if self._not_started() and not self.reported:
+            self.reported = True
+            self.coroutine.close()  # reported here: no second warning when it is collected
             raise UsageError(
                 f"{self.who}.kill() was not awaited, so nothing was killed: write `await {self.who}.kill()`"
             )
 
-    def __del__(self) -> None:
-        if not self.settled:
-            self.settled = True
-            warnings.warn(f"{self.who}.kill() was never awaited: nothing was killed", RuntimeWarning, stacklevel=1)
+    async def check(self) -> None:
+        """:meth:`check_now`, once a kill given to ``start_soon`` had :data:`KILL_START_GRACE_S` to start."""
+        with trio.move_on_after(KILL_START_GRACE_S):
+            await self.started.wait()
+        self.check_now()
 
 
-def _checked(kill: Kill | None) -> None:
+async def _checked(kill: PendingKill | None) -> None:
     if kill is not None:
-        kill.check()
+        await kill.check()
 
 
 def _log_tail(path: Path | None) -> str:
@@ -123,7 +133,7 @@ class ScratchOwner:
         """The runtime file of the last start: the owner's pid, URL and token."""
         self.starts = 0
         self._log_path: Path | None = None
-        self._kill: Kill | None = None
+        self._kill: PendingKill | None = None
 
     @property
     def running(self) -> bool:
@@ -148,7 +158,7 @@ class ScratchOwner:
         runtime file. Raises :class:`~protocol.UsageError` while it still runs, :class:`~protocol.OwnerUnavailable`
         (its log's end included) if it exits or does not listen within 20 s; nothing is left running then. A
         checkpoint."""
-        _checked(self._kill)
+        await _checked(self._kill)
         if self.running:
             raise UsageError(f"the owner of {self.db} (pid {self.pid}) is running: stop or kill it first")
         if kill is not None and not isinstance(kill, OwnerKill):
@@ -165,29 +175,30 @@ class ScratchOwner:
                 raise OwnerUnavailable(f"{exc}; its log ({self._log_path}) ends: {_log_tail(self._log_path)}") from exc
         return self.info
 
-    def kill(self) -> Kill:
-        """SIGKILL the owner now and reap it, once awaited (``await owner.kill()``): its exit status (``-9``; the
-        status it had if it had exited). Not awaited, nothing is killed, and the next call on the owner says so
-        (:class:`Kill`)."""
-        _checked(self._kill)
-        self._kill = Kill("owner", self._process())
-        return self._kill
+    def kill(self) -> Coroutine[Any, Any, int]:
+        """SIGKILL the owner now and reap it, once awaited (``await owner.kill()``, or ``nursery.start_soon``): its
+        exit status (``-9``; the status it had if it had exited). Not awaited, nothing is killed, and the next call
+        on the owner says so (:class:`PendingKill`)."""
+        if self._kill is not None:
+            self._kill.check_now()
+        self._kill = PendingKill("owner", self._process())
+        return self._kill.coroutine
 
     async def stop(self) -> int:
         """SIGTERM (what commits in its batch lands), then SIGKILL after 10 s; reaped: its exit status (0)."""
-        _checked(self._kill)
+        await _checked(self._kill)
         return await stop_gracefully(self._process())
 
     async def wait(self) -> int:
         """Wait for the owner to exit by itself: its exit status. Unbounded: bound it with ``trio.fail_after``."""
-        _checked(self._kill)
+        await _checked(self._kill)
         return await self._process().wait()
 
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the kill the last :meth:`start` asked for. Raises ``AssertionError``,
         with the end of its log, if the owner exited otherwise, or is still running then (it is killed: nothing is
         left running); the kill point was never reached."""
-        _checked(self._kill)
+        await _checked(self._kill)
         await _killed(self._process(), f"the owner of {self.db}", "its kill point", self._log_path, timeout_s)
 
     async def advance_clock(self, by_ms: int) -> int:
@@ -221,7 +232,7 @@ class ScratchOwner:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
         if exc_info[0] is None:
-            _checked(self._kill)
+            await _checked(self._kill)
 
 
 class WorkerProcess:
@@ -259,7 +270,7 @@ class WorkerProcess:
         self.args = tuple(args)
         self.process: trio.Process | None = None
         self.log_path = Path(f"{self.db}.worker-{self.name}.log")
-        self._kill: Kill | None = None
+        self._kill: PendingKill | None = None
 
     @property
     def running(self) -> bool:
@@ -274,7 +285,7 @@ class WorkerProcess:
         """Start the worker and return once it serves its app (its announcement committed: the owner may lease it
         work). Raises :class:`~protocol.UsageError` while it runs, ``AssertionError`` with its log's end if it exits
         or does not serve within ``timeout_s`` (then nothing is left running). A checkpoint."""
-        _checked(self._kill)
+        await _checked(self._kill)
         if self.running:
             raise UsageError(f"worker {self.name} is running: stop or kill it first")
         command = tether_command("worker", "--db", self.db, "--app", self.app, "--name", self.name, *self.args)
@@ -313,25 +324,26 @@ class WorkerProcess:
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the worker to die at its kill point. Raises ``AssertionError``, with
         the end of its log, if it exited otherwise or still runs then (it is killed: nothing is left running)."""
-        _checked(self._kill)
+        await _checked(self._kill)
         point = f"its kill point {self.kill_at}"
         await _killed(self._process(), f"worker {self.name}", point, self.log_path, timeout_s)
 
-    def kill(self) -> Kill:
-        """SIGKILL the worker now and reap it, once awaited (``await worker.kill()``): its exit status. Not awaited,
-        nothing is killed, and the next call on the worker says so (:class:`Kill`)."""
-        _checked(self._kill)
-        self._kill = Kill("worker", self._process())
-        return self._kill
+    def kill(self) -> Coroutine[Any, Any, int]:
+        """SIGKILL the worker now and reap it, once awaited (``await worker.kill()``, or ``nursery.start_soon``): its
+        exit status. Not awaited, nothing is killed, and the next call on the worker says so (:class:`PendingKill`)."""
+        if self._kill is not None:
+            self._kill.check_now()
+        self._kill = PendingKill("worker", self._process())
+        return self._kill.coroutine
 
     async def stop(self, *, timeout_s: float = 10.0) -> int:
         """SIGTERM (it drains: what runs finishes and commits), then SIGKILL after ``timeout_s``; reaped."""
-        _checked(self._kill)
+        await _checked(self._kill)
         return await stop_gracefully(self._process(), timeout_s=timeout_s)
 
     async def wait(self) -> int:
         """Wait for the worker to exit by itself. Unbounded: bound it with ``trio.fail_after``."""
-        _checked(self._kill)
+        await _checked(self._kill)
         return await self._process().wait()
 
     def log_text(self) -> str:
@@ -351,7 +363,7 @@ class WorkerProcess:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
         if exc_info[0] is None:
-            _checked(self._kill)
+            await _checked(self._kill)
 
 
 @contextlib.asynccontextmanager
