@@ -52,7 +52,8 @@ from protocol import (
 )
 
 from ._app._agents import AgentDefinition
-from ._app._app import App, AppLoadError, TaskDefinition, load_app
+from ._app._app import App, AppLoadError, TaskDefinition
+from ._app._load import load_app
 from ._app._reports import Report, ReportCallback, ReportKind
 from ._app._tools import (
     DurableStepFailed,

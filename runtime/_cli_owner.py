@@ -58,12 +58,12 @@ def add_up_command(commands: Any) -> None:
         "up",
         help="run the whole runtime in the foreground: the owner and its workers, restarted when they die",
         description=(
-            "Start the owner and, meanwhile, load the app once as a worker would (an app that cannot be loaded stops "
-            "everything with exit 2 and the error); once the owner listens, start the workers and a standby owner "
-            "(it waits for the ownership lock and takes over within milliseconds when the owner dies). Restart a "
-            "child that dies, at once if it ran well, else with back-off, each on its own, and give up past the "
-            "restart intensity (more than --max-restarts restarts within --restart-window seconds), naming the "
-            "child and its last output. Kill an owner that stops answering (--liveness-timeout) and a worker the "
+            "Load the app once as a worker would (an app that cannot be loaded stops tether up with exit 2 and the "
+            "error, before anything is created), then start the owner; once it listens, start the workers and a "
+            "standby owner (it waits for the ownership lock and takes over within milliseconds when the owner dies). "
+            "Restart a child that dies, at once if it ran well, else with back-off, each on its own, and give up "
+            "past the restart intensity (more than --max-restarts restarts within --restart-window seconds), naming "
+            "the child and its last output. Kill an owner that stops answering (--liveness-timeout) and a worker the "
             "owner dropped; both are replaced. An owner exit that retrying cannot change (3: another owner, 4: newer "
             "schema, 5: not a Tether database, 6: damaged), or a worker's exit 2 (its app failed to load), stops "
             "everything at once with that status. SIGINT or SIGTERM stop the workers first, then the standby, then "

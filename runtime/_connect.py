@@ -16,11 +16,19 @@ OWNER_WAIT_S: Final = 5.0
 it exits with :class:`~protocol.OwnerUnavailable`."""
 
 
+READ_ADVICE: Final = "Pass --db the path of a Tether database (the file a Tether owner serves)."
+"""What to do about a foreign file, for the commands that read a database or ask its owner."""
+
+
 def check_db(db: str) -> str:
-    """``db`` as an absolute path; :class:`OwnerUnavailable` at once if there is no such database."""
+    """``db`` as an absolute path; at once, :class:`OwnerUnavailable` if there is no such database, and
+    :class:`~protocol.NotATetherDatabase` (exit 5) if the file is not a Tether database (read without writing)."""
+    from storage_owner.store import MIGRATIONS, refuse_foreign
+
     db = os.path.abspath(db)
     if not os.path.exists(db):
         raise OwnerUnavailable(f"there is no database at {db}")
+    refuse_foreign(db, MIGRATIONS, advice=READ_ADVICE)
     return db
 
 

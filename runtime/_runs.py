@@ -11,7 +11,8 @@ import actors
 from protocol import RUN_TERMINAL, PeerInfo, RunRecord, amount_text, converter
 
 from ._connect import connect
-from ._watch_view import WatchView, one_line, retry_commands
+from ._watch_view import SCHEMA_PREVIEW_CHARS as SCHEMA_CHARS
+from ._watch_view import WatchView, one_line, preview, retry_commands
 
 SETTLED: Final = ("completed", "failed", "cancelled", "needs_attention")
 """The statuses that end ``wait_for_run``."""
@@ -337,9 +338,39 @@ async def respond(
     db: str, interaction_id: str, *, approve: bool | None = None, note: str | None = None, answer: Any = None
 ) -> actors.InteractionRecord:
     async with connect(db, "tether-respond") as client:
-        return await client.respond(
-            interaction_id, approve=approve, note=note, answer=answer, responded_by="tether respond"
-        )
+        try:
+            return await client.respond(
+                interaction_id, approve=approve, note=note, answer=answer, responded_by="tether respond"
+            )
+        except actors.InvalidRequest as exc:
+            wrong = await _wrong_flag(client, interaction_id, answered=answer is not None)
+            if wrong is None:
+                raise
+            raise actors.InvalidRequest(exc.code, wrong) from None
+
+
+async def _wrong_flag(client: actors.Client, interaction_id: str, *, answered: bool) -> str | None:
+    """What to say, in the command's own flags, when ``tether respond`` answered an open question with ``--approve``
+    or ``--deny``, or an open approval with ``--answer`` (the owner refused it; nothing was written); ``None`` when
+    the refusal was for something else."""
+    for interaction in await client.interactions(status="open"):
+        if interaction.interaction_id != interaction_id:
+            continue
+        if interaction.kind == "question" and not answered:
+            schema = interaction.args.get("schema") if isinstance(interaction.args, dict) else None
+            shape = (
+                "any JSON value" if schema is None else f"a JSON value of the schema {preview(schema, SCHEMA_CHARS)}"
+            )
+            return (
+                f"interaction {interaction_id} is a question, not an approval: answer it with --answer JSON "
+                f"({shape}; a text is '\"yes\"'), not --approve, --deny or --note; nothing was written"
+            )
+        if interaction.kind == "approval" and answered:
+            return (
+                f"interaction {interaction_id} is an approval, not a question: answer it with --approve or --deny "
+                "(and --note TEXT), not --answer; nothing was written"
+            )
+    return None
 
 
 async def open_interactions(db: str) -> list[actors.InteractionRecord]:

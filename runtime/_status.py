@@ -14,6 +14,7 @@ import actors
 from protocol import ConnectionLost, OwnerUnavailable, RuntimeInfo, TetherError, read_runtime
 from storage_owner.store import is_owned, lock_is_held, lock_path, read_schema_version
 
+from ._connect import check_db
 from ._supervisor import probe_name, read_state, supervisor_lock_path
 
 STATUS_TIMEOUT_S: Final = 5.0
@@ -61,9 +62,7 @@ def ask_owner(db: str, name: str, question: Callable[[actors.Client], Awaitable[
 
 def collect_status(db: str) -> dict[str, Any]:
     """The status object ``tether status --json`` prints (see the README for its keys)."""
-    db = os.path.abspath(db)
-    if not os.path.exists(db):
-        raise OwnerUnavailable(f"there is no database at {db}")
+    db = check_db(db)
     info: RuntimeInfo | None
     try:
         info = read_runtime(db)

@@ -10,9 +10,11 @@ that exits with a status retrying cannot change (``EXITS_FINAL``: another owner 
 not a Tether database, a damaged one) stops the supervisor at once with that status (:class:`OwnerRefused`); so does
 a worker that exits with status 2, its app failing to load (:class:`AppRefused`).
 
-Start: the app is loaded once by a child (``tether worker --check-app``; the supervisor never imports application
-code) while the owner starts; workers start once the owner listens and the app loads. An app that cannot be loaded
-stops everything with exit 2 and the load error, instead of workers restarted until the restart intensity ends it.
+Start: first the app is loaded once by a child (``tether worker --check-app``; the supervisor never imports
+application code), before anything is created beside the database (its locks, the database itself): an app that
+cannot be loaded stops ``tether up`` with exit 2 and the load error, having touched nothing, instead of workers
+restarted until the restart intensity ends it; so does a file that is not a Tether database (exit 5), before the
+app is loaded. Then the owner starts, and the workers once it listens.
 
 Warm standby: once the owner listens, the supervisor starts the next owner ahead of time (``tether owner
 --standby``): it loads everything, then waits for the ownership lock, which the kernel hands it the moment the owner
@@ -59,7 +61,7 @@ from protocol import (
     TetherError,
     write_private_json,
 )
-from storage_owner.store import is_owned, open_lock_file
+from storage_owner.store import MIGRATIONS, is_owned, lock_is_held, open_lock_file, refuse_foreign
 
 from ._exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXITS_FINAL
 from ._parent import DEFAULT_LIVENESS_TIMEOUT_S, PARENT_HEARTBEAT_S
@@ -291,7 +293,7 @@ class Supervisor:
         self.app_check = _Child(
             "app-check", tether_command("worker", "--check-app", "--db", self.db, "--app", config.app)
         )
-        """Loads the app once, as a worker would, while the owner starts: workers start only if it can be loaded."""
+        """Loads the app once, as a worker would, before the owner starts: workers start only if it can be loaded."""
         self._app_checked = trio.Event()
         self._restart_times: collections.deque[float] = collections.deque()
         self._workers_started = False
@@ -318,24 +320,29 @@ class Supervisor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until SIGINT/SIGTERM (clean stop), a child exceeds the restart intensity (:class:`GaveUp`), or retrying
         cannot help (:class:`OwnerRefused`, :class:`AppRefused`); every process is stopped either way."""
-        lock_fd = self._lock()
+        # Nothing is created beside the database (its locks, the state file, the database itself) before these
+        # refusals: a foreign file, a database already served, an app that cannot be loaded.
+        refuse_foreign(self.db, MIGRATIONS)
+        self._refuse_if_served()
         workers = len(self.workers)
         self._say(
             f"tether up: {self.db}, {workers} worker{'' if workers == 1 else 's'} serving {self.config.app} "
             f"(pid {os.getpid()})"
         )
-        try:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                replay_early_signals()  # one that came while Python imported the supervisor stops it now
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            replay_early_signals()  # one that came while Python imported the supervisor stops it now
+            send, receive = trio.open_memory_channel[trio.Process](16)
+            self._exits = send
+            if not await self._check_app_first(signals):
+                return
+            lock_fd = self._lock()
+            try:
                 async with trio.open_nursery() as nursery:
-                    send, receive = trio.open_memory_channel[trio.Process](16)
-                    self._exits = send
                     nursery.start_soon(self._feed_heartbeats)
                     stop = trio.Event()
                     nursery.start_soon(self._watch_signals, signals, stop)
                     try:
                         await self._start(nursery, self.owner)
-                        nursery.start_soon(self._check_app, nursery)  # while the owner starts
                         nursery.start_soon(self._when_listening, nursery, self.owner.process)
                         self._write_state()
                         task_status.started()
@@ -344,9 +351,48 @@ class Supervisor:
                         with trio.CancelScope(shield=True):
                             await self._stop_all()
                         nursery.cancel_scope.cancel(reason="the supervisor stopped")
-        finally:
-            state_path(self.db).unlink(missing_ok=True)
-            os.close(lock_fd)
+            finally:
+                state_path(self.db).unlink(missing_ok=True)
+                os.close(lock_fd)
+
+    async def _check_app_first(self, signals: Any) -> bool:
+        """Load the app once (:meth:`_check_app`) before anything is started or created: True once it loaded, False
+        if SIGINT or SIGTERM came first (the check is stopped, and so is ``tether up``)."""
+        signalled = False
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as check:
+
+                async def stop_on_signal() -> None:
+                    nonlocal signalled
+                    async for _ in signals:
+                        signalled = True
+                        check.cancel(reason="SIGINT or SIGTERM while the app was loaded")
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                await self._check_app(nursery)
+            nursery.cancel_scope.cancel(reason="the app was checked")
+        return not signalled
+
+    def _refuse_if_served(self) -> None:
+        """:class:`OwnerAlreadyRunning` if a ``tether up`` or an owner holds the database (read from the locks, none
+        taken or created)."""
+        if lock_is_held(supervisor_lock_path(self.db)):
+            raise self._already_supervised()
+        if is_owned(self.db):
+            raise self._already_owned()
+
+    def _already_supervised(self) -> OwnerAlreadyRunning:
+        state = read_state(self.db) or {}
+        return OwnerAlreadyRunning(
+            f"tether up is already running for {self.db} (supervisor pid {state.get('pid', 'unknown')}); "
+            f"stop it with `tether stop --db {self.db}`"
+        )
+
+    def _already_owned(self) -> OwnerAlreadyRunning:
+        return OwnerAlreadyRunning(
+            f"an owner not started by tether up already holds {self.db}; stop it first (`tether stop --db {self.db}`)"
+        )
 
     def _lock(self) -> int:
         path = supervisor_lock_path(self.db)
@@ -355,17 +401,10 @@ class Supervisor:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            state = read_state(self.db) or {}
-            raise OwnerAlreadyRunning(
-                f"tether up is already running for {self.db} (supervisor pid {state.get('pid', 'unknown')}); "
-                f"stop it with `tether stop --db {self.db}`"
-            ) from None
+            raise self._already_supervised() from None
         if is_owned(self.db):
             os.close(fd)
-            raise OwnerAlreadyRunning(
-                f"an owner not started by tether up already holds {self.db}; stop it first "
-                f"(`tether stop --db {self.db}`)"
-            )
+            raise self._already_owned()
         return fd
 
     async def _supervise(
@@ -509,7 +548,7 @@ class Supervisor:
 
     async def _check_app(self, nursery: trio.Nursery) -> None:
         """Load the app once, as a worker would (``tether worker --check-app``, a child: the supervisor never imports
-        the app), while the owner starts. If it loads, the workers may start; else :class:`AppRefused` stops
+        the app), before the owner starts. If it loads, the workers may start; else :class:`AppRefused` stops
         everything with the load error (exit 2), instead of workers restarted until the restart intensity gives
         up."""
         check = self.app_check

@@ -8,10 +8,10 @@ from typing import Any, Final
 import trio
 
 import actors
-from protocol import OwnerUnavailable, TaskNode, TaskRecord, TetherError, converter
+from protocol import TaskNode, TaskRecord, TetherError, converter
 from storage_owner.store import is_owned, read_live_tasks
 
-from ._connect import connect
+from ._connect import check_db, connect
 from ._status import ask_owner
 
 SHORT_ID: Final = 8
@@ -99,9 +99,7 @@ def _graph_from_database(db: str) -> actors.TaskGraph:
 
 def read_graph(db: str) -> tuple[actors.TaskGraph, str]:
     """The live task graph and where it came from: ``owner`` (with blocked reasons) or ``database``."""
-    db = os.path.abspath(db)
-    if not os.path.exists(db):
-        raise OwnerUnavailable(f"there is no database at {db}")
+    db = check_db(db)
     graph = ask_owner(db, "tether-tasks", actors.Client.task_graph)
     return (graph, "owner") if graph is not None else (_graph_from_database(db), "database")
 
@@ -130,7 +128,7 @@ def tasks_json(db: str, graph: actors.TaskGraph, source: str) -> dict[str, Any]:
 
 async def abort(db: str, task_id: str, *, wait_s: float | None) -> tuple[bool, TaskRecord | None]:
     """Mark ``task_id`` for abort; with ``wait_s``, also wait that long for it to end. Raises ``NotFound``."""
-    async with connect(db, "tether-abort") as client:
+    async with connect(check_db(db), "tether-abort") as client:
         marked = await client.abort_task(task_id)
         if wait_s is None:
             return marked, None

@@ -22,6 +22,8 @@ from ._watch_view import (
     ACTIVE_RUN,
     WatchView,
     preview,
+    verdict,
+    waiting_status,
 )
 
 RUNS_SHOWN: Final = 5
@@ -32,6 +34,7 @@ STATUS_STYLES: Final = {
     "completed": "green",
     "done": "green",
     "approved": "green",
+    "answered": "green",
     "failed": "red",
     "error": "red",
     "denied": "red",
@@ -40,6 +43,7 @@ STATUS_STYLES: Final = {
     "needs attention": "bold red",
     "waiting": "yellow",
     "waiting for approval": "bold yellow",
+    "waiting for an answer": "bold yellow",
     "retry_wait": "yellow",
     "running": "cyan",
 }
@@ -95,7 +99,7 @@ def _attention(view: WatchView) -> Panel | None:
 
 
 def _status(status: str, reason: str | None = None) -> Text:
-    text = Text(status, style=STATUS_STYLES.get(status, ""))
+    text = Text(status, style=STATUS_STYLES.get(status, STATUS_STYLES.get(status.split(" ", 1)[0], "")))
     if reason:
         text.append(f" ({reason})", style="dim")
     return text
@@ -154,9 +158,8 @@ def _task_tree(view: WatchView, run: RunRecord) -> Tree | None:
                 continue
             label = Text(f"tether.{interaction.kind}", style="bold")
             label.append(f"  {task_id}  ", style="dim")
-            answer = interaction.answer
-            verdict = "waiting for a person" if answer is None else "approved" if answer.approve else "denied"
-            label.append_text(_status("waiting for approval" if answer is None else verdict))
+            open_ = interaction.status == "open"
+            label.append_text(_status(waiting_status(interaction) if open_ else verdict(interaction)))
             node.add(label)
     return root
 

@@ -51,6 +51,10 @@ MAX_INTERACTIONS: Final = 500
 MAX_TASKS: Final = 2_000
 PREVIEW_CHARS: Final = 200
 """A tool result or argument list longer than this is shown cut, with ``…``."""
+SCHEMA_PREVIEW_CHARS: Final = 160
+"""A question's answer schema longer than this is shown cut, with ``…``, in the command that answers it."""
+ANSWER_PREVIEW_CHARS: Final = 80
+"""A question's answer longer than this is shown cut, with ``…``."""
 
 ACTIVE_RUN: Final = frozenset({"queued", "retry_wait", "pending", "running", "waiting", "needs_attention"})
 
@@ -352,16 +356,16 @@ class WatchView:
     def _interaction(self, interaction: InteractionRecord) -> list[str]:
         self.interactions.put(interaction.interaction_id, interaction)
         if interaction.status == "open":
-            return [
-                f"{interaction.kind} {interaction.interaction_id} waits: {self._call_name(interaction)} "
-                f"{preview(interaction.args)}",
-                f"  {respond_command(self.db, interaction.interaction_id, approve=True)}",
-                f"  {respond_command(self.db, interaction.interaction_id, approve=False)}",
-            ]
-        verdict = "answered"
-        if interaction.answer is not None:
-            verdict = "approved" if interaction.answer.approve else "denied"
-        return [f"{interaction.kind} {interaction.interaction_id} {verdict}"]
+            what = f"{interaction.kind} {interaction.interaction_id} waits: {self._asked(interaction)}"
+            return [what, *(f"  {command}" for command in respond_commands(self.db, interaction))]
+        return [f"{interaction.kind} {interaction.interaction_id} {verdict(interaction)}"]
+
+    def _asked(self, interaction: InteractionRecord) -> str:
+        """What an interaction asks: the tool and the arguments an approval lets run, or the tool and a question's
+        text."""
+        if interaction.kind == "question" and isinstance(interaction.args, dict):
+            return f"{self._call_name(interaction)} asks: {preview(interaction.args.get('text'))}"
+        return f"{self._call_name(interaction)} {preview(interaction.args)}"
 
     def _call_name(self, interaction: InteractionRecord) -> str:
         if interaction.tool:
@@ -452,11 +456,7 @@ class WatchView:
             return "error" if operation.status == "failed" or operation.is_error else "done"
         for interaction in self.interactions.values():
             if interaction.operation_id == operation_id:
-                if interaction.status == "open":
-                    return "waiting for approval"
-                if interaction.answer is not None and not interaction.answer.approve:
-                    return "denied"
-                return "approved"
+                return waiting_status(interaction) if interaction.status == "open" else verdict(interaction)
         return "requested"
 
     def attention(self) -> list[Attention]:
@@ -470,12 +470,8 @@ class WatchView:
                 Attention(
                     run_id=interaction.run_id,
                     conversation_id=interaction.conversation_id,
-                    what=f"{interaction.kind} {interaction.interaction_id}: {self._call_name(interaction)} "
-                    f"{preview(interaction.args)}",
-                    commands=(
-                        respond_command(self.db, interaction.interaction_id, approve=True),
-                        respond_command(self.db, interaction.interaction_id, approve=False),
-                    ),
+                    what=f"{interaction.kind} {interaction.interaction_id}: {self._asked(interaction)}",
+                    commands=respond_commands(self.db, interaction),
                 )
             )
         for run in self.runs_of():
@@ -562,8 +558,36 @@ def retry_commands(db: str, run: RunRecord) -> list[str]:
     ]
 
 
-def respond_command(db: str, interaction_id: str, *, approve: bool) -> str:
-    return f"tether respond --db {db} {interaction_id} {'--approve' if approve else '--deny'}"
+def respond_commands(db: str, interaction: InteractionRecord) -> tuple[str, ...]:
+    """The commands that answer an open interaction: ``--approve`` or ``--deny`` for an approval; ``--answer JSON``
+    for a question, with its answer's schema (compact, cut past :data:`SCHEMA_PREVIEW_CHARS`)."""
+    respond = f"tether respond --db {db} {interaction.interaction_id}"
+    if interaction.kind != "question":
+        return (f"{respond} --approve", f"{respond} --deny")
+    schema = interaction.args.get("schema") if isinstance(interaction.args, dict) else None
+    accepts = (
+        "any JSON value; a text is '\"yes\"'"
+        if schema is None
+        else f"a JSON value of the schema {preview(schema, SCHEMA_PREVIEW_CHARS)}"
+    )
+    return (f"{respond} --answer JSON   ({accepts})",)
+
+
+def waiting_status(interaction: InteractionRecord) -> str:
+    """How a call waiting on an open interaction is shown."""
+    return "waiting for an answer" if interaction.kind == "question" else "waiting for approval"
+
+
+def verdict(interaction: InteractionRecord) -> str:
+    """How an interaction no longer open ended: an approval ``approved`` or ``denied``, a question ``answered`` with
+    its answer (cut past :data:`ANSWER_PREVIEW_CHARS`), or ``cancelled``."""
+    answer = interaction.answer
+    if answer is None:
+        return "cancelled" if interaction.status == "cancelled" else "answered"
+    if interaction.kind == "question":
+        value = json.dumps(answer.value, separators=(",", ":"), ensure_ascii=False)
+        return f"answered {preview(value, ANSWER_PREVIEW_CHARS)}"
+    return "approved" if answer.approve else "denied"
 
 
 def one_line(text: str) -> str:

@@ -1,12 +1,9 @@
-"""Applications: what a worker can run, and how ``--app MODULE:ATTR`` finds it."""
+"""Applications: what a worker can run (``--app MODULE:ATTR`` finds one: ``_load``)."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
 import re
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -313,35 +310,3 @@ class App:
     @property
     def agents(self) -> Mapping[str, AgentDefinition]:
         return dict(self._agents)
-
-
-def load_app(spec: str) -> App:
-    """Import ``MODULE:ATTR`` and return the :class:`App` it names; :class:`AppLoadError` says what is wrong.
-
-    ``MODULE`` is looked up in the working directory first, then on the import path (``PYTHONPATH``, installed
-    packages), however the process was started (the ``tether`` console script, ``python -m runtime``, a child of
-    ``tether up``, a script calling this), as uvicorn finds its app. The working directory is put first on the import
-    path for that and stays there (the app's own later imports find its sibling modules); Tether's packages are
-    imported by then, so a file of the same name there cannot replace them.
-    """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise AppLoadError(f"--app must look like MODULE:ATTR (such as myapp.tasks:app), not {spec!r}")
-    working_directory = os.getcwd()
-    if sys.path[:1] not in ([working_directory], [""]):
-        sys.path.insert(0, working_directory)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise AppLoadError(f"cannot import module {module_name!r} for --app {spec}: {exc}") from exc
-    except Exception as exc:  # the application's own import-time error
-        raise AppLoadError(
-            f"importing module {module_name!r} for --app {spec} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        app = getattr(module, attribute)
-    except AttributeError:
-        raise AppLoadError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
-    if not isinstance(app, App):
-        raise AppLoadError(f"--app {spec} is a {type(app).__name__}, not an actors.App")
-    return app

@@ -8,7 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
@@ -54,6 +54,53 @@ class OwnerKill:
         return f"--fault-kill-{self.point.replace('_', '-')}", str(self.nth)
 
 
+KILL_START_GRACE_S: Final = 0.5
+"""How long a call on a process waits for a pending ``kill()`` coroutine to start (one given to ``start_soon`` starts
+at the next scheduling) before it says that ``kill()`` was not awaited."""
+
+
+class PendingKill:
+    """The coroutine the last ``kill()`` of :class:`ScratchOwner` or :class:`WorkerProcess` returned: it kills only
+    once awaited (or run by ``nursery.start_soon``). A call on that process that waits for it (``killed()``,
+    ``stop()``, ``wait()``, ``start()``) while it has still not started raises :class:`~protocol.UsageError` at once
+    saying that ``kill()`` was not awaited, instead of waiting for a death that never comes; so does the end of the
+    process's ``async with``, and a later ``kill()``. Python warns of one never awaited (``RuntimeWarning``) as of any
+    coroutine."""
+
+    def __init__(self, who: str, process: trio.Process) -> None:
+        self.who = who
+        self.started = trio.Event()
+        self.reported = False
+        self.coroutine = self._kill(process)
+
+    async def _kill(self, process: trio.Process) -> int:
+        self.started.set()
+        return await kill_and_reap(process, signal.SIGKILL)
+
+    def _not_started(self) -> bool:
+        return not self.started.is_set()
+
+    def check_now(self) -> None:
+        """Raise :class:`~protocol.UsageError` if the kill has not started (once: it is closed then)."""
+        if self._not_started() and not self.reported:
+            self.reported = True
+            self.coroutine.close()  # reported here: no second warning when it is collected
+            raise UsageError(
+                f"{self.who}.kill() was not awaited, so nothing was killed: write `await {self.who}.kill()`"
+            )
+
+    async def check(self) -> None:
+        """:meth:`check_now`, once a kill given to ``start_soon`` had :data:`KILL_START_GRACE_S` to start."""
+        with trio.move_on_after(KILL_START_GRACE_S):
+            await self.started.wait()
+        self.check_now()
+
+
+async def _checked(kill: PendingKill | None) -> None:
+    if kill is not None:
+        await kill.check()
+
+
 def _log_tail(path: Path | None) -> str:
     if path is None or not path.exists():
         return "(no log)"
@@ -86,6 +133,7 @@ class ScratchOwner:
         """The runtime file of the last start: the owner's pid, URL and token."""
         self.starts = 0
         self._log_path: Path | None = None
+        self._kill: PendingKill | None = None
 
     @property
     def running(self) -> bool:
@@ -110,6 +158,7 @@ class ScratchOwner:
         runtime file. Raises :class:`~protocol.UsageError` while it still runs, :class:`~protocol.OwnerUnavailable`
         (its log's end included) if it exits or does not listen within 20 s; nothing is left running then. A
         checkpoint."""
+        await _checked(self._kill)
         if self.running:
             raise UsageError(f"the owner of {self.db} (pid {self.pid}) is running: stop or kill it first")
         if kill is not None and not isinstance(kill, OwnerKill):
@@ -126,22 +175,30 @@ class ScratchOwner:
                 raise OwnerUnavailable(f"{exc}; its log ({self._log_path}) ends: {_log_tail(self._log_path)}") from exc
         return self.info
 
-    async def kill(self) -> int:
-        """SIGKILL the owner now and reap it: its exit status (``-9``; the status it had if it had exited)."""
-        return await kill_and_reap(self._process(), signal.SIGKILL)
+    def kill(self) -> Coroutine[Any, Any, int]:
+        """SIGKILL the owner now and reap it, once awaited (``await owner.kill()``, or ``nursery.start_soon``): its
+        exit status (``-9``; the status it had if it had exited). Not awaited, nothing is killed, and the next call
+        on the owner says so (:class:`PendingKill`)."""
+        if self._kill is not None:
+            self._kill.check_now()
+        self._kill = PendingKill("owner", self._process())
+        return self._kill.coroutine
 
     async def stop(self) -> int:
         """SIGTERM (what commits in its batch lands), then SIGKILL after 10 s; reaped: its exit status (0)."""
+        await _checked(self._kill)
         return await stop_gracefully(self._process())
 
     async def wait(self) -> int:
         """Wait for the owner to exit by itself: its exit status. Unbounded: bound it with ``trio.fail_after``."""
+        await _checked(self._kill)
         return await self._process().wait()
 
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the kill the last :meth:`start` asked for. Raises ``AssertionError``,
         with the end of its log, if the owner exited otherwise, or is still running then (it is killed: nothing is
         left running); the kill point was never reached."""
+        await _checked(self._kill)
         await _killed(self._process(), f"the owner of {self.db}", "its kill point", self._log_path, timeout_s)
 
     async def advance_clock(self, by_ms: int) -> int:
@@ -174,6 +231,8 @@ class ScratchOwner:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+        if exc_info[0] is None:
+            await _checked(self._kill)
 
 
 class WorkerProcess:
@@ -211,6 +270,7 @@ class WorkerProcess:
         self.args = tuple(args)
         self.process: trio.Process | None = None
         self.log_path = Path(f"{self.db}.worker-{self.name}.log")
+        self._kill: PendingKill | None = None
 
     @property
     def running(self) -> bool:
@@ -225,6 +285,7 @@ class WorkerProcess:
         """Start the worker and return once it serves its app (its announcement committed: the owner may lease it
         work). Raises :class:`~protocol.UsageError` while it runs, ``AssertionError`` with its log's end if it exits
         or does not serve within ``timeout_s`` (then nothing is left running). A checkpoint."""
+        await _checked(self._kill)
         if self.running:
             raise UsageError(f"worker {self.name} is running: stop or kill it first")
         command = tether_command("worker", "--db", self.db, "--app", self.app, "--name", self.name, *self.args)
@@ -263,19 +324,26 @@ class WorkerProcess:
     async def killed(self, *, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s``) for the worker to die at its kill point. Raises ``AssertionError``, with
         the end of its log, if it exited otherwise or still runs then (it is killed: nothing is left running)."""
+        await _checked(self._kill)
         point = f"its kill point {self.kill_at}"
         await _killed(self._process(), f"worker {self.name}", point, self.log_path, timeout_s)
 
-    async def kill(self) -> int:
-        """SIGKILL the worker now and reap it: its exit status."""
-        return await kill_and_reap(self._process(), signal.SIGKILL)
+    def kill(self) -> Coroutine[Any, Any, int]:
+        """SIGKILL the worker now and reap it, once awaited (``await worker.kill()``, or ``nursery.start_soon``): its
+        exit status. Not awaited, nothing is killed, and the next call on the worker says so (:class:`PendingKill`)."""
+        if self._kill is not None:
+            self._kill.check_now()
+        self._kill = PendingKill("worker", self._process())
+        return self._kill.coroutine
 
     async def stop(self, *, timeout_s: float = 10.0) -> int:
         """SIGTERM (it drains: what runs finishes and commits), then SIGKILL after ``timeout_s``; reaped."""
+        await _checked(self._kill)
         return await stop_gracefully(self._process(), timeout_s=timeout_s)
 
     async def wait(self) -> int:
         """Wait for the worker to exit by itself. Unbounded: bound it with ``trio.fail_after``."""
+        await _checked(self._kill)
         return await self._process().wait()
 
     def log_text(self) -> str:
@@ -294,6 +362,8 @@ class WorkerProcess:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+        if exc_info[0] is None:
+            await _checked(self._kill)
 
 
 @contextlib.asynccontextmanager

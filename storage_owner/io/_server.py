@@ -78,6 +78,7 @@ from storage_owner.store import (
     CHECKPOINT_START_PAGES,
     FILE_MODE,
     GROUP_READABLE_FILE_MODE,
+    MIGRATIONS,
     QUICK_CHECK_BUDGET_S,
     SCHEMA_VERSION,
     Checkpointer,
@@ -85,6 +86,7 @@ from storage_owner.store import (
     OwnershipWait,
     SqliteStore,
     Sync,
+    refuse_foreign,
     storage_errors,
 )
 
@@ -365,7 +367,8 @@ class OwnerServer:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the database and serve until cancelled. ``task_status.started`` gets the URL once listening.
 
-        Raises ``OwnerAlreadyRunning``, ``TetherError`` (the address cannot be bound), ``SchemaTooNew`` or
+        Raises ``NotATetherDatabase`` (before anything is created beside the file), ``OwnerAlreadyRunning``,
+        ``TetherError`` (the address cannot be bound), ``SchemaTooNew`` or
         ``StorageError`` before listening, and :class:`OwnerFailed` if storage fails later. The address is bound
         before the database is opened, so an address in use changes nothing.
         """
@@ -376,6 +379,7 @@ class OwnerServer:
         if config.tls_cert is not None and config.tls_key is not None:
             self._ssl_context = server_ssl_context(config.tls_cert, config.tls_key)
 
+        refuse_foreign(self.db, MIGRATIONS)  # before its lock file is created beside it
         if config.standby:
             ownership = await self._wait_for_ownership()
         else:

@@ -7,6 +7,7 @@ from ._identity import (
     QUICK_CHECK_BUDGET_S,
     damaged_message,
     full_check,
+    refuse_foreign,
 )
 from ._memory import MemoryStore
 from ._ownership import LOCK_SUFFIX, Ownership, OwnershipWait, is_owned, lock_is_held, lock_path, open_lock_file
@@ -51,5 +52,6 @@ __all__ = [
     "open_lock_file",
     "read_live_tasks",
     "read_schema_version",
+    "refuse_foreign",
     "storage_errors",
 ]

@@ -3,7 +3,8 @@
 - **Marking.** Every Tether database carries ``PRAGMA application_id`` :data:`APPLICATION_ID` (set when its schema
   is created, or when an engine from before the mark migrates it). ``file(1)`` and other tools read it from the
   header at offset 68.
-- **Recognising** (:func:`identify`, before anything is written): a foreign ``application_id`` is another
+- **Recognising** (:func:`identify`, before anything is written; :func:`refuse_foreign`, a first look before anything
+  is even created beside the file): a foreign ``application_id`` is another
   application's database; an ``application_id`` of 0 is a database from before the mark only if its tables are
   exactly those of its ``user_version`` (a blank SQLite file, no tables at version 0, is accepted as new). Anything
   else is refused with :class:`~protocol.NotATetherDatabase` and left untouched: no WAL switch, no table.
@@ -23,6 +24,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import apsw
@@ -43,6 +45,7 @@ _PROGRESS_STEPS: Final = 2_000
 """SQLite virtual-machine steps between two looks at the clock during a check."""
 _SHOWN_PROBLEMS: Final = 3
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+_IMMUTABLE_FLAGS: Final = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
 
 
 def damaged_message(path: str, problems: Sequence[str]) -> str:
@@ -65,8 +68,70 @@ CHECK_ADVICE: Final = (
 """What to do about a foreign file, for ``tether check`` (which never creates a database)."""
 
 
+EMPTY_FILE: Final = (
+    "it is an empty file (0 bytes), and Tether never leaves one (a new database is linked into place complete); if "
+    "it held your data it was truncated: restore it from a backup, or remove the file to start a new database"
+)
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+_HEADER_BYTES: Final = 100
+_USER_VERSION_OFFSET: Final = 60
+_APPLICATION_ID_OFFSET: Final = 68
+
+
 def _foreign(path: str, why: str, advice: str) -> NotATetherDatabase:
     return NotATetherDatabase(f"{path} is not a Tether database: {why}. It was left untouched. {advice}")
+
+
+def _another_application(application_id: int) -> str:
+    return f"its application_id is {application_id:#x} (another application's; Tether's is {APPLICATION_ID:#x})"
+
+
+def _newer(path: str, version: int, schema_version: int) -> SchemaTooNew:
+    return SchemaTooNew(
+        f"database {path} has schema version {version}, newer than this engine's {schema_version}; it was left "
+        "untouched. Use the newer tether that wrote it."
+    )
+
+
+def refuse_foreign(path: str, migrations: tuple[str, ...], *, advice: str = SERVE_ADVICE) -> None:
+    """Raise :class:`NotATetherDatabase` for a file at ``path`` that is not a Tether database (empty, not SQLite,
+    another application's), and :class:`SchemaTooNew` for a Tether database of a newer schema, before anything is
+    created beside it (an ownership lock, the supervisor's lock) or a command reads it. Nothing is written, locked
+    or created: the header is read as bytes, and only a SQLite file without the mark (``application_id`` 0) is
+    opened, immutable, to read its tables as :func:`identify` does.
+
+    Passes a path that does not exist (a new database), a file marked as Tether's, and whatever it cannot tell
+    (unreadable, a read that failed): those are left to :func:`identify`, which the owner runs under its lock. It is
+    a first look for a clear refusal, not the check itself (the file may change after it)."""
+    try:
+        with open(path, "rb") as stream:
+            header = stream.read(_HEADER_BYTES)
+    except OSError:  # none there (a new database), a directory, no permission: said by whoever opens it
+        return
+    if not header:
+        raise _foreign(path, EMPTY_FILE, advice)
+    if len(header) < _HEADER_BYTES or not header.startswith(SQLITE_MAGIC):
+        raise _foreign(path, "it is not a SQLite database (its first bytes are not SQLite's file header)", advice)
+    offset = _APPLICATION_ID_OFFSET
+    application_id = int.from_bytes(header[offset : offset + 4], "big")
+    if application_id == APPLICATION_ID:
+        version = int.from_bytes(header[_USER_VERSION_OFFSET : _USER_VERSION_OFFSET + 4], "big")
+        if version > len(migrations):
+            raise _newer(path, version, len(migrations))
+        return
+    if application_id != 0:
+        raise _foreign(path, _another_application(application_id), advice)
+    try:  # immutable: no lock taken, no -wal or -shm created
+        db = apsw.Connection(f"{Path(path).absolute().as_uri()}?immutable=1", flags=_IMMUTABLE_FLAGS)
+    except apsw.Error:
+        return
+    try:
+        identify(db, path, migrations, advice=advice)
+    except (SchemaTooNew, DatabaseDamaged, apsw.Error):
+        return  # said by the owner's own check, under its lock
+    finally:
+        db.close()
 
 
 def create_database(path: str, *, file_mode: int, prepare: Callable[[apsw.Connection], None]) -> None:
@@ -151,13 +216,7 @@ def identify(
     message of a :class:`NotATetherDatabase`: what the user of the command at hand should do.
     """
     if os.path.getsize(path) == 0:
-        raise _foreign(
-            path,
-            "it is an empty file (0 bytes), and Tether never leaves one (a new database is linked into place "
-            "complete); if it held your data it was truncated: restore it from a backup, or remove the file to "
-            "start a new database",
-            advice,
-        )
+        raise _foreign(path, EMPTY_FILE, advice)
     try:
         application_id = int(db.execute("PRAGMA application_id").fetchone()[0])  # type: ignore[index]
         version = int(db.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
@@ -168,18 +227,11 @@ def identify(
         raise DatabaseDamaged(damaged_message(path, [str(exc)])) from exc
     schema_version = len(migrations)
     if application_id not in (0, APPLICATION_ID):
-        raise _foreign(
-            path,
-            f"its application_id is {application_id:#x} (another application's; Tether's is {APPLICATION_ID:#x})",
-            advice,
-        )
+        raise _foreign(path, _another_application(application_id), advice)
     if version > schema_version and (
         application_id == APPLICATION_ID or tables >= _tables_at(migrations, schema_version)
     ):
-        raise SchemaTooNew(
-            f"database {path} has schema version {version}, newer than this engine's {schema_version}; it was "
-            "left untouched. Use the newer tether that wrote it."
-        )
+        raise _newer(path, version, schema_version)
     if application_id == 0 and (version > schema_version or tables != _tables_at(migrations, version)):
         listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise _foreign(

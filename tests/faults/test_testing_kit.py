@@ -175,3 +175,31 @@ def test_recorded_transcripts_are_named() -> None:
     assert testing.recorded_transcript("openai_text").startswith(b"data: ")
     with pytest.raises(actors.UsageError, match="the recorded ones: llamacpp_text"):
         testing.recorded_transcript("gpt-9")
+
+
+async def test_a_kill_not_awaited_fails_the_next_call_at_once_saying_so(tether_owner: ScratchOwner) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with WorkerProcess(tether_owner.db, APP, cwd=ROOT) as worker:
+            pending = worker.kill()  # the misuse: not awaited, nothing is killed
+            assert worker.running
+            started = trio.current_time()
+            with pytest.raises(actors.UsageError, match=r"worker\.kill\(\) was not awaited.*await worker\.kill\(\)"):
+                await worker.killed()
+            assert trio.current_time() - started < 5  # not the 30 s wait for a death that never comes
+            assert worker.running
+            with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+                await pending  # reported, it was closed: it never kills later
+        async with WorkerProcess(tether_owner.db, APP, cwd=ROOT) as worker:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.kill)  # run by trio: a kill like any awaited one
+                await worker.killed()
+            assert not worker.running
+        owner = ScratchOwner(tether_owner.db)
+        await tether_owner.stop()
+        await owner.start()
+        owner.kill()  # the misuse again, on an owner
+        with pytest.raises(actors.UsageError, match=r"owner\.kill\(\) was not awaited"):
+            await owner.stop()
+        assert owner.running
+        assert await owner.kill() == -signal.SIGKILL  # the report settled the first: a new kill, awaited
+        await owner.aclose()

@@ -438,9 +438,11 @@ async def test_an_app_failing_at_import_stops_up_at_once_with_exit_2_and_the_err
                 "status 2), so no worker was started and every process was stopped:"
             )
             assert "RuntimeError: boom at import" in stderr[stderr.index(refusal) :], stderr
-            assert not [line for line in up.said() if line.startswith(("worker-1", "worker-2"))]  # none started
+            # The app is loaded before anything else starts: no owner, no worker, nothing created beside the db.
+            assert not [line for line in up.said() if line.startswith(("owner", "worker-1", "worker-2"))]
             assert up.process.returncode == EXIT_USAGE
-            await up.assert_everything_gone(timeout_s=0.5)
+            assert not await wait_gone({up.pid}, db_path, timeout_s=0.5)
+            assert not os.path.exists(db_path) and not lock_path(db_path).exists()
             assert not is_owned(db_path)
             assert not state_path(db_path).exists()
             assert not runtime_path(db_path).exists()

@@ -146,11 +146,11 @@ def describe(pids: set[int]) -> str:
 # -------------------------------------------------------------------------------------------------- the CLI
 
 
-async def run_tether(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[bytes]:
-    """Run ``tether ARGS`` to completion (from the repository root) and capture its output."""
+async def run_tether(*args: str, timeout_s: float = 30.0, cwd: Path | str = ROOT) -> subprocess.CompletedProcess[bytes]:
+    """Run ``tether ARGS`` to completion (from the repository root unless ``cwd``) and capture its output."""
     with trio.fail_after(timeout_s):
         return await trio.run_process(
-            tether_command(*args), capture_stdout=True, capture_stderr=True, check=False, cwd=ROOT, env=CHILD_ENV
+            tether_command(*args), capture_stdout=True, capture_stderr=True, check=False, cwd=cwd, env=CHILD_ENV
         )
 
 

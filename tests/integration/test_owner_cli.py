@@ -19,7 +19,14 @@ import trio
 import actors
 from protocol import read_runtime, runtime_path, write_private_json
 from runtime import tether_command
-from runtime._exits import EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_OK, EXIT_SCHEMA_TOO_NEW, EXIT_USAGE
+from runtime._exits import (
+    EXIT_ALREADY_RUNNING,
+    EXIT_FAILED,
+    EXIT_NOT_TETHER_DATABASE,
+    EXIT_OK,
+    EXIT_SCHEMA_TOO_NEW,
+    EXIT_USAGE,
+)
 from storage_owner.store import APPLICATION_ID, SCHEMA_VERSION
 from tests.conftest import OwnerProcess
 
@@ -234,7 +241,11 @@ async def test_status_and_tasks_fail_when_the_owner_refuses_the_token(owner: Own
 
 @pytest.mark.parametrize(
     ("content", "exit_status"),
-    [("not-sqlite", EXIT_FAILED), ("another-app", EXIT_FAILED), ("newer-schema", EXIT_SCHEMA_TOO_NEW)],
+    [
+        ("not-sqlite", EXIT_NOT_TETHER_DATABASE),
+        ("another-app", EXIT_NOT_TETHER_DATABASE),
+        ("newer-schema", EXIT_NOT_TETHER_DATABASE),  # another application's tables, whatever its user_version
+    ],
 )
 async def test_tasks_on_a_file_that_is_not_a_tether_database_fails_with_one_line(
     db_path: str, content: str, exit_status: int

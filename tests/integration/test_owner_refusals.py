@@ -41,8 +41,8 @@ def _digest(path: str) -> str:
 
 
 def _files_beside(db: str) -> list[str]:
-    """The files in the database's directory, but the ownership lock (which the owner takes before opening)."""
-    return sorted(name for name in os.listdir(os.path.dirname(db)) if not name.endswith(".lock"))
+    """The files in the database's directory, lock files included (none is created beside a file refused)."""
+    return sorted(os.listdir(os.path.dirname(db)))
 
 
 def _stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
@@ -132,6 +132,7 @@ async def test_up_stops_at_once_with_the_owners_status_and_never_starts_a_worker
     with trio.fail_after(90):
         await _make(kind, db_path)
         digest = _digest(db_path)
+        files = _files_beside(db_path)
         env = {**CHILD_ENV, "TETHER_TEST_IMPORTS": str(imports)}
         process = await trio.lowlevel.open_process(
             tether_command("up", "--db", db_path, "--app", MARKER_APP, "--workers", "2"),
@@ -151,10 +152,36 @@ async def test_up_stops_at_once_with_the_owners_status_and_never_starts_a_worker
         assert not await wait_gone(set(), db_path)
     stderr = b"".join(chunks).decode(errors="replace")
     assert returncode == status, stderr
-    # The app may have been loaded once, by tether up's check beside the owner's start; no worker was started.
+    # The app may have been loaded once, by tether up's check before the owner's start; no worker was started.
     loaded = imports.read_text().split() if imports.exists() else []
     assert "worker" not in loaded, f"workers were started: {loaded}"
     assert _digest(db_path) == digest
+    if kind in ("foreign", "empty", "newer"):  # refused before anything was created beside it, the app not even loaded
+        assert (_files_beside(db_path), loaded) == (files, [])
+
+
+READING_COMMANDS = ["runs", "tasks", "watch", "interactions", "abort TASK", "cancel RUN", "submit --agent a hi"]
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [("status", "text"), ("status", "foreign"), ("status", "empty"), *((c, "text") for c in READING_COMMANDS)],
+)
+async def test_a_command_that_reads_a_file_that_is_not_a_tether_database_says_so_and_exits_5(
+    db_path: str, command: str, kind: str
+) -> None:
+    with trio.fail_after(30):
+        if kind == "text":
+            Path(db_path).write_text("hello\n")
+        else:
+            await _make(kind, db_path)
+        before = (_digest(db_path), _files_beside(db_path))
+        result = await run_tether(*command.split(), "--db", db_path)
+    assert result.returncode == EXIT_NOT_TETHER_DATABASE, result.stderr
+    assert result.stdout == b""
+    (line,) = _stderr_lines(result)
+    assert f"{db_path} is not a Tether database" in line and "tether owner" not in line
+    assert (_digest(db_path), _files_beside(db_path)) == before
 
 
 async def test_check_runs_beside_a_live_owner_and_reports_a_damaged_page(owner: OwnerProcess, tmp_path: Path) -> None:

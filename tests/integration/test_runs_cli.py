@@ -214,3 +214,55 @@ async def test_submit_wait_shows_the_run_before_waiting_and_ends_when_it_is_canc
             states = [f"run {runs[0].run_id}: {status}" for status in statuses]
             assert set(run_lines) <= set(states) and run_lines == sorted(set(run_lines), key=states.index)
             assert run_lines[-1] == states[-1]
+
+
+async def _open_interaction(client: actors.Client, run_id: str) -> actors.InteractionRecord:
+    while True:
+        found = await client.interactions(status="open", run_id=run_id)
+        if found:
+            return found[0]
+        await trio.sleep(0.02)
+
+
+async def test_respond_with_the_wrong_flag_names_the_flag_that_answers_and_changes_nothing(
+    owner: OwnerProcess,
+) -> None:
+    from tests.integration._agent_apps import approving
+    from tests.integration._agent_helpers import serving
+    from tests.integration._ui_apps import asking
+
+    db = owner.db
+    with trio.fail_after(60):
+        async with serving(db, asking, name="asking") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="ask about A1")
+            assert submission.run_id is not None
+            question = await _open_interaction(client, submission.run_id)
+            assert question.kind == "question"
+            for flag in ("--approve", "--deny"):
+                done = await run_tether("respond", "--db", db, question.interaction_id, flag)
+                assert done.returncode == 1
+                [line] = nonblank_lines(done.stderr)
+                assert f"interaction {question.interaction_id} is a question, not an approval" in line
+                assert '--answer JSON (a JSON value of the schema {"type":"boolean"}' in line
+                assert "answer=" not in line
+            assert await _open_interaction(client, submission.run_id) == question  # nothing was written
+            done = await run_tether("respond", "--db", db, question.interaction_id, "--answer", "true")
+            assert done.returncode == 0, done.stderr
+            assert nonblank_lines(done.stdout) == [
+                f"interaction {question.interaction_id}: answered true (run {submission.run_id})"
+            ]
+            assert (await client.wait_for_run(submission.run_id)).status == "completed"
+        async with serving(db, approving, name="approving") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="where?")
+            assert submission.run_id is not None
+            approval = await _open_interaction(client, submission.run_id)
+            assert approval.kind == "approval"
+            done = await run_tether("respond", "--db", db, approval.interaction_id, "--answer", "true")
+            assert done.returncode == 1
+            [line] = nonblank_lines(done.stderr)
+            assert f"interaction {approval.interaction_id} is an approval, not a question" in line
+            assert "answer it with --approve or --deny" in line
+            assert await _open_interaction(client, submission.run_id) == approval
+            await client.cancel_run(submission.run_id)

@@ -453,3 +453,59 @@ async def test_stop_gracefully_kills_only_what_outlives_sigterm_and_says_so(igno
             await kill_and_reap(process)
     assert status == (-signal.SIGKILL if ignores_sigterm else -signal.SIGTERM)
     assert killed == ([True] if ignores_sigterm else [])
+
+
+BROKEN_APP = """\
+import actors
+
+
+def price_list():
+    return {"tea": 1 / 0}
+
+
+PRICES = price_list()
+app = actors.App("broken")
+"""
+
+
+async def test_an_app_that_fails_at_import_shows_the_frames_of_its_own_file_then_the_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text(BROKEN_APP)
+    with trio.fail_after(30):
+        as_file = await run_tether("worker", "--db", str(tmp_path / "t.db"), "--app", f"{broken}:app")
+        as_module = await run_tether(
+            "worker", "--check-app", "--db", str(tmp_path / "t.db"), "--app", "broken:app", cwd=tmp_path
+        )
+    for done, named in ((as_file, str(broken)), (as_module, "broken")):
+        assert done.returncode == EXIT_USAGE
+        assert nonblank_lines(done.stderr) == [
+            f"tether: importing {named!r} for --app {named}:app failed:",
+            f'  File "{broken}", line 8, in <module>',
+            "    PRICES = price_list()",
+            f'  File "{broken}", line 5, in price_list',
+            '    return {"tea": 1 / 0}',
+            "ZeroDivisionError: division by zero",
+        ]
+    assert sorted(os.listdir(tmp_path)) == ["broken.py"]
+
+
+@pytest.mark.parametrize(
+    ("app", "problem"),
+    [
+        ("no_such_module:app", "cannot import module 'no_such_module'"),
+        ("{dir}/shop.py:missing", "file '{dir}/shop.py' has no attribute 'missing'"),
+        ("{dir}/nothing.py:app", "there is no file {dir}/nothing.py"),
+        ("{dir}/broken.py:app", 'File "{dir}/broken.py", line 5, in price_list'),
+    ],
+)
+async def test_up_with_an_app_that_cannot_be_loaded_refuses_before_creating_anything(
+    db_path: str, tmp_path: Path, app: str, problem: str
+) -> None:
+    (tmp_path / "shop.py").write_text("import actors\n\napp = actors.App('shop')\n")
+    (tmp_path / "broken.py").write_text(BROKEN_APP)
+    before = sorted(os.listdir(tmp_path))
+    with trio.fail_after(30):
+        done = await run_tether("up", "--db", db_path, "--app", app.format(dir=tmp_path), "--workers", "1")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert problem.format(dir=tmp_path) in done.stderr.decode()
+    assert sorted(os.listdir(tmp_path)) == before  # no database, no lock file, no state file

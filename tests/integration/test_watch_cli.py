@@ -20,6 +20,7 @@ import trio
 
 import actors
 from runtime import kill_and_reap, tether_command
+from tests.conftest import OwnerProcess
 from tests.integration._up_helpers import (
     CHILD_ENV,
     ROOT,
@@ -318,3 +319,32 @@ async def test_watch_of_an_unknown_run_fails_with_one_line(db_path: str, tmp_pat
             up.process.send_signal(signal.SIGTERM)
             assert await up.wait_exit() == 0
             await up.assert_everything_gone()
+
+
+async def test_watch_plain_shows_an_open_question_with_the_answer_command_then_its_answer(owner: OwnerProcess) -> None:
+    from tests.integration._agent_helpers import serving
+    from tests.integration._ui_apps import QUESTION, asking
+
+    db = owner.db
+    with trio.fail_after(60):
+        async with serving(db, asking, name="asking") as client:
+            conversation_id = await client.create_conversation(agent="support")
+            submission = await client.submit(conversation_id, kind="input", payload="ask about A1")
+            run_id = submission.run_id
+            assert run_id is not None
+            async with watching("--db", db, "--run", run_id, "--plain") as plain:
+                await plain.wait_for(lambda lines: any("--answer JSON" in line for line in lines), "the question")
+                question = await open_approval(client)  # the open interaction: here, the question
+                await client.respond(question.interaction_id, answer=False)
+                await plain.wait_for(
+                    lambda lines: any(f"run {run_id}: completed" in line for line in lines), "the completed run"
+                )
+    text = "\n".join(plain.lines)
+    interaction_id = question.interaction_id
+    assert f"question {interaction_id} waits: confirm asks: {QUESTION}" in text
+    answer = (
+        f'tether respond --db {db} {interaction_id} --answer JSON   (a JSON value of the schema {{"type":"boolean"}})'
+    )
+    assert answer in text
+    assert f"question {interaction_id} answered false" in text
+    assert "--approve" not in text and "--deny" not in text and "denied" not in text

@@ -313,6 +313,20 @@ async def test_scripted_turns_follow_the_assistant_messages_after_the_last_user_
     assert await events_of(model, request(*history)) == await events_of(model, request(*history))
 
 
+async def test_a_steer_mid_run_does_not_start_the_script_over_the_runs_turn_picks_the_next() -> None:
+    # docs/agents.md, "The scripted model": the run loop's turn, not the messages after the last user message.
+    model = ScriptedModel([ScriptedTurn(tool_calls=[("lookup", {})]), ScriptedTurn(text="second turn")])
+    first = assemble(await events_of(model, request(UserMessage(text="look"))))
+    steered = (
+        UserMessage(text="look"),
+        first.message,
+        ToolMessage(call_id="call_1_1", content="found"),
+        UserMessage(text="check B too"),  # a steer placed at the tool boundary
+    )
+    in_run = ModelRequest(model="scripted", instructions="", messages=steered, turn=2)
+    assert assemble(await events_of(model, in_run)).text == "second turn"
+
+
 async def test_scripted_text_and_arguments_stream_in_chunks_with_counted_usage() -> None:
     model = ScriptedModel([ScriptedTurn(text="abcdefghij", tool_calls=[("t", {"k": "vvvv"})], chunk_chars=4)])
     events = await events_of(model, request(UserMessage(text="12345678"), instructions="1234"))

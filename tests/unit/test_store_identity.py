@@ -20,6 +20,7 @@ from storage_owner.store import (
     SCHEMA_VERSION,
     SqliteStore,
     full_check,
+    refuse_foreign,
 )
 from storage_owner.store._identity import CREATING_SUFFIX
 from tests.unit._stores import conversation_record, entry_record
@@ -244,3 +245,56 @@ def test_full_check_reports_ok_then_the_problems_of_a_damaged_page(path: str) ->
     report = full_check(path, MIGRATIONS)
     assert not report["ok"] and report["problems"]
     assert _digest(path) == before
+
+
+def _foreign_sqlite(path: str, *, application_id: int = 0, user_version: int = 0) -> None:
+    db = apsw.Connection(path)
+    db.execute(f"CREATE TABLE invoices (n INTEGER); PRAGMA application_id={application_id};")
+    db.execute(f"PRAGMA user_version={user_version}")
+    db.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "why"),
+    [
+        ("text", NotATetherDatabase, "not a SQLite database"),
+        ("empty", NotATetherDatabase, "empty file"),
+        ("short", NotATetherDatabase, "not a SQLite database"),
+        ("another-id", NotATetherDatabase, "application_id is 0x1234"),
+        ("unmarked-foreign", NotATetherDatabase, "another application (tables invoices"),
+        ("newer", SchemaTooNew, f"newer than this engine's {SCHEMA_VERSION}"),
+    ],
+)
+def test_a_first_look_refuses_what_is_not_a_tether_database_creating_nothing_beside_it(
+    path: str, kind: str, error: type[Exception], why: str
+) -> None:
+    if kind == "text":
+        Path(path).write_text("hello\n" * 100)
+    elif kind == "empty":
+        Path(path).write_bytes(b"")
+    elif kind == "short":
+        Path(path).write_bytes(b"SQLite format 3\x00")
+    elif kind == "another-id":
+        _foreign_sqlite(path, application_id=0x1234)
+    elif kind == "unmarked-foreign":
+        _foreign_sqlite(path)
+    else:
+        _foreign_sqlite(path, application_id=APPLICATION_ID, user_version=SCHEMA_VERSION + 1)
+    before = (_digest(path), sorted(os.listdir(os.path.dirname(path))))
+    with pytest.raises(error, match="left untouched") as caught:
+        refuse_foreign(path, MIGRATIONS)
+    assert why in str(caught.value)
+    assert (_digest(path), sorted(os.listdir(os.path.dirname(path)))) == before
+
+
+def test_a_first_look_passes_a_new_path_a_tether_database_and_one_from_before_the_mark(path: str) -> None:
+    refuse_foreign(path, MIGRATIONS)  # nothing there yet: a new database
+    assert not os.path.exists(path)
+    _filled(path, entries=3)
+    files = sorted(os.listdir(os.path.dirname(path)))
+    refuse_foreign(path, MIGRATIONS)
+    db = apsw.Connection(path)
+    db.execute("PRAGMA application_id=0")  # as an engine from before the mark left it
+    db.close()
+    refuse_foreign(path, MIGRATIONS)
+    assert sorted(os.listdir(os.path.dirname(path))) == files

@@ -139,6 +139,21 @@ def interaction(status: str, *, approve: bool | None = None, tool: str = "lookup
     )
 
 
+def question(status: str, *, value: Any = None, schema: Any = None) -> InteractionRecord:
+    """The question ``lookup`` asks (``call.ask``), answered with ``value`` when given."""
+    answer = (
+        None
+        if value is None
+        else InteractionAnswer(approve=None, note=None, responded_by=None, at_ms=0, value=JsonValue(value))
+    )
+    return attrs.evolve(
+        interaction(status),
+        kind="question",
+        args=JsonValue({"text": "Refund A1 in full?", "schema": schema}),
+        answer=answer,
+    )
+
+
 def screen(view: WatchView, *, width: int = 120, height: int = 40) -> str:
     console = Console(file=io.StringIO(), width=width, height=height, record=True, color_system=None)
     console.print(render(view, console))
@@ -623,3 +638,53 @@ def test_a_task_label_says_whether_a_live_task_is_aborted_or_abandoned_and_how_i
     assert _task_label(attrs.evolve(live, abort="restart")).plain.endswith("running abandoned (restart)")
     ended = attrs.evolve(live, status="terminal", outcome=TaskOutcome(status="aborted", reason="restart"))
     assert _task_label(ended).plain.endswith("aborted (restart)")
+
+
+def question_story(schema: Any) -> WatchView:
+    """The approval story with a question in place of the approval: ``lookup`` asks, its call waits on the answer."""
+    view = approval_story()
+    view.apply(9, [question("open", schema=schema)])
+    return view
+
+
+def test_an_open_question_is_answered_with_a_json_value_of_its_schema_never_approve_or_deny() -> None:
+    view = question_story({"type": "boolean"})
+    interaction_id = "i0000000-0000-7000-8000-000000000001"
+    [waiting] = view.attention()
+    assert waiting.what == f"question {interaction_id}: lookup asks: Refund A1 in full?"
+    schema = '{"type":"boolean"}'
+    assert waiting.commands == (
+        f"tether respond --db tether.db {interaction_id} --answer JSON   (a JSON value of the schema {schema})",
+    )
+    text = screen(view, width=160)
+    assert "--approve" not in text and "--deny" not in text and "--answer JSON" in text
+    assert "waiting for an answer" in text and "waiting for approval" not in text
+    lines = WatchView("tether.db").apply(9, [question("open", schema=None)])
+    assert lines == [
+        f"question {interaction_id} waits: lookup asks: Refund A1 in full?",
+        f"  tether respond --db tether.db {interaction_id} --answer JSON   (any JSON value; a text is '\"yes\"')",
+    ]
+
+
+def test_a_questions_schema_is_shown_cut_to_a_bounded_length() -> None:
+    schema = {"type": "object", "properties": {f"field_{n}": {"type": "string"} for n in range(100)}}
+    [waiting] = question_story(schema).attention()
+    [command] = waiting.commands
+    assert command.endswith("…)") and len(command) < 300
+
+
+def test_a_questions_answer_is_shown_never_as_a_denial_and_an_approval_says_approved_or_denied() -> None:
+    interaction_id = "i0000000-0000-7000-8000-000000000001"
+    for value, shown in ((True, "true"), (False, "false"), ("not today", '"not today"')):
+        view = question_story({"type": ["boolean", "string"]})
+        assert view.apply(10, [question("answered", value=value)]) == [f"question {interaction_id} answered {shown}"]
+        [assistant] = [e for e in view.entries(CONVERSATION) if e.kind == "tether.assistant"]
+        [call] = view.tool_calls(assistant)
+        assert call.status == f"answered {shown}"
+        assert "denied" not in screen(view) and f"answered {shown}" in screen(view)
+    [long] = question_story(None).apply(10, [question("answered", value="x" * 1_000)])
+    assert long.endswith("…") and len(long) < 150
+    for approve, shown in ((True, "approved"), (False, "denied")):
+        assert approval_story().apply(9, [interaction("answered", approve=approve)]) == [
+            f"approval {interaction_id} {shown}"
+        ]
