@@ -160,7 +160,17 @@ async def test_up_stops_at_once_with_the_owners_status_and_never_starts_a_worker
         assert (_files_beside(db_path), loaded) == (files, [])
 
 
-READING_COMMANDS = ["runs", "tasks", "watch", "interactions", "abort TASK", "cancel RUN", "submit --agent a hi"]
+SOME_ID = "0190f3a2-7c4e-7b1a-9d3e-5f6a7b8c9d0e"
+"""A well-formed id naming nothing: a malformed one is refused (exit 2) before the database is looked at."""
+READING_COMMANDS = [
+    "runs",
+    "tasks",
+    "watch",
+    "interactions",
+    f"abort {SOME_ID}",
+    f"cancel {SOME_ID}",
+    "submit --agent a hi",
+]
 
 
 @pytest.mark.parametrize(
