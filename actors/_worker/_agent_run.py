@@ -9,8 +9,10 @@ committed result:
 - a run's task, phase ``turn`` (checkpoint ``{"phase": "turn", "turn": n}``): reads the transcript into messages,
   commits the model request's intent (attempt from the journal), streams the model, then commits in ONE commit the
   result, the ``tether.assistant`` entry and the task's next state: its tool calls as ``tool:<name>`` tasks it waits
-  on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer. A
-  retryable model error sleeps until the shared delay; a final one (or attempts spent) fails the run.
+  on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer (an
+  answer cut off at its output limit, finish reason ``length``, runs none of its calls: each gets a ``cut_off`` error
+  result in that commit, and the run completes). A retryable model error sleeps until the shared delay; a final one
+  (or attempts spent) fails the run.
 - a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
   by a person) gets one, and a tool's handoff its reset entry, in one commit (the round as the transcript holds it:
   ``_rounds.py``); then the next turn (or the run's answer, in that commit, when every call asked to terminate). Its
@@ -75,7 +77,16 @@ from ._journal import (
     tool_intent,
     tool_operation_id,
 )
-from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
+from ._messages import (
+    CUT_OFF,
+    INTERRUPTED,
+    LENGTH,
+    _assistant_message,
+    assistant_data,
+    message_fold,
+    request_digest,
+    was_cut_off,
+)
 from ._partials import partial_output
 from ._phase import Phase, PhaseTransaction
 from ._reports import phase_report
@@ -237,7 +248,8 @@ class AgentRun:
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
             async with rt.commit() as tx:
-                self._next(tx, rt, agent, run_id, turn, _assistant_message(op.result), fold=False)
+                message = _assistant_message(op.result)
+                self._next(tx, rt, agent, run_id, turn, message, fold=False, cut_off=was_cut_off(op.result))
             return
         if op is not None and has_result(op):
             await rt.fail(f"model request failed: {op.error}", reason="model_error")
@@ -302,13 +314,15 @@ class AgentRun:
             )
             return
         message = result.message
+        cut_off = result.finish_reason == LENGTH
+        answer_data = {**assistant_data(message), **({"cut_off": True} if cut_off else {})}
         async with rt.commit() as tx:
             tx.writes.extend(partial.final_writes())  # the rest of the text, then the result: its output is done
             tx.finish_operation(
                 FinishOperation(
                     operation_id=operation_id,
                     status="completed",
-                    result=json_value(assistant_data(message)),
+                    result=json_value(answer_data),
                     usage=run_usage(result.usage),
                 )
             )
@@ -316,9 +330,9 @@ class AgentRun:
                 rt.conversation_id,
                 kind=ASSISTANT_ENTRY,
                 entry_id=_derived(operation_id, "assistant"),
-                data={"run_id": run_id, "turn": turn, **assistant_data(message)},
+                data={"run_id": run_id, "turn": turn, **answer_data},
             )
-            self._next(tx, rt, agent, run_id, turn, message)
+            self._next(tx, rt, agent, run_id, turn, message, cut_off=cut_off)
 
     async def _model_failed(
         self,
@@ -365,12 +379,29 @@ class AgentRun:
         message: AssistantMessage,
         *,
         fold: bool = True,
+        cut_off: bool = False,
     ) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion.
         ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`);
-        not when going on from a result committed before (its commit created the tasks already)."""
-        if not message.tool_calls:
+        not when going on from a result committed before (its commit created the tasks already). ``cut_off``: the
+        answer was cut off at its output limit (finish reason ``length``): its calls never run (no task, no intent),
+        each gets a ``cut_off`` error result, and the run ends as a cut-off answer without calls does, with its
+        answer; a continue goes on from those results (docs/runs.md, "Continue")."""
+        if cut_off:
+            for call in message.tool_calls:
+                _result_entry(
+                    tx,
+                    rt.conversation_id,
+                    run_id=run_id,
+                    operation_id=tool_operation_id(run_id, turn, call.call_id),
+                    call_id=call.call_id,
+                    name=call.name,
+                    content=CUT_OFF,
+                    is_error=True,
+                    code="cut_off",
+                )
+        if cut_off or not message.tool_calls:
             value, problem = agent.parse_answer(message.text)
             if problem is not None:  # an agent with an output_schema, answered otherwise
                 tx.fail(problem, reason="invalid_output")

@@ -25,6 +25,13 @@ from .._models._model import AssistantMessage, Message, ModelRequest, ToolCallRe
 from ._transcript import transcript_cache
 
 INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
+LENGTH: Final = "length"
+"""The finish reason of an answer cut off at its output limit (:data:`~actors.FinishReason`)."""
+CUT_OFF: Final = (
+    "error: the answer was cut off before the call was complete (the model reached its output limit); the call was "
+    "not run"
+)
+"""The error result of each tool call of an answer cut off at its output limit (code ``cut_off``): it never ran."""
 
 
 def call_data(call: ToolCallRequest) -> dict[str, Any]:
@@ -37,6 +44,12 @@ def call_data(call: ToolCallRequest) -> dict[str, Any]:
 def assistant_data(message: AssistantMessage) -> dict[str, Any]:
     """The normalised assistant message as JSON: the model operation's result and the entry's data."""
     return {"text": message.text, "tool_calls": [call_data(call) for call in message.tool_calls]}
+
+
+def was_cut_off(data: Any) -> bool:
+    """Whether a model request's result (or its ``tether.assistant`` entry's data) is an answer cut off at its output
+    limit (``cut_off``: its tool calls never ran; each has a ``cut_off`` error result)."""
+    return isinstance(data, dict) and data.get("cut_off") is True
 
 
 def _assistant_message(data: Any) -> AssistantMessage:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 import actors
@@ -166,3 +167,50 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
 streaming = build_streaming()
 streaming_slow = build_streaming(delay_s=0.25)
 """About 6 s for the answer: a worker process killed mid-stream (tests/faults/test_partials_faults.py)."""
+
+
+def record_request(request: actors.ModelRequest) -> None:
+    """Append the request's messages (``{"role", ...}`` each) as one JSON line to the ledger's ``.requests`` file
+    (beside ``TETHER_TEST_LEDGER``): what the model was sent, read by a test in any process (:func:`read_requests`)."""
+    ledger = os.environ.get("TETHER_TEST_LEDGER")
+    if ledger is None:
+        return
+    messages = [{"role": message.role, **attrs.asdict(message)} for message in request.messages]
+    line = {"turn": request.turn, "attempt": request.attempt, "messages": messages}
+    with open(ledger + ".requests", "a", encoding="utf-8") as file:
+        file.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def read_requests(ledger: str | Path) -> list[dict[str, Any]]:
+    """The requests :func:`record_request` wrote beside ``ledger``, oldest first."""
+    return read_ledger(str(ledger) + ".requests")
+
+
+CUT_OFF_TEXT = "Let me look that up"
+"""What ``cut_off`` says before its call is cut off."""
+AFTER_CUT_OFF = "I was cut off before I could look it up; please ask again."
+
+
+class CutOffModel:
+    """Answers a context that ends in tool results with :data:`AFTER_CUT_OFF`; any other with a call of ``lookup``
+    cut off at the output limit (finish reason ``length``). Every request is recorded (:func:`record_request`)."""
+
+    name = "cut_off"
+
+    def __init__(self) -> None:
+        call = [("lookup", {"order_id": "A1"})]
+        self.cut = actors.ScriptedModel(
+            [actors.ScriptedTurn(text=CUT_OFF_TEXT, tool_calls=call, finish_reason="length")]
+        )
+        self.after = actors.ScriptedModel([actors.ScriptedTurn(text=AFTER_CUT_OFF)])
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        record_request(request)
+        answered = bool(request.messages) and isinstance(request.messages[-1], actors.ToolMessage)
+        async for event in (self.after if answered else self.cut).stream(attrs.evolve(request, turn=1)):
+            yield event
+
+
+cut_off = actors.App("cut_off")
+cut_off.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+cut_off.define_agent("support", version=1, model=CutOffModel(), tools=["lookup"])

@@ -11,8 +11,9 @@ import pytest
 import actors
 import protocol
 from actors._models._retry import backoff_ms, next_delay_ms
+from actors._worker._agent_run import _answerable
 from actors._worker._journal import model_operation_id, tool_operation_id
-from actors._worker._messages import INTERRUPTED, MessageFold, context_fold, transcript_messages
+from actors._worker._messages import CUT_OFF, INTERRUPTED, MessageFold, context_fold, transcript_messages, was_cut_off
 from protocol import Capability, EntryRecord, JsonValue
 
 
@@ -279,3 +280,25 @@ def test_a_tools_handoff_starts_the_context_again_keeping_what_was_placed_as_its
             whole = [_message_data(message) for message in request.messages]
             expected_digest = digest({"model": request.model, "instructions": "", "messages": whole, "tools": []})
             assert request_digest(request, fold) == request_digest(request) == expected_digest
+
+
+def test_an_answer_cut_off_with_calls_leaves_a_context_that_ends_in_their_error_results_and_can_be_continued() -> None:
+    cut = {"text": "Let me", "tool_calls": [call("c1"), call("c2")], "cut_off": True}
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"run_id": "r", "turn": 1, **cut}),
+        entry(2, "tether.tool_result", {"call_id": "c1", "content": CUT_OFF, "is_error": True, "code": "cut_off"}),
+        entry(3, "tether.tool_result", {"call_id": "c2", "content": CUT_OFF, "is_error": True, "code": "cut_off"}),
+    ]
+    messages = transcript_messages(entries)
+    assert messages[-2:] == [
+        actors.ToolMessage(call_id="c1", content=CUT_OFF, is_error=True),
+        actors.ToolMessage(call_id="c2", content=CUT_OFF, is_error=True),
+    ]
+    assert _answerable(messages)  # a continue makes a request: every call has its result
+    assert was_cut_off(cut) and was_cut_off(entries[1].data)
+    assert not was_cut_off({"text": "done", "tool_calls": []}) and not was_cut_off(None)
+    # A text answer cut off is an answer: a continue finds nothing to answer.
+    text_only = [entries[0], entry(1, "tether.assistant", {"text": "Let me", "tool_calls": [], "cut_off": True})]
+    assert not _answerable(transcript_messages(text_only))
+    assert "cut_off" in protocol.TOOL_ERROR_CODES
