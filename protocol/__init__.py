@@ -196,6 +196,7 @@ from ._frames import (
 )
 from ._ids import approval_task_id, is_id, new_id, question_task_id
 from ._kinds import (
+    ABORTED_ANSWER_ENTRY,
     AGENT_TASK_PREFIX,
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
@@ -240,6 +241,7 @@ from ._version import (
 )
 
 __all__ = [
+    "ABORTED_ANSWER_ENTRY",
     "AGENT_TASK_PREFIX",
     "ASSISTANT_ENTRY",
     "CONFIG_DOCUMENT",

@@ -19,6 +19,11 @@ ASSISTANT_ENTRY: Final = "tether.assistant"
 """The entry of a model turn: its text and tool calls."""
 TOOL_RESULT_ENTRY: Final = "tether.tool_result"
 """The entry of a tool call's result."""
+ABORTED_ANSWER_ENTRY: Final = "tether.aborted_answer"
+"""What a model had streamed of an attempt that was cut off (its worker killed, its lease lost) or failed, kept when
+the next attempt of its request starts (in the commit of that attempt's intent, placed before the answer that replaces
+it): ``{run_id, turn, operation_id, attempt, ended, text}``, ``ended`` the attempt's status (``interrupted`` or
+``failed``). For people only: never an answer, never sent to the model."""
 RESET_ENTRY: Final = "tether.reset"
 """A reset (``client.reset``): the model's context starts again after it, from its ``handoff`` text (a user message)
 when it has one. Older entries stay in storage. Written by the owner."""

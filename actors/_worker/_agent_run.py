@@ -12,7 +12,9 @@ committed result:
   on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer (an
   answer cut off at its output limit, finish reason ``length``, runs none of its calls: each gets a ``cut_off`` error
   result in that commit, and the run completes). A retryable model error sleeps until the shared delay; a final one
-  (or attempts spent) fails the run.
+  (or attempts spent) fails the run. What an attempt had streamed before it failed (in its failure's commit) or was
+  cut off (in the commit of the next attempt's intent) is kept as a ``tether.aborted_answer`` entry, never sent to
+  the model.
 - a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
   by a person) gets one, and a tool's handoff its reset entry, in one commit (the round as the transcript holds it:
   ``_rounds.py``); then the next turn (or the run's answer, in that commit, when every call asked to terminate). Its
@@ -22,6 +24,7 @@ committed result:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -87,7 +90,7 @@ from ._messages import (
     request_digest,
     was_cut_off,
 )
-from ._partials import partial_output
+from ._partials import aborted_answer, aborted_answer_data, append_aborted_answer, partial_output
 from ._phase import Phase, PhaseTransaction
 from ._reports import phase_report
 from ._rounds import place_handoff, reset_since_answer, round_tail, terminated
@@ -256,6 +259,11 @@ class AgentRun:
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
+        aborted = None
+        if op is not None and op.status == "interrupted":
+            # What the cut-off attempt had streamed is kept as an entry, in the commit of this attempt's intent: its
+            # stored output is read before this attempt's first piece replaces it (``_partials.aborted_answer``).
+            aborted = aborted_answer(op, (await rt.client.partials(operation_id=operation_id)).partials)
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
         if turn > 1 and op is None and reset_since_answer(entries, run_id):
@@ -282,7 +290,12 @@ class AgentRun:
             retry=retry,
             arguments=JsonValue(None) if configuration is None else configuration.to_arguments(),
         )
-        if not await _start(rt, intent, guessed):
+        keep = (
+            None
+            if aborted is None
+            else functools.partial(append_aborted_answer, conversation_id=rt.conversation_id, data=aborted)
+        )
+        if not await _start(rt, intent, guessed, keep):
             await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it
             return
         builder = TurnBuilder()
@@ -310,7 +323,7 @@ class AgentRun:
             span.end(None if failure is not None else result, failure, builder.usage)
         if failure is not None:
             await self._model_failed(
-                rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage
+                rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage, builder.text
             )
             return
         message = result.message
@@ -344,9 +357,11 @@ class AgentRun:
         exc: ModelError,
         pieces: Sequence[Write] = (),
         usage: Usage | None = None,
+        streamed: str = "",
     ) -> None:
         """One commit: the attempt's failure (with the usage the provider reported before it failed, if it did: a
-        failed attempt's tokens are spent too, and count in every total) and the task's next state. A retryable error
+        failed attempt's tokens are spent too, and count in every total), what it had ``streamed`` as a
+        ``tether.aborted_answer`` entry (none when it streamed nothing), and the task's next state. A retryable error
         with attempts left sleeps until the back-off's deadline (``retry_wait``); a final one, or the policy's last
         attempt, fails the run at once: no wait is taken for a try that never comes."""
         error = f"{exc.kind}: {exc}"
@@ -356,6 +371,10 @@ class AgentRun:
             tx.finish_operation(
                 FinishOperation(operation_id=operation_id, status="failed", error=error, usage=run_usage(usage))
             )
+            if streamed:
+                run_id = str(rt.input["run_id"])
+                data = aborted_answer_data(run_id, turn, operation_id, attempt, "failed", streamed)
+                append_aborted_answer(tx, rt.conversation_id, data)
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
             else:

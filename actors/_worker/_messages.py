@@ -2,7 +2,8 @@
 its handoff text the first user message, then, for a tool's handoff, what was placed when its round ended; or from
 the head the last entry naming one names, that entry's messages first) folded into user, assistant and tool messages:
 the ``tether.*`` entries, and what an entry of the application's kind carries for the model (``model``: an input
-placed as its own entry, a write the model sees). A call without a result gets an ``interrupted`` error result. Folded
+placed as its own entry, a write the model sees). A call without a result gets an ``interrupted`` error result; a
+``tether.aborted_answer`` (what a cut-off attempt had streamed) is never sent. Folded
 a part at a time beside the worker's transcript cache, with the digest of a model request that its intent records."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
+    ABORTED_ANSWER_ENTRY,
     ASSISTANT_ENTRY,
     RESERVED_ENTRY_PREFIX,
     RESET_ENTRY,
@@ -147,6 +149,8 @@ class MessageFold:
                     self._results[call_id] = ToolMessage(
                         call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
                     )
+            elif entry.kind == ABORTED_ANSWER_ENTRY:
+                pass  # what a cut-off attempt had streamed: for people only, never an answer the model reads
             elif not entry.kind.startswith(RESERVED_ENTRY_PREFIX) and entry.entry_id != self._skip:
                 self._visible(getattr(entry, "model", None))
 

@@ -144,9 +144,23 @@ STREAMED_ANSWER = "Your order A1 left the warehouse on Monday and should arrive 
 """The answer of ``streaming`` / ``streaming_cut``: 92 characters, 4 to a chunk, every 40 ms (about 1 s)."""
 
 
-def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04) -> actors.App:
+class RecordedModel:
+    """``inner``, each request recorded first (:func:`record_request`)."""
+
+    def __init__(self, inner: actors.Model) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        record_request(request)
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04, recorded: bool = False) -> actors.App:
     """An agent whose model streams ``STREAMED_ANSWER`` slowly (partial output every 100 ms, the default); with
-    ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``)."""
+    ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``); ``recorded``: its requests are
+    recorded (:func:`read_requests`)."""
     app = actors.App("streaming")
     turn = actors.ScriptedTurn(
         text=STREAMED_ANSWER,
@@ -155,10 +169,11 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
         cut_after_chars=cut_after_chars,
         fail_attempts=1 if cut_after_chars is not None else 0,
     )
+    model: actors.Model = actors.ScriptedModel([turn])
     app.define_agent(
         "support",
         version=1,
-        model=actors.ScriptedModel([turn]),
+        model=RecordedModel(model) if recorded else model,
         model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
     )
     return app
@@ -167,6 +182,8 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
 streaming = build_streaming()
 streaming_slow = build_streaming(delay_s=0.25)
 """About 6 s for the answer: a worker process killed mid-stream (tests/faults/test_partials_faults.py)."""
+streaming_slow_recorded = build_streaming(delay_s=0.25, recorded=True)
+"""``streaming_slow``, its requests recorded (tests/faults/test_aborted_answer_faults.py)."""
 
 
 def record_request(request: actors.ModelRequest) -> None:
