@@ -1,7 +1,9 @@
 """An interrupted partial answer is kept: a worker SIGKILLed while its model streams, after some text went to the
-owner, and a new worker finishing the run; the transcript then holds a ``tether.aborted_answer`` entry with the text
-the cut-off attempt had streamed, before the answer that replaced it, and the request that made that answer was not
-sent it (docs/agents.md, "Partial output"; docs/runs.md, "Partial output")."""
+owner; a second worker that dies right after committing the next attempt's intent (which carries the entry); and a
+third worker finishing the run. The transcript then holds one ``tether.aborted_answer`` entry, with the text the
+cut-off attempt had streamed, before the answer that replaced it (none for the attempt that streamed nothing, and
+never the first one twice), and no request was sent it (docs/agents.md, "Partial output"; docs/runs.md, "Partial
+output")."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import trio
 
 import actors
 from actors._worker._journal import _derived
+from actors.testing import WorkerKill, WorkerProcess
 from tests.conftest import OwnerProcess
 from tests.integration._agent_apps import STREAMED_ANSWER, build_streaming, read_requests
-from tests.integration._agent_helpers import ledger, run_in, serving, start_run, worker_process
+from tests.integration._agent_helpers import AGENT_APPS, ledger, run_in, serving, start_run, worker_process
+from tests.integration._up_helpers import ROOT
 
 __all__ = ["ledger"]  # the fixture
 
@@ -40,8 +44,19 @@ async def test_the_text_a_killed_worker_had_streamed_is_kept_as_an_aborted_entry
             assert (cut.attempt, cut.status) == (1, "aborted") and STREAMED_ANSWER.startswith(cut.text)
             assert [entry.kind for entry in await client.entries(conversation_id)] == ["tether.user"]
 
-            async with serving(manual_owner.db, build_streaming(delay_s=0.01, recorded=True), name="second"):
+            # A second worker commits attempt 2's intent, with the aborted entry of attempt 1, and dies right after:
+            # attempt 2 streamed nothing (no entry of its own), and attempt 1's is not written again.
+            kill = WorkerKill("after_intent", kind="model")
+            app = f"{AGENT_APPS}:streaming_slow_recorded"
+            async with WorkerProcess(manual_owner.db, app, kill=kill, name="second", cwd=ROOT) as second:
                 await client.advance_clock(1000)  # the agent's Retry: first_delay_ms=1000
+                await second.killed()
+            await run_in(client, run_id, "retry_wait")
+            kinds = [entry.kind for entry in await client.entries(conversation_id)]
+            assert kinds == ["tether.user", "tether.aborted_answer"]
+
+            async with serving(manual_owner.db, build_streaming(delay_s=0.01, recorded=True), name="third"):
+                await client.advance_clock(10_000)
                 run = await client.wait_for_run(run_id)
             assert run.status == "completed" and run.answer is not None and run.answer.text == STREAMED_ANSWER
 
@@ -60,13 +75,12 @@ async def test_the_text_a_killed_worker_had_streamed_is_kept_as_an_aborted_entry
                 "text": cut.text,
             }
             assert aborted.entry_id == _derived(cut.operation_id, "aborted_answer", 1)
-            # Committed with attempt 2's intent: before any of its text streamed, and before the answer.
             [op] = await client.operations(run_id)
-            assert (op.status, op.attempt) == ("completed", 2)
+            assert (op.status, op.attempt) == ("completed", 3)
             assert aborted.seq < answer.seq
             assert isinstance(answer.data, dict) and answer.data["text"] == STREAMED_ANSWER
 
-            # The model was sent the user's message only, by both attempts: never the aborted text.
-            first, second = read_requests(ledger)
-            assert (first["attempt"], second["attempt"]) == (1, 2)
-            assert first["messages"] == second["messages"] == [{"role": "user", "text": "Where is my order?"}]
+            # The model was sent the user's message only, by the attempts that made a request: never the aborted text.
+            first, last = read_requests(ledger)
+            assert (first["attempt"], last["attempt"]) == (1, 3)
+            assert first["messages"] == last["messages"] == [{"role": "user", "text": "Where is my order?"}]
