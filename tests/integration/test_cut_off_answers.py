@@ -12,6 +12,7 @@ import pytest
 import trio
 
 import actors
+from actors import testing
 from actors._worker._journal import _derived, tool_operation_id
 from actors._worker._messages import CUT_OFF
 from tests.conftest import OwnerProcess
@@ -59,6 +60,7 @@ async def test_the_calls_of_an_answer_cut_off_never_run_and_a_continue_answers_t
                     await client.task(_derived(run.task_id, "tool", 1, call["call_id"]))
                 with pytest.raises(actors.NotFound):
                     await client.operation(operation_id)
+                await testing.assert_transcript_whole(client, conversation_id)  # every call has its result
 
                 resumed = await client.submit(conversation_id, kind="continue")
                 assert resumed.run_id is not None
