@@ -317,7 +317,7 @@ function entryNode(entry, submissions) {
     return el("div", { class: "entry assistant", "data-entry": entry.entry_id }, el("div", { class: "who" }, "assistant"), data.text || "", calls);
   }
   if (entry.kind === "tether.aborted_answer") {  // what a cut-off or failed attempt had streamed: never an answer
-    return el("div", { class: "entry assistant aborted", "data-entry": entry.entry_id, "data-aborted": data.ended || "interrupted" },
+    return el("div", { class: "entry aborted", "data-entry": entry.entry_id, "data-aborted": data.ended || "interrupted" },
       el("div", { class: "who" }, `assistant · attempt ${data.attempt} ${data.ended || "interrupted"} · not an answer, never sent to the model`),
       (data.text || "") + (data.truncated ? "…" : ""));
   }
