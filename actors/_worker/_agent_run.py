@@ -43,6 +43,7 @@ from protocol import (
     TaskOutcome,
     ToolErrorCode,
     Write,
+    aborted_answer_data,
     ended_code,
     has_result,
     json_value,
@@ -90,7 +91,7 @@ from ._messages import (
     request_digest,
     was_cut_off,
 )
-from ._partials import aborted_answer, aborted_answer_data, append_aborted_answer, partial_output
+from ._partials import aborted_answer, append_aborted_answer, partial_output
 from ._phase import Phase, PhaseTransaction
 from ._reports import phase_report
 from ._rounds import place_handoff, reset_since_answer, round_tail, terminated
@@ -372,8 +373,14 @@ class AgentRun:
                 FinishOperation(operation_id=operation_id, status="failed", error=error, usage=run_usage(usage))
             )
             if streamed:
-                run_id = str(rt.input["run_id"])
-                data = aborted_answer_data(run_id, turn, operation_id, attempt, "failed", streamed)
+                data = aborted_answer_data(
+                    run_id=str(rt.input["run_id"]),
+                    turn=turn,
+                    operation_id=operation_id,
+                    attempt=attempt,
+                    ended="failed",
+                    text=streamed,
+                )
                 append_aborted_answer(tx, rt.conversation_id, data)
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")

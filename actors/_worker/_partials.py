@@ -26,21 +26,17 @@ from protocol import (
     OperationRecord,
     PartialRecord,
     TetherError,
+    aborted_answer_data,
+    aborted_answer_entry_id,
     raise_collapsed,
 )
 
-from ._journal import _derived
 from ._phase import Phase, PhaseTransaction
 
 FINAL_PIECE_BYTES: Final = 64 << 10
 """At most this much of the unsent text rides in the result's commit (which holds the answer twice already, in the
 result and in the assistant entry): past it, the ``done`` record ends the partial output and the answer is the
 entry."""
-
-
-MAX_ABORTED_ANSWER_BYTES: Final = 64 << 10
-"""At most this much of an attempt's streamed text is kept in its ``tether.aborted_answer`` entry (the first part;
-``truncated`` says that more had streamed): the entry rides in a commit of its own kind, under the message bound."""
 
 
 def aborted_answer(op: OperationRecord | None, partials: Sequence[PartialRecord]) -> dict[str, Any] | None:
@@ -52,7 +48,8 @@ def aborted_answer(op: OperationRecord | None, partials: Sequence[PartialRecord]
     streamed text, whose aborted output is still that attempt's: not for one that streamed nothing; not for a request
     a close gave back (it is withdrawn at the attempt before the stopped one, and sent again as that attempt: a close
     is not a crash); not once a later attempt started (its entry, if any, was committed with that attempt's intent).
-    A ``failed`` attempt keeps its entry in the commit of its failure (:meth:`AgentRun._model_failed`)."""
+    A ``failed`` attempt keeps its entry in the commit of its failure (:meth:`AgentRun._model_failed`); an attempt no
+    other follows, in the commit that ends its run (the owner's, ``storage_owner/core/_partials.py``)."""
     if op is None or op.kind != "model" or op.status != "interrupted":
         return None
     found = [p for p in partials if p.operation_id == op.operation_id]
@@ -61,35 +58,24 @@ def aborted_answer(op: OperationRecord | None, partials: Sequence[PartialRecord]
     [partial] = found
     if partial.status != "aborted" or partial.attempt != op.attempt or partial.offset != 0 or not partial.text:
         return None
-    return aborted_answer_data(op.run_id, op.turn, op.operation_id, op.attempt, "interrupted", partial.text)
-
-
-def aborted_answer_data(
-    run_id: str, turn: int, operation_id: str, attempt: int, ended: str, text: str
-) -> dict[str, Any]:
-    """The data of a ``tether.aborted_answer`` entry: ``text`` cut to :data:`MAX_ABORTED_ANSWER_BYTES` (at a
-    character; ``truncated`` then)."""
-    kept, _ = _prefix(text, MAX_ABORTED_ANSWER_BYTES)
-    data: dict[str, Any] = {
-        "run_id": run_id,
-        "turn": turn,
-        "operation_id": operation_id,
-        "attempt": attempt,
-        "ended": ended,
-        "text": kept,
-    }
-    if len(kept) < len(text):
-        data["truncated"] = True
-    return data
+    return aborted_answer_data(
+        run_id=op.run_id,
+        turn=op.turn,
+        operation_id=op.operation_id,
+        attempt=op.attempt,
+        ended="interrupted",
+        text=partial.text,
+    )
 
 
 def append_aborted_answer(tx: PhaseTransaction, conversation_id: str, data: Mapping[str, Any]) -> None:
     """Add the ``tether.aborted_answer`` entry of :func:`aborted_answer` to ``tx``; its id derives from the operation
-    and the attempt, so no attempt's text is kept twice (the owner refuses an entry id twice, the whole commit)."""
+    and the attempt (:func:`~protocol.aborted_answer_entry_id`), so no attempt's text is kept twice (the owner refuses
+    an entry id twice, the whole commit)."""
     tx.append(
         conversation_id,
         kind=ABORTED_ANSWER_ENTRY,
-        entry_id=_derived(data["operation_id"], "aborted_answer", data["attempt"]),
+        entry_id=aborted_answer_entry_id(data["operation_id"], data["attempt"]),
         data=dict(data),
     )
 

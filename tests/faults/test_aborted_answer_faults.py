@@ -13,8 +13,8 @@ from typing import Final
 import trio
 
 import actors
-from actors._worker._journal import _derived
 from actors.testing import WorkerKill, WorkerProcess
+from protocol import aborted_answer_entry_id
 from tests.conftest import OwnerProcess
 from tests.integration._agent_apps import STREAMED_ANSWER, build_streaming, read_requests
 from tests.integration._agent_helpers import AGENT_APPS, ledger, run_in, serving, start_run, worker_process
@@ -74,7 +74,7 @@ async def test_the_text_a_killed_worker_had_streamed_is_kept_as_an_aborted_entry
                 "ended": "interrupted",
                 "text": cut.text,
             }
-            assert aborted.entry_id == _derived(cut.operation_id, "aborted_answer", 1)
+            assert aborted.entry_id == aborted_answer_entry_id(cut.operation_id, 1)
             [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("completed", 3)
             assert aborted.seq < answer.seq
@@ -84,3 +84,30 @@ async def test_the_text_a_killed_worker_had_streamed_is_kept_as_an_aborted_entry
             first, last = read_requests(ledger)
             assert (first["attempt"], last["attempt"]) == (1, 3)
             assert first["messages"] == last["messages"] == [{"role": "user", "text": "Where is my order?"}]
+
+
+async def test_an_interrupted_last_attempts_text_is_kept_by_the_commit_that_ends_the_run(
+    manual_owner: OwnerProcess, ledger: Path
+) -> None:
+    with trio.fail_after(TIMEOUT_S):
+        async with actors.connect(manual_owner.db) as client:
+            conversation_id, run_id = await start_run(client)
+            async with worker_process(manual_owner.db, "streaming_slow_once", ledger) as process:
+                while True:  # some pieces are stored: the model is mid-stream
+                    read = await client.partials(run_id=run_id)
+                    if read.partials and len(read.partials[0].text) >= 8:
+                        break
+                    await trio.sleep(0.02)
+                process.kill()
+                await process.wait()
+            run = await run_in(client, run_id, "failed")  # no attempt left: the owner ends the run
+            [op] = await client.operations(run_id)
+            assert (op.status, op.attempt) == ("interrupted", 1)
+            user, aborted = await client.entries(conversation_id)
+            assert (user.kind, aborted.kind) == ("tether.user", "tether.aborted_answer")
+            assert isinstance(aborted.data, dict) and aborted.data["ended"] == "interrupted"
+            assert len(aborted.data["text"]) >= 8 and STREAMED_ANSWER.startswith(aborted.data["text"])
+            assert aborted.entry_id == aborted_answer_entry_id(op.operation_id, 1)
+            assert aborted.seq == run.seq  # in the commit that ended the run, before its pieces were dropped
+            [dropped] = (await client.partials(run_id=run_id)).partials
+            assert (dropped.status, dropped.text) == ("aborted", "")

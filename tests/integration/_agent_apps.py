@@ -157,10 +157,12 @@ class RecordedModel:
             yield event
 
 
-def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04, recorded: bool = False) -> actors.App:
+def build_streaming(
+    *, cut_after_chars: int | None = None, delay_s: float = 0.04, recorded: bool = False, attempts: int = 3
+) -> actors.App:
     """An agent whose model streams ``STREAMED_ANSWER`` slowly (partial output every 100 ms, the default); with
     ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``); ``recorded``: its requests are
-    recorded (:func:`read_requests`)."""
+    recorded (:func:`read_requests`); ``attempts``: its model retry's."""
     app = actors.App("streaming")
     turn = actors.ScriptedTurn(
         text=STREAMED_ANSWER,
@@ -174,7 +176,7 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
         "support",
         version=1,
         model=RecordedModel(model) if recorded else model,
-        model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+        model_retry=actors.Retry(attempts=attempts, first_delay_ms=1000, max_delay_ms=10_000),
     )
     return app
 
@@ -184,6 +186,8 @@ streaming_slow = build_streaming(delay_s=0.25)
 """About 6 s for the answer: a worker process killed mid-stream (tests/faults/test_partials_faults.py)."""
 streaming_slow_recorded = build_streaming(delay_s=0.25, recorded=True)
 """``streaming_slow``, its requests recorded (tests/faults/test_aborted_answer_faults.py)."""
+streaming_slow_once = build_streaming(delay_s=0.25, attempts=1)
+"""``streaming_slow`` with one model attempt: cut off, the run ends (tests/faults/test_aborted_answer_faults.py)."""
 
 
 def record_request(request: actors.ModelRequest) -> None:

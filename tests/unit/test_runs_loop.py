@@ -14,8 +14,8 @@ from actors._models._retry import backoff_ms, next_delay_ms
 from actors._worker._agent_run import _answerable
 from actors._worker._journal import model_operation_id, tool_operation_id
 from actors._worker._messages import CUT_OFF, INTERRUPTED, MessageFold, context_fold, transcript_messages, was_cut_off
-from actors._worker._partials import MAX_ABORTED_ANSWER_BYTES, aborted_answer, aborted_answer_data
-from protocol import Capability, EntryRecord, JsonValue
+from actors._worker._partials import aborted_answer
+from protocol import MAX_ABORTED_ANSWER_BYTES, Capability, EntryRecord, JsonValue, aborted_answer_data
 from tests.unit._records import operation_record, partial_record
 
 
@@ -333,10 +333,12 @@ def test_an_aborted_answer_is_kept_only_for_an_interrupted_attempt_that_streamed
 
 def test_an_aborted_answers_text_is_bounded_at_a_character() -> None:
     text = "é" * MAX_ABORTED_ANSWER_BYTES
-    data = aborted_answer_data("r", 1, "op", 1, "failed", text)
+    data = aborted_answer_data(run_id="r", turn=1, operation_id="op", attempt=1, ended="failed", text=text)
     assert data["truncated"] is True and len(data["text"].encode()) <= MAX_ABORTED_ANSWER_BYTES
     assert text.startswith(data["text"]) and len(data["text"]) == MAX_ABORTED_ANSWER_BYTES // 2
-    assert "truncated" not in aborted_answer_data("r", 1, "op", 1, "failed", "short")
+    assert "truncated" not in aborted_answer_data(
+        run_id="r", turn=1, operation_id="op", attempt=1, ended="failed", text="short"
+    )
 
 
 def test_an_aborted_answer_is_never_sent_to_the_model() -> None:
