@@ -412,9 +412,10 @@ class AgentRun:
         ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`);
         not when going on from a result committed before (its commit created the tasks already). ``cut_off``: the
         answer was cut off at its output limit (finish reason ``length``): its calls never run (no task, no intent),
-        each gets a ``cut_off`` error result, and the run ends as a cut-off answer without calls does, with its
-        answer; a continue goes on from those results (docs/runs.md, "Continue")."""
-        if cut_off:
+        each gets a ``cut_off`` error result (in the result's commit only: going on from a committed result, they were
+        written with it, and the owner would refuse their ids twice), and the run ends as a cut-off answer without
+        calls does, with its answer; a continue goes on from those results (docs/runs.md, "Continue")."""
+        if cut_off and fold:
             for call in message.tool_calls:
                 _result_entry(
                     tx,

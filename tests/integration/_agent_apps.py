@@ -235,3 +235,14 @@ class CutOffModel:
 cut_off = actors.App("cut_off")
 cut_off.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
 cut_off.define_agent("support", version=1, model=CutOffModel(), tools=["lookup"])
+
+cut_off_schema = actors.App("cut_off_schema")
+"""``cut_off`` with an ``output_schema`` its cut-off answer cannot meet: the run fails ``invalid_output``."""
+cut_off_schema.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+cut_off_schema.define_agent(
+    "support",
+    version=1,
+    model=CutOffModel(),
+    tools=["lookup"],
+    output_schema={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
+)

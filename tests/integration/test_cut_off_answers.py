@@ -16,8 +16,9 @@ from actors import testing
 from actors._worker._journal import _derived, tool_operation_id
 from actors._worker._messages import CUT_OFF
 from tests.conftest import OwnerProcess
+from tests.integration import _agent_apps
 from tests.integration._agent_apps import AFTER_CUT_OFF, CUT_OFF_TEXT, read_ledger, read_requests
-from tests.integration._agent_helpers import ledger, start_run, worker_process
+from tests.integration._agent_helpers import ledger, run_in, serving, start_run, worker_process
 
 __all__ = ["ledger"]  # the fixture
 
@@ -89,3 +90,23 @@ async def test_the_calls_of_an_answer_cut_off_never_run_and_a_continue_answers_t
             ]
             kinds = [entry.kind for entry in await client.entries(conversation_id)]
             assert kinds == ["tether.user", "tether.assistant", "tether.tool_result", "tether.assistant"]
+
+
+async def test_a_retried_run_goes_on_from_a_cut_off_answer_without_writing_its_results_again(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    # The cut-off answer cannot meet the agent's output_schema: the run fails invalid_output, its calls' results
+    # written. Its retry goes on from the committed answer: the same decision, no result written twice (which the
+    # owner would refuse, faulting the run).
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.cut_off_schema) as client:
+            conversation_id, run_id = await start_run(client)
+            failed = await client.wait_for_run(run_id)
+            assert (failed.status, failed.reason) == ("failed", "invalid_output"), failed
+            kinds = [entry.kind for entry in await client.entries(conversation_id)]
+            assert kinds == ["tether.user", "tether.assistant", "tether.tool_result"]
+            await client.retry(run_id)
+            again = await run_in(client, run_id, "failed", "completed")
+            assert (again.status, again.reason) == ("failed", "invalid_output"), again
+            assert [entry.kind for entry in await client.entries(conversation_id)] == kinds
+        assert read_ledger(ledger) == [] and len(read_requests(ledger)) == 1  # the retry asked the model nothing
