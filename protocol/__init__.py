@@ -196,15 +196,19 @@ from ._frames import (
 )
 from ._ids import approval_task_id, is_id, new_id, question_task_id
 from ._kinds import (
+    ABORTED_ANSWER_ENTRY,
     AGENT_TASK_PREFIX,
     ASSISTANT_ENTRY,
     CONFIG_DOCUMENT,
     CONFIG_FIELDS,
+    MAX_ABORTED_ANSWER_BYTES,
     RESERVED_ENTRY_PREFIX,
     RESET_ENTRY,
     TOOL_RESULT_ENTRY,
     TOOL_TASK_PREFIX,
     USER_ENTRY,
+    aborted_answer_data,
+    aborted_answer_entry_id,
 )
 from ._limits import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -240,6 +244,7 @@ from ._version import (
 )
 
 __all__ = [
+    "ABORTED_ANSWER_ENTRY",
     "AGENT_TASK_PREFIX",
     "ASSISTANT_ENTRY",
     "CONFIG_DOCUMENT",
@@ -249,6 +254,7 @@ __all__ = [
     "EVENT_TYPES",
     "FRAME_TYPES",
     "HEARTBEATS_PER_SILENCE",
+    "MAX_ABORTED_ANSWER_BYTES",
     "MAX_ANNOUNCE_BYTES",
     "MAX_BATCH_FRAMES",
     "MAX_JSON_DEPTH",
@@ -433,6 +439,8 @@ __all__ = [
     "Withdraw",
     "Withdrawn",
     "Write",
+    "aborted_answer_data",
+    "aborted_answer_entry_id",
     "amount_text",
     "approval_task_id",
     "check_json",

@@ -202,6 +202,7 @@ ToolErrorCode: TypeAlias = Literal[
     "aborted",
     "orphaned",
     "faulted",
+    "cut_off",
 ]
 """What an error result of a tool call is, for programs (on its ``tether.tool_result`` entry and its operation record;
 docs/agents.md, "Tool results"): ``tool_error`` its handler raised; ``invalid_arguments`` its arguments are not a JSON
@@ -210,7 +211,8 @@ object or break the tool's schema; ``unknown_tool`` the agent has no such tool; 
 ``restart_limit`` it was cut off its restart limit's times; ``invalid_structured_output`` (a nested call) its
 ``structured`` value broke its ``output_schema`` or was missing; ``cancelled`` its run was cancelled first;
 ``aborted``, ``orphaned`` its task ended so; ``faulted`` its task faulted (a durable step of it refused, its phase
-raised): its run fails."""
+raised): its run fails; ``cut_off`` the model's answer was cut off at its output limit (finish reason ``length``)
+before the call was complete: it never ran (no task, no intent; on its entry only)."""
 TOOL_ERROR_CODES: Final[frozenset[str]] = frozenset(get_args(ToolErrorCode))
 
 

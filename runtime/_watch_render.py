@@ -16,7 +16,16 @@ from rich.text import Text
 from rich.tree import Tree
 
 from actors import PartialOutput
-from protocol import ASSISTANT_ENTRY, TOOL_RESULT_ENTRY, USER_ENTRY, EntryRecord, RunRecord, TaskRecord, amount_text
+from protocol import (
+    ABORTED_ANSWER_ENTRY,
+    ASSISTANT_ENTRY,
+    TOOL_RESULT_ENTRY,
+    USER_ENTRY,
+    EntryRecord,
+    RunRecord,
+    TaskRecord,
+    amount_text,
+)
 
 from ._watch_view import (
     ACTIVE_RUN,
@@ -208,6 +217,11 @@ def _entry_lines(view: WatchView, entry: EntryRecord) -> list[Text]:
         return lines
     if entry.kind == TOOL_RESULT_ENTRY:
         return []  # shown under its call
+    if entry.kind == ABORTED_ANSWER_ENTRY:
+        line = Text(f"assistant (attempt {data.get('attempt')}, {data.get('ended')}): ", style="dim red")
+        line.append(str(data.get("text", "")) + ("…" if data.get("truncated") else ""), style="dim strike")
+        line.append("  ✂ interrupted: not an answer, never sent to the model", style="red")
+        return [line]
     return [Text(f"{entry.kind}: {preview(entry.data)}", style="dim")]
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
 import actors
 from protocol import (
+    ABORTED_ANSWER_ENTRY,
     ASSISTANT_ENTRY,
     RESET_ENTRY,
     TOOL_RESULT_ENTRY,
@@ -278,6 +279,8 @@ class WatchView:
             if data.get("run_id") is not None:  # a tool's handoff (``ToolResult(handoff=...)``), placed by its run
                 return [f"tool {data.get('name')} handoff: the context starts again from: {preview(handoff)}"]
             return ["reset: the context starts again" + (f" from: {preview(handoff)}" if handoff else "")]
+        if entry.kind == ABORTED_ANSWER_ENTRY:
+            return [aborted_answer_line(data)]
         if entry.kind == TOOL_RESULT_ENTRY:
             self._results.put((str(data.get("run_id")), str(data.get("call_id"))), entry)
             failed = " (error)" if data.get("is_error") else ""
@@ -588,6 +591,16 @@ def verdict(interaction: InteractionRecord) -> str:
         value = json.dumps(answer.value, separators=(",", ":"), ensure_ascii=False)
         return f"answered {preview(value, ANSWER_PREVIEW_CHARS)}"
     return "approved" if answer.approve else "denied"
+
+
+def aborted_answer_line(data: Mapping[str, Any]) -> str:
+    """How a ``tether.aborted_answer`` entry reads: what a cut-off or failed attempt had said, marked never an
+    answer."""
+    more = "…" if data.get("truncated") else ""
+    return (
+        f"assistant (attempt {data.get('attempt')}, {data.get('ended')}; not an answer, never sent to the model): "
+        f"{data.get('text', '')}{more}"
+    )
 
 
 def one_line(text: str) -> str:

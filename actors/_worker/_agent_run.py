@@ -9,8 +9,12 @@ committed result:
 - a run's task, phase ``turn`` (checkpoint ``{"phase": "turn", "turn": n}``): reads the transcript into messages,
   commits the model request's intent (attempt from the journal), streams the model, then commits in ONE commit the
   result, the ``tether.assistant`` entry and the task's next state: its tool calls as ``tool:<name>`` tasks it waits
-  on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer. A
-  retryable model error sleeps until the shared delay; a final one (or attempts spent) fails the run.
+  on (phase ``tools``; a safe or idempotent call's intent with its task), or its completion with the answer (an
+  answer cut off at its output limit, finish reason ``length``, runs none of its calls: each gets a ``cut_off`` error
+  result in that commit, and the run completes). A retryable model error sleeps until the shared delay; a final one
+  (or attempts spent) fails the run. What an attempt had streamed before it failed (in its failure's commit) or was
+  cut off (in the commit of the next attempt's intent) is kept as a ``tether.aborted_answer`` entry, never sent to
+  the model.
 - a run's task, phase ``tools``: every call of the turn without a result entry (its task faulted, aborted, resolved
   by a person) gets one, and a tool's handoff its reset entry, in one commit (the round as the transcript holds it:
   ``_rounds.py``); then the next turn (or the run's answer, in that commit, when every call asked to terminate). Its
@@ -20,6 +24,7 @@ committed result:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -38,6 +43,7 @@ from protocol import (
     TaskOutcome,
     ToolErrorCode,
     Write,
+    aborted_answer_data,
     ended_code,
     has_result,
     json_value,
@@ -75,8 +81,17 @@ from ._journal import (
     tool_intent,
     tool_operation_id,
 )
-from ._messages import INTERRUPTED, _assistant_message, assistant_data, message_fold, request_digest
-from ._partials import partial_output
+from ._messages import (
+    CUT_OFF,
+    INTERRUPTED,
+    LENGTH,
+    _assistant_message,
+    assistant_data,
+    message_fold,
+    request_digest,
+    was_cut_off,
+)
+from ._partials import aborted_answer, append_aborted_answer, partial_output
 from ._phase import Phase, PhaseTransaction
 from ._reports import phase_report
 from ._rounds import place_handoff, reset_since_answer, round_tail, terminated
@@ -237,13 +252,19 @@ class AgentRun:
             # Answered already (a retried run, or a commit whose reply was lost): go on from the committed result;
             # its assistant entry was written in the same commit.
             async with rt.commit() as tx:
-                self._next(tx, rt, agent, run_id, turn, _assistant_message(op.result), fold=False)
+                message = _assistant_message(op.result)
+                self._next(tx, rt, agent, run_id, turn, message, fold=False, cut_off=was_cut_off(op.result))
             return
         if op is not None and has_result(op):
             await rt.fail(f"model request failed: {op.error}", reason="model_error")
             return
         retry = op.retry if op is not None and op.retry is not None else agent.model_retry.to_protocol()
         attempt = 1 if op is None else op.attempt + 1
+        aborted = None
+        if op is not None and op.status == "interrupted":
+            # What the cut-off attempt had streamed is kept as an entry, in the commit of this attempt's intent: its
+            # stored output is read before this attempt's first piece replaces it (``_partials.aborted_answer``).
+            aborted = aborted_answer(op, (await rt.client.partials(operation_id=operation_id)).partials)
         if entries is None:
             entries = await transcript(rt.client, rt.conversation_id)
         if turn > 1 and op is None and reset_since_answer(entries, run_id):
@@ -270,7 +291,12 @@ class AgentRun:
             retry=retry,
             arguments=JsonValue(None) if configuration is None else configuration.to_arguments(),
         )
-        if not await _start(rt, intent, guessed):
+        keep = (
+            None
+            if aborted is None
+            else functools.partial(append_aborted_answer, conversation_id=rt.conversation_id, data=aborted)
+        )
+        if not await _start(rt, intent, guessed, keep):
             await self._turn(rt, turn, guess=False)  # the journal has an attempt: decide from it
             return
         builder = TurnBuilder()
@@ -298,17 +324,19 @@ class AgentRun:
             span.end(None if failure is not None else result, failure, builder.usage)
         if failure is not None:
             await self._model_failed(
-                rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage
+                rt, operation_id, turn, attempt, retry, failure, partial.final_writes(), builder.usage, builder.text
             )
             return
         message = result.message
+        cut_off = result.finish_reason == LENGTH
+        answer_data = {**assistant_data(message), **({"cut_off": True} if cut_off else {})}
         async with rt.commit() as tx:
             tx.writes.extend(partial.final_writes())  # the rest of the text, then the result: its output is done
             tx.finish_operation(
                 FinishOperation(
                     operation_id=operation_id,
                     status="completed",
-                    result=json_value(assistant_data(message)),
+                    result=json_value(answer_data),
                     usage=run_usage(result.usage),
                 )
             )
@@ -316,9 +344,9 @@ class AgentRun:
                 rt.conversation_id,
                 kind=ASSISTANT_ENTRY,
                 entry_id=_derived(operation_id, "assistant"),
-                data={"run_id": run_id, "turn": turn, **assistant_data(message)},
+                data={"run_id": run_id, "turn": turn, **answer_data},
             )
-            self._next(tx, rt, agent, run_id, turn, message)
+            self._next(tx, rt, agent, run_id, turn, message, cut_off=cut_off)
 
     async def _model_failed(
         self,
@@ -330,9 +358,11 @@ class AgentRun:
         exc: ModelError,
         pieces: Sequence[Write] = (),
         usage: Usage | None = None,
+        streamed: str = "",
     ) -> None:
         """One commit: the attempt's failure (with the usage the provider reported before it failed, if it did: a
-        failed attempt's tokens are spent too, and count in every total) and the task's next state. A retryable error
+        failed attempt's tokens are spent too, and count in every total), what it had ``streamed`` as a
+        ``tether.aborted_answer`` entry (none when it streamed nothing), and the task's next state. A retryable error
         with attempts left sleeps until the back-off's deadline (``retry_wait``); a final one, or the policy's last
         attempt, fails the run at once: no wait is taken for a try that never comes."""
         error = f"{exc.kind}: {exc}"
@@ -342,6 +372,16 @@ class AgentRun:
             tx.finish_operation(
                 FinishOperation(operation_id=operation_id, status="failed", error=error, usage=run_usage(usage))
             )
+            if streamed:
+                data = aborted_answer_data(
+                    run_id=str(rt.input["run_id"]),
+                    turn=turn,
+                    operation_id=operation_id,
+                    attempt=attempt,
+                    ended="failed",
+                    text=streamed,
+                )
+                append_aborted_answer(tx, rt.conversation_id, data)
             if delay is None:
                 tx.fail(f"model request failed (attempt {attempt} of {retry.attempts}): {error}", reason="model_error")
             else:
@@ -365,12 +405,30 @@ class AgentRun:
         message: AssistantMessage,
         *,
         fold: bool = True,
+        cut_off: bool = False,
     ) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion.
         ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`);
-        not when going on from a result committed before (its commit created the tasks already)."""
-        if not message.tool_calls:
+        not when going on from a result committed before (its commit created the tasks already). ``cut_off``: the
+        answer was cut off at its output limit (finish reason ``length``): its calls never run (no task, no intent),
+        each gets a ``cut_off`` error result (in the result's commit only: going on from a committed result, they were
+        written with it, and the owner would refuse their ids twice), and the run ends as a cut-off answer without
+        calls does, with its answer; a continue goes on from those results (docs/runs.md, "Continue")."""
+        if cut_off and fold:
+            for call in message.tool_calls:
+                _result_entry(
+                    tx,
+                    rt.conversation_id,
+                    run_id=run_id,
+                    operation_id=tool_operation_id(run_id, turn, call.call_id),
+                    call_id=call.call_id,
+                    name=call.name,
+                    content=CUT_OFF,
+                    is_error=True,
+                    code="cut_off",
+                )
+        if cut_off or not message.tool_calls:
             value, problem = agent.parse_answer(message.text)
             if problem is not None:  # an agent with an output_schema, answered otherwise
                 tx.fail(problem, reason="invalid_output")

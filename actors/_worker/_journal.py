@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from protocol import (
@@ -92,11 +92,14 @@ CONFIRMED_POLICIES: Final = frozenset({"manual", "report"})
 cut-off needs a person (or ends in an error result), so a paused worker must never start one under a lease it lost."""
 
 
-async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
-    """Commit an operation's intent. ``guessed``: the phase did not read the journal, on the guess that a fresh state
-    (never cut off) has no attempt of the operation yet; the owner checks every intent against the journal, so a
-    wrong guess is refused (``conflict``, nothing written) and answers ``False``: read the journal and decide again.
-    A right guess saves a read of the journal per model request and per tool call.
+async def _start(
+    rt: Phase, write: StartOperation, guessed: bool, also: Callable[[PhaseTransaction], None] | None = None
+) -> bool:
+    """Commit an operation's intent (with what ``also`` adds to its commit). ``guessed``: the phase did not read the
+    journal, on the guess that a fresh state (never cut off) has no attempt of the operation yet; the owner checks
+    every intent against the journal, so a wrong guess is refused (``conflict``, nothing written) and answers
+    ``False``: read the journal and decide again. A right guess saves a read of the journal per model request and per
+    tool call.
 
     Once committed, the operation starts only under a lease known live (:meth:`Phase.ensure_lease`: a round trip
     after a pause or a silence, and always for a ``manual`` or ``report`` tool call), else
@@ -104,6 +107,8 @@ async def _start(rt: Phase, write: StartOperation, guessed: bool) -> bool:
     try:
         async with rt.commit() as tx:
             tx.start_operation(write)
+            if also is not None:
+                also(tx)
     except Conflict:
         if not guessed:
             raise

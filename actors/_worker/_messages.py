@@ -2,7 +2,8 @@
 its handoff text the first user message, then, for a tool's handoff, what was placed when its round ended; or from
 the head the last entry naming one names, that entry's messages first) folded into user, assistant and tool messages:
 the ``tether.*`` entries, and what an entry of the application's kind carries for the model (``model``: an input
-placed as its own entry, a write the model sees). A call without a result gets an ``interrupted`` error result. Folded
+placed as its own entry, a write the model sees). A call without a result gets an ``interrupted`` error result; a
+``tether.aborted_answer`` (what a cut-off attempt had streamed) is never sent. Folded
 a part at a time beside the worker's transcript cache, with the digest of a model request that its intent records."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from protocol import (
+    ABORTED_ANSWER_ENTRY,
     ASSISTANT_ENTRY,
     RESERVED_ENTRY_PREFIX,
     RESET_ENTRY,
@@ -25,6 +27,13 @@ from .._models._model import AssistantMessage, Message, ModelRequest, ToolCallRe
 from ._transcript import transcript_cache
 
 INTERRUPTED: Final = "interrupted: the tool call has no result (its run was interrupted before it finished)"
+LENGTH: Final = "length"
+"""The finish reason of an answer cut off at its output limit (:data:`~actors.FinishReason`)."""
+CUT_OFF: Final = (
+    "error: the answer was cut off before the call was complete (the model reached its output limit); the call was "
+    "not run"
+)
+"""The error result of each tool call of an answer cut off at its output limit (code ``cut_off``): it never ran."""
 
 
 def call_data(call: ToolCallRequest) -> dict[str, Any]:
@@ -37,6 +46,12 @@ def call_data(call: ToolCallRequest) -> dict[str, Any]:
 def assistant_data(message: AssistantMessage) -> dict[str, Any]:
     """The normalised assistant message as JSON: the model operation's result and the entry's data."""
     return {"text": message.text, "tool_calls": [call_data(call) for call in message.tool_calls]}
+
+
+def was_cut_off(data: Any) -> bool:
+    """Whether a model request's result (or its ``tether.assistant`` entry's data) is an answer cut off at its output
+    limit (``cut_off``: its tool calls never ran; each has a ``cut_off`` error result)."""
+    return isinstance(data, dict) and data.get("cut_off") is True
 
 
 def _assistant_message(data: Any) -> AssistantMessage:
@@ -134,6 +149,8 @@ class MessageFold:
                     self._results[call_id] = ToolMessage(
                         call_id=call_id, content=str(data.get("content", "")), is_error=bool(data.get("is_error"))
                     )
+            elif entry.kind == ABORTED_ANSWER_ENTRY:
+                pass  # what a cut-off attempt had streamed: for people only, never an answer the model reads
             elif not entry.kind.startswith(RESERVED_ENTRY_PREFIX) and entry.entry_id != self._skip:
                 self._visible(getattr(entry, "model", None))
 

@@ -13,19 +13,71 @@ pieces of that attempt; the answer commits whole with the result either way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Final
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
 
 import trio
 
-from protocol import MAX_PARTIAL_BYTES, MAX_PARTIAL_PIECE_BYTES, AppendPartial, TetherError, raise_collapsed
+from protocol import (
+    ABORTED_ANSWER_ENTRY,
+    MAX_PARTIAL_BYTES,
+    MAX_PARTIAL_PIECE_BYTES,
+    AppendPartial,
+    OperationRecord,
+    PartialRecord,
+    TetherError,
+    aborted_answer_data,
+    aborted_answer_entry_id,
+    raise_collapsed,
+)
 
-from ._phase import Phase
+from ._phase import Phase, PhaseTransaction
 
 FINAL_PIECE_BYTES: Final = 64 << 10
 """At most this much of the unsent text rides in the result's commit (which holds the answer twice already, in the
 result and in the assistant entry): past it, the ``done`` record ends the partial output and the answer is the
 entry."""
+
+
+def aborted_answer(op: OperationRecord | None, partials: Sequence[PartialRecord]) -> dict[str, Any] | None:
+    """The ``tether.aborted_answer`` entry's data for the attempt of a model request that was cut off (``op``, as the
+    journal holds it when its next attempt is about to start; ``partials``, what the owner stores of its output),
+    ``None`` when there is nothing to keep. Pure: a phase that runs again decides the same from the same records.
+
+    Kept only for an attempt the owner decided ``interrupted`` (its worker killed or gone, its lease lost) that
+    streamed text, whose aborted output is still that attempt's: not for one that streamed nothing; not for a request
+    a close gave back (it is withdrawn at the attempt before the stopped one, and sent again as that attempt: a close
+    is not a crash); not once a later attempt started (its entry, if any, was committed with that attempt's intent).
+    A ``failed`` attempt keeps its entry in the commit of its failure (:meth:`AgentRun._model_failed`); an attempt no
+    other follows, in the commit that ends its run (the owner's, ``storage_owner/core/_partials.py``)."""
+    if op is None or op.kind != "model" or op.status != "interrupted":
+        return None
+    found = [p for p in partials if p.operation_id == op.operation_id]
+    if len(found) != 1:
+        return None
+    [partial] = found
+    if partial.status != "aborted" or partial.attempt != op.attempt or partial.offset != 0 or not partial.text:
+        return None
+    return aborted_answer_data(
+        run_id=op.run_id,
+        turn=op.turn,
+        operation_id=op.operation_id,
+        attempt=op.attempt,
+        ended="interrupted",
+        text=partial.text,
+    )
+
+
+def append_aborted_answer(tx: PhaseTransaction, conversation_id: str, data: Mapping[str, Any]) -> None:
+    """Add the ``tether.aborted_answer`` entry of :func:`aborted_answer` to ``tx``; its id derives from the operation
+    and the attempt (:func:`~protocol.aborted_answer_entry_id`), so no attempt's text is kept twice (the owner refuses
+    an entry id twice, the whole commit)."""
+    tx.append(
+        conversation_id,
+        kind=ABORTED_ANSWER_ENTRY,
+        entry_id=aborted_answer_entry_id(data["operation_id"], data["attempt"]),
+        data=dict(data),
+    )
 
 
 def _prefix(text: str, max_bytes: int) -> tuple[str, int]:

@@ -316,6 +316,11 @@ function entryNode(entry, submissions) {
     const calls = (data.tool_calls || []).map((call) => el("div", { class: "mono" }, `→ ${call.name} ${JSON.stringify(call.arguments)}`));
     return el("div", { class: "entry assistant", "data-entry": entry.entry_id }, el("div", { class: "who" }, "assistant"), data.text || "", calls);
   }
+  if (entry.kind === "tether.aborted_answer") {  // what a cut-off or failed attempt had streamed: never an answer
+    return el("div", { class: "entry aborted", "data-entry": entry.entry_id, "data-aborted": data.ended || "interrupted" },
+      el("div", { class: "who" }, `assistant · attempt ${data.attempt} ${data.ended || "interrupted"} · not an answer, never sent to the model`),
+      (data.text || "") + (data.truncated ? "…" : ""));
+  }
   if (entry.kind === "tether.tool_result") {
     return el("div", { class: "entry tool" + (data.is_error ? " error" : "") }, el("div", { class: "who" }, `tool ${data.name}`), data.content || "");
   }

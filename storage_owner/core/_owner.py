@@ -223,7 +223,9 @@ class OwnerCore:
         self.operations = Operations(
             store, operation_records, self.tasks, self.runs, self.usage, stored_runs=store, stored_tasks=self.tasks.data
         )
-        self.partials = Partials(store, journal, head, stored_runs=store, stored_operations=store)
+        self.partials = Partials(
+            store, journal, head, stored_runs=store, stored_operations=store, place_entry=entries.place
+        )
         self.conversations = Conversations(store, entries, self.tasks, self.runs, self.inbox)
         self.commits = Commits(self.peers, self.tasks, self.runs, self.conversations, self.operations, self.partials)
         self._reads: dict[type[Any], ReadHandler] = {

@@ -20,6 +20,12 @@ a seq (or catching up from the log) replays it exactly. Rules:
    worker reports a failed stream), an interrupted one (the owner decides it: worker gone, lease lost, owner
    restarted) or the run ending while it streams: an ``aborted`` record. An aborted attempt's pieces stay until the
    next attempt replaces them, or are deleted once no attempt can follow (last attempt, run ended).
+5. **An interrupted answer is kept.** What an interrupted attempt had stored is kept in the transcript as a
+   ``tether.aborted_answer`` entry: by the worker, in the commit of the next attempt's intent (``actors``'
+   ``_partials.aborted_answer``); or here, in the commit that ends the run when no attempt follows (its last attempt
+   was interrupted, or the run was cancelled while it waited to retry), just before the pieces are deleted. Both
+   decide by the same rule (the operation ``interrupted`` at the attempt whose pieces are stored) and derive the same
+   entry id (:func:`~protocol.aborted_answer_entry_id`), so an attempt's text is kept once.
 
 One row per operation in ``partials`` (the current attempt, its status and size) and its pieces as rows of
 ``partial_pieces``: appending a piece writes the piece alone, never the text so far again.
@@ -37,9 +43,11 @@ from typing import Final, Literal
 import attrs
 
 from protocol import (
+    ABORTED_ANSWER_ENTRY,
     MAX_PARTIAL_BYTES,
     MAX_PARTIAL_PIECE_BYTES,
     AppendPartial,
+    EntryRecord,
     ErrorCode,
     Frame,
     LeaseRef,
@@ -50,11 +58,15 @@ from protocol import (
     ReadPartials,
     Record,
     RunRecord,
+    aborted_answer_data,
+    aborted_answer_entry_id,
     encode_frame,
     has_result,
+    json_value,
 )
 
 from ._checks import Refusal, check_id, check_move
+from ._inbox import EntrySpec, PlaceEntry
 from ._output import READ_BUDGET_BYTES, PeerId
 from ._ports import OperationReads, PartialHead, PartialStore, RunReads
 from ._run_rules import TERMINAL
@@ -94,8 +106,11 @@ class Partials:
         *,
         stored_runs: RunReads,
         stored_operations: OperationReads,
+        place_entry: PlaceEntry,
     ) -> None:
         self._store = store
+        self._place_entry = place_entry
+        """Appends an entry the owner writes itself (``_conversations.Entries.place``): rule 5's."""
         self._stored_runs = stored_runs
         self._stored_operations = stored_operations
         self._journal = journal
@@ -215,10 +230,10 @@ class Partials:
         """The operation's attempt got its result (``completed``: ``done``; ``failed``: ``aborted``), rule 4."""
         return self._end(op, "done" if op.status == "completed" else "aborted", has_result(op), seq, now_ms)
 
-    def settled(self, records: Iterable[Record], seq: int, now_ms: int) -> list[PartialRecord]:
+    def settled(self, records: Iterable[Record], seq: int, now_ms: int) -> list[Record]:
         """What a settling commit changed: operations the owner decided were interrupted, and runs that ended, abort
-        their streaming output (rule 4)."""
-        out: list[PartialRecord] = []
+        their streaming output (rule 4); a run that ends keeps the text of its interrupted attempt (rule 5)."""
+        out: list[Record] = []
         for record in records:
             if isinstance(record, OperationRecord) and record.status == "interrupted":
                 ended = self._end(record, "aborted", has_result(record), seq, now_ms)
@@ -247,14 +262,42 @@ class Partials:
             streaming = True
         return self._close(head, was, status if streaming else head.status, final, seq, now_ms, emit=streaming)
 
-    def _run_ended(self, run_id: str, seq: int, now_ms: int) -> list[PartialRecord]:
-        out: list[PartialRecord] = []
+    def _run_ended(self, run_id: str, seq: int, now_ms: int) -> list[Record]:
+        out: list[Record] = []
         for head in [head for head in self._held.values() if head.run_id == run_id]:
+            kept = self._keep_answer(head, seq, now_ms)  # (before its pieces are deleted)
+            if kept is not None:
+                out.append(kept)
             status: PartialStatus = "aborted" if head.status == STREAMING else head.status
             record = self._close(head, head.status, status, True, seq, now_ms, emit=head.status == STREAMING)
             if record is not None:
                 out.append(record)
         return out
+
+    def _keep_answer(self, head: PartialHead, seq: int, now_ms: int) -> EntryRecord | None:
+        """Rule 5: the ``tether.aborted_answer`` entry of an interrupted attempt no other follows (its run ends now),
+        if it stored text; ``None`` otherwise (it streamed nothing, it failed: the worker kept it with its failure,
+        or a later attempt started: the worker kept it with that attempt's intent)."""
+        if not head.pieces or head.status != "aborted":
+            return None
+        op = self._stored_operations.operation(head.operation_id)
+        if op is None or op.kind != "model" or op.status != "interrupted" or op.attempt != head.attempt:
+            return None
+        text = self._store.partial_text(head.operation_id)
+        if not text:
+            return None
+        data = aborted_answer_data(
+            run_id=op.run_id,
+            turn=op.turn,
+            operation_id=op.operation_id,
+            attempt=op.attempt,
+            ended="interrupted",
+            text=text,
+        )
+        entry_id = aborted_answer_entry_id(op.operation_id, op.attempt)
+        return self._place_entry(
+            op.conversation_id, entry_id, EntrySpec(ABORTED_ANSWER_ENTRY, json_value(data)), seq, now_ms
+        )
 
     def _close(
         self,

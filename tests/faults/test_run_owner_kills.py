@@ -106,6 +106,12 @@ async def kill_at(point: str, owner: OwnerProcess, db: str, run_id: str, ledger:
         return await owner.kill()
     if point == "model_stream":
         await until(lambda: _async(executions(ledger, "model")))  # the stream's first chunk is out, then it blocks
+        async with actors.connect(db) as client:  # and stored: the cut-off attempt said something
+
+            async def stored() -> bool:
+                return any(record.text for record in (await client.partials(run_id=run_id)).partials)
+
+            await until(stored)
         return await owner.kill()
     return await owner.wait()
 
@@ -225,7 +231,20 @@ async def test_owner_killed_around_a_model_request(db_path: str, ledger: Path, t
                     entries = await client.entries(conversation_id)
     assert run.status == "completed" and run.answer is not None
     assert run.answer.text == "A streamed answer."
-    assert [entry.kind for entry in entries] == ["tether.user", "tether.assistant"]
+    kinds = [entry.kind for entry in entries]
+    if point == "model_result_kept":
+        assert kinds == ["tether.user", "tether.assistant"]
+    else:
+        # What the cut-off attempt had stored of its text is kept, marked, before the answer of the attempt that
+        # replaced it: always mid-stream (the kill waits for a stored piece); with its result lost, only if a piece
+        # was stored before the result's commit (a short answer may ride in that commit whole).
+        if point == "model_stream" or len(kinds) == 3:
+            assert kinds == ["tether.user", "tether.aborted_answer", "tether.assistant"]
+            data = entries[1].data
+            assert isinstance(data, dict) and (data["attempt"], data["ended"]) == (1, "interrupted")
+            assert data["text"] and "A streamed answer.".startswith(data["text"])
+        else:
+            assert kinds == ["tether.user", "tether.assistant"]
     [op] = ops
     requests = [line["attempt"] for line in executions(ledger, "model")]
     if point == "model_result_kept":

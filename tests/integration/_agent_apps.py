@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 import actors
@@ -143,9 +144,25 @@ STREAMED_ANSWER = "Your order A1 left the warehouse on Monday and should arrive 
 """The answer of ``streaming`` / ``streaming_cut``: 92 characters, 4 to a chunk, every 40 ms (about 1 s)."""
 
 
-def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04) -> actors.App:
+class RecordedModel:
+    """``inner``, each request recorded first (:func:`record_request`)."""
+
+    def __init__(self, inner: actors.Model) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        record_request(request)
+        async for event in self.inner.stream(request):
+            yield event
+
+
+def build_streaming(
+    *, cut_after_chars: int | None = None, delay_s: float = 0.04, recorded: bool = False, attempts: int = 3
+) -> actors.App:
     """An agent whose model streams ``STREAMED_ANSWER`` slowly (partial output every 100 ms, the default); with
-    ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``)."""
+    ``cut_after_chars``, its first attempt is cut there (a retryable ``cut_stream``); ``recorded``: its requests are
+    recorded (:func:`read_requests`); ``attempts``: its model retry's."""
     app = actors.App("streaming")
     turn = actors.ScriptedTurn(
         text=STREAMED_ANSWER,
@@ -154,11 +171,12 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
         cut_after_chars=cut_after_chars,
         fail_attempts=1 if cut_after_chars is not None else 0,
     )
+    model: actors.Model = actors.ScriptedModel([turn])
     app.define_agent(
         "support",
         version=1,
-        model=actors.ScriptedModel([turn]),
-        model_retry=actors.Retry(attempts=3, first_delay_ms=1000, max_delay_ms=10_000),
+        model=RecordedModel(model) if recorded else model,
+        model_retry=actors.Retry(attempts=attempts, first_delay_ms=1000, max_delay_ms=10_000),
     )
     return app
 
@@ -166,3 +184,65 @@ def build_streaming(*, cut_after_chars: int | None = None, delay_s: float = 0.04
 streaming = build_streaming()
 streaming_slow = build_streaming(delay_s=0.25)
 """About 6 s for the answer: a worker process killed mid-stream (tests/faults/test_partials_faults.py)."""
+streaming_slow_recorded = build_streaming(delay_s=0.25, recorded=True)
+"""``streaming_slow``, its requests recorded (tests/faults/test_aborted_answer_faults.py)."""
+streaming_slow_once = build_streaming(delay_s=0.25, attempts=1)
+"""``streaming_slow`` with one model attempt: cut off, the run ends (tests/faults/test_aborted_answer_faults.py)."""
+
+
+def record_request(request: actors.ModelRequest) -> None:
+    """Append the request's messages (``{"role", ...}`` each) as one JSON line to the ledger's ``.requests`` file
+    (beside ``TETHER_TEST_LEDGER``): what the model was sent, read by a test in any process (:func:`read_requests`)."""
+    ledger = os.environ.get("TETHER_TEST_LEDGER")
+    if ledger is None:
+        return
+    messages = [{"role": message.role, **attrs.asdict(message)} for message in request.messages]
+    line = {"turn": request.turn, "attempt": request.attempt, "messages": messages}
+    with open(ledger + ".requests", "a", encoding="utf-8") as file:
+        file.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def read_requests(ledger: str | Path) -> list[dict[str, Any]]:
+    """The requests :func:`record_request` wrote beside ``ledger``, oldest first."""
+    return read_ledger(str(ledger) + ".requests")
+
+
+CUT_OFF_TEXT = "Let me look that up"
+"""What ``cut_off`` says before its call is cut off."""
+AFTER_CUT_OFF = "I was cut off before I could look it up; please ask again."
+
+
+class CutOffModel:
+    """Answers a context that ends in tool results with :data:`AFTER_CUT_OFF`; any other with a call of ``lookup``
+    cut off at the output limit (finish reason ``length``). Every request is recorded (:func:`record_request`)."""
+
+    name = "cut_off"
+
+    def __init__(self) -> None:
+        call = [("lookup", {"order_id": "A1"})]
+        self.cut = actors.ScriptedModel(
+            [actors.ScriptedTurn(text=CUT_OFF_TEXT, tool_calls=call, finish_reason="length")]
+        )
+        self.after = actors.ScriptedModel([actors.ScriptedTurn(text=AFTER_CUT_OFF)])
+
+    async def stream(self, request: actors.ModelRequest) -> AsyncIterator[Any]:
+        record_request(request)
+        answered = bool(request.messages) and isinstance(request.messages[-1], actors.ToolMessage)
+        async for event in (self.after if answered else self.cut).stream(attrs.evolve(request, turn=1)):
+            yield event
+
+
+cut_off = actors.App("cut_off")
+cut_off.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+cut_off.define_agent("support", version=1, model=CutOffModel(), tools=["lookup"])
+
+cut_off_schema = actors.App("cut_off_schema")
+"""``cut_off`` with an ``output_schema`` its cut-off answer cannot meet: the run fails ``invalid_output``."""
+cut_off_schema.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+cut_off_schema.define_agent(
+    "support",
+    version=1,
+    model=CutOffModel(),
+    tools=["lookup"],
+    output_schema={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
+)

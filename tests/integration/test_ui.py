@@ -473,3 +473,39 @@ async def test_tether_ui_on_a_missing_database_fails_at_once(tmp_path: Path) -> 
     assert refused.returncode == 1 and refused.stdout == b"" and len(lines) == 1
     assert f"{missing} does not exist" in lines[0] and f"tether up --db {missing}" in lines[0]
     assert elapsed_s < 8 and list(tmp_path.iterdir()) == []
+
+
+@needs_browser
+async def test_the_page_keeps_what_a_failed_attempt_said_marked_not_an_answer(
+    owner: OwnerProcess, browser: Browser
+) -> None:
+    cut_at = 40
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, build_streaming(cut_after_chars=cut_at)) as client, ui_process(owner.db) as url:
+            conversation_id, run_id = await start_run(client)
+            run = await client.wait_for_run(run_id)  # attempt 1 cut mid-stream, attempt 2 answered (1 s later)
+            assert run.status == "completed"
+            base = url.split("/?", 1)[0]
+
+            def steps(page: Page) -> dict[str, Any]:
+                page.goto(url)
+                page.goto(f"{base}/#/conversation/{conversation_id}")
+                aborted = page.wait_for_selector(".entry.aborted")
+                answer = page.wait_for_selector(".entry.assistant:not(.streaming)")
+                assert aborted is not None and answer is not None
+                return {
+                    "aborted": aborted.text_content() or "",
+                    "ended": aborted.get_attribute("data-aborted"),
+                    "answer": answer.text_content() or "",
+                    "order": page.eval_on_selector_all(
+                        "#transcript .entry", "nodes => nodes.map((node) => node.className)"
+                    ),
+                }
+
+            seen = await browser.run(steps)
+    assert seen["ended"] == "failed"
+    assert seen["aborted"] == (
+        "assistant · attempt 1 failed · not an answer, never sent to the model" + STREAMED_ANSWER[:cut_at]
+    )
+    assert seen["answer"].endswith(STREAMED_ANSWER)
+    assert seen["order"] == ["entry user", "entry aborted", "entry assistant"]

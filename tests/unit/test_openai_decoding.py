@@ -165,6 +165,17 @@ def test_unparsable_arguments_become_invalid_arguments() -> None:
     assert call.invalid_arguments is not None and "not valid JSON" in call.invalid_arguments
 
 
+def test_an_answer_cut_off_mid_call_closes_its_call_and_finishes_with_length() -> None:
+    # What the run loop gets from a server that stopped at max_tokens inside a call's arguments: the call closed, its
+    # arguments invalid, and finish reason "length" (whose calls never run: docs/agents.md).
+    decoder = ChatStreamDecoder()
+    events = decoder.feed(delta_chunk({"index": 0, "id": "a", "function": {"name": "lookup", "arguments": '{"ord'}}))
+    events += decoder.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    turn = assemble(events + decoder.end())
+    [call] = turn.tool_calls
+    assert turn.finish_reason == "length" and call.invalid_arguments is not None
+
+
 def test_a_call_that_never_gets_a_name_is_an_invalid_response() -> None:
     decoder = ChatStreamDecoder()
     decoder.feed(delta_chunk({"index": 0, "id": "a", "function": {"arguments": "{}"}}, finish="tool_calls"))

@@ -6,6 +6,7 @@ whole. Driven through ``OwnerCore.run_batch``, over the memory store."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 import pytest
@@ -19,6 +20,7 @@ from protocol import (
     AppendPartial,
     CancelRun,
     Change,
+    EntryRecord,
     ErrorCode,
     FinishOperation,
     JsonValue,
@@ -26,12 +28,16 @@ from protocol import (
     PartialRecord,
     PartialsReply,
     ReadPartials,
+    Retry,
     SetTaskState,
+    TaskOutcome,
     Watch,
     Watching,
+    aborted_answer_entry_id,
 )
 from storage_owner.core._checks import IllegalTransition
 from storage_owner.core._partials import PARTIAL_TRANSITIONS
+from storage_owner.core._run_rules import TERMINAL
 from tests.unit.test_runs_core import (
     RunSim,
     doc_table,
@@ -333,3 +339,88 @@ def test_a_partial_output_put_outside_its_table_raises_and_stores_nothing(sim: R
     with pytest.raises(IllegalTransition):  # nothing leaves done: no attempt follows a committed result
         sim.core.partials._put("done", attrs.evolve(head, status="streaming", attempt=2), "replace")
     assert sim.store.partial(op) == head
+
+
+def aborted_answers(sim: RunSim, run_id: str) -> list[Any]:
+    """The data of the run's conversation's ``tether.aborted_answer`` entries, oldest first."""
+    entries = sim.entries(sim.run(run_id).conversation_id)
+    return [data for kind, data in entries if kind == "tether.aborted_answer"]
+
+
+def test_an_interrupted_last_attempt_keeps_its_text_as_an_aborted_entry_as_the_run_ends(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "first"))
+    worker.leave()  # interrupted with attempts left: the owner keeps nothing (the next attempt's worker will)
+    assert sim.run(run_id).status == "retry_wait" and aborted_answers(sim, run_id) == []
+    for attempt_number in (2, 3):
+        sim.request(sim.client, AdvanceClock(by_ms=2_000))
+        worker = sim.agent_worker()
+        worker.ok(task_id, model_intent(run_id, op, attempt=attempt_number))
+        worker.ok(task_id, piece(op, 0, f"try {attempt_number}", attempt=attempt_number))
+        worker.leave()
+    # Cut off at its last attempt: the commit that fails the run keeps what it had said, before dropping the pieces.
+    assert sim.run(run_id).status == "failed"
+    [kept] = aborted_answers(sim, run_id)
+    assert kept == {
+        "run_id": run_id,
+        "turn": 0,
+        "operation_id": op,
+        "attempt": 3,
+        "ended": "interrupted",
+        "text": "try 3",
+    }
+    [entry] = [
+        record
+        for commit in sim.store.read_log(0, None, 10_000)
+        for record in commit.records
+        if isinstance(record, EntryRecord) and record.kind == "tether.aborted_answer"
+    ]
+    assert entry.entry_id == aborted_answer_entry_id(op, 3)
+    assert sim.store.partial_piece_count() == 0 and sim.core.partials.held_count == 0
+
+
+def test_a_run_cancelled_while_it_waits_to_retry_keeps_the_interrupted_attempts_text(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "half an answer"))
+    worker.leave()
+    assert sim.run(run_id).status == "retry_wait"
+    sim.request(sim.client, CancelRun(run_id=run_id))  # its task sleeps: no phase to cut off, the run ends at once
+    assert sim.run(run_id).status in TERMINAL
+    assert [data["text"] for data in aborted_answers(sim, run_id)] == ["half an answer"]
+
+
+def test_the_owner_keeps_nothing_for_a_failed_last_attempt(manual_sim: RunSim) -> None:
+    """The worker keeps a failed attempt's text in the commit of its failure: the owner adds nothing as the run ends."""
+    sim = manual_sim
+    run_id, task_id, worker = leased_run(sim)
+    op = fresh_id()
+    worker.ok(task_id, model_intent(run_id, op, retry=Retry(attempts=1)))
+    worker.ok(task_id, piece(op, 0, "cut"))
+    worker.ok(
+        task_id,
+        FinishOperation(operation_id=op, status="failed", error="server_error: 502"),
+        SetTaskState(
+            task_id=task_id, status="terminal", outcome=TaskOutcome(status="failed", reason="model_error", error="x")
+        ),
+    )
+    assert sim.run(run_id).status == "failed" and aborted_answers(sim, run_id) == []
+
+
+def test_the_owner_keeps_nothing_for_a_stream_cancelled_with_its_run(sim: RunSim) -> None:
+    """Cancelled while it streams, the request ends failed with its run, not interrupted: not kept (docs/agents.md)."""
+    run_id, task_id, worker, op = model_requested(sim)
+    worker.ok(task_id, piece(op, 0, "never mind"))
+    sim.request(sim.client, CancelRun(run_id=run_id))
+    worker.release(task_id)
+    worker.ok(task_id, aborted(task_id))
+    assert sim.run(run_id).status == "cancelled" and aborted_answers(sim, run_id) == []
+
+
+def test_the_owner_keeps_nothing_for_a_last_attempt_interrupted_before_any_text(manual_sim: RunSim) -> None:
+    sim = manual_sim
+    run_id, task_id, worker = leased_run(sim)
+    worker.ok(task_id, model_intent(run_id, fresh_id(), retry=Retry(attempts=1)))
+    worker.leave()
+    assert sim.run(run_id).status == "failed" and aborted_answers(sim, run_id) == []

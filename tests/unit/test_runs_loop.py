@@ -11,9 +11,12 @@ import pytest
 import actors
 import protocol
 from actors._models._retry import backoff_ms, next_delay_ms
+from actors._worker._agent_run import _answerable
 from actors._worker._journal import model_operation_id, tool_operation_id
-from actors._worker._messages import INTERRUPTED, MessageFold, context_fold, transcript_messages
-from protocol import Capability, EntryRecord, JsonValue
+from actors._worker._messages import CUT_OFF, INTERRUPTED, MessageFold, context_fold, transcript_messages, was_cut_off
+from actors._worker._partials import aborted_answer
+from protocol import MAX_ABORTED_ANSWER_BYTES, Capability, EntryRecord, JsonValue, aborted_answer_data
+from tests.unit._records import operation_record, partial_record
 
 
 def entry(position: int, kind: str, data: Any) -> EntryRecord:
@@ -279,3 +282,84 @@ def test_a_tools_handoff_starts_the_context_again_keeping_what_was_placed_as_its
             whole = [_message_data(message) for message in request.messages]
             expected_digest = digest({"model": request.model, "instructions": "", "messages": whole, "tools": []})
             assert request_digest(request, fold) == request_digest(request) == expected_digest
+
+
+def test_an_answer_cut_off_with_calls_leaves_a_context_that_ends_in_their_error_results_and_can_be_continued() -> None:
+    cut = {"text": "Let me", "tool_calls": [call("c1"), call("c2")], "cut_off": True}
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.assistant", {"run_id": "r", "turn": 1, **cut}),
+        entry(2, "tether.tool_result", {"call_id": "c1", "content": CUT_OFF, "is_error": True, "code": "cut_off"}),
+        entry(3, "tether.tool_result", {"call_id": "c2", "content": CUT_OFF, "is_error": True, "code": "cut_off"}),
+    ]
+    messages = transcript_messages(entries)
+    assert messages[-2:] == [
+        actors.ToolMessage(call_id="c1", content=CUT_OFF, is_error=True),
+        actors.ToolMessage(call_id="c2", content=CUT_OFF, is_error=True),
+    ]
+    assert _answerable(messages)  # a continue makes a request: every call has its result
+    assert was_cut_off(cut) and was_cut_off(entries[1].data)
+    assert not was_cut_off({"text": "done", "tool_calls": []}) and not was_cut_off(None)
+    # A text answer cut off is an answer: a continue finds nothing to answer.
+    text_only = [entries[0], entry(1, "tether.assistant", {"text": "Let me", "tool_calls": [], "cut_off": True})]
+    assert not _answerable(transcript_messages(text_only))
+    assert "cut_off" in protocol.TOOL_ERROR_CODES
+
+
+def test_an_aborted_answer_is_kept_only_for_an_interrupted_attempt_that_streamed_text_still_its_own() -> None:
+    interrupted = operation_record("interrupted", seq=5, attempt=2)
+    said = partial_record(0, "Your order A1 le", seq=4, attempt=2, status="aborted")
+    assert aborted_answer(interrupted, [said]) == {
+        "run_id": "r",
+        "turn": 1,
+        "operation_id": "op",
+        "attempt": 2,
+        "ended": "interrupted",
+        "text": "Your order A1 le",
+    }
+    assert aborted_answer(None, [said]) is None  # the first attempt: nothing came before it
+    assert aborted_answer(interrupted, []) is None  # it streamed nothing: no entry
+    assert aborted_answer(interrupted, [attrs.evolve(said, text="", offset=16)]) is None  # its pieces were dropped
+    # A close gave it back (withdrawn at the attempt before the stopped one: it is sent again as that attempt).
+    assert aborted_answer(attrs.evolve(interrupted, attempt=1), [said]) is None
+    # A later attempt started (and streamed nothing) since: the cut-off one's entry went with that attempt's intent.
+    assert aborted_answer(attrs.evolve(interrupted, attempt=3), [said]) is None
+    assert aborted_answer(interrupted, [attrs.evolve(said, status="streaming")]) is None
+    # A failed attempt keeps its entry in its failure's commit; a completed one has its answer.
+    assert aborted_answer(attrs.evolve(interrupted, status="failed"), [said]) is None
+    assert aborted_answer(attrs.evolve(interrupted, status="completed"), [said]) is None
+    assert aborted_answer(attrs.evolve(interrupted, kind="tool"), [said]) is None
+
+
+def test_an_aborted_answers_text_is_bounded_at_a_character() -> None:
+    text = "é" * MAX_ABORTED_ANSWER_BYTES
+    data = aborted_answer_data(run_id="r", turn=1, operation_id="op", attempt=1, ended="failed", text=text)
+    assert data["truncated"] is True and len(data["text"].encode()) <= MAX_ABORTED_ANSWER_BYTES
+    assert text.startswith(data["text"]) and len(data["text"]) == MAX_ABORTED_ANSWER_BYTES // 2
+    assert "truncated" not in aborted_answer_data(
+        run_id="r", turn=1, operation_id="op", attempt=1, ended="failed", text="short"
+    )
+
+
+def test_an_aborted_answer_is_never_sent_to_the_model() -> None:
+    aborted = {"run_id": "r", "turn": 1, "operation_id": "op", "attempt": 1, "ended": "interrupted", "text": "Half"}
+    entries = [
+        entry(0, "tether.user", {"text": "hi", "run_id": "r"}),
+        entry(1, "tether.aborted_answer", aborted),
+        entry(2, "tether.assistant", {"text": "", "tool_calls": [call("c1")]}),
+        entry(3, "tether.aborted_answer", {**aborted, "turn": 2}),  # cut off while the round's result was missing
+        entry(4, "tether.tool_result", {"call_id": "c1", "content": "one", "is_error": False}),
+        entry(5, "tether.aborted_answer", {**aborted, "turn": 3}),
+    ]
+    expected = [
+        actors.UserMessage(text="hi"),
+        actors.AssistantMessage(
+            tool_calls=(actors.ToolCallRequest(call_id="c1", name="lookup", arguments={"order_id": "A1"}),)
+        ),
+        actors.ToolMessage(call_id="c1", content="one"),
+    ]
+    assert transcript_messages(entries) == expected
+    without = [e for e in entries if e.kind != "tether.aborted_answer"]
+    fold, plain = context_fold(entries, MessageFold()), context_fold(without, MessageFold())
+    assert fold.final_json == plain.final_json  # the request's digest is the same as without them
+    assert _answerable(fold.messages())

@@ -688,3 +688,22 @@ def test_a_questions_answer_is_shown_never_as_a_denial_and_an_approval_says_appr
         assert approval_story().apply(9, [interaction("answered", approve=approve)]) == [
             f"approval {interaction_id} {shown}"
         ]
+
+
+def test_an_aborted_answer_entry_shows_what_the_cut_off_attempt_said_marked_never_an_answer() -> None:
+    view = WatchView("tether.db", conversation_id=CONVERSATION)
+    view.apply(3, [run("running", seq=3)])
+    said = {"run_id": RUN, "turn": 1, "operation_id": MODEL_OP, "attempt": 1, "ended": "interrupted", "text": "Half an"}
+    assert view.apply(4, [entry(1, "tether.aborted_answer", said)]) == [
+        "assistant (attempt 1, interrupted; not an answer, never sent to the model): Half an"
+    ]
+    failed = {**said, "attempt": 2, "ended": "failed", "text": "Cut", "truncated": True}
+    assert view.apply(5, [entry(2, "tether.aborted_answer", failed)]) == [
+        "assistant (attempt 2, failed; not an answer, never sent to the model): Cut…"
+    ]
+    view.apply(6, [entry(3, "tether.assistant", {"text": "Half an answer, whole.", "tool_calls": []})])
+    text = screen(view)
+    assert "assistant (attempt 1, interrupted): Half an  ✂ interrupted: not an answer, never sent to the model" in text
+    assert "assistant (attempt 2, failed): Cut…" in text
+    assert text.index("attempt 1, interrupted") < text.index("attempt 2, failed") < text.index("assistant: Half an ans")
+    assert "assistant: Half an\n" not in text
