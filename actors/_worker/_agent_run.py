@@ -409,8 +409,9 @@ class AgentRun:
     ) -> None:
         """The task's next state after the model's answer of ``turn``: one tool task per call it waits on, error
         results for calls that cannot run (an unknown tool, arguments that are not JSON), or its completion.
-        ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`);
-        not when going on from a result committed before (its commit created the tasks already). ``cut_off``: the
+        ``fold``: a call that re-runs when cut off gets its intent in this commit (:func:`_starts_with_its_task`),
+        and a call that cannot run its error result; not when going on from a result committed before (a retried run:
+        its commit created the tasks and wrote those results already). ``cut_off``: the
         answer was cut off at its output limit (finish reason ``length``): its calls never run (no task, no intent),
         each gets a ``cut_off`` error result (in the result's commit only: going on from a committed result, they were
         written with it, and the owner would refuse their ids twice), and the run ends as a cut-off answer without
@@ -445,6 +446,8 @@ class AgentRun:
             if tool is not None and not tool.agent_callable:
                 tool = None  # only other tools call it: the model was not offered it
             if tool is None or call.invalid_arguments is not None:
+                if not fold:  # its error result was written with the answer, and the owner refuses its id twice
+                    continue
                 content = (
                     f"error: the agent has no tool {call.name!r}"
                     if tool is None

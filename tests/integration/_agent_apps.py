@@ -246,3 +246,19 @@ cut_off_schema.define_agent(
     tools=["lookup"],
     output_schema={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
 )
+
+uncallable = actors.App("uncallable")
+"""Turn 1 calls a tool the agent lacks and ``lookup`` with arguments that are not JSON; turn 2 fails, not retryably
+(``model_error``): a retry of the run goes on from turn 1's committed answer, whose error results it wrote."""
+uncallable.define_tool("lookup", lookup, description="Look an order up.", parameters=ORDER, recovery="safe")
+uncallable.define_agent(
+    "support",
+    version=1,
+    model=actors.ScriptedModel(
+        [
+            actors.ScriptedTurn(tool_calls=[("nosuch", {}), ("lookup", "{not json")]),
+            actors.ScriptedTurn(text="never", error="invalid_request", fail_attempts=99),
+        ]
+    ),
+    tools=["lookup"],
+)

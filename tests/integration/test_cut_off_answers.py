@@ -1,7 +1,8 @@
 """An answer cut off at its output limit (finish reason ``length``) with tool calls, against a real owner and a
 ``tether worker`` process: its calls never run (no tool task, no intent), the context ends in one ``cut_off`` error
 result per call, the run completes with its answer, and a continue goes on from those results, the model sent every
-call with its result (docs/runs.md, "Continue"; docs/agents.md, "Tool results")."""
+call with its result (docs/runs.md, "Continue"; docs/agents.md, "Tool results"). A retried run goes on from such an
+answer, and from one whose calls could not run, without writing their results a second time."""
 
 from __future__ import annotations
 
@@ -110,3 +111,26 @@ async def test_a_retried_run_goes_on_from_a_cut_off_answer_without_writing_its_r
             assert (again.status, again.reason) == ("failed", "invalid_output"), again
             assert [entry.kind for entry in await client.entries(conversation_id)] == kinds
         assert read_ledger(ledger) == [] and len(read_requests(ledger)) == 1  # the retry asked the model nothing
+
+
+async def test_a_retried_run_goes_on_from_an_answer_whose_calls_could_not_run_without_writing_their_results_again(
+    owner: OwnerProcess, ledger: Path
+) -> None:
+    # Turn 1's calls cannot run (a tool the agent lacks, arguments that are not JSON): their error results are
+    # written with the answer. Turn 2 fails the run; its retry replays turn 1 from the journal and must not write
+    # those results a second time (the owner would refuse their ids, faulting the retried run).
+    with trio.fail_after(TIMEOUT_S):
+        async with serving(owner.db, _agent_apps.uncallable) as client:
+            conversation_id, run_id = await start_run(client)
+            failed = await client.wait_for_run(run_id)
+            assert (failed.status, failed.reason) == ("failed", "model_error"), failed
+            entries = await client.entries(conversation_id)
+            codes = [entry.data["code"] for entry in entries if entry.kind == "tether.tool_result"]  # type: ignore[index]
+            assert codes == ["unknown_tool", "invalid_arguments"]
+            await client.retry(run_id)
+            again = await run_in(client, run_id, "failed", "completed")
+            assert (again.status, again.reason) == ("failed", "model_error"), again  # turn 2 again, not a fault
+            assert [entry.entry_id for entry in await client.entries(conversation_id)] == [
+                entry.entry_id for entry in entries
+            ]
+        assert read_ledger(ledger) == []
