@@ -17,7 +17,14 @@ from actors.testing import WorkerKill, WorkerProcess
 from protocol import aborted_answer_entry_id
 from tests.conftest import OwnerProcess
 from tests.integration._agent_apps import STREAMED_ANSWER, build_streaming, read_requests
-from tests.integration._agent_helpers import AGENT_APPS, ledger, run_in, serving, start_run, worker_process
+from tests.integration._agent_helpers import (
+    AGENT_APPS,
+    kill_mid_stream,
+    ledger,
+    run_in,
+    serving,
+    start_run,
+)
 from tests.integration._up_helpers import ROOT
 
 __all__ = ["ledger"]  # the fixture
@@ -31,14 +38,7 @@ async def test_the_text_a_killed_worker_had_streamed_is_kept_as_an_aborted_entry
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(manual_owner.db) as client:
             conversation_id, run_id = await start_run(client)
-            async with worker_process(manual_owner.db, "streaming_slow_recorded", ledger) as process:
-                while True:  # some pieces are stored: the model is mid-stream
-                    read = await client.partials(run_id=run_id)
-                    if read.partials and len(read.partials[0].text) >= 8:
-                        break
-                    await trio.sleep(0.02)
-                process.kill()
-                await process.wait()
+            await kill_mid_stream(client, manual_owner.db, run_id, "streaming_slow_recorded", ledger)
             await run_in(client, run_id, "retry_wait")
             [cut] = (await client.partials(run_id=run_id)).partials
             assert (cut.attempt, cut.status) == (1, "aborted") and STREAMED_ANSWER.startswith(cut.text)
@@ -92,14 +92,7 @@ async def test_an_interrupted_last_attempts_text_is_kept_by_the_commit_that_ends
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(manual_owner.db) as client:
             conversation_id, run_id = await start_run(client)
-            async with worker_process(manual_owner.db, "streaming_slow_once", ledger) as process:
-                while True:  # some pieces are stored: the model is mid-stream
-                    read = await client.partials(run_id=run_id)
-                    if read.partials and len(read.partials[0].text) >= 8:
-                        break
-                    await trio.sleep(0.02)
-                process.kill()
-                await process.wait()
+            await kill_mid_stream(client, manual_owner.db, run_id, "streaming_slow_once", ledger)
             run = await run_in(client, run_id, "failed")  # no attempt left: the owner ends the run
             [op] = await client.operations(run_id)
             assert (op.status, op.attempt) == ("interrupted", 1)

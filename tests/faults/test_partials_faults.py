@@ -14,7 +14,7 @@ from protocol import PartialRecord
 from tests.conftest import OwnerProcess
 from tests.integration import _agent_apps
 from tests.integration._agent_apps import STREAMED_ANSWER
-from tests.integration._agent_helpers import ledger, run_in, serving, start_run, worker_process
+from tests.integration._agent_helpers import kill_mid_stream, ledger, run_in, serving, start_run
 
 __all__ = ["ledger"]  # the fixture
 
@@ -27,14 +27,7 @@ async def test_worker_killed_mid_stream_aborts_its_partial_and_the_retry_replace
     with trio.fail_after(TIMEOUT_S):
         async with actors.connect(manual_owner.db) as client:
             conversation_id, run_id = await start_run(client)
-            async with worker_process(manual_owner.db, "streaming_slow", ledger) as process:
-                while True:  # some pieces are stored: the model is mid-stream
-                    read = await client.partials(run_id=run_id)
-                    if read.partials and len(read.partials[0].text) >= 8:
-                        break
-                    await trio.sleep(0.02)
-                process.kill()
-                await process.wait()
+            await kill_mid_stream(client, manual_owner.db, run_id, "streaming_slow", ledger)
             await run_in(client, run_id, "retry_wait")
             [cut] = (await client.partials(run_id=run_id)).partials
             assert (cut.attempt, cut.status, cut.offset) == (1, "aborted", 0)

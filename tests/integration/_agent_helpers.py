@@ -67,6 +67,21 @@ async def worker_process(
             await stop_gracefully(process)
 
 
+async def kill_mid_stream(
+    client: actors.Client, db: str, run_id: str, attribute: str, ledger: Path, *, chars: int = 8
+) -> None:
+    """Serve ``attribute`` in a ``tether worker`` (:func:`worker_process`) and SIGKILL it once the run's model request
+    has stored ``chars`` characters of its answer (the model mid-stream); reaped."""
+    async with worker_process(db, attribute, ledger) as process:
+        while True:
+            read = await client.partials(run_id=run_id)
+            if read.partials and len(read.partials[0].text) >= chars:
+                break
+            await trio.sleep(0.02)
+        process.kill()
+        await process.wait()
+
+
 async def start_run(client: actors.Client, text: str = "Where is my order?") -> tuple[str, str]:
     """A new conversation bound to agent ``support`` and an input submitted to it: (conversation id, run id)."""
     conversation_id = await client.create_conversation(agent="support")
