@@ -4,12 +4,12 @@ something (``submit``, ``runs``, ``watch``, ``abort``, ``usage``, ...)."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final
 
 import actors
-from protocol import OwnerUnavailable, Role
+from protocol import OwnerUnavailable, Role, TetherError
 
 OWNER_WAIT_S: Final = 5.0
 """How long a command waits for an owner to answer (one that is starting, or restarting under ``tether up``) before
@@ -33,7 +33,31 @@ def check_db(db: str) -> str:
 
 
 @asynccontextmanager
-async def connect(db: str, name: str, *, role: Role = "client") -> AsyncIterator[actors.Client]:
-    """A client of the running owner of ``db``, named ``name``, waiting up to :data:`OWNER_WAIT_S` for it."""
-    async with actors.connect(db=db, role=role, name=name, wait_for_owner_s=OWNER_WAIT_S) as client:
+async def connect(
+    db: str, name: str, *, role: Role = "client", warn: Callable[[str], None] | None = None
+) -> AsyncIterator[actors.Client]:
+    """A client of the running owner of ``db``, named ``name``, waiting up to :data:`OWNER_WAIT_S` for it. ``warn``
+    (a command that waits, which a person watches): one line when the owner stops answering, one when it answers
+    again (the client reconnects by itself meanwhile), never one per attempt."""
+    on_attempt = None if warn is None else _reach_reports(db, name, warn)
+    async with actors.connect(
+        db=db, role=role, name=name, wait_for_owner_s=OWNER_WAIT_S, on_attempt=on_attempt
+    ) as client:
         yield client
+
+
+def _reach_reports(db: str, name: str, warn: Callable[[str], None]) -> Callable[[TetherError | None, float], None]:
+    """``actors.connect``'s ``on_attempt``, told to a person: the first failed attempt of a silence, then its end."""
+    away = False
+
+    def attempted(error: TetherError | None, backoff_s: float) -> None:
+        nonlocal away
+        if error is None:
+            if away:
+                warn(f"{name}: the owner of {db} answers again")
+            away = False
+        elif not away:
+            away = True
+            warn(f"{name}: the owner of {db} does not answer ({error}); trying again until it does")
+
+    return attempted

@@ -95,10 +95,11 @@ async def submit(
 
     ``say`` gets each line for a person as soon as it is known: the new conversation and the run before the wait
     starts (so an interrupted wait has shown them), the settled run and its answer after it. ``warn`` gets one line
-    when no attached worker announces the run's agent (the run waits until one does; ``wait`` waits for it too).
+    when no attached worker announces the run's agent (the run waits until one does; ``wait`` waits for it too), and
+    with ``wait``, one when the owner stops answering and one when it answers again (the wait goes on meanwhile).
     """
     show = say or (lambda line: None)
-    async with connect(db, "tether-submit") as client:
+    async with connect(db, "tether-submit", warn=warn if wait else None) as client:
         if agent is not None:
             conversation_id = await client.create_conversation(agent=agent)
             show(f"conversation {conversation_id} (agent {agent})")

@@ -1,7 +1,8 @@
 """The command line's newer commands and flags as processes against a real owner: ``tether configure --tools``
 (names stripped, checked against what the workers announce, ``--force``), ``tether owner --model-grace``, ``tether
 worker --manual-grace``, ``tether journal``, ``tether resolve --by``, ``tether runs --conversation`` of none, a steer
-to an idle conversation, and a reader that closed the output pipe."""
+to an idle conversation, a reader that closed the output pipe, and ``tether submit --wait`` through an owner's
+SIGKILL and restart."""
 
 from __future__ import annotations
 
@@ -207,3 +208,37 @@ async def test_a_reader_that_went_away_ends_a_command_quietly(manual_owner: Owne
             os.close(write)
         assert done.stderr == b"", (args, done.stderr)
         assert done.returncode == 128 + 13, args  # as a writer SIGPIPE ended: what a shell's pipefail expects
+
+
+async def test_submit_wait_says_when_the_owner_stops_answering_and_when_it_answers_again(owner: OwnerProcess) -> None:
+    # No worker serves agent support: the run waits (pending) and so does the command, through an owner SIGKILL.
+    command = tether_command("submit", "--db", owner.db, "--agent", "support", "--wait", "hi")
+    with trio.fail_after(TIMEOUT_S):
+        process = await trio.lowlevel.open_process(
+            command, cwd=ROOT, env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            out, err = bytearray(), bytearray()
+
+            async def read_until(stream: Any, into: bytearray, text: bytes) -> None:
+                while text not in into:
+                    chunk = await stream.receive_some(4096)
+                    assert chunk, f"the output ended without {text!r}: {bytes(into)!r}"
+                    into += chunk
+
+            await read_until(process.stdout, out, b": pending")  # the run is shown before the wait starts
+            await read_until(process.stderr, err, b"waiting for it")  # no worker announces the agent: it waits
+            await owner.kill()
+            await read_until(process.stderr, err, b"does not answer")
+            assert err.count(b"does not answer") == 1  # one line for the silence, not one per attempt
+            await owner.start()
+            await read_until(process.stderr, err, b"answers again")
+            lines = [line for line in err.decode().splitlines() if "owner" in line]
+            assert lines[-2:] == [
+                f"tether-submit: the owner of {owner.db} does not answer ({lines[-2].split('(', 1)[1]}",
+                f"tether-submit: the owner of {owner.db} answers again",
+            ], err.decode()
+            assert process.poll() is None  # the wait goes on
+        finally:
+            await stop_gracefully(process)
