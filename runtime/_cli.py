@@ -2,9 +2,10 @@
 
 Each command group has a module that owns its parsers and handlers (``runtime._cli_owner``: owner, up, status,
 stop, check; ``_cli_worker``; ``_cli_demo``; ``_cli_tasks``: tasks, abort; ``_cli_inbox``: submit, submissions,
-withdraw, reset, configure; ``_cli_runs``: runs, resolve, retry, cancel, respond, interactions; ``_cli_views``: ui,
-watch; ``_usage``: usage, prices, budget). Each command's parser names its handler (``set_defaults(handler=...)``);
-:func:`main` parses, calls it, and turns the errors every command shares into exit statuses."""
+withdraw, reset, configure; ``_cli_runs``: runs, journal, resolve, retry, cancel, respond, interactions;
+``_cli_views``: ui, watch; ``_usage``: usage, prices, budget). Each command's parser names its handler
+(``set_defaults(handler=...)``); :func:`main` parses, calls it, and turns the errors every command shares into exit
+statuses."""
 
 from __future__ import annotations
 
