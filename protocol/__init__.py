@@ -209,6 +209,7 @@ from ._kinds import (
     USER_ENTRY,
     aborted_answer_data,
     aborted_answer_entry_id,
+    kept_answer,
 )
 from ._limits import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -459,6 +460,7 @@ __all__ = [
     "is_id",
     "join_frames",
     "json_value",
+    "kept_answer",
     "new_id",
     "operation_key_json",
     "otel_from_environment",

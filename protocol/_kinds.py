@@ -5,7 +5,10 @@ the owner and a worker write, ``tether.aborted_answer``). Defined once, here."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ._frames import OperationRecord
 
 _ENTRY_IDS: Final = uuid.UUID("9d3b6f0e-2c41-4a8e-b7d5-1e6a0c8f4b27")
 
@@ -55,6 +58,27 @@ def aborted_answer_data(
     if len(kept) < len(text):
         data["truncated"] = True
     return data
+
+
+def kept_answer(op: OperationRecord | None, *, status: str, attempt: int, text: str) -> dict[str, Any] | None:
+    """The ``tether.aborted_answer`` data of an interrupted model request's attempt, given its stored output
+    (``status``, ``attempt`` and ``text`` of its partial record), or ``None`` when there is nothing to keep: the
+    request is not ``interrupted`` (a failed attempt keeps its text with its failure), its stored output is not that
+    attempt's aborted text (a later attempt started; a close withdrew it, at the attempt before), or it streamed
+    nothing. One rule for whoever keeps it: the worker, in the commit of the next attempt's intent, and the owner, in
+    the commit that ends the run when no attempt follows."""
+    if op is None or op.kind != "model" or op.status != "interrupted":
+        return None
+    if status != "aborted" or attempt != op.attempt or not text:
+        return None
+    return aborted_answer_data(
+        run_id=op.run_id,
+        turn=op.turn,
+        operation_id=op.operation_id,
+        attempt=op.attempt,
+        ended="interrupted",
+        text=text,
+    )
 
 
 def aborted_answer_entry_id(operation_id: str, attempt: int) -> str:

@@ -26,8 +26,8 @@ from protocol import (
     OperationRecord,
     PartialRecord,
     TetherError,
-    aborted_answer_data,
     aborted_answer_entry_id,
+    kept_answer,
     raise_collapsed,
 )
 
@@ -50,22 +50,13 @@ def aborted_answer(op: OperationRecord | None, partials: Sequence[PartialRecord]
     is not a crash); not once a later attempt started (its entry, if any, was committed with that attempt's intent).
     A ``failed`` attempt keeps its entry in the commit of its failure (:meth:`AgentRun._model_failed`); an attempt no
     other follows, in the commit that ends its run (the owner's, ``storage_owner/core/_partials.py``)."""
-    if op is None or op.kind != "model" or op.status != "interrupted":
+    if op is None:
         return None
     found = [p for p in partials if p.operation_id == op.operation_id]
-    if len(found) != 1:
+    if len(found) != 1 or found[0].offset != 0:  # (a read from the start holds the whole text)
         return None
     [partial] = found
-    if partial.status != "aborted" or partial.attempt != op.attempt or partial.offset != 0 or not partial.text:
-        return None
-    return aborted_answer_data(
-        run_id=op.run_id,
-        turn=op.turn,
-        operation_id=op.operation_id,
-        attempt=op.attempt,
-        ended="interrupted",
-        text=partial.text,
-    )
+    return kept_answer(op, status=partial.status, attempt=partial.attempt, text=partial.text)
 
 
 def append_aborted_answer(tx: PhaseTransaction, conversation_id: str, data: Mapping[str, Any]) -> None:

@@ -58,11 +58,11 @@ from protocol import (
     ReadPartials,
     Record,
     RunRecord,
-    aborted_answer_data,
     aborted_answer_entry_id,
     encode_frame,
     has_result,
     json_value,
+    kept_answer,
 )
 
 from ._checks import Refusal, check_id, check_move
@@ -278,22 +278,13 @@ class Partials:
         """Rule 5: the ``tether.aborted_answer`` entry of an interrupted attempt no other follows (its run ends now),
         if it stored text; ``None`` otherwise (it streamed nothing, it failed: the worker kept it with its failure,
         or a later attempt started: the worker kept it with that attempt's intent)."""
-        if not head.pieces or head.status != "aborted":
+        if not head.pieces or head.status != "aborted":  # (no read of the text for a run that ends answered)
             return None
         op = self._stored_operations.operation(head.operation_id)
-        if op is None or op.kind != "model" or op.status != "interrupted" or op.attempt != head.attempt:
-            return None
         text = self._store.partial_text(head.operation_id)
-        if not text:
+        data = kept_answer(op, status=head.status, attempt=head.attempt, text=text)
+        if op is None or data is None:
             return None
-        data = aborted_answer_data(
-            run_id=op.run_id,
-            turn=op.turn,
-            operation_id=op.operation_id,
-            attempt=op.attempt,
-            ended="interrupted",
-            text=text,
-        )
         entry_id = aborted_answer_entry_id(op.operation_id, op.attempt)
         return self._place_entry(
             op.conversation_id, entry_id, EntrySpec(ABORTED_ANSWER_ENTRY, json_value(data)), seq, now_ms
