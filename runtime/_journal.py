@@ -8,6 +8,7 @@ import time
 from protocol import OperationRecord
 
 from ._connect import connect
+from ._table import columns
 
 
 async def read_journal(db: str, run_id: str) -> list[OperationRecord]:
@@ -50,11 +51,7 @@ def format_journal(run_id: str, operations: list[OperationRecord]) -> str:
         )
         for op in operations
     ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    )
+    return "\n".join(columns(header, rows))
 
 
 def _error(op: OperationRecord) -> str:

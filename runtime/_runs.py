@@ -11,6 +11,7 @@ import actors
 from protocol import RUN_TERMINAL, PeerInfo, RunRecord, amount_text, converter
 
 from ._connect import connect
+from ._table import columns
 from ._watch_view import SCHEMA_PREVIEW_CHARS as SCHEMA_CHARS
 from ._watch_view import WatchView, one_line, preview, retry_commands
 
@@ -67,11 +68,7 @@ def format_runs(runs: list[RunRecord]) -> str:
         )
         for run in runs
     ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    )
+    return "\n".join(columns(header, rows))
 
 
 async def submit(
@@ -186,11 +183,7 @@ def format_submissions(submissions: Sequence[actors.SubmissionRecord]) -> str:
             text = payload if isinstance(payload, str) else json.dumps(payload)
         text = " ".join(str(text).split())
         rows.append((one.submission_id, what, status, one.run_id or "-", text[:60] + ("…" if len(text) > 60 else "")))
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    )
+    return "\n".join(columns(header, rows))
 
 
 async def withdraw(db: str, submission_id: str) -> tuple[str, actors.SubmissionRecord | None]:

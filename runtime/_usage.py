@@ -15,6 +15,7 @@ import trio
 from protocol import Budget, ModelPrice, RunUsage, TetherError, UsageTotal, amount_text
 
 from ._args import amount, count, identifier, positive
+from ._table import columns
 
 if TYPE_CHECKING:
     import actors
@@ -281,11 +282,7 @@ def format_usage(rows: list[Row], left_out: dict[str, int] | None = None) -> str
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
-    table = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (header, *lines)
-    ]
+    table = columns(header, lines)
     return "\n".join(table + more)
 
 
@@ -364,11 +361,7 @@ def format_prices(table: list[ModelPrice]) -> str:
         )
         for price in table
     ]
-    widths = [max(len(line[i]) for line in (header, *lines)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (header, *lines)
-    )
+    return "\n".join(columns(header, lines))
 
 
 # ----------------------------------------------------------------------------------------------- budget
