@@ -536,8 +536,13 @@ def error_response(path: str, refused: Refused) -> Any:
     opened another address than the API's."""
     from starlette.responses import JSONResponse, PlainTextResponse
 
+    headers = {"Cache-Control": "no-store"}
+    if refused.status == 413:
+        # Refused before its body was read whole: the server closes this connection, so the client must not send
+        # its next request on it (it would find it closed, without an answer).
+        headers["Connection"] = "close"
     if path.startswith("/api/"):
-        return JSONResponse(refused.body(), status_code=refused.status, headers={"Cache-Control": "no-store"})
+        return JSONResponse(refused.body(), status_code=refused.status, headers=headers)
     return PlainTextResponse(f"tether ui: {refused.message}", status_code=refused.status)
 
 
